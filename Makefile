@@ -1,0 +1,19 @@
+# The two set-up commands of README.md: `make run` and `make test`.
+PY ?= python3
+.PHONY: install run test lint bench
+
+.install.stamp: pyproject.toml scripts/install.sh
+	PYTHON=$(PY) ./scripts/install.sh
+	touch .install.stamp
+
+install: .install.stamp
+
+run: install  ## the main job: relax + heat built-in argon crystals, write results.zarr
+	alchemi-lit run --config configs/quickstart.yaml
+
+test: install  ## lint, then the whole test-suite (CPU, < 10 min on 2 cores)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: install
+	$(PY) bench/run_all.py

@@ -1,0 +1,7 @@
+"""Interatomic models: the Model base class, built-in potentials and neighbour lists."""
+
+from .base import Model
+from .neighbors import Edges, NeighborList
+from .pair import LennardJones, Morse
+
+__all__ = ["Edges", "LennardJones", "Model", "Morse", "NeighborList"]

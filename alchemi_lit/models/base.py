@@ -1,0 +1,127 @@
+"""Model base class: energy in, forces and stress out.
+
+A model maps a :class:`~alchemi_lit.state.Batch` to per-system energies.  Forces and
+stress follow from the gradient of the energy with respect to the *edge vectors*
+``vec_ij = r_j - r_i + shift`` (the "edge-gradient" route used by most MLIPs):
+
+* ``F_i = sum_j dE/dvec_ij - sum_k dE/dvec_ki``
+* ``stress = (1/V) sum_edges vec ⊗ dE/dvec``  (ASE's sign convention, ``(1/V) dE/dε``)
+
+so one backward pass (or one analytic expression) gives both, with no strain tensor
+threaded through the cell.  Subclasses implement one of
+
+* :meth:`Model.energy` -- energies from edges, differentiated by autograd; or
+* :meth:`Model.energy_and_edge_gradient` -- energies and ``dE/dvec`` analytically
+  (pair potentials: no autograd graph, much faster).
+
+Models whose energy does not depend on positions only through edges override
+:meth:`Model.forward` and return the same dictionary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from ..errors import ModelError
+from ..state import Batch
+from .neighbors import Edges, NeighborList
+
+
+class Model(torch.nn.Module):
+    """Base of all interatomic models; see module docstring.
+
+    Calling ``model(batch)`` returns ``{"energy": [B], "forces": [N, 3], "stress": [B, 3, 3]}``.
+    ``stress`` is zero for systems without a 3-D cell.
+    """
+
+    #: Elements (atomic numbers) the model can evaluate; None means any.
+    supported_elements: frozenset[int] | None = None
+
+    def __init__(self, cutoff: float, skin: float = 1.0, compute_stress: bool = True) -> None:
+        super().__init__()
+        overrides = {
+            name
+            for name in ("energy", "energy_and_edge_gradient", "forward")
+            if getattr(type(self), name) is not getattr(Model, name)
+        }
+        if not overrides:
+            raise TypeError(
+                f"{type(self).__name__} must implement energy(), energy_and_edge_gradient() "
+                f"or forward()"
+            )
+        self.cutoff = float(cutoff)
+        self.compute_stress = compute_stress
+        self.neighbors = NeighborList(self.cutoff, skin)
+
+    # ------------------------------------------------------------ validation
+    def check_batch(self, batch: Batch) -> None:
+        """Raise :class:`ModelError` naming the first system with an unsupported element."""
+        if self.supported_elements is None:
+            return
+        allowed = torch.zeros(max(119, int(batch.atomic_numbers.max()) + 1), dtype=torch.bool)
+        allowed[list(self.supported_elements)] = True
+        bad = ~allowed.to(batch.device)[batch.atomic_numbers]
+        if bool(bad.any()):
+            atom = int(bad.nonzero()[0])
+            row = int(batch.system_idx[atom])
+            from ase.data import chemical_symbols
+
+            z = int(batch.atomic_numbers[atom])
+            names = ", ".join(chemical_symbols[e] for e in sorted(self.supported_elements))
+            raise ModelError(
+                f"{type(self).__name__} cannot evaluate element {chemical_symbols[z]} (Z={z}) "
+                f"in system {int(batch.system_id[row])}; supported elements: {names}. "
+                f"Remove that structure or choose a model that covers it."
+            )
+
+    # ------------------------------------------------------------ evaluation
+    def energy(self, batch: Batch, edges: Edges) -> torch.Tensor:
+        """Per-system energy ``[B]`` from edges (differentiable w.r.t. ``edges.vec``)."""
+        return self.energy_and_edge_gradient(batch, edges)[0]
+
+    def energy_and_edge_gradient(
+        self, batch: Batch, edges: Edges
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-system energy ``[B]`` and ``dE/dvec`` ``[P, 3]``; autograd by default."""
+        with torch.enable_grad():
+            vec = edges.vec.detach().requires_grad_(True)
+            energy = self.energy(batch, Edges(edges.i, edges.j, vec, edges.system, edges.cutoff))
+            (grad,) = torch.autograd.grad(energy.sum(), vec, allow_unused=True)
+        if grad is None:
+            grad = torch.zeros_like(vec)
+        return energy.detach(), grad
+
+    def forward(self, batch: Batch, compute_stress: bool | None = None) -> dict[str, torch.Tensor]:
+        edges = self.neighbors(batch)
+        energy, grad = self.energy_and_edge_gradient(batch, edges)
+        forces = torch.zeros_like(batch.positions)
+        forces.index_add_(0, edges.i, grad).index_add_(0, edges.j, -grad)
+        out = {"energy": energy, "forces": forces}
+        if self.compute_stress if compute_stress is None else compute_stress:
+            out["stress"] = virial_stress(batch, edges, grad)
+        return out
+
+
+def virial_stress(batch: Batch, edges: Edges, grad: torch.Tensor) -> torch.Tensor:
+    """``(1/V) sum_edges vec ⊗ dE/dvec`` per system; zero where the cell has no volume."""
+    outer = (edges.vec.unsqueeze(2) * grad.unsqueeze(1)).reshape(-1, 9)
+    virial = torch.zeros((batch.num_systems, 9), dtype=grad.dtype, device=grad.device)
+    virial.index_add_(0, edges.system, outer)
+    volume = batch.volume
+    inv_v = torch.where(volume > 1e-12, 1.0 / volume.clamp_min(1e-12), torch.zeros_like(volume))
+    return (virial * inv_v[:, None]).reshape(-1, 3, 3)
+
+
+def per_system_sum(values: torch.Tensor, system: torch.Tensor, num_systems: int) -> torch.Tensor:
+    """Sum per-edge or per-atom ``values`` into ``[num_systems]`` bins."""
+    out = torch.zeros(num_systems, dtype=values.dtype, device=values.device)
+    return out.index_add_(0, system, values)
+
+
+def elements(symbols_or_numbers: Iterable[str | int]) -> frozenset[int]:
+    """Atomic numbers from symbols or numbers."""
+    from ase.data import atomic_numbers
+
+    return frozenset(atomic_numbers[s] if isinstance(s, str) else int(s) for s in symbols_or_numbers)

@@ -1,0 +1,172 @@
+"""Batched periodic Verlet neighbour list.
+
+Pairs come from `vesin <https://github.com/Luthaf/vesin>`_, a maintained cell-list
+library (linear in atoms, triclinic cells, mixed periodicity, CPU and CUDA).  We
+call it per system and add what a batched MD engine needs on top:
+
+* **Verlet skin.**  The list holds pairs within ``cutoff + skin``; a system is
+  rebuilt only when one of its atoms moved more than ``skin / 2`` since its last
+  build, or its cell changed.  Only those systems are rebuilt.
+* **Canonical order.**  Edges are sorted by (i, j, shift) after every rebuild, so
+  force sums add in the same order whatever the rebuild history.  Edges between
+  cutoff and cutoff+skin contribute exact zeros, which leaves float sums unchanged:
+  a resumed run reproduces an uninterrupted one bit for bit.
+
+Why vesin rather than our own torch cell list: on the 64 x 108-atom argon benchmark
+(rc 8.5 Å + 1 Å skin) it builds all 64 lists in ~0.1 s on 2 CPU cores, and with a
+skin the list is rebuilt every few tens of MD steps, so the build is a small share
+of the step; it handles small triclinic cells where an atom sees its own images.
+The rebuild check costs one host-device sync per model call (deciding to rebuild
+is a host decision); everything else stays on the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..state import Batch
+
+
+@dataclass
+class Edges:
+    """Half list of pairs (each unordered pair once) within ``cutoff + skin``.
+
+    ``vec = positions[j] - positions[i] + shift`` points from i to j.  Pairs with
+    ``|vec| > cutoff`` are present and must be masked by the model (they are what
+    makes the skin work).
+    """
+
+    i: torch.Tensor
+    j: torch.Tensor
+    vec: torch.Tensor
+    system: torch.Tensor
+    cutoff: float
+
+    def directed(self) -> Edges:
+        """Both directions of every pair (for message-passing models)."""
+        return Edges(
+            torch.cat([self.i, self.j]),
+            torch.cat([self.j, self.i]),
+            torch.cat([self.vec, -self.vec]),
+            torch.cat([self.system, self.system]),
+            self.cutoff,
+        )
+
+
+class NeighborList:
+    """Verlet neighbour list over a :class:`~alchemi_lit.state.Batch` (see module doc)."""
+
+    def __init__(self, cutoff: float, skin: float = 1.0) -> None:
+        if cutoff <= 0:
+            raise ValueError(f"neighbour-list cutoff must be > 0, got {cutoff}")
+        if skin < 0:
+            raise ValueError(f"neighbour-list skin must be >= 0, got {skin}")
+        self.cutoff = float(cutoff)
+        self.skin = float(skin)
+        self.num_builds = 0  # systems (re)built so far; read by tests and benchmarks
+        self._layout: object | None = None
+        self._ref_positions: torch.Tensor | None = None
+        self._ref_cell: torch.Tensor | None = None
+        self._i = self._j = self._system = self._shift = None  # type: ignore[assignment]
+
+    def reset(self) -> None:
+        self._layout = None
+
+    def needs_rebuild(self, batch: Batch) -> torch.Tensor:
+        """Per-system boolean ``[B]``: must this system's list be rebuilt?"""
+        if self._layout is not batch.layout or self._ref_positions is None:
+            return torch.ones(batch.num_systems, dtype=torch.bool, device=batch.device)
+        disp2 = (batch.positions - self._ref_positions).square().sum(-1)
+        max_disp2 = torch.zeros(batch.num_systems, dtype=disp2.dtype, device=disp2.device)
+        max_disp2 = max_disp2.scatter_reduce(0, batch.system_idx, disp2, "amax", include_self=True)
+        moved = max_disp2 > (0.5 * self.skin) ** 2
+        reshaped = (batch.cell != self._ref_cell).flatten(1).any(1)
+        return moved | reshaped | ~torch.isfinite(max_disp2)
+
+    def __call__(self, batch: Batch) -> Edges:
+        need = self.needs_rebuild(batch)
+        if bool(need.any()):  # the one host sync of a model call
+            self._rebuild(batch, need)
+        pos = batch.positions
+        vec = pos[self._j] - pos[self._i] + self._shift
+        return Edges(self._i, self._j, vec, self._system, self.cutoff)
+
+    # ------------------------------------------------------------------ build
+    def _rebuild(self, batch: Batch, need: torch.Tensor) -> None:
+        full = self._layout is not batch.layout or self._i is None
+        rows = torch.arange(batch.num_systems, device=batch.device) if full else need.nonzero().flatten()
+        new = _build_rows(batch, rows.tolist(), self.cutoff + self.skin)
+        if full:
+            i, j, shift, system = new
+        else:
+            keep = ~need[self._system]
+            i = torch.cat([self._i[keep], new[0]])
+            j = torch.cat([self._j[keep], new[1]])
+            shift = torch.cat([self._shift[keep], new[2]])
+            system = torch.cat([self._system[keep], new[3]])
+        order = _canonical_order(i, j, shift, batch.num_atoms)
+        self._i, self._j, self._shift, self._system = i[order], j[order], shift[order], system[order]
+        if full:
+            self._ref_positions = batch.positions.detach().clone()
+            self._ref_cell = batch.cell.detach().clone()
+        else:
+            amask = need[batch.system_idx]
+            self._ref_positions[amask] = batch.positions.detach()[amask]
+            self._ref_cell[need] = batch.cell.detach()[need]
+        self._layout = batch.layout
+        self.num_builds += len(rows)
+
+
+def _build_rows(batch: Batch, rows: list[int], radius: float):
+    """Pairs of the given system rows: (i, j, cartesian shift, system row)."""
+    device, dtype = batch.device, batch.dtype
+    ptr = batch.ptr.tolist()
+    pos_all = batch.positions.detach()
+    cells = batch.cell.detach()
+    pbcs = batch.pbc.tolist()
+    parts_i, parts_j, parts_s, parts_sys = [], [], [], []
+    if device.type == "cpu":
+        import vesin
+
+        calc = vesin.NeighborList(cutoff=radius, full_list=False)
+        pos_np = pos_all.to(torch.float64).numpy()
+        cell_np = cells.to(torch.float64).numpy()
+        for b in rows:
+            lo, hi = ptr[b], ptr[b + 1]
+            i, j, s = calc.compute(pos_np[lo:hi], cell_np[b], pbcs[b], "ijS")
+            parts_i.append(torch.from_numpy(i.astype(np.int64)) + lo)
+            parts_j.append(torch.from_numpy(j.astype(np.int64)) + lo)
+            parts_s.append(torch.from_numpy(s.astype(np.float64)).to(dtype) @ cells[b])
+            parts_sys.append(torch.full((len(i),), b, dtype=torch.int64))
+    else:
+        from vesin.torch import NeighborList as TorchNL
+
+        calc = TorchNL(cutoff=radius, full_list=False)
+        for b in rows:
+            lo, hi = ptr[b], ptr[b + 1]
+            periodic = torch.tensor(pbcs[b], device=device)
+            i, j, s = calc.compute(pos_all[lo:hi], cells[b], periodic, "ijS")
+            parts_i.append(i.to(torch.int64) + lo)
+            parts_j.append(j.to(torch.int64) + lo)
+            parts_s.append(s.to(dtype) @ cells[b])
+            parts_sys.append(torch.full((len(i),), b, dtype=torch.int64, device=device))
+    if not parts_i:
+        empty = torch.zeros(0, dtype=torch.int64, device=device)
+        return empty, empty, torch.zeros((0, 3), dtype=dtype, device=device), empty
+    return (
+        torch.cat(parts_i).to(device),
+        torch.cat(parts_j).to(device),
+        torch.cat(parts_s).to(device),
+        torch.cat(parts_sys).to(device),
+    )
+
+
+def _canonical_order(i: torch.Tensor, j: torch.Tensor, shift: torch.Tensor, n: int) -> torch.Tensor:
+    """Permutation sorting edges by (i, j, shift): deterministic whatever the build order."""
+    order = torch.arange(len(i), device=i.device)
+    for key in (shift[:, 2], shift[:, 1], shift[:, 0], j, i):  # least significant first
+        order = order[torch.sort(key[order], stable=True).indices]
+    return order
