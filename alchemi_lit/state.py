@@ -249,9 +249,10 @@ class Batch:
 
     def select(self, rows: torch.Tensor | Sequence[int]) -> Batch:
         """New batch with system rows ``rows`` (in that order), every field kept."""
-        rows = torch.as_tensor(rows, dtype=torch.long, device=self.device)
-        if rows.dtype == torch.bool:
+        rows = torch.as_tensor(rows, device=self.device)
+        if rows.dtype == torch.bool:  # a mask: check before casting, or True/False -> 1/0
             rows = rows.nonzero().flatten()
+        rows = rows.to(torch.long)
         aidx = self.atom_index(rows)
         atom = {k: v[aidx] for k, v in self.atom.items()}
         counts = self.system["n_atoms"][rows]

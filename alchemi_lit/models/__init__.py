@@ -1,7 +1,8 @@
 """Interatomic models: the Model base class, built-in potentials and neighbour lists."""
 
 from .base import Model
+from .emt import EMT
 from .neighbors import Edges, NeighborList
 from .pair import LennardJones, Morse
 
-__all__ = ["Edges", "LennardJones", "Model", "Morse", "NeighborList"]
+__all__ = ["EMT", "Edges", "LennardJones", "Model", "Morse", "NeighborList"]

@@ -136,6 +136,8 @@ def _build_rows(batch: Batch, rows: list[int], radius: float):
         cell_np = cells.to(torch.float64).numpy()
         for b in rows:
             lo, hi = ptr[b], ptr[b + 1]
+            if not np.isfinite(pos_np[lo:hi]).all():
+                continue  # a diverged system gets no edges; NaNGuard quarantines it
             i, j, s = calc.compute(pos_np[lo:hi], cell_np[b], pbcs[b], "ijS")
             parts_i.append(torch.from_numpy(i.astype(np.int64)) + lo)
             parts_j.append(torch.from_numpy(j.astype(np.int64)) + lo)
@@ -145,7 +147,16 @@ def _build_rows(batch: Batch, rows: list[int], radius: float):
         from vesin.torch import NeighborList as TorchNL
 
         calc = TorchNL(cutoff=radius, full_list=False)
+        finite = torch.isfinite(pos_all).all(-1)
+        ok = (
+            torch.ones(len(ptr) - 1, dtype=torch.int32, device=device)
+            .scatter_reduce(0, batch.system_idx, finite.to(torch.int32), "amin")
+            .bool()
+            .tolist()
+        )
         for b in rows:
+            if not ok[b]:
+                continue
             lo, hi = ptr[b], ptr[b + 1]
             periodic = torch.tensor(pbcs[b], device=device)
             i, j, s = calc.compute(pos_all[lo:hi], cells[b], periodic, "ijS")

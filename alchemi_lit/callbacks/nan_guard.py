@@ -1,0 +1,59 @@
+"""NaNGuard: quarantine systems whose energy, forces or positions turn non-finite.
+
+**Modifies state.**  Before every step it keeps a copy of positions, velocities,
+forces and energy; after the force call, a system with a non-finite value gets its
+last finite state back, its status set to the exit code (it stops moving and leaves
+with the next graduation) and ``exit_code = EXIT_QUARANTINED``.  ``nan_flags``
+records why: bit 1 energy, bit 2 forces, bit 4 positions.  Other systems are not
+touched and the step loop never waits on the host.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..hooks import Callback, StepContext
+from ..integrators.base import system_sum
+from ..state import EXIT_QUARANTINED
+
+NAN_ENERGY, NAN_FORCES, NAN_POSITIONS = 1, 2, 4
+
+
+class NaNGuard(Callback):
+    """Quarantine non-finite systems (see module docstring).  Added by default."""
+
+    modifies_state = True
+
+    def __init__(self) -> None:
+        super().__init__(frequency=1)
+        self._saved: tuple[torch.Tensor, ...] | None = None
+
+    def on_run_start(self, ctx: StepContext) -> None:
+        ctx.batch.ensure_field("nan_flags", "system", dtype=torch.int64, fill=0)
+
+    def before_pre_update(self, ctx: StepContext) -> None:
+        b = ctx.batch
+        b.ensure_field("nan_flags", "system", dtype=torch.int64, fill=0)
+        self._saved = (b.positions.clone(), b.velocities.clone(), b.forces.clone(), b.energy.clone())
+
+    def after_compute(self, ctx: StepContext) -> None:
+        b = ctx.batch
+        if self._saved is None or self._saved[0].shape != b.positions.shape:
+            return
+        bad_e = ~torch.isfinite(b.energy)
+        bad_f = system_sum(b, (~torch.isfinite(b.forces)).any(-1).to(b.dtype)) > 0
+        bad_r = system_sum(b, (~torch.isfinite(b.positions)).any(-1).to(b.dtype)) > 0
+        flags = bad_e.long() * NAN_ENERGY + bad_f.long() * NAN_FORCES + bad_r.long() * NAN_POSITIONS
+        bad = flags > 0
+        am = b.atom_mask(bad).unsqueeze(-1)
+        pos, vel, frc, en = self._saved
+        b.positions = torch.where(am, pos, b.positions)
+        b.velocities = torch.where(am, vel, b.velocities)
+        b.forces = torch.where(am, frc, b.forces)
+        b.energy = torch.where(bad, en, b.energy)
+        b.nan_flags = torch.where(bad, flags, b.nan_flags)
+        b.exit_code = torch.where(bad, EXIT_QUARANTINED, b.exit_code)
+        b.status = torch.where(bad, ctx.state["exit_code"], b.status)
+
+    def on_run_end(self, ctx: StepContext) -> None:
+        self._saved = None

@@ -1,0 +1,166 @@
+"""Hook stages, the Callback base class and frequency-gated dispatch.
+
+A step runs the stages in this order::
+
+    BEFORE_STEP
+      BEFORE_PRE_UPDATE   -> integrators' pre_update ->   AFTER_PRE_UPDATE
+      BEFORE_COMPUTE      -> one model forward       ->   AFTER_COMPUTE
+      BEFORE_POST_UPDATE  -> integrators' post_update ->  AFTER_POST_UPDATE
+    AFTER_STEP
+    ON_CONVERGE           (at bookkeeping, when systems left a stage since the last one)
+
+plus ``on_run_start`` / ``on_run_end``.  A callback subscribes to a stage by
+overriding the method of that name (``after_step``, ``before_compute`` ...), as in
+Lightning; only overridden methods are ever called, so an unused hook costs nothing.
+``frequency`` gates calls on the loop step (``ctx.step % frequency == 0``).
+
+Callbacks read the batch.  One that changes state (NaN quarantine, a bias force, a
+clamp) must say so in its docstring and set ``modifies_state = True``, so nobody
+changes control flow by accident (DESIGN invariant 6).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+if TYPE_CHECKING:
+    from .state import Batch
+
+
+class HookStageEnum(enum.Enum):
+    """The nine points of a step where callbacks run, in execution order."""
+
+    BEFORE_STEP = "before_step"
+    BEFORE_PRE_UPDATE = "before_pre_update"
+    AFTER_PRE_UPDATE = "after_pre_update"
+    BEFORE_COMPUTE = "before_compute"
+    AFTER_COMPUTE = "after_compute"
+    BEFORE_POST_UPDATE = "before_post_update"
+    AFTER_POST_UPDATE = "after_post_update"
+    AFTER_STEP = "after_step"
+    ON_CONVERGE = "on_converge"
+
+
+@dataclass
+class StepContext:
+    """What a callback sees.  One object per run, updated in place every step.
+
+    ``stage_masks[k]`` is the ``[B]`` mask of systems whose status is stage code ``k``
+    at the start of the step.  ``exited``/``converged`` (set for ON_CONVERGE) mark
+    systems that left a stage since the previous bookkeeping, ``converged`` those that
+    met an optimizer criterion; ``graduated`` marks systems about to leave the batch.
+    """
+
+    batch: Batch
+    step: int = 0
+    stages: Sequence[Any] = ()
+    stage_masks: list[torch.Tensor] = field(default_factory=list)
+    exited: torch.Tensor | None = None
+    converged: torch.Tensor | None = None
+    graduated: torch.Tensor | None = None
+    outputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    simulator: Any = None
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def stage_of(self, code: int) -> torch.Tensor:
+        """Mask ``[B]`` of systems currently in stage ``code``."""
+        return self.batch.status == code
+
+
+class Callback:
+    """Base class: override the hook methods you need (see module docstring)."""
+
+    #: True for callbacks that write to the batch (documented in their docstring).
+    modifies_state: ClassVar[bool] = False
+
+    def __init__(self, frequency: int = 1) -> None:
+        if int(frequency) < 1:
+            raise ValueError(f"{type(self).__name__}: frequency must be >= 1, got {frequency}")
+        self.frequency = int(frequency)
+
+    def on_run_start(self, ctx: StepContext) -> None:
+        """Called once before the first step (forces already computed)."""
+
+    def on_run_end(self, ctx: StepContext) -> None:
+        """Called once after the last step, also when the run fails."""
+
+    def before_step(self, ctx: StepContext) -> None: ...
+    def before_pre_update(self, ctx: StepContext) -> None: ...
+    def after_pre_update(self, ctx: StepContext) -> None: ...
+    def before_compute(self, ctx: StepContext) -> None: ...
+    def after_compute(self, ctx: StepContext) -> None: ...
+    def before_post_update(self, ctx: StepContext) -> None: ...
+    def after_post_update(self, ctx: StepContext) -> None: ...
+    def after_step(self, ctx: StepContext) -> None: ...
+    def on_converge(self, ctx: StepContext) -> None: ...
+
+    def hook_stages(self) -> list[HookStageEnum]:
+        """Stages this callback subscribes to: the hook methods it overrides."""
+        return [
+            s for s in HookStageEnum
+            if getattr(type(self), s.value) is not getattr(Callback, s.value)
+        ]
+
+    def hook_method(self, stage: HookStageEnum) -> Callable[[StepContext], None]:
+        """The function called at ``stage`` (the method named after it)."""
+        return getattr(self, stage.value)
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to checkpoint (counters, file positions); tensors or plain values."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+
+class LambdaCallback(Callback):
+    """Wrap a function as a callback on one stage: ``LambdaCallback(HookStageEnum.AFTER_STEP, fn)``."""
+
+    def __init__(
+        self, stage: HookStageEnum, fn: Callable[[StepContext], None], frequency: int = 1
+    ) -> None:
+        super().__init__(frequency)
+        self.stage = HookStageEnum(stage)
+        self.fn = fn
+
+    def hook_stages(self) -> list[HookStageEnum]:
+        return [self.stage]
+
+    def hook_method(self, stage: HookStageEnum) -> Callable[[StepContext], None]:
+        return self.fn
+
+
+class HookDispatcher:
+    """Calls the subscribed callbacks of a stage, in registration order, at their frequency."""
+
+    def __init__(self, callbacks: Sequence[Callback]) -> None:
+        self.callbacks = list(callbacks)
+        self._table: dict[HookStageEnum, list[tuple[int, Callable[[StepContext], None]]]] = {
+            s: [] for s in HookStageEnum
+        }
+        for cb in self.callbacks:
+            if not isinstance(cb, Callback):
+                raise TypeError(f"callbacks must be Callback instances, got {type(cb).__name__}")
+            for s in cb.hook_stages():
+                self._table[s].append((cb.frequency, cb.hook_method(s)))
+
+    def has(self, stage: HookStageEnum) -> bool:
+        return bool(self._table[stage])
+
+    def __call__(self, stage: HookStageEnum, ctx: StepContext) -> None:
+        for freq, fn in self._table[stage]:
+            if ctx.step % freq == 0:
+                fn(ctx)
+
+    def run_start(self, ctx: StepContext) -> None:
+        for cb in self.callbacks:
+            cb.on_run_start(ctx)
+
+    def run_end(self, ctx: StepContext) -> None:
+        for cb in self.callbacks:
+            cb.on_run_end(ctx)

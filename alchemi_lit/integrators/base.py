@@ -1,0 +1,220 @@
+"""Integrator base class: the plugin interface for optimizers and MD methods.
+
+An integrator is a pure description (parameters only).  Everything it remembers
+about a system lives in batch fields it declares in :attr:`Integrator.fields`, so a
+system can be moved, packed or checkpointed mid-stage without its help.  The step
+loop calls, for the systems of its stage (``mask``, a ``[B]`` bool tensor)::
+
+    init_systems(batch, mask)   # a system enters the stage: fresh state
+    pre_update(batch, mask)     # before the force call (positions move here)
+    post_update(batch, mask)    # after the force call (second half-kick ...)
+    converged(batch)            # optimizers: [B] bool, checked on the new forces
+
+Updates must leave unmasked systems bit-for-bit untouched (``torch.where``, never
+in-place writes over the whole batch) -- several stages share one batch.  Atoms
+with a ``FixAtoms`` constraint are excluded by :meth:`Integrator.atom_mask`.
+
+Time is given in fs and temperature in K; parameters can be Python numbers or
+per-system tensors indexed by ``system_id`` (see :meth:`Integrator.per_system`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import torch
+
+from .. import random as rng
+from ..convergence import Criterion
+from ..state import Batch
+from ..units import fs, kB
+
+if TYPE_CHECKING:
+    from ..stages import Fused, Pipeline
+
+Scalar = float | int
+Param = float | torch.Tensor
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """A batch field owned by an integrator; created by :meth:`Integrator.setup`."""
+
+    kind: Literal["atom", "system"]
+    shape: tuple[int, ...] = ()
+    dtype: Literal["float", "int64", "bool"] = "float"
+    fill: float | int | bool = 0
+
+
+def system_sum(batch: Batch, per_atom: torch.Tensor) -> torch.Tensor:
+    """Sum per-atom values ``[N]`` (or ``[N, k]``) into systems ``[B]`` (``[B, k]``)."""
+    out = per_atom.new_zeros((batch.num_systems, *per_atom.shape[1:]))
+    return out.index_add_(0, batch.system_idx, per_atom)
+
+
+class Integrator:
+    """Base class of every stage method.  See the module docstring for the contract."""
+
+    #: Optimizers converge (criterion) and leave velocities at zero when they exit.
+    is_optimizer: ClassVar[bool] = False
+    #: Fields this integrator keeps in the batch.
+    fields: ClassVar[dict[str, FieldSpec]] = {}
+
+    def __init__(self, max_steps: int) -> None:
+        if int(max_steps) < 0:
+            raise ValueError(f"{type(self).__name__}: step budget must be >= 0, got {max_steps}")
+        self.max_steps = int(max_steps)
+        self.seed = 0
+        self.criterion: Criterion | None = None
+
+    # ----------------------------------------------------------------- plans
+    def __add__(self, other: Integrator | Fused) -> Fused:
+        from ..stages import Fused
+
+        return Fused([self]) + other
+
+    def __or__(self, other: Any) -> Pipeline:
+        from ..stages import Fused
+
+        return Fused([self]) | other
+
+    def __repr__(self) -> str:
+        return type(self).__name__
+
+    # ----------------------------------------------------------------- framework calls
+    def setup(self, batch: Batch, seed: int, prefix: str) -> None:
+        """Declare fields on ``batch`` and bind the run's seed (called once per run)."""
+        self.seed = int(seed)
+        dtypes = {"float": batch.dtype, "int64": torch.int64, "bool": torch.bool}
+        for name, spec in self.fields.items():
+            batch.ensure_field(name, spec.kind, spec.shape, dtypes[spec.dtype], spec.fill)
+        if self.criterion is not None:
+            self.criterion.bind(prefix)
+            self.criterion.declare(batch)
+
+    def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
+        """Reset this integrator's fields for systems entering the stage."""
+        for name, spec in self.fields.items():
+            t = getattr(batch, name)
+            m = mask if spec.kind == "system" else batch.atom_mask(mask)
+            t.masked_fill_(m.view(-1, *([1] * (t.dim() - 1))), spec.fill)
+        if self.criterion is not None:
+            self.criterion.reset(batch, mask)
+
+    def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        """Update before the force call; default: nothing."""
+
+    def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        """Update after the force call; default: nothing."""
+
+    def converged(self, batch: Batch) -> torch.Tensor | None:
+        """Per-system convergence ``[B]`` on the current forces; None for MD."""
+        return None if self.criterion is None else self.criterion(batch)
+
+    # ----------------------------------------------------------------- helpers
+    @staticmethod
+    def atom_mask(batch: Batch, mask: torch.Tensor) -> torch.Tensor:
+        """Atoms ``[N]`` of masked systems that are free to move."""
+        return batch.atom_mask(mask) & ~batch.fixed
+
+    @staticmethod
+    def per_system(batch: Batch, value: Param) -> Param:
+        """A parameter as a Python number, or a ``[B]`` tensor gathered by ``system_id``."""
+        if isinstance(value, torch.Tensor):
+            return value.to(device=batch.device, dtype=batch.dtype)[batch.system_id]
+        return value
+
+    @staticmethod
+    def per_atom(batch: Batch, value: Param) -> Param:
+        """Like :meth:`per_system` but broadcast to atoms ``[N, 1]``."""
+        if isinstance(value, torch.Tensor):
+            return value[batch.system_idx].unsqueeze(-1) if value.dim() else value
+        return value
+
+
+def _check_param(name: str, owner: str, value: Param, minimum: float = 0.0, strict: bool = True) -> Param:
+    """Validate a scalar or tensor parameter with a clear message."""
+    if isinstance(value, torch.Tensor):
+        bad = ~torch.isfinite(value) | ((value <= minimum) if strict else (value < minimum))
+        if bool(bad.any()):
+            raise ValueError(f"{owner}: every {name} must be {'>' if strict else '>='} {minimum}")
+        return value
+    v = float(value)
+    if not (v > minimum if strict else v >= minimum) or v != v:
+        raise ValueError(f"{owner}: {name} must be {'>' if strict else '>='} {minimum}, got {value}")
+    return v
+
+
+def as_param(value: Param | Sequence[float]) -> Param:
+    """Accept numbers, tensors or lists (per-system values indexed by system_id)."""
+    if isinstance(value, (list, tuple)):
+        return torch.as_tensor(value, dtype=torch.float64)
+    return value
+
+
+class MDIntegrator(Integrator):
+    """Base of molecular-dynamics integrators: time step, step count, temperature.
+
+    ``steps`` is the stage's length.  With a ``temperature``, a system entering the
+    stage with all-zero velocities gets Maxwell-Boltzmann velocities at that
+    temperature (zero total momentum), drawn from its own random stream; systems that
+    arrive moving keep their velocities.
+    """
+
+    def __init__(self, dt: Param, steps: int, temperature: Param | None = None) -> None:
+        super().__init__(steps)
+        owner = type(self).__name__
+        self.dt_fs = _check_param("dt (fs)", owner, as_param(dt))
+        self.dt = self.dt_fs * fs
+        self.temperature = None if temperature is None else _check_param(
+            "temperature (K)", owner, as_param(temperature), strict=False
+        )
+
+    @property
+    def steps(self) -> int:
+        return self.max_steps
+
+    def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
+        super().init_systems(batch, mask)
+        if self.temperature is not None:
+            still = system_sum(batch, batch.velocities.abs().sum(-1)) == 0
+            maxwell_boltzmann(batch, mask & still, self.temperature, self.seed)
+
+    # building blocks shared by the MD integrators -----------------------------
+    def kick(self, batch: Batch, am: torch.Tensor, dt: Param) -> None:
+        """``v += dt F / m`` for atoms ``am``."""
+        a = batch.forces / batch.masses.unsqueeze(-1)
+        batch.velocities = torch.where(am.unsqueeze(-1), batch.velocities + self.per_atom(batch, dt) * a, batch.velocities)
+
+    def drift(self, batch: Batch, am: torch.Tensor, dt: Param) -> None:
+        """``r += dt v`` for atoms ``am``."""
+        batch.positions = torch.where(am.unsqueeze(-1), batch.positions + self.per_atom(batch, dt) * batch.velocities, batch.positions)
+
+    def dt_tensor(self, batch: Batch) -> Param:
+        return self.per_system(batch, self.dt)
+
+
+def maxwell_boltzmann(batch: Batch, mask: torch.Tensor, temperature: Param, seed: int) -> None:
+    """Draw velocities at ``temperature`` (K) for masked systems; zero total momentum.
+
+    Like ``ase.md.velocitydistribution.MaxwellBoltzmannDistribution`` followed by
+    ``Stationary`` (no rescaling to the exact temperature), but keyed per system.
+    Fixed atoms stay at rest.
+    """
+    am = batch.atom_mask(mask) & ~batch.fixed
+    t = Integrator.per_system(batch, temperature)
+    t_atom = t[batch.system_idx] if isinstance(t, torch.Tensor) else t
+    z = rng.atom_normals(
+        seed, batch.system_id, batch.total_steps, batch.system_idx,
+        rng.local_atom_index(batch.system_idx, batch.ptr), rng.PURPOSE_VELOCITY_INIT, batch.dtype,
+    )
+    sigma = torch.sqrt(kB * torch.as_tensor(t_atom, dtype=batch.dtype, device=batch.device) / batch.masses)
+    v = z * sigma.unsqueeze(-1) if sigma.dim() else z * sigma
+    v = torch.where(am.unsqueeze(-1), v, torch.zeros_like(v))
+    m = batch.masses.unsqueeze(-1) * am.unsqueeze(-1)
+    p_tot = system_sum(batch, m * v)
+    m_tot = system_sum(batch, m[:, 0]).clamp_min(1e-30)
+    v = torch.where(am.unsqueeze(-1), v - (p_tot / m_tot.unsqueeze(-1))[batch.system_idx], v)
+    batch.velocities = torch.where(batch.atom_mask(mask).unsqueeze(-1), v, batch.velocities)

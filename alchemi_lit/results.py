@@ -1,0 +1,62 @@
+"""Results of a run: every system's final state, in input (``system_id``) order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .state import EXIT_REASONS, Batch
+
+
+class Results:
+    """Final states of the systems a run processed, sorted by ``system_id``.
+
+    ``results.batch`` is the tensor view; :meth:`to_atoms` gives ``ase.Atoms`` with a
+    single-point calculator (energy, forces, stress) and ``info`` (system_id, steps,
+    converged, exit_reason), so ASE tools work on them directly.
+    """
+
+    def __init__(self, batch: Batch | None, stats: dict[str, Any] | None = None) -> None:
+        if batch is not None and batch.num_systems:
+            order = torch.argsort(batch.system_id.cpu(), stable=True).to(batch.device)
+            batch = batch.select(order)
+        self.batch = batch
+        self.stats = dict(stats or {})
+
+    def __len__(self) -> int:
+        return 0 if self.batch is None else self.batch.num_systems
+
+    def to_atoms(self) -> list[Any]:
+        return [] if self.batch is None else self.batch.to_atoms(results=True)
+
+    @property
+    def system_id(self) -> torch.Tensor:
+        return self.batch.system_id
+
+    @property
+    def energy(self) -> torch.Tensor:
+        """Final potential energy per system (eV)."""
+        return self.batch.energy
+
+    @property
+    def converged(self) -> torch.Tensor:
+        """Every optimizer stage the system went through met its criterion."""
+        return self.batch.converged
+
+    @property
+    def steps(self) -> torch.Tensor:
+        """Total steps taken per system, all stages together."""
+        return self.batch.total_steps
+
+    @property
+    def exit_reasons(self) -> list[str]:
+        return [EXIT_REASONS.get(int(c), "unknown") for c in self.batch.exit_code.tolist()]
+
+    def __repr__(self) -> str:
+        if self.batch is None:
+            return "Results(systems=0)"
+        return (
+            f"Results(systems={len(self)}, converged={int(self.converged.sum())}, "
+            f"steps={int(self.steps.sum())})"
+        )

@@ -1,0 +1,6 @@
+"""Strategies own devices and ranks: single-device fused runs, pipelines, replicas."""
+
+from .fused import FusedLoop
+from .single import SingleDeviceStrategy
+
+__all__ = ["FusedLoop", "SingleDeviceStrategy"]

@@ -1,0 +1,170 @@
+"""The fused step loop: several stages, one batch, ONE model forward per step.
+
+Every step::
+
+    masks = [status == code for each stage]        # no host sync
+    each stage: pre_update(batch, its mask)
+    one model forward for the whole batch
+    each stage: post_update(batch, its mask)
+    counters += 1 for systems in a stage
+    transitions: a system whose stage exits (criterion met / budget spent) moves to
+                 the next status code; the next stage initialises it at once, and an
+                 optimizer checks it immediately (ASE checks before its first step),
+                 so a system can cross several stages in one step, in plan order.
+
+Nothing here reads a tensor value on the host.  Host work -- ON_CONVERGE callbacks,
+graduation of finished systems, refills, termination -- happens in
+:meth:`FusedLoop.bookkeeping`, which the strategy calls every ``sync_every`` steps.
+
+Per-stage history is kept in two ``[B, k]`` fields: ``stage_steps`` (steps spent in
+each stage) and ``stage_exit`` (why each stage was left), so a system's path through
+the plan is on record after it leaves the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..hooks import HookDispatcher, HookStageEnum, StepContext
+from ..models.base import Model
+from ..stages import Fused
+from ..state import (
+    EXIT_COMPLETED,
+    EXIT_CONVERGED,
+    EXIT_MAX_STEPS,
+    EXIT_RUNNING,
+    Batch,
+)
+
+H = HookStageEnum
+
+
+class FusedLoop:
+    """Runs a :class:`~alchemi_lit.stages.Fused` plan on batches (see module doc)."""
+
+    def __init__(
+        self,
+        model: Model,
+        plan: Fused,
+        hooks: HookDispatcher,
+        seed: int = 0,
+        forward: Callable[[Batch], dict[str, torch.Tensor]] | None = None,
+    ) -> None:
+        self.model = model
+        self.plan = plan
+        self.hooks = hooks
+        self.seed = int(seed)
+        self.forward = forward or model
+        self.optimizer_index = [i for i, s in enumerate(plan.stages) if s.is_optimizer]
+        self.num_forward_calls = 0
+        self.state_changing_hooks = any(cb.modifies_state for cb in hooks.callbacks)
+
+    # ----------------------------------------------------------------- setup
+    def declare(self, batch: Batch) -> None:
+        """Create every field the plan needs on ``batch`` (idempotent)."""
+        k = len(self.plan)
+        batch.ensure_field("stage_steps", "system", (k,), torch.int64, 0)
+        batch.ensure_field("stage_exit", "system", (k,), torch.int64, EXIT_RUNNING)
+        for i, stage in enumerate(self.plan.stages):
+            stage.setup(batch, self.seed, prefix=f"stage{i}")
+
+    def start(self, batch: Batch, fresh: torch.Tensor) -> None:
+        """Bring new systems (``fresh`` [B] mask) to the plan's entry with valid forces.
+
+        Their status becomes the entry code, the entry stage initialises them and an
+        optimizer entry checks convergence before any step.  The caller must have
+        computed forces for them (:meth:`compute`).
+        """
+        batch.status = torch.where(fresh, torch.full_like(batch.status, self.plan.entry), batch.status)
+        batch.step = torch.where(fresh, torch.zeros_like(batch.step), batch.step)
+        batch.exit_code = torch.where(fresh, torch.zeros_like(batch.exit_code), batch.exit_code)
+        batch.converged = batch.converged & ~fresh
+        batch.stage_steps.masked_fill_(fresh.unsqueeze(-1), 0)
+        batch.stage_exit.masked_fill_(fresh.unsqueeze(-1), EXIT_RUNNING)
+        self.plan.stages[0].init_systems(batch, fresh)
+        self.transitions(batch)
+
+    # ----------------------------------------------------------------- step
+    def compute(self, batch: Batch, ctx: StepContext) -> None:
+        """One model forward; writes energy, forces (zero on fixed atoms) and stress."""
+        out = self.forward(batch)
+        self.num_forward_calls += 1
+        forces = out["forces"]
+        if ctx.state.get("has_fixed", False):
+            forces = forces.masked_fill(batch.fixed.unsqueeze(-1), 0.0)
+        batch.forces = forces
+        batch.energy = out["energy"]
+        if "stress" in out:
+            batch.stress = out["stress"]
+        ctx.outputs = out
+
+    def step(self, batch: Batch, ctx: StepContext) -> None:
+        hooks, stages = self.hooks, self.plan.stages
+        masks = [batch.status == code for code in self.plan.codes]
+        ctx.stage_masks = masks
+        hooks(H.BEFORE_STEP, ctx)
+        hooks(H.BEFORE_PRE_UPDATE, ctx)
+        for stage, mask in zip(stages, masks):
+            stage.pre_update(batch, mask)
+        hooks(H.AFTER_PRE_UPDATE, ctx)
+        hooks(H.BEFORE_COMPUTE, ctx)
+        self.compute(batch, ctx)
+        hooks(H.AFTER_COMPUTE, ctx)
+        if self.state_changing_hooks:  # e.g. NaNGuard may have moved systems to the exit
+            masks = [m & (batch.status == c) for m, c in zip(masks, self.plan.codes)]
+            ctx.stage_masks = masks
+        hooks(H.BEFORE_POST_UPDATE, ctx)
+        for stage, mask in zip(stages, masks):
+            stage.post_update(batch, mask)
+        hooks(H.AFTER_POST_UPDATE, ctx)
+        moving = torch.zeros_like(masks[0])
+        for mask in masks:
+            moving |= mask
+        inc = moving.to(batch.step.dtype)
+        batch.step = batch.step + inc
+        batch.total_steps = batch.total_steps + inc
+        self.transitions(batch, ctx)
+        hooks(H.AFTER_STEP, ctx)
+        ctx.step += 1
+
+    def transitions(self, batch: Batch, ctx: StepContext | None = None) -> None:
+        """Move systems whose stage exited to the next code (in plan order)."""
+        plan = self.plan
+        for i, stage in enumerate(plan.stages):
+            mask = batch.status == plan.codes[i]
+            conv = stage.converged(batch)
+            done_conv = mask & conv if conv is not None else torch.zeros_like(mask)
+            out_of_steps = mask & (batch.step >= stage.max_steps) & ~done_conv
+            leave = done_conv | out_of_steps
+            if stage.criterion is not None:
+                stage.criterion.update(batch, mask & ~leave)
+            reason = torch.full_like(batch.exit_code, EXIT_COMPLETED)
+            if stage.is_optimizer:
+                reason = torch.where(done_conv, EXIT_CONVERGED, EXIT_MAX_STEPS)
+                batch.velocities = batch.velocities.masked_fill(batch.atom_mask(leave).unsqueeze(-1), 0.0)
+            batch.stage_exit[:, i] = torch.where(leave, reason, batch.stage_exit[:, i])
+            batch.stage_steps[:, i] = torch.where(leave, batch.step, batch.stage_steps[:, i])
+            batch.exit_code = torch.where(leave, reason, batch.exit_code)
+            if stage.is_optimizer:
+                batch.converged = self._all_optimizers_converged(batch, leave, batch.converged)
+            batch.status = torch.where(leave, plan.next_code(i), batch.status)
+            batch.step = batch.step.masked_fill(leave, 0)
+            if ctx is not None:
+                ctx.exited = leave if ctx.exited is None else ctx.exited | leave
+                ctx.converged = done_conv if ctx.converged is None else ctx.converged | done_conv
+            if i + 1 < len(plan):
+                plan.stages[i + 1].init_systems(batch, leave)
+
+    def _all_optimizers_converged(
+        self, batch: Batch, leave: torch.Tensor, current: torch.Tensor
+    ) -> torch.Tensor:
+        """``converged`` = every optimizer stage visited so far met its criterion."""
+        ex = batch.stage_exit[:, self.optimizer_index]
+        ok = ((ex == EXIT_CONVERGED) | (ex == EXIT_RUNNING)).all(-1) & (ex != EXIT_RUNNING).any(-1)
+        return torch.where(leave, ok, current)
+
+    def finished(self, batch: Batch) -> torch.Tensor:
+        """``[B]`` mask of systems at the exit code."""
+        return batch.status == self.plan.exit

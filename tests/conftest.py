@@ -1,0 +1,160 @@
+"""Shared structure builders and fixtures for the test-suite.
+
+Plain functions (importable with ``from conftest import perturbed_argon``) build
+small ``ase.Atoms`` test structures; every builder takes an explicit ``seed`` so a
+test is reproducible.  Nothing here changes torch's global default dtype: tests pass
+``dtype=torch.float64`` explicitly.
+
+Argon conventions: fcc, a = 5.26 Å (nearest neighbours 3.72 Å), LJ ε = 0.0104 eV,
+σ = 3.40 Å.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pytest
+from ase import Atoms
+from ase.build import bulk
+
+AR_A = 5.26
+AR_EPSILON = 0.0104
+AR_SIGMA = 3.40
+
+
+# ---------------------------------------------------------------------- builders
+def rng_for(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def argon_bulk(repeat: int | Sequence[int] = 3, cubic: bool = True) -> Atoms:
+    """Perfect fcc argon crystal (cubic cell, 4 atoms per repeat unit)."""
+    atoms = bulk("Ar", "fcc", a=AR_A, cubic=cubic)
+    return atoms.repeat(repeat)
+
+
+def perturbed_argon(
+    n_systems: int = 1, repeat: int | Sequence[int] = 3, noise: float = 0.1, seed: int = 0
+) -> list[Atoms]:
+    """``n_systems`` copies of cubic fcc argon with Gaussian noise (σ = ``noise`` Å)."""
+    rng = rng_for(seed)
+    out = []
+    for _ in range(n_systems):
+        atoms = argon_bulk(repeat)
+        atoms.positions += rng.normal(scale=noise, size=atoms.positions.shape)
+        out.append(atoms)
+    return out
+
+
+def random_triclinic_cell(
+    rng: np.random.Generator, length: tuple[float, float] = (3.0, 6.0), tilt: float = 0.35
+) -> np.ndarray:
+    """Random well-conditioned triclinic cell (rows are lattice vectors).
+
+    Diagonal entries are drawn from ``length``; off-diagonal tilts are up to ``tilt``
+    times the diagonal, in a random (not only lower-triangular) pattern.
+    """
+    diag = rng.uniform(*length, size=3)
+    cell = np.diag(diag)
+    cell += rng.uniform(-tilt, tilt, size=(3, 3)) * diag[:, None] * (1 - np.eye(3))
+    return cell
+
+
+def random_structure(
+    n_atoms: int,
+    cell: np.ndarray | None,
+    pbc: bool | Sequence[bool],
+    seed: int,
+    symbol: str = "Ar",
+    box: float = 6.0,
+    outside: float = 0.0,
+) -> Atoms:
+    """Uniform random atoms; no minimum distance (for geometry-only tests).
+
+    With a cell, positions are random fractional coordinates in
+    ``[-outside, 1 + outside)`` (so ``outside > 0`` leaves atoms unwrapped); without
+    one they fill a cube of side ``box``.
+    """
+    rng = rng_for(seed)
+    if cell is None:
+        pos = rng.uniform(0.0, box, size=(n_atoms, 3))
+        return Atoms(f"{symbol}{n_atoms}", positions=pos, pbc=pbc)
+    cell = np.asarray(cell, dtype=float)
+    frac = rng.uniform(-outside, 1.0 + outside, size=(n_atoms, 3))
+    return Atoms(f"{symbol}{n_atoms}", scaled_positions=frac, cell=cell, pbc=pbc)
+
+
+def strained(atoms: Atoms, seed: int, amount: float = 0.08) -> Atoms:
+    """Copy of ``atoms`` under a random (triclinic) homogeneous strain."""
+    rng = rng_for(seed)
+    eps = rng.uniform(-amount, amount, size=(3, 3))
+    out = atoms.copy()
+    out.set_cell(out.cell.array @ (np.eye(3) + eps), scale_atoms=True)
+    return out
+
+
+def triclinic_argon(
+    repeat: int = 3, noise: float = 0.1, strain: float = 0.08, seed: int = 0
+) -> Atoms:
+    """Primitive (rhombohedral) fcc argon supercell, strained and perturbed."""
+    atoms = strained(argon_bulk(repeat, cubic=False), seed, strain)
+    atoms.positions += rng_for(seed + 1).normal(scale=noise, size=atoms.positions.shape)
+    return atoms
+
+
+def mixed_pbc_argon(
+    pbc: Sequence[bool] = (True, False, True), repeat: int = 2, noise: float = 0.1, seed: int = 0
+) -> Atoms:
+    """Perturbed cubic argon with a full cell but periodic only along ``pbc``."""
+    atoms = perturbed_argon(1, repeat, noise, seed)[0]
+    atoms.pbc = pbc
+    return atoms
+
+
+def slab_argon(repeat: int = 2, layers: int = 2, noise: float = 0.1, seed: int = 0) -> Atoms:
+    """Argon slab, pbc = (T, T, F), with a ZERO third cell vector (no vacuum given)."""
+    atoms = perturbed_argon(1, (repeat, repeat, layers), noise, seed)[0]
+    cell = atoms.cell.array.copy()
+    cell[2] = 0.0
+    atoms.set_cell(cell, scale_atoms=False)
+    atoms.pbc = (True, True, False)
+    return atoms
+
+
+def cluster_argon(radius: float = 6.0, noise: float = 0.1, seed: int = 0) -> Atoms:
+    """Argon ball cut from bulk: no cell, no periodicity."""
+    big = argon_bulk(4)
+    center = big.cell.array.sum(0) / 2
+    keep = np.linalg.norm(big.positions - center, axis=1) <= radius
+    pos = big.positions[keep] - center
+    pos += rng_for(seed).normal(scale=noise, size=pos.shape)
+    return Atoms(f"Ar{len(pos)}", positions=pos, pbc=False)
+
+
+def mixed_structures(seed: int = 0) -> list[Atoms]:
+    """One of each kind: cubic, triclinic, mixed-pbc, zero-vector slab, cluster."""
+    return [
+        perturbed_argon(1, 2, 0.15, seed)[0],
+        triclinic_argon(3, 0.1, 0.08, seed + 10),
+        mixed_pbc_argon((True, False, True), 2, 0.1, seed + 20),
+        slab_argon(2, 2, 0.1, seed + 30),
+        cluster_argon(6.0, 0.1, seed + 40),
+    ]
+
+
+# ---------------------------------------------------------------------- fixtures
+@pytest.fixture
+def log_messages() -> Iterator[list[tuple[str, str]]]:
+    """Collect loguru records as ``(level, message)`` while the test runs."""
+    from loguru import logger
+
+    records: list[tuple[str, str]] = []
+    sink_id = logger.add(
+        lambda msg: records.append((msg.record["level"].name, msg.record["message"])),
+        level="DEBUG",
+    )
+    try:
+        yield records
+    finally:
+        logger.remove(sink_id)

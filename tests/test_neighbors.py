@@ -1,0 +1,299 @@
+"""NeighborList: exact pair sets against a brute-force reference, Verlet-skin logic,
+partial rebuilds and canonical edge order."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from ase.geometry import complete_cell
+from conftest import (
+    cluster_argon,
+    mixed_pbc_argon,
+    perturbed_argon,
+    random_structure,
+    random_triclinic_cell,
+    rng_for,
+    slab_argon,
+    triclinic_argon,
+)
+
+from alchemi_lit import Batch
+from alchemi_lit.models import LennardJones, NeighborList
+
+DT = torch.float64
+
+
+# ---------------------------------------------------------------------- reference
+def _normalise(i: int, j: int, s: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
+    """One representative of the unordered pair {(i, j, S), (j, i, -S)}."""
+    neg = tuple(-x for x in s)
+    if i > j:
+        return j, i, neg
+    if i == j:
+        first = next((x for x in s if x != 0), 0)
+        return (i, j, s) if first > 0 else (i, j, neg)
+    return i, j, s
+
+
+def brute_force_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, radius: float) -> set:
+    """All unordered pairs (i, j, S) with ``|pos[j] - pos[i] + S @ cell| <= radius``.
+
+    Enumerates every periodic image along periodic axes that can possibly be within
+    ``radius`` (bound from reciprocal-vector norms and the spread of the fractional
+    coordinates, so unwrapped positions are fine), including an atom's own images.
+    """
+    pbc = np.asarray(pbc, dtype=bool)
+    nmax = np.zeros(3, dtype=int)
+    if pbc.any():
+        inv = np.linalg.inv(complete_cell(cell))
+        frac = pos @ inv
+        spread = frac.max(0) - frac.min(0)
+        bound = radius * np.linalg.norm(inv, axis=0) + spread
+        nmax = np.where(pbc, np.ceil(bound).astype(int) + 1, 0)
+    out = set()
+    diff = pos[None, :, :] - pos[:, None, :]  # diff[i, j] = pos[j] - pos[i]
+    for s in itertools.product(*(range(-n, n + 1) for n in nmax)):
+        d = np.linalg.norm(diff + np.asarray(s, dtype=float) @ cell, axis=-1)
+        for i, j in zip(*np.nonzero(d <= radius)):
+            if i == j and not any(s):
+                continue
+            out.add(_normalise(int(i), int(j), s))
+    return out
+
+
+def edges_as_pairs(batch: Batch, edges, row: int, within: float | None = None) -> list:
+    """Normalised (i, j, S) tuples of system ``row`` (local atom indices)."""
+    lo = int(batch.ptr[row])
+    sel = edges.system == row
+    if within is not None:
+        sel &= edges.vec.norm(dim=-1) <= within
+    cell = batch.cell[row].numpy()
+    inv = np.linalg.inv(complete_cell(cell))
+    vec = edges.vec[sel].numpy()
+    i = edges.i[sel].numpy() - lo
+    j = edges.j[sel].numpy() - lo
+    pos = batch.positions.numpy()
+    shift = vec - (pos[j + lo] - pos[i + lo])
+    s = np.rint(shift @ inv).astype(int)
+    np.testing.assert_allclose(s @ cell, shift, atol=1e-9)  # shifts are lattice vectors
+    return [_normalise(int(a), int(b), tuple(int(x) for x in t)) for a, b, t in zip(i, j, s)]
+
+
+def assert_matches_reference(batch: Batch, edges, radius: float) -> None:
+    for row in range(batch.num_systems):
+        lo, hi = int(batch.ptr[row]), int(batch.ptr[row + 1])
+        got = edges_as_pairs(batch, edges, row)
+        assert len(got) == len(set(got)), f"system {row}: duplicate edges"
+        ref = brute_force_pairs(
+            batch.positions[lo:hi].numpy(), batch.cell[row].numpy(), batch.pbc[row].numpy(), radius
+        )
+        assert set(got) == ref, (
+            f"system {row}: missing {sorted(ref - set(got))[:5]}, extra {sorted(set(got) - ref)[:5]}"
+        )
+
+
+# ---------------------------------------------------------------------- pair sets
+def geometry_zoo() -> list:
+    structures = []
+    for seed in range(4):  # random triclinic cells, atoms partly outside the cell
+        cell = random_triclinic_cell(rng_for(seed), (3.5, 6.0))
+        structures.append(random_structure(12, cell, True, seed, outside=0.3))
+    for seed in range(3):  # small cells: cutoff > cell size, many self-images
+        cell = random_triclinic_cell(rng_for(100 + seed), (1.6, 2.6))
+        structures.append(random_structure(1 + seed, cell, True, 100 + seed, outside=0.2))
+    for seed, pbc in enumerate([(True, False, True), (False, False, True), (True, True, False)]):
+        cell = random_triclinic_cell(rng_for(200 + seed), (2.5, 5.0))
+        structures.append(random_structure(10, cell, pbc, 200 + seed, outside=0.2))
+    structures.append(random_structure(15, None, False, 300, box=7.0))  # cluster, zero cell
+    structures.append(slab_argon(1, 2, 0.2, 301))  # zero third vector, pbc (T, T, F)
+    structures.append(triclinic_argon(2, 0.2, 0.1, 302))
+    structures.append(cluster_argon(5.0, 0.2, 303))
+    structures.append(mixed_pbc_argon((False, True, False), 1, 0.2, 304))
+    return structures
+
+
+@pytest.mark.parametrize(("cutoff", "skin"), [(4.0, 0.5), (2.9, 0.0), (5.5, 1.0)])
+def test_pairs_equal_brute_force(cutoff: float, skin: float) -> None:
+    batch = Batch.from_atoms(geometry_zoo(), dtype=DT, validate=False)
+    nl = NeighborList(cutoff, skin)
+    edges = nl(batch)
+    assert edges.cutoff == cutoff
+    assert nl.num_builds == batch.num_systems
+    assert_matches_reference(batch, edges, cutoff + skin)
+
+
+def test_small_cell_sees_own_images_many_times() -> None:
+    cell = np.array([[1.5, 0.0, 0.0], [0.4, 1.7, 0.0], [-0.3, 0.2, 1.6]])
+    atoms = random_structure(1, cell, True, 7)
+    batch = Batch.from_atoms([atoms], dtype=DT, validate=False)
+    edges = NeighborList(4.0, 0.0)(batch)
+    # a single atom: every edge is a self-image, and more than the 13 (half of the
+    # 26) images of the first shell: the 4 Å sphere spans several cells
+    assert bool((edges.i == edges.j).all())
+    assert len(edges.i) > 25
+    assert bool((edges.vec.norm(dim=-1) > 1.0).all())
+    assert_matches_reference(batch, edges, 4.0)
+
+
+def test_edge_vectors_and_directed() -> None:
+    batch = Batch.from_atoms(perturbed_argon(2, 1, 0.2, seed=3), dtype=DT)
+    nl = NeighborList(5.0, 0.5)
+    edges = nl(batch)
+    pairs = {(row, *t) for row in range(2) for t in edges_as_pairs(batch, edges, row)}
+    assert len(pairs) == len(edges.i)
+    both = edges.directed()
+    n = len(edges.i)
+    assert len(both.i) == 2 * n
+    assert torch.equal(both.i[n:], edges.j) and torch.equal(both.j[n:], edges.i)
+    assert torch.equal(both.vec[n:], -edges.vec)
+    assert torch.equal(both.system[:n], both.system[n:])
+    # vec = r_j - r_i + lattice shift, and edges never cross systems
+    assert torch.equal(batch.system_idx[edges.i], edges.system)
+    assert torch.equal(batch.system_idx[edges.j], edges.system)
+
+
+def test_bad_parameters() -> None:
+    with pytest.raises(ValueError, match="cutoff"):
+        NeighborList(0.0)
+    with pytest.raises(ValueError, match="skin"):
+        NeighborList(3.0, -0.1)
+
+
+# ---------------------------------------------------------------------- skin logic
+def _batch(n: int = 3, seed: int = 0) -> Batch:
+    return Batch.from_atoms(perturbed_argon(n, 2, 0.1, seed=seed), dtype=DT)
+
+
+@pytest.mark.parametrize(("factor", "rebuilt"), [(1 - 1e-6, False), (1 + 1e-6, True)])
+@pytest.mark.parametrize("direction", [(1.0, 0.0, 0.0), (0.6, -0.48, 0.64)])
+def test_rebuild_threshold_is_half_skin(factor: float, rebuilt: bool, direction) -> None:
+    skin = 1.0
+    batch = _batch()
+    nl = NeighborList(4.0, skin)
+    nl(batch)
+    assert nl.num_builds == 3
+    atom = int(batch.ptr[1]) + 5  # an atom of system 1
+    step = torch.tensor(direction, dtype=DT)
+    step = step / step.norm() * (0.5 * skin * factor)
+    batch.positions[atom] += step
+    assert nl.needs_rebuild(batch).tolist() == [False, rebuilt, False]
+    nl(batch)
+    assert nl.num_builds == 3 + int(rebuilt)
+    assert not bool(nl.needs_rebuild(batch).any())
+
+
+def test_displacement_is_measured_from_last_build() -> None:
+    """Many small moves add up: the reference is the last build, not the last call."""
+    batch = _batch()
+    nl = NeighborList(4.0, 1.0)
+    nl(batch)
+    atom = int(batch.ptr[2])
+    for _ in range(4):
+        batch.positions[atom, 0] += 0.15
+        nl(batch)
+    assert nl.num_builds == 3 + 1  # 0.6 > 0.5 after the 4th move; only system 2
+    batch.positions[atom, 0] += 0.15  # 0.15 from the new reference: no rebuild
+    nl(batch)
+    assert nl.num_builds == 4
+
+
+def test_cell_change_rebuilds_only_that_system() -> None:
+    batch = _batch()
+    nl = NeighborList(4.0, 1.0)
+    nl(batch)
+    batch.cell[0] *= 1.0 + 1e-9  # any change of the cell, however small
+    assert nl.needs_rebuild(batch).tolist() == [True, False, False]
+    nl(batch)
+    assert nl.num_builds == 4
+
+
+def test_new_batch_triggers_full_rebuild() -> None:
+    batch = _batch()
+    nl = NeighborList(4.0, 1.0)
+    nl(batch)
+    nl(batch)
+    assert nl.num_builds == 3
+    clone = batch.clone()  # same numbers, new layout
+    assert nl.needs_rebuild(clone).all()
+    nl(clone)
+    assert nl.num_builds == 6
+    sub = clone.select([2, 0])
+    edges = nl(sub)
+    assert nl.num_builds == 8
+    assert_matches_reference(sub, edges, 5.0)
+    nl.reset()
+    nl(sub)
+    assert nl.num_builds == 10
+
+
+def test_non_finite_positions_force_rebuild() -> None:
+    batch = _batch()
+    nl = NeighborList(4.0, 1.0)
+    nl(batch)
+    batch.positions[int(batch.ptr[1])] = float("nan")
+    assert nl.needs_rebuild(batch).tolist() == [False, True, False]
+
+
+def _moved(batch: Batch, seed: int, moves: dict[int, float]) -> None:
+    """Displace every atom of system ``row`` by a random vector of norm ``< moves[row]``."""
+    g = torch.Generator().manual_seed(seed)
+    for row, scale in moves.items():
+        lo, hi = int(batch.ptr[row]), int(batch.ptr[row + 1])
+        d = torch.randn((hi - lo, 3), generator=g, dtype=DT)
+        d = d / d.norm(dim=-1, keepdim=True) * torch.rand((hi - lo, 1), generator=g, dtype=DT)
+        batch.positions[lo:hi] += scale * d
+
+
+def test_partial_rebuild_equals_fresh_build() -> None:
+    structures = [
+        *perturbed_argon(2, 2, 0.1, seed=5),
+        triclinic_argon(2, 0.1, 0.08, seed=6),
+        mixed_pbc_argon((True, False, True), 2, 0.1, seed=7),
+        slab_argon(2, 2, 0.1, seed=8),
+        cluster_argon(5.5, 0.1, seed=9),
+    ]
+    batch = Batch.from_atoms(structures, dtype=DT)
+    cutoff, skin = 5.0, 1.0
+    nl = NeighborList(cutoff, skin)
+    nl(batch)
+    builds = nl.num_builds
+    for step in range(4):
+        # systems 0, 2, 4 move beyond skin/2 (rebuilt); 1, 3, 5 stay within it
+        _moved(batch, step, {0: 0.9, 1: 0.3, 2: 0.9, 3: 0.3, 4: 0.9, 5: 0.3})
+        batch.positions[int(batch.ptr[0])] += torch.tensor([0.6, 0.0, 0.0], dtype=DT)
+        batch.positions[int(batch.ptr[2])] += torch.tensor([0.0, 0.6, 0.0], dtype=DT)
+        batch.positions[int(batch.ptr[4])] += torch.tensor([0.0, 0.0, 0.6], dtype=DT)
+        need = nl.needs_rebuild(batch)
+        edges = nl(batch)
+        assert nl.num_builds == builds + int(need.sum())
+        builds = nl.num_builds
+        fresh = NeighborList(cutoff, skin)(batch)
+        # every pair within the cutoff is present, as the same ordered arrays
+        ka = edges.vec.norm(dim=-1) <= cutoff
+        kb = fresh.vec.norm(dim=-1) <= cutoff
+        assert torch.equal(edges.i[ka], fresh.i[kb])
+        assert torch.equal(edges.j[ka], fresh.j[kb])
+        assert torch.equal(edges.system[ka], fresh.system[kb])
+        assert torch.equal(edges.vec[ka], fresh.vec[kb])
+        # the stored list stays exactly sorted by (i, j, shift)
+        i, j = edges.i.tolist(), edges.j.tolist()
+        shift = (edges.vec - (batch.positions[edges.j] - batch.positions[edges.i])).tolist()
+        keys = [(a, b, *np.round(s, 6)) for a, b, s in zip(i, j, shift)]
+        assert keys == sorted(keys)
+    assert builds > batch.num_systems  # some partial rebuilds actually happened
+
+
+def test_partial_rebuild_forces_are_bitwise_identical() -> None:
+    """Edges beyond the cutoff add exact zeros: Verlet history does not change sums."""
+    batch = Batch.from_atoms(perturbed_argon(4, 2, 0.1, seed=11), dtype=DT)
+    model = LennardJones(epsilon=0.0104, sigma=3.4, cutoff=6.0, skin=1.0)
+    model(batch)
+    for step in range(3):
+        _moved(batch, 50 + step, {0: 0.45, 1: 1.2, 2: 0.2, 3: 0.45})
+        out = model(batch)
+        fresh = LennardJones(epsilon=0.0104, sigma=3.4, cutoff=6.0, skin=1.0)(batch)
+        for key in ("energy", "forces", "stress"):
+            assert torch.equal(out[key], fresh[key]), key
