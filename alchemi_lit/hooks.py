@@ -12,7 +12,8 @@ A step runs the stages in this order::
 plus ``on_run_start`` / ``on_run_end``.  A callback subscribes to a stage by
 overriding the method of that name (``after_step``, ``before_compute`` ...), as in
 Lightning; only overridden methods are ever called, so an unused hook costs nothing.
-``frequency`` gates calls on the loop step (``ctx.step % frequency == 0``).
+``frequency`` gates calls on the loop step (``ctx.step % frequency == 0``); ON_CONVERGE
+is an event and always reaches its subscribers.
 
 Callbacks read the batch.  One that changes state (NaN quarantine, a bias force, a
 clamp) must say so in its docstring and set ``modifies_state = True``, so nobody
@@ -153,6 +154,10 @@ class HookDispatcher:
         return bool(self._table[stage])
 
     def __call__(self, stage: HookStageEnum, ctx: StepContext) -> None:
+        if stage is HookStageEnum.ON_CONVERGE:  # an event, not a step: never skipped,
+            for _, fn in self._table[stage]:  # or exits between two gated steps are lost
+                fn(ctx)
+            return
         for freq, fn in self._table[stage]:
             if ctx.step % freq == 0:
                 fn(ctx)
@@ -162,5 +167,12 @@ class HookDispatcher:
             cb.on_run_start(ctx)
 
     def run_end(self, ctx: StepContext) -> None:
+        """Every callback's ``on_run_end``, even when one raises (the first error is re-raised)."""
+        error: BaseException | None = None
         for cb in self.callbacks:
-            cb.on_run_end(ctx)
+            try:
+                cb.on_run_end(ctx)
+            except BaseException as exc:
+                error = error or exc
+        if error is not None:
+            raise error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -17,12 +18,43 @@ class Results:
     converged, exit_reason), so ASE tools work on them directly.
     """
 
-    def __init__(self, batch: Batch | None, stats: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        batch: Batch | None,
+        stats: dict[str, Any] | None = None,
+        sinks: Sequence[Any] = (),
+    ) -> None:
         if batch is not None and batch.num_systems:
             order = torch.argsort(batch.system_id.cpu(), stable=True).to(batch.device)
             batch = batch.select(order)
-        self.batch = batch
+        self._batch = batch
+        self.sinks = list(sinks)
         self.stats = dict(stats or {})
+
+    @classmethod
+    def from_sinks(
+        cls, sinks: Sequence[Any], in_memory: Sequence[Batch], overflow: Sequence[Batch],
+        stats: dict[str, Any],
+    ) -> Results:
+        """Results of a run: what it wrote to in-memory sinks (plus any overflow); with
+        no in-memory sink, read lazily from the first sink that can be read back."""
+        parts = [*in_memory, *overflow]
+        batch = Batch.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else None)
+        return cls(batch, stats, sinks)
+
+    @property
+    def batch(self) -> Batch | None:
+        """All result systems as one Batch (read from a sink on first access if needed)."""
+        if self._batch is None:
+            for sink in self.sinks:
+                try:
+                    b = sink.read_batch()
+                except TypeError:
+                    continue
+                if b is not None:
+                    self._batch = b
+                    break
+        return self._batch
 
     def __len__(self) -> int:
         return 0 if self.batch is None else self.batch.num_systems
@@ -55,7 +87,7 @@ class Results:
 
     def __repr__(self) -> str:
         if self.batch is None:
-            return "Results(systems=0)"
+            return f"Results(systems=0, stats={self.stats})"
         return (
             f"Results(systems={len(self)}, converged={int(self.converged.sum())}, "
             f"steps={int(self.steps.sum())})"

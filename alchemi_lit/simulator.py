@@ -17,7 +17,9 @@ from .errors import ConfigError
 from .hooks import Callback
 from .integrators.base import Integrator
 from .models.base import Model
+from .data.sampler import SizeAwareSampler
 from .results import Results
+from .sinks import Sink
 from .stages import Fused, Pipeline, as_fused
 from .state import Batch
 from .strategies.single import SingleDeviceStrategy, resolve_device
@@ -33,6 +35,8 @@ class Simulator:
         model: energy -> forces/stress model (any :class:`~alchemi_lit.models.Model`).
         stages: one integrator, a fused plan (``a + b``) or a pipeline (``a | b``).
         callbacks: hook callbacks; a :class:`NaNGuard` is added unless one is given.
+        sinks: where finished systems go, in priority order (default: one unbounded
+            :class:`~alchemi_lit.sinks.HostMemory`, returned as the run's Results).
         accelerator: ``"auto"`` (CUDA if present), ``"cpu"`` or ``"cuda"``.
         devices: device count or indices (pipelines: one rank per device).
         precision: ``"64"`` (float64) or ``"32"`` (float32) for positions and forces.
@@ -46,6 +50,7 @@ class Simulator:
         model: Model,
         stages: Integrator | Fused | Pipeline,
         callbacks: Sequence[Callback] | None = None,
+        sinks: Sequence[Sink] | None = None,
         accelerator: str = "auto",
         devices: int | Sequence[int] = 1,
         precision: Precision = "64",
@@ -76,6 +81,11 @@ class Simulator:
         self.device = resolve_device(accelerator, devices)
         self.seed = int(seed)
         self.sync_every = int(sync_every)
+        self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from one
+        self.sinks = list(sinks) if sinks is not None else None  # None: fresh memory per run
+        for s in self.sinks or []:
+            if not isinstance(s, Sink):
+                raise ConfigError(f"sinks must be Sink instances (HostMemory, ZarrSink), got {type(s).__name__}")
         self.strategy = SingleDeviceStrategy(self.device)
 
     def forward_fn(self) -> Callable[[Batch], dict[str, torch.Tensor]]:
@@ -99,7 +109,33 @@ class Simulator:
         return batch
 
     def run(self, data: Any) -> Results:
-        """Run every system through the plan; results come back in ``system_id`` order."""
-        batch = self.prepare(data)
+        """Run every system through the plan; results come back in ``system_id`` order.
+
+        ``data``: a Batch, ase.Atoms or list of them (all in one batch), or a
+        :class:`~alchemi_lit.data.SizeAwareSampler` (inflight batching: the batch is
+        refilled as systems finish).
+        """
         self.model.to(self.device)
-        return self.strategy.run(self, batch, self.plan)
+        source = data if isinstance(data, SizeAwareSampler) else self.prepare(data)
+        return self.strategy.run(self, source, self.plan)
+
+    def run_info(self) -> dict[str, Any]:
+        """What produced the results: plan, model, settings and package versions."""
+        import ase
+        import numpy
+
+        from . import __version__
+
+        return {
+            "plan": repr(self.plan),
+            "model": type(self.model).__name__,
+            "precision": self.precision,
+            "device": str(self.device),
+            "seed": self.seed,
+            "sync_every": self.sync_every,
+            "config": self.config,
+            "versions": {
+                "alchemi_lit": __version__, "torch": torch.__version__,
+                "ase": ase.__version__, "numpy": numpy.__version__,
+            },
+        }

@@ -90,9 +90,8 @@ def assert_matches_reference(batch: Batch, edges, radius: float) -> None:
         ref = brute_force_pairs(
             batch.positions[lo:hi].numpy(), batch.cell[row].numpy(), batch.pbc[row].numpy(), radius
         )
-        assert set(got) == ref, (
-            f"system {row}: missing {sorted(ref - set(got))[:5]}, extra {sorted(set(got) - ref)[:5]}"
-        )
+        missing, extra = sorted(ref - set(got))[:5], sorted(set(got) - ref)[:5]
+        assert set(got) == ref, f"system {row}: missing {missing}, extra {extra}"
 
 
 # ---------------------------------------------------------------------- pair sets

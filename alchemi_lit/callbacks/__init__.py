@@ -1,6 +1,22 @@
 """Callbacks bound to the step stages of HookStageEnum."""
 
 from ..hooks import Callback, HookStageEnum, LambdaCallback, StepContext
+from .logger import Logger
 from .nan_guard import NaNGuard
+from .progress import ProgressBar
+from .thermo import ThermoMonitor
+from .trajectory import TrajectoryWriter, read_trajectory, trajectory_system_ids
 
-__all__ = ["Callback", "HookStageEnum", "LambdaCallback", "NaNGuard", "StepContext"]
+__all__ = [
+    "Callback",
+    "HookStageEnum",
+    "LambdaCallback",
+    "Logger",
+    "NaNGuard",
+    "ProgressBar",
+    "StepContext",
+    "ThermoMonitor",
+    "TrajectoryWriter",
+    "read_trajectory",
+    "trajectory_system_ids",
+]

@@ -54,6 +54,7 @@ class Model(torch.nn.Module):
         self.cutoff = float(cutoff)
         self.compute_stress = compute_stress
         self.neighbors = NeighborList(self.cutoff, skin)
+        self._checked_layout: object | None = None
 
     # ------------------------------------------------------------ validation
     def check_batch(self, batch: Batch) -> None:
@@ -93,8 +94,21 @@ class Model(torch.nn.Module):
             grad = torch.zeros_like(vec)
         return energy.detach(), grad
 
-    def forward(self, batch: Batch, compute_stress: bool | None = None) -> dict[str, torch.Tensor]:
-        edges = self.neighbors(batch)
+    def forward(
+        self,
+        batch: Batch,
+        compute_stress: bool | None = None,
+        neighbors: NeighborList | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Energy ``[B]``, forces ``[N, 3]`` and (if asked) stress ``[B, 3, 3]``.
+
+        ``neighbors`` replaces the model's cached list for this call (used for one-off
+        evaluations that must not disturb the step loop's cache).
+        """
+        if batch.layout is not self._checked_layout:
+            self.check_batch(batch)
+            self._checked_layout = batch.layout
+        edges = (neighbors or self.neighbors)(batch)
         energy, grad = self.energy_and_edge_gradient(batch, edges)
         forces = torch.zeros_like(batch.positions)
         forces.index_add_(0, edges.i, grad).index_add_(0, edges.j, -grad)
@@ -102,6 +116,12 @@ class Model(torch.nn.Module):
         if self.compute_stress if compute_stress is None else compute_stress:
             out["stress"] = virial_stress(batch, edges, grad)
         return out
+
+
+    def stress(self, batch: Batch) -> torch.Tensor:
+        """Stress of ``batch`` in a one-off evaluation (the step loop skips stress when no
+        stage needs it and asks for it here when systems finish)."""
+        return self.forward(batch, compute_stress=True, neighbors=NeighborList(self.cutoff, 0.0))["stress"]
 
 
 def virial_stress(batch: Batch, edges: Edges, grad: torch.Tensor) -> torch.Tensor:

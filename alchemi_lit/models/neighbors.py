@@ -83,7 +83,7 @@ class NeighborList:
         max_disp2 = torch.zeros(batch.num_systems, dtype=disp2.dtype, device=disp2.device)
         max_disp2 = max_disp2.scatter_reduce(0, batch.system_idx, disp2, "amax", include_self=True)
         moved = max_disp2 > (0.5 * self.skin) ** 2
-        reshaped = (batch.cell != self._ref_cell).flatten(1).any(1)
+        reshaped = (batch.cell != self._ref_cell).flatten(1).any(1)  # NaN marks "never built"
         return moved | reshaped | ~torch.isfinite(max_disp2)
 
     def __call__(self, batch: Batch) -> Edges:
@@ -93,6 +93,43 @@ class NeighborList:
         pos = batch.positions
         vec = pos[self._j] - pos[self._i] + self._shift
         return Edges(self._i, self._j, vec, self._system, self.cutoff)
+
+    def remap(self, old_ptr: torch.Tensor, old_rows: torch.Tensor, new_batch: Batch) -> None:
+        """Carry the list over to ``new_batch`` after systems left or joined.
+
+        ``old_rows[b]`` is the previous row of new row ``b`` (-1 for a system that just
+        joined).  Kept systems keep their edges (atom indices shifted); new systems
+        are marked for a build at the next call.  Inflight batching relies on this:
+        a refill builds lists only for the systems that came in.
+        """
+        if self._i is None or self._ref_positions is None:
+            return
+        device = new_batch.device
+        n_old = len(old_ptr) - 1
+        kept = old_rows >= 0
+        row_new = torch.full((n_old,), -1, dtype=torch.long, device=device)
+        row_new[old_rows[kept]] = torch.arange(new_batch.num_systems, device=device)[kept]
+        new_ptr = new_batch.ptr
+        offset = torch.zeros(n_old, dtype=torch.long, device=device)
+        offset[old_rows[kept]] = new_ptr[:-1][kept] - old_ptr[:-1][old_rows[kept]]
+        edge_keep = row_new[self._system] >= 0
+        sys_e = self._system[edge_keep]
+        self._i = self._i[edge_keep] + offset[sys_e]
+        self._j = self._j[edge_keep] + offset[sys_e]
+        self._shift = self._shift[edge_keep]
+        self._system = row_new[sys_e]
+        nan = float("nan")
+        ref_pos = torch.full_like(new_batch.positions, nan)
+        ref_cell = torch.full_like(new_batch.cell, nan)
+        old_atom_rows = torch.repeat_interleave(
+            torch.arange(n_old, device=device), old_ptr[1:] - old_ptr[:-1]
+        )
+        atom_keep = row_new[old_atom_rows] >= 0
+        new_atom_index = torch.arange(len(old_atom_rows), device=device) + offset[old_atom_rows]
+        ref_pos[new_atom_index[atom_keep]] = self._ref_positions[atom_keep]
+        ref_cell[kept] = self._ref_cell[old_rows[kept]]
+        self._ref_positions, self._ref_cell = ref_pos, ref_cell
+        self._layout = new_batch.layout
 
     # ------------------------------------------------------------------ build
     def _rebuild(self, batch: Batch, need: torch.Tensor) -> None:

@@ -40,6 +40,10 @@ from ..state import (
 
 H = HookStageEnum
 
+#: Status of systems appended by a refill: no stage touches them until the next
+#: forward has computed their forces; then they enter the plan.
+PENDING = -1
+
 
 class FusedLoop:
     """Runs a :class:`~alchemi_lit.stages.Fused` plan on batches (see module doc)."""
@@ -59,6 +63,11 @@ class FusedLoop:
         self.forward = forward or model
         self.optimizer_index = [i for i, s in enumerate(plan.stages) if s.is_optimizer]
         self.num_forward_calls = 0
+        self.pending = False  # set by the strategy when it appended PENDING systems
+        # stress costs a [P, 3, 3] reduction per step: only when a stage or callback uses it
+        self.needs_stress = any(getattr(s, "requires_stress", False) for s in plan.stages) or any(
+            getattr(cb, "requires_stress", False) for cb in hooks.callbacks
+        )
         self.state_changing_hooks = any(cb.modifies_state for cb in hooks.callbacks)
 
     # ----------------------------------------------------------------- setup
@@ -70,13 +79,19 @@ class FusedLoop:
         for i, stage in enumerate(self.plan.stages):
             stage.setup(batch, self.seed, prefix=f"stage{i}")
 
-    def start(self, batch: Batch, fresh: torch.Tensor) -> None:
+    def start(self, batch: Batch, fresh: torch.Tensor, ctx: StepContext | None = None) -> None:
         """Bring new systems (``fresh`` [B] mask) to the plan's entry with valid forces.
 
         Their status becomes the entry code, the entry stage initialises them and an
         optimizer entry checks convergence before any step.  The caller must have
-        computed forces for them (:meth:`compute`).
+        computed forces for them (:meth:`compute`).  With ``ctx``, systems that exit at
+        once are marked in ``ctx.exited``/``ctx.converged`` for the next ON_CONVERGE.
         """
+        self.enter(batch, fresh)
+        self.transitions(batch, ctx)
+
+    def enter(self, batch: Batch, fresh: torch.Tensor) -> None:
+        """Entry-stage initialisation of ``fresh`` systems (no convergence check)."""
         batch.status = torch.where(fresh, torch.full_like(batch.status, self.plan.entry), batch.status)
         batch.step = torch.where(fresh, torch.zeros_like(batch.step), batch.step)
         batch.exit_code = torch.where(fresh, torch.zeros_like(batch.exit_code), batch.exit_code)
@@ -84,12 +99,11 @@ class FusedLoop:
         batch.stage_steps.masked_fill_(fresh.unsqueeze(-1), 0)
         batch.stage_exit.masked_fill_(fresh.unsqueeze(-1), EXIT_RUNNING)
         self.plan.stages[0].init_systems(batch, fresh)
-        self.transitions(batch)
 
     # ----------------------------------------------------------------- step
     def compute(self, batch: Batch, ctx: StepContext) -> None:
         """One model forward; writes energy, forces (zero on fixed atoms) and stress."""
-        out = self.forward(batch)
+        out = self.forward(batch, compute_stress=self.needs_stress)
         self.num_forward_calls += 1
         forces = out["forces"]
         if ctx.state.get("has_fixed", False):
@@ -125,6 +139,9 @@ class FusedLoop:
         inc = moving.to(batch.step.dtype)
         batch.step = batch.step + inc
         batch.total_steps = batch.total_steps + inc
+        if self.pending:  # systems that joined at the last refill got their forces just now
+            self.enter(batch, batch.status == PENDING)
+            self.pending = False
         self.transitions(batch, ctx)
         hooks(H.AFTER_STEP, ctx)
         ctx.step += 1

@@ -1,63 +1,182 @@
-"""Single-device strategy: run a fused plan on one batch until every system exits."""
+"""Single-device strategy: a fused plan over one batch, with inflight batching.
+
+Every ``sync_every`` steps (the only host synchronisation of the loop) the strategy
+
+1. fires ON_CONVERGE if systems left a stage,
+2. graduates systems at the exit code: writes them to the sinks and compacts the
+   batch (one gather of the remaining rows; neighbour lists and integrator state
+   are carried over, nothing is recomputed),
+3. refills freed capacity from the sampler: new systems are appended with status
+   PENDING, get their forces from the next step's (single) forward and enter the
+   plan then -- a refill costs no extra model call.
+
+Why compaction rather than fixed slots: rows stay dense (no padding atoms for
+every kernel to mask), a gather of N atoms costs far less than the ``sync_every``
+forward passes between two bookkeepings, and the expensive per-system state
+(neighbour lists) is remapped rather than rebuilt (DESIGN note in DESIGN.md).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..data.sampler import SizeAwareSampler
 from ..hooks import HookDispatcher, HookStageEnum, StepContext
 from ..results import Results
+from ..sinks import HostMemory, SinkChain
 from ..stages import Fused
 from ..state import Batch
-from .fused import FusedLoop
+from .fused import PENDING, FusedLoop
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
 
 
 class SingleDeviceStrategy:
-    """One process, one device; the fused plan's loop with periodic bookkeeping."""
+    """One process, one device; see module docstring."""
 
     name = "single"
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self.loop: FusedLoop | None = None
 
-    def run(self, sim: Simulator, batch: Batch, plan: Fused) -> Results:
+    def run(self, sim: Simulator, source: Batch | SizeAwareSampler, plan: Fused) -> Results:
         hooks = HookDispatcher(sim.callbacks)
         loop = FusedLoop(sim.model, plan, hooks, seed=sim.seed, forward=sim.forward_fn())
         self.loop = loop
+        sinks = SinkChain(sim.sinks if sim.sinks is not None else [HostMemory()])
+        sampler = source if isinstance(source, SizeAwareSampler) else None
+        if sampler is not None:
+            sampler.bind(sim.model.cutoff + sim.model.neighbors.skin)
+            batch = self._initial_batch(sim, sampler)
+            total = len(sampler)
+        else:
+            batch = source
+            total = batch.num_systems
+        self.inflight_edges = 0
         loop.declare(batch)
         ctx = StepContext(batch=batch, stages=plan.stages, simulator=sim)
-        ctx.state.update(has_fixed=bool(batch.fixed.any()), exit_code=plan.exit)
-        fresh = torch.ones(batch.num_systems, dtype=torch.bool, device=batch.device)
-        loop.compute(batch, ctx)  # forces before the first step
-        hooks.run_start(ctx)
-        loop.start(batch, fresh)
-        limit = plan.total_budget() + 1
+        ctx.state.update(
+            has_fixed=bool(batch.fixed.any()), exit_code=plan.exit, total_systems=total,
+            graduated_systems=0,
+        )
+        stats = {"occupancy": [], "started": time.perf_counter()}
+        sinks.open(sim.run_info())
+        stream = (
+            torch.cuda.stream(torch.cuda.Stream(self.device))
+            if self.device.type == "cuda" else contextlib.nullcontext()
+        )
         try:
-            while True:
-                for _ in range(sim.sync_every):
-                    loop.step(batch, ctx)
-                if self.bookkeeping(loop, batch, ctx, hooks):
-                    break
-                if ctx.step > limit + sim.sync_every:
-                    raise RuntimeError(
-                        f"run did not finish within {limit} steps although every stage has a "
-                        f"finite budget; this is a bug, please report it with your plan {plan!r}"
-                    )
+            with stream:
+                loop.compute(batch, ctx)  # forces before the first step
+                hooks.run_start(ctx)
+                loop.start(batch, torch.ones(batch.num_systems, dtype=torch.bool, device=batch.device))
+                self._run_loop(sim, loop, ctx, hooks, sinks, sampler, stats)
         finally:
-            hooks.run_end(ctx)
-        return Results(batch, {"steps": ctx.step, "forward_calls": loop.num_forward_calls})
+            try:
+                hooks.run_end(ctx)
+            finally:
+                sinks.close()
+        elapsed = time.perf_counter() - stats["started"]
+        occ = stats["occupancy"]
+        summary = {
+            "steps": ctx.step,
+            "forward_calls": loop.num_forward_calls,
+            "wall_time_s": elapsed,
+            "systems": ctx.state["graduated_systems"],
+            "atom_occupancy": float(sum(occ) / len(occ)) if occ else None,
+        }
+        return Results.from_sinks(sinks.sinks, sinks.in_memory, sinks.overflow, summary)
 
-    @staticmethod
-    def bookkeeping(loop: FusedLoop, batch: Batch, ctx: StepContext, hooks: HookDispatcher) -> bool:
-        """Host-side work every ``sync_every`` steps; returns True when all systems exited."""
+    # ---------------------------------------------------------------- loop
+    def _run_loop(
+        self, sim: Simulator, loop: FusedLoop, ctx: StepContext, hooks: HookDispatcher,
+        sinks: SinkChain, sampler: SizeAwareSampler | None, stats: dict[str, Any],
+    ) -> None:
+        budget = loop.plan.total_budget() + 2 * sim.sync_every + 2
+        idle_steps = 0
+        while True:
+            for _ in range(sim.sync_every):
+                loop.step(ctx.batch, ctx)
+            if self._bookkeeping(sim, loop, ctx, hooks, sinks, sampler, stats):
+                return
+            # safety net: each stage has a finite budget, so a system can not stay longer
+            idle_steps = idle_steps + sim.sync_every if not ctx.state.get("progress") else 0
+            if idle_steps > budget:
+                raise RuntimeError(
+                    f"no system finished within {budget} steps although every stage has a finite "
+                    f"budget; this is a bug, please report it with your plan {loop.plan!r}"
+                )
+
+    def _bookkeeping(
+        self, sim: Simulator, loop: FusedLoop, ctx: StepContext, hooks: HookDispatcher,
+        sinks: SinkChain, sampler: SizeAwareSampler | None, stats: dict[str, Any],
+    ) -> bool:
+        """Host work every ``sync_every`` steps; True when the run is complete."""
+        batch = ctx.batch
+        finished = loop.finished(batch)
+        ctx.graduated = finished
         if ctx.exited is not None and hooks.has(HookStageEnum.ON_CONVERGE) and bool(ctx.exited.any()):
             hooks(HookStageEnum.ON_CONVERGE, ctx)
         ctx.exited = ctx.converged = None
-        return bool(loop.finished(batch).all())
+        n_done = int(finished.sum())
+        active_atoms = int(batch.n_atoms[~finished].sum()) if batch.num_systems else 0
+        if sampler is not None:
+            stats["occupancy"].append(active_atoms / sampler.max_atoms)
+        ctx.state["progress"] = n_done > 0
+        if n_done:
+            graduates = batch.select(finished.nonzero().flatten())
+            if sim.model.compute_stress and not loop.needs_stress:
+                graduates.stress = sim.model.stress(graduates).detach()
+            sinks.write(graduates)
+            ctx.state["graduated_systems"] += n_done
+            if sampler is not None and sampler.edges is not None:
+                self.inflight_edges -= sampler.edges_of(graduates.system_id.tolist())
+            batch = self._compact(sim, batch, (~finished).nonzero().flatten())
+        if sampler is not None and not sampler.exhausted:
+            batch = self._refill(sim, loop, batch, sampler)
+            ctx.state["has_fixed"] = bool(batch.fixed.any())
+        ctx.batch = batch
+        ctx.graduated = None
+        return batch.num_systems == 0 and (sampler is None or sampler.exhausted)
+
+    # ---------------------------------------------------------------- batch surgery
+    def _compact(self, sim: Simulator, batch: Batch, keep: torch.Tensor) -> Batch:
+        old_ptr = batch.ptr
+        new = batch.select(keep)
+        sim.model.neighbors.remap(old_ptr, keep, new)
+        return new
+
+    def _initial_batch(self, sim: Simulator, sampler: SizeAwareSampler) -> Batch:
+        max_atoms, max_systems, max_edges = sampler.budget()
+        atoms, ids = sampler.take(max_atoms, max_systems, max_edges)
+        self.inflight_edges = sampler.edges_of(ids)
+        return sim.prepare(Batch.from_atoms(atoms, system_ids=ids, validate=False))
+
+    def _refill(self, sim: Simulator, loop: FusedLoop, batch: Batch, sampler: SizeAwareSampler) -> Batch:
+        max_atoms, max_systems, max_edges = sampler.budget()
+        free_edges = None if max_edges is None else max_edges - self.inflight_edges
+        atoms, ids = sampler.take(max_atoms - batch.num_atoms, max_systems - batch.num_systems, free_edges)
+        if not atoms:
+            return batch
+        self.inflight_edges += sampler.edges_of(ids)
+        fresh = sim.prepare(Batch.from_atoms(atoms, system_ids=ids, validate=False))
+        loop.declare(fresh)
+        fresh.status.fill_(PENDING)
+        old_rows = torch.cat([
+            torch.arange(batch.num_systems, device=batch.device),
+            torch.full((fresh.num_systems,), -1, dtype=torch.long, device=batch.device),
+        ])
+        old_ptr = batch.ptr
+        merged = Batch.concatenate([batch, fresh]) if batch.num_systems else fresh
+        sim.model.neighbors.remap(old_ptr, old_rows, merged)
+        loop.pending = True
+        return merged
 
 
 def resolve_device(accelerator: str, devices: Any = 1) -> torch.device:

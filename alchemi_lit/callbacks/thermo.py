@@ -1,0 +1,125 @@
+"""ThermoMonitor: per-system temperature and energies, recorded in memory.
+
+Why: checking an MD run (is energy conserved? did the thermostat reach its target?)
+needs per-system time series, but the step loop must not wait on the host.  The
+monitor copies four ``[B]`` tensors to the host every ``frequency`` steps and does
+nothing in between.  No pandas: :meth:`ThermoMonitor.series` returns NumPy arrays.
+
+A record at loop step ``s`` (hook ``BEFORE_STEP``, so step 0 is the initial state)
+holds the state of every system inside a stage after ``s`` loop steps.  With
+``final=True`` each system also gets a record of the state it left the plan in
+(written at the bookkeeping that sees it finish), so a series ends at the final
+step even when that is not a multiple of ``frequency``.
+
+``steps`` in a series are the system's own step count (``batch.total_steps``,
+which equals the loop step for systems present from the start); ``loop_step`` is
+the loop step of the record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..hooks import Callback, StepContext
+
+_INT_KEYS = ("system_id", "steps", "loop_step")
+_FLOAT_KEYS = ("T", "E_kin", "E_pot")
+
+
+class ThermoMonitor(Callback):
+    """Record T, kinetic, potential and total energy per system (see module docstring).
+
+    Args:
+        frequency: loop steps between two records (>= 1).
+        final: also record each system's state when it finishes the plan.
+
+    After the run, ``monitor.series(system_id)`` gives ``{"steps", "loop_step", "T",
+    "E_kin", "E_pot", "E_tot"}`` as NumPy arrays in time order; ``monitor.system_ids``
+    lists the systems recorded.  Units: K and eV.  The history is reset at each run start.
+    """
+
+    def __init__(self, frequency: int = 10, final: bool = True) -> None:
+        super().__init__(frequency)
+        self.final = bool(final)
+        self._chunks: list[dict[str, np.ndarray]] = []
+        self._flat: dict[str, np.ndarray] | None = None
+
+    # ---------------------------------------------------------------- hooks
+    def on_run_start(self, ctx: StepContext) -> None:
+        self._chunks = []
+        self._flat = None
+
+    def before_step(self, ctx: StepContext) -> None:
+        b = ctx.batch
+        if b.num_systems:
+            status = b.status
+            self._record(ctx, (status >= 0) & (status != ctx.state.get("exit_code", -1)))
+
+    def on_converge(self, ctx: StepContext) -> None:
+        b = ctx.batch
+        if self.final and ctx.exited is not None and b.num_systems:
+            self._record(ctx, ctx.exited & (b.status == ctx.state.get("exit_code", -1)))
+
+    def _record(self, ctx: StepContext, rows: torch.Tensor) -> None:
+        b = ctx.batch
+        idx = rows.nonzero().flatten()  # host sync, at our frequency only
+        if idx.numel() == 0:
+            return
+        ints = torch.stack([b.system_id[idx], b.total_steps[idx]]).cpu().numpy()
+        ek = b.kinetic_energy()[idx]
+        floats = torch.stack([b.temperature()[idx], ek, b.energy[idx]]).cpu().numpy()
+        chunk = {
+            "system_id": ints[0],
+            "steps": ints[1],
+            "loop_step": np.full(len(idx), ctx.step, dtype=np.int64),
+        }
+        chunk.update(zip(_FLOAT_KEYS, floats))
+        self._chunks.append(chunk)
+        self._flat = None
+
+    # ---------------------------------------------------------------- results
+    def _all(self) -> dict[str, np.ndarray]:
+        if self._flat is None:
+            if self._chunks:
+                self._flat = {
+                    k: np.concatenate([c[k] for c in self._chunks]) for k in self._chunks[0]
+                }
+            else:
+                self._flat = {k: np.zeros(0, dtype=np.int64) for k in _INT_KEYS}
+                self._flat.update({k: np.zeros(0) for k in _FLOAT_KEYS})
+        return self._flat
+
+    @property
+    def system_ids(self) -> np.ndarray:
+        """Sorted ids of the systems with at least one record."""
+        return np.unique(self._all()["system_id"])
+
+    def records(self) -> dict[str, np.ndarray]:
+        """Every record of every system, flat, in recording order (plus ``E_tot``)."""
+        flat = dict(self._all())
+        flat["E_tot"] = flat["E_kin"] + flat["E_pot"]
+        return flat
+
+    def series(self, system_id: int) -> dict[str, np.ndarray]:
+        """Time series of one system: steps, loop_step, T (K), E_kin, E_pot, E_tot (eV)."""
+        flat = self._all()
+        sel = flat["system_id"] == int(system_id)
+        if not sel.any():
+            raise KeyError(
+                f"ThermoMonitor has no record of system {system_id}; recorded systems: "
+                f"{self.system_ids[:20].tolist()}{' ...' if len(self.system_ids) > 20 else ''}"
+            )
+        out = {k: flat[k][sel] for k in ("steps", "loop_step", *_FLOAT_KEYS)}
+        out["E_tot"] = out["E_kin"] + out["E_pot"]
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"records": {k: v.copy() for k, v in self._all().items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        records = state.get("records")
+        self._chunks = [dict(records)] if records is not None else []
+        self._flat = None

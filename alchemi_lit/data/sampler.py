@@ -1,0 +1,167 @@
+"""SizeAwareSampler: feed a dataset into a batch within atom/edge/system budgets.
+
+The strategy asks it for as many systems as fit the capacity that graduation freed
+(inflight batching).  Systems come out in dataset order (first in, first out): a
+large system at the head waits until enough capacity is free, which keeps runs
+deterministic.  Every system is checked before the run starts -- a system larger
+than the budget, or an invalid structure, is an error naming its index then, not
+hours into a campaign.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, StructureError
+from ..state import validate_atoms
+from .io import read_structures
+
+
+class SizeAwareSampler:
+    """Yield systems of ``dataset`` within ``max_atoms`` / ``max_edges`` / ``max_systems``.
+
+    ``dataset`` is any sequence of ``ase.Atoms`` or a path to a structure file.
+    ``system_ids`` default to dataset positions.  ``max_edges`` counts neighbour
+    pairs within the model's cutoff plus skin, estimated once per system when the
+    sampler is bound to a model.  With ``skip_invalid`` invalid structures are left
+    out with a warning instead of stopping the run.
+    """
+
+    def __init__(
+        self,
+        dataset: Sequence[Any] | str | Path,
+        max_atoms: int,
+        max_systems: int | None = None,
+        max_edges: int | None = None,
+        system_ids: Sequence[int] | None = None,
+        skip_invalid: bool = False,
+    ) -> None:
+        if isinstance(dataset, (str, Path)):
+            dataset = read_structures(dataset)
+        self.dataset = dataset
+        if int(max_atoms) < 1:
+            raise ConfigError(f"SizeAwareSampler: max_atoms must be >= 1, got {max_atoms}")
+        if max_systems is not None and int(max_systems) < 1:
+            raise ConfigError(f"SizeAwareSampler: max_systems must be >= 1, got {max_systems}")
+        if max_edges is not None and int(max_edges) < 1:
+            raise ConfigError(f"SizeAwareSampler: max_edges must be >= 1, got {max_edges}")
+        self.max_atoms = int(max_atoms)
+        self.max_systems = int(max_systems) if max_systems is not None else None
+        self.max_edges = int(max_edges) if max_edges is not None else None
+        n = len(dataset)
+        if n == 0:
+            raise ConfigError("SizeAwareSampler: the dataset is empty")
+        ids = list(range(n)) if system_ids is None else [int(s) for s in system_ids]
+        if len(ids) != n or len(set(ids)) != n:
+            raise ConfigError("SizeAwareSampler: system_ids must be unique, one per structure")
+        self.system_ids = np.asarray(ids, dtype=np.int64)
+        self.sizes = np.asarray([len(dataset[k]) for k in range(n)], dtype=np.int64)
+        self.edges: np.ndarray | None = None
+        self.skip_invalid = skip_invalid
+        self.order = np.arange(n)
+        self.position = 0
+        self._validated = False
+        too_big = np.flatnonzero(self.sizes > self.max_atoms)
+        if len(too_big):
+            k = int(too_big[0])
+            raise StructureError(
+                f"system {k} has {int(self.sizes[k])} atoms, more than max_atoms={self.max_atoms} "
+                f"({len(too_big)} system(s) too large); raise max_atoms or remove them",
+                k,
+            )
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    @property
+    def remaining(self) -> int:
+        return len(self.order) - self.position
+
+    @property
+    def exhausted(self) -> bool:
+        return self.position >= len(self.order)
+
+    def bind(self, cutoff: float | None = None) -> None:
+        """Validate every structure and, with ``max_edges``, count its edges at ``cutoff``."""
+        if self._validated:
+            return
+        bad: list[tuple[int, str]] = []
+        for k in range(len(self.dataset)):
+            try:
+                validate_atoms(self.dataset[k], k)
+            except StructureError as exc:
+                bad.append((k, str(exc)))
+        if bad and not self.skip_invalid:
+            listing = "; ".join(msg for _, msg in bad[:5])
+            raise StructureError(
+                f"{len(bad)} invalid structure(s) in the dataset: {listing}"
+                f"{' ...' if len(bad) > 5 else ''}. Fix them or pass skip_invalid=True",
+                bad[0][0],
+            )
+        if bad:
+            from loguru import logger
+
+            logger.warning(f"skipping {len(bad)} invalid structure(s): {[k for k, _ in bad]}")
+            skip = {k for k, _ in bad}
+            self.order = np.asarray([k for k in self.order if k not in skip], dtype=np.int64)
+        if self.max_edges is not None:
+            if cutoff is None:
+                raise ConfigError("SizeAwareSampler: max_edges needs the model cutoff to count edges")
+            self.edges = np.asarray([_count_edges(self.dataset[k], cutoff) for k in range(len(self.dataset))])
+            too_many = [k for k in self.order if self.edges[k] > self.max_edges]
+            if too_many:
+                k = int(too_many[0])
+                raise StructureError(
+                    f"system {k} has {int(self.edges[k])} neighbour pairs, more than "
+                    f"max_edges={self.max_edges}; raise max_edges or remove it",
+                    k,
+                )
+        self._validated = True
+
+    def take(self, free_atoms: int, free_systems: int, free_edges: int | None = None) -> tuple[list[Any], list[int]]:
+        """Next systems (FIFO) that fit the free capacity; returns (atoms, system_ids)."""
+        atoms, ids = [], []
+        while self.position < len(self.order) and free_systems > 0:
+            k = int(self.order[self.position])
+            n = int(self.sizes[k])
+            e = int(self.edges[k]) if self.edges is not None else 0
+            if n > free_atoms or (free_edges is not None and e > free_edges):
+                break
+            atoms.append(self.dataset[k])
+            ids.append(int(self.system_ids[k]))
+            free_atoms -= n
+            free_systems -= 1
+            if free_edges is not None:
+                free_edges -= e
+            self.position += 1
+        return atoms, ids
+
+    def budget(self) -> tuple[int, int, int | None]:
+        """(max_atoms, max_systems, max_edges) with ``max_systems`` unbounded as a large int."""
+        return self.max_atoms, self.max_systems or 1 << 62, self.max_edges
+
+    def edges_of(self, system_ids: Sequence[int]) -> int:
+        if self.edges is None:
+            return 0
+        lookup = {int(s): k for k, s in enumerate(self.system_ids)}
+        return int(sum(self.edges[lookup[int(s)]] for s in system_ids))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "order": self.order.tolist()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.order = np.asarray(state["order"], dtype=np.int64)
+        self.position = int(state["position"])
+
+
+def _count_edges(atoms: Any, cutoff: float) -> int:
+    import vesin
+
+    i = vesin.NeighborList(cutoff=cutoff, full_list=False).compute(
+        np.asarray(atoms.positions, dtype=np.float64), atoms.cell.array, atoms.pbc.tolist(), "i"
+    )[0]
+    return len(i)

@@ -1,0 +1,71 @@
+"""Berendsen weak-coupling thermostat (NVT), batched, step for step like ASE's.
+
+Why: the simplest, smoothest way to bring systems to a temperature (equilibration,
+annealing ramps).  It relaxes the kinetic temperature exponentially towards the
+target with time constant ``taut`` but suppresses its fluctuations, so it does NOT
+sample the canonical ensemble; use Langevin, Bussi or NoseHooverChain for production.
+Berendsen et al., J. Chem. Phys. 81, 3684 (1984).
+
+Same order as ``ase.md.nvtberendsen.NVTBerendsen``: velocities scaled by
+``lambda = sqrt(1 + (T0/T - 1) dt/taut)`` (clamped to [0.9, 1.1]), half kick, the
+mean momentum removed (``fixcm``), drift; force call; half kick.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..state import Batch
+from ..units import fs
+from .base import MDIntegrator, Param, _check_param, as_param, system_sum
+from .langevin import _fmt
+
+
+class Berendsen(MDIntegrator):
+    """Berendsen NVT.  ``dt``/``taut`` in fs, ``temperature`` in K."""
+
+    def __init__(
+        self,
+        dt: Param = 1.0,
+        temperature: Param = 300.0,
+        taut: Param = 100.0,
+        steps: int = 1000,
+        fixcm: bool = True,
+    ) -> None:
+        super().__init__(dt, steps, temperature)
+        self.taut_fs = _check_param("taut (fs)", type(self).__name__, as_param(taut))
+        self.taut = self.taut_fs * fs
+        self.fixcm = bool(fixcm)
+
+    def __repr__(self) -> str:
+        return f"Berendsen(dt={_fmt(self.dt_fs)}, T={_fmt(self.temperature)}, steps={self.steps})"
+
+    def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        am = self.atom_mask(batch, mask)
+        am3 = am.unsqueeze(-1)
+        dt = self.dt_tensor(batch)
+        lam = self.scale_factor(batch)
+        scaled = batch.velocities * lam[batch.system_idx].unsqueeze(-1)
+        batch.velocities = torch.where(am3, scaled, batch.velocities)
+        self.kick(batch, am, 0.5 * dt)
+        if self.fixcm:  # ASE: p -= sum(p) / N over the (free) atoms
+            m = batch.masses.unsqueeze(-1)
+            p_sum = system_sum(batch, torch.where(am3, m * batch.velocities, 0.0))
+            n = system_sum(batch, am.to(batch.dtype)).clamp_min(1.0)
+            v = batch.velocities - (p_sum / n.unsqueeze(-1))[batch.system_idx] / m
+            batch.velocities = torch.where(am3, v, batch.velocities)
+        self.drift(batch, am, dt)
+
+    def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        self.kick(batch, self.atom_mask(batch, mask), 0.5 * self.dt_tensor(batch))
+
+    def scale_factor(self, batch: Batch) -> torch.Tensor:
+        """``lambda [B]``; a system at 0 K is heated at the maximum rate (as ASE)."""
+        ones = torch.ones(batch.num_systems, dtype=batch.dtype, device=batch.device)
+        t0 = self.per_system(batch, self.temperature) * ones
+        ratio = self.per_system(batch, self.dt) / self.per_system(batch, self.taut) * ones
+        t = batch.temperature()
+        at_rest = torch.where(t0 > 0, ones * 1e6, ones)  # T0/0: clamped to 1.1 below
+        rel = torch.where(t > 0, t0 / torch.where(t > 0, t, ones), at_rest)
+        lam = torch.sqrt((1.0 + (rel - 1.0) * ratio).clamp_min(0.0))
+        return lam.clamp(0.9, 1.1)

@@ -1,0 +1,274 @@
+"""Sinks: where finished systems go.  HostMemory, ZarrSink and the priority chain.
+
+Sinks receive *host* batches of graduated systems.  A run's sinks form a priority
+chain: each write goes to the first sink with free capacity (a partial fit is split);
+a sink that fails (disk full, permission denied) is reported and skipped, and
+whatever no sink could take stays in an overflow buffer in memory -- computed
+results are never dropped.
+
+ZarrSink layout (zarr v3, one store for all systems; ragged per-atom data kept flat)::
+
+    atoms/{positions, forces, velocities, masses, atomic_numbers, tags, fixed}   [A, ...]
+    systems/{system_id, energy, stress, cell, pbc, n_atoms, atom_offset, status,
+             steps, converged, exit_code, stage_steps, stage_exit, nan_flags}    [S, ...]
+    attrs: n_systems, n_atoms (the commit marker), schema, config, versions, stages
+
+Rows beyond ``attrs["n_systems"]`` / ``attrs["n_atoms"]`` are uncommitted (a write
+interrupted mid-way); readers ignore them and the next write overwrites them, so a
+store stays valid whatever happens to the process.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from loguru import logger
+
+from .errors import ConfigError
+from .state import Batch
+
+ATOM_COLUMNS = ("positions", "forces", "velocities", "masses", "atomic_numbers", "tags", "fixed")
+SYSTEM_COLUMNS = (
+    "system_id", "energy", "stress", "cell", "pbc", "n_atoms", "status", "total_steps",
+    "converged", "exit_code", "stage_steps", "stage_exit", "nan_flags",
+)
+SCHEMA = "alchemi_lit.results/1"
+
+
+class Sink:
+    """Base class.  Subclasses implement :meth:`write` and may limit :meth:`free`."""
+
+    def open(self, run_info: dict[str, Any]) -> None:
+        """Called once at run start with the resolved configuration and versions."""
+
+    def free(self) -> float:
+        """How many more systems this sink accepts (``math.inf`` if unbounded)."""
+        return math.inf
+
+    def write(self, batch: Batch) -> None:
+        raise TypeError(f"{type(self).__name__} does not implement write()")
+
+    def close(self) -> None:
+        """Flush and release resources (called at run end, also after a failure)."""
+
+    def read_batch(self) -> Batch | None:
+        raise TypeError(f"{type(self).__name__} cannot be read back")
+
+    def read(self) -> list[Any]:
+        """Results as ``ase.Atoms`` in ``system_id`` order, with energies and info."""
+        batch = self.read_batch()
+        return [] if batch is None else batch.to_atoms(results=True)
+
+    def __len__(self) -> int:
+        return 0
+
+
+class HostMemory(Sink):
+    """Keep finished systems in host memory, up to ``capacity`` systems (None: no limit)."""
+
+    def __init__(self, capacity: int | None = None) -> None:
+        if capacity is not None and int(capacity) < 1:
+            raise ConfigError(f"HostMemory capacity must be >= 1, got {capacity}")
+        self.capacity = None if capacity is None else int(capacity)
+        self._parts: list[Batch] = []
+        self._count = 0
+
+    def free(self) -> float:
+        return math.inf if self.capacity is None else self.capacity - self._count
+
+    def write(self, batch: Batch) -> None:
+        if batch.num_systems > self.free():
+            raise ConfigError(f"HostMemory is full ({self._count}/{self.capacity} systems)")
+        self._parts.append(batch.to(device="cpu"))
+        self._count += batch.num_systems
+
+    def __len__(self) -> int:
+        return self._count
+
+    def read_batch(self) -> Batch | None:
+        if not self._parts:
+            return None
+        merged = Batch.concatenate(self._parts) if len(self._parts) > 1 else self._parts[0]
+        self._parts = [merged]
+        order = torch.argsort(merged.system_id, stable=True)
+        return merged.select(order)
+
+
+class ZarrSink(Sink):
+    """Append finished systems to a zarr v3 store (layout in the module docstring).
+
+    ``mode``: ``"w-"`` (default) refuses an existing store, ``"a"`` appends to it,
+    ``"w"`` replaces it -- a store is never overwritten unless asked for.
+    """
+
+    def __init__(self, store: str | Path, mode: Literal["w-", "a", "w"] = "w-") -> None:
+        if mode not in ("w-", "a", "w"):
+            raise ConfigError(f"ZarrSink mode must be 'w-', 'a' or 'w', got {mode!r}")
+        self.path = Path(store)
+        self.mode = mode
+        self._group = None
+        self._run_info: dict[str, Any] = {}
+
+    # ---------------------------------------------------------------- open
+    def open(self, run_info: dict[str, Any]) -> None:
+        import zarr
+
+        self._run_info = dict(run_info)
+        exists = self.path.exists()
+        if exists and self.mode == "w-":
+            raise ConfigError(
+                f"results store {str(self.path)!r} already exists; use ZarrSink(..., mode='a') to "
+                f"append to it, mode='w' to replace it, or choose another path"
+            )
+        if exists and self.mode == "a":
+            group = zarr.open_group(str(self.path), mode="a")
+            if group.attrs.get("schema") != SCHEMA:
+                raise ConfigError(
+                    f"{str(self.path)!r} is not an alchemi_lit results store (schema "
+                    f"{group.attrs.get('schema')!r}); choose another path"
+                )
+            runs = list(group.attrs.get("runs", []))
+            runs.append(self._run_info)
+            group.attrs["runs"] = runs
+        else:
+            group = zarr.open_group(str(self.path), mode="w")
+            group.attrs.update(schema=SCHEMA, n_systems=0, n_atoms=0, runs=[self._run_info])
+        self._group = group
+
+    def _ensure(self) -> Any:
+        if self._group is None:
+            self.open(self._run_info)
+        return self._group
+
+    # ---------------------------------------------------------------- write
+    def write(self, batch: Batch) -> None:
+        group = self._ensure()
+        host = batch.to(device="cpu")
+        n_sys0 = int(group.attrs["n_systems"])
+        n_atom0 = int(group.attrs["n_atoms"])
+        atoms = {k: host.atom[k].numpy() for k in ATOM_COLUMNS}
+        systems = {k: host.system[k].numpy() for k in SYSTEM_COLUMNS if k in host.system}
+        systems["atom_offset"] = n_atom0 + np.concatenate([[0], np.cumsum(systems["n_atoms"])[:-1]])
+        for name, data in atoms.items():
+            self._put(group, f"atoms/{name}", data, n_atom0)
+        for name, data in systems.items():
+            self._put(group, f"systems/{name}", data, n_sys0)
+        # commit marker last: readers never see half-written systems
+        group.attrs.update(n_systems=n_sys0 + host.num_systems, n_atoms=n_atom0 + host.num_atoms)
+
+    @staticmethod
+    def _put(group: Any, name: str, data: np.ndarray, start: int) -> None:
+        if data.dtype == np.float32 or data.dtype == np.float64:
+            data = data.astype(np.float64, copy=False)
+        end = start + len(data)
+        if name in group:
+            arr = group[name]
+            if arr.shape[1:] != data.shape[1:]:
+                raise ConfigError(
+                    f"cannot append to {name}: stored shape {arr.shape[1:]} differs from "
+                    f"{data.shape[1:]} (was the store written by another plan?); use a new store"
+                )
+            if arr.shape[0] != end:
+                arr.resize((end, *arr.shape[1:]))
+        else:
+            chunk = (max(1024, len(data)), *data.shape[1:])
+            arr = group.create_array(name, shape=(end, *data.shape[1:]), dtype=data.dtype, chunks=chunk)
+        if len(data):
+            arr[start:end] = data
+
+    # ---------------------------------------------------------------- read
+    def __len__(self) -> int:
+        if not self.path.exists():
+            return 0
+        import zarr
+
+        return int(zarr.open_group(str(self.path), mode="r").attrs.get("n_systems", 0))
+
+    def read_batch(self) -> Batch | None:
+        return read_results(self.path)
+
+
+def read_results(path: str | Path) -> Batch | None:
+    """Read the committed systems of a results store as a Batch (``system_id`` order)."""
+    import zarr
+
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"results store {str(p)!r} does not exist")
+    group = zarr.open_group(str(p), mode="r")
+    n_sys, n_atoms = int(group.attrs.get("n_systems", 0)), int(group.attrs.get("n_atoms", 0))
+    if n_sys == 0:
+        return None
+    atom = {k: torch.from_numpy(np.asarray(group[f"atoms/{k}"][:n_atoms])) for k in ATOM_COLUMNS}
+    system = {
+        k: torch.from_numpy(np.asarray(group[f"systems/{k}"][:n_sys]))
+        for k in SYSTEM_COLUMNS if f"systems/{k}" in group
+    }
+    offsets = np.asarray(group["systems/atom_offset"][:n_sys])
+    counts = system["n_atoms"].numpy()
+    # systems are stored in write order; gather their atoms in that same order
+    index = np.concatenate([np.arange(o, o + c) for o, c in zip(offsets, counts)]) if n_sys else []
+    atom = {k: v[torch.as_tensor(index, dtype=torch.long)] for k, v in atom.items()}
+    atom["system_idx"] = torch.repeat_interleave(torch.arange(n_sys), system["n_atoms"])
+    batch = Batch(atom, system)
+    return batch.select(torch.argsort(batch.system_id, stable=True))
+
+
+class SinkChain:
+    """Priority chain over sinks; see module docstring.  Never drops a system."""
+
+    def __init__(self, sinks: Sequence[Sink]) -> None:
+        self.sinks = list(sinks)
+        self.overflow: list[Batch] = []
+        self.in_memory: list[Batch] = []  # what this run wrote to HostMemory sinks
+        self.failed: dict[int, str] = {}
+        self.written = 0
+
+    def open(self, run_info: dict[str, Any]) -> None:
+        for s in self.sinks:
+            s.open(run_info)
+
+    def write(self, batch: Batch) -> None:
+        remaining = batch
+        for k, sink in enumerate(self.sinks):
+            if remaining is None or remaining.num_systems == 0:
+                break
+            if k in self.failed:
+                continue
+            free = sink.free()
+            if free <= 0:
+                continue
+            n = remaining.num_systems if free >= remaining.num_systems else int(free)
+            part = remaining if n == remaining.num_systems else remaining.select(torch.arange(n))
+            try:
+                sink.write(part)
+            except Exception as exc:  # a failing sink must not lose results
+                self.failed[k] = f"{type(exc).__name__}: {exc}"
+                logger.error(
+                    f"sink {type(sink).__name__} failed ({self.failed[k]}); its results so far are "
+                    f"kept, new results go to the next sink or stay in memory"
+                )
+                continue
+            self.written += n
+            if isinstance(sink, HostMemory):
+                self.in_memory.append(part)
+            rest = remaining.num_systems - n
+            remaining = None if rest == 0 else remaining.select(torch.arange(n, remaining.num_systems))
+        if remaining is not None and remaining.num_systems:
+            self.overflow.append(remaining.to(device="cpu"))
+            logger.warning(
+                f"{remaining.num_systems} finished system(s) could not be written to any sink and "
+                f"are kept in memory (Results.overflow)"
+            )
+
+    def close(self) -> None:
+        for s in self.sinks:
+            try:
+                s.close()
+            except Exception as exc:
+                logger.error(f"closing sink {type(s).__name__} failed: {exc}")
