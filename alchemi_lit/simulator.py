@@ -13,14 +13,14 @@ from typing import Any, Literal
 import torch
 
 from .callbacks.nan_guard import NaNGuard
+from .data.sampler import SizeAwareSampler
 from .errors import ConfigError
 from .hooks import Callback
 from .integrators.base import Integrator
 from .models.base import Model
-from .data.sampler import SizeAwareSampler
 from .results import Results
 from .sinks import Sink
-from .stages import Fused, Pipeline, as_fused
+from .stages import Fused, Pipeline, as_plan
 from .state import Batch
 from .strategies.single import SingleDeviceStrategy, resolve_device
 
@@ -33,7 +33,8 @@ class Simulator:
 
     Args:
         model: energy -> forces/stress model (any :class:`~alchemi_lit.models.Model`).
-        stages: one integrator, a fused plan (``a + b``) or a pipeline (``a | b``).
+        stages: one integrator, a fused plan (``a + b``, or the list ``[a, b]``) or a
+            pipeline (``a | b``, or ``[[a, b], [c]]``: one inner list per rank).
         callbacks: hook callbacks; a :class:`NaNGuard` is added unless one is given.
         sinks: where finished systems go, in priority order (default: one unbounded
             :class:`~alchemi_lit.sinks.HostMemory`, returned as the run's Results).
@@ -48,7 +49,7 @@ class Simulator:
     def __init__(
         self,
         model: Model,
-        stages: Integrator | Fused | Pipeline,
+        stages: Integrator | Fused | Pipeline | Sequence[Integrator | Sequence[Integrator]],
         callbacks: Sequence[Callback] | None = None,
         sinks: Sequence[Sink] | None = None,
         accelerator: str = "auto",
@@ -62,12 +63,13 @@ class Simulator:
                 f"model must be an alchemi_lit Model (e.g. LennardJones(...)), got "
                 f"{type(model).__name__}; wrap other models by subclassing alchemi_lit.models.Model"
             )
-        if isinstance(stages, Pipeline):
+        plan = as_plan(stages)
+        if isinstance(plan, Pipeline):
             raise ConfigError(
                 "a pipeline plan (a | b) runs one stage per rank; this Simulator runs one "
                 "device: combine stages with '+' instead"
             )
-        self.plan = as_fused(stages)
+        self.plan = plan
         if precision not in _DTYPES:
             raise ConfigError(f"precision must be one of {sorted(_DTYPES)}, got {precision!r}")
         if int(sync_every) < 1:

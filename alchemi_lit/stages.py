@@ -88,12 +88,27 @@ class Fused:
         return sum(s.max_steps for s in self.stages)
 
 
-def as_fused(plan: Integrator | Fused) -> Fused:
-    """Normalise a single integrator or a fused plan to :class:`Fused`."""
+def as_plan(
+    stages: Integrator | Fused | Pipeline | Sequence[Integrator | Sequence[Integrator]],
+) -> Fused | Pipeline:
+    """Plans from config-friendly lists: ``[a, b]`` is ``a + b``; ``[[a, b], [c]]`` is
+    ``(a + b) | c`` (one inner list per rank)."""
+    if isinstance(stages, (Fused, Pipeline, Integrator)):
+        return stages if not isinstance(stages, Integrator) else Fused([stages])
+    items = list(stages)
+    if items and all(isinstance(p, (list, tuple, Fused)) for p in items):
+        return Pipeline([as_fused(p) for p in items])
+    return as_fused(items)
+
+
+def as_fused(plan: Integrator | Fused | Sequence[Integrator]) -> Fused:
+    """Normalise an integrator, a list of integrators or a fused plan to :class:`Fused`."""
     if isinstance(plan, Fused):
         return plan
     if isinstance(plan, Integrator):
         return Fused([plan])
+    if isinstance(plan, (list, tuple)) and all(isinstance(p, Integrator) for p in plan):
+        return Fused(plan)
     raise TypeError(
         f"stages must be an Integrator, a Fused plan (a + b) or a Pipeline (a | b), "
         f"got {type(plan).__name__}"

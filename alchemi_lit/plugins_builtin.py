@@ -1,0 +1,37 @@
+"""Registers the built-in plugins (imported once by the registry, lazily).
+
+Kept in one place so that importing a low layer never pulls in the registry of
+everything, and so `alchemi-lit plugins` shows exactly this list plus entry points.
+"""
+
+from __future__ import annotations
+
+from .callbacks import Logger, NaNGuard, ProgressBar, ThermoMonitor, TrajectoryWriter
+from .data import SizeAwareSampler
+from .integrators import (
+    FIRE,
+    FIRE2,
+    Berendsen,
+    Bussi,
+    Langevin,
+    NoseHooverChain,
+    VelocityVerlet,
+)
+from .models import EMT, LennardJones, Morse
+from .registry import register, register_preset
+from .sinks import HostMemory, ZarrSink
+
+for _cls in (FIRE, FIRE2, VelocityVerlet, Langevin, NoseHooverChain, Berendsen, Bussi):
+    register("integrator")(_cls)
+register_preset("integrator", "fire-ase", FIRE, mode="ase")
+register_preset("integrator", "fire-mass-weighted", FIRE, mode="mass_weighted")
+
+for _cls in (LennardJones, Morse, EMT):
+    register("model")(_cls)
+register_preset("model", "lj-argon", LennardJones, epsilon=0.0104, sigma=3.40, cutoff=8.5)
+
+for _cls in (NaNGuard, Logger, ProgressBar, TrajectoryWriter, ThermoMonitor):
+    register("callback")(_cls)
+for _cls in (HostMemory, ZarrSink):
+    register("sink")(_cls)
+register("sampler")(SizeAwareSampler)

@@ -1,0 +1,196 @@
+"""Plugin registry: names -> classes, per plugin kind, with presets and entry points.
+
+Built-ins register themselves with :func:`register`.  Third-party packages declare
+an entry point in the group ``alchemi_lit.plugins``; its target (a module or a
+callable) is imported/called once, lazily, the first time a registry is queried,
+and registers its classes the same way.  Every name records the package it came
+from, so two packages claiming one name fail with an error naming both.
+
+Presets bind a name to a class plus arguments (``fire-ase`` -> ``FIRE(mode="ase")``)
+and are usable wherever a name is (CLI ``class_path: fire-ase``).
+
+This module imports nothing else of ours: any layer may register into it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, TypeVar
+
+from .errors import ConfigError
+
+KINDS = ("integrator", "model", "callback", "sink", "sampler", "strategy")
+ENTRY_POINT_GROUP = "alchemi_lit.plugins"
+BUILTIN_SOURCE = "alchemi_lit"
+
+T = TypeVar("T")
+
+
+class PluginConflictError(ConfigError):
+    """Two packages registered the same name for the same plugin kind."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered name."""
+
+    name: str
+    kind: str
+    cls: type
+    source: str
+    preset_args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_preset(self) -> bool:
+        return bool(self.preset_args)
+
+    @property
+    def doc(self) -> str:
+        """First line of the class docstring."""
+        text = (self.cls.__doc__ or "").strip().splitlines()
+        return text[0] if text else ""
+
+    def create(self, **kwargs: Any) -> Any:
+        return self.cls(**{**self.preset_args, **kwargs})
+
+    @property
+    def import_path(self) -> str:
+        return f"{self.cls.__module__}.{self.cls.__qualname__}"
+
+
+class Registry:
+    """Names of one plugin kind."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, Entry] = {}
+
+    def add(self, entry: Entry) -> None:
+        key = entry.name.lower()
+        old = self._entries.get(key)
+        if old is not None and (old.cls is not entry.cls or old.preset_args != entry.preset_args):
+            raise PluginConflictError(
+                f"{self.kind} name {entry.name!r} is registered twice: by package "
+                f"{old.source!r} ({old.import_path}) and by package {entry.source!r} "
+                f"({entry.import_path}); uninstall one of them or register under another name"
+            )
+        self._entries[key] = entry
+
+    def get(self, name: str) -> Entry:
+        _load_entry_points()
+        try:
+            return self._entries[name.lower()]
+        except KeyError:
+            import difflib
+
+            close = difflib.get_close_matches(name.lower(), self._entries, n=3)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise ConfigError(
+                f"unknown {self.kind} {name!r}.{hint} Known: {', '.join(sorted(self.names()))}. "
+                f"Run `alchemi-lit plugins` to list every plugin."
+            ) from None
+
+    def __contains__(self, name: str) -> bool:
+        _load_entry_points()
+        return name.lower() in self._entries
+
+    def names(self) -> list[str]:
+        _load_entry_points()
+        return [e.name for e in self._entries.values()]
+
+    def __iter__(self) -> Iterator[Entry]:
+        _load_entry_points()
+        return iter(sorted(self._entries.values(), key=lambda e: e.name.lower()))
+
+
+REGISTRIES: dict[str, Registry] = {k: Registry(k) for k in KINDS}
+_loading_source = threading.local()
+
+
+def _current_source(cls: type) -> str:
+    src = getattr(_loading_source, "name", None)
+    if src:
+        return src
+    top = cls.__module__.split(".")[0]
+    return BUILTIN_SOURCE if top == "alchemi_lit" else top
+
+
+def register(kind: str, name: str | None = None) -> Callable[[type[T]], type[T]]:
+    """Class decorator: ``@register("integrator")`` registers under the class name."""
+    if kind not in REGISTRIES:
+        raise ValueError(f"unknown plugin kind {kind!r}; choose one of {KINDS}")
+
+    def deco(cls: type[T]) -> type[T]:
+        REGISTRIES[kind].add(Entry(name or cls.__name__, kind, cls, _current_source(cls)))
+        return cls
+
+    return deco
+
+
+def register_preset(kind: str, name: str, cls: type, **kwargs: Any) -> None:
+    """Bind ``name`` to ``cls`` with default arguments ``kwargs``."""
+    REGISTRIES[kind].add(Entry(name, kind, cls, _current_source(cls), dict(kwargs)))
+
+
+def get(kind: str, name: str) -> Entry:
+    """Look up a plugin by kind and (case-insensitive) name."""
+    if kind not in REGISTRIES:
+        raise ValueError(f"unknown plugin kind {kind!r}; choose one of {KINDS}")
+    return REGISTRIES[kind].get(name)
+
+
+def find(name: str) -> Entry | None:
+    """Look up a name across all kinds (the CLI resolves ``class_path`` this way)."""
+    _load_entry_points()
+    for reg in REGISTRIES.values():
+        entry = reg._entries.get(name.lower())
+        if entry is not None:
+            return entry
+    return None
+
+
+def all_entries() -> list[Entry]:
+    _load_entry_points()
+    return [e for reg in REGISTRIES.values() for e in reg]
+
+
+_entry_points_loaded = False
+_entry_point_lock = threading.Lock()
+
+
+def _load_entry_points() -> None:
+    """Import built-ins and every ``alchemi_lit.plugins`` entry point, once."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    with _entry_point_lock:
+        if _entry_points_loaded:
+            return
+        _entry_points_loaded = True
+        import alchemi_lit.plugins_builtin  # noqa: F401  (registers the built-ins)
+
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            package = ep.dist.name if ep.dist is not None else ep.module
+            _loading_source.name = package
+            try:
+                target = ep.load()
+                if callable(target) and not isinstance(target, type):
+                    target()
+            except PluginConflictError:
+                raise
+            except Exception as exc:
+                raise ConfigError(
+                    f"plugin entry point {ep.name!r} of package {package!r} failed to load "
+                    f"({type(exc).__name__}: {exc}); reinstall or uninstall that package"
+                ) from exc
+            finally:
+                _loading_source.name = None
+
+
+def reset_for_tests() -> None:
+    """Forget entry points so a test can install a plugin and reload (tests only)."""
+    global _entry_points_loaded
+    _entry_points_loaded = False
