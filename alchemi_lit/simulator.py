@@ -22,6 +22,10 @@ from .results import Results
 from .sinks import Sink
 from .stages import Fused, Pipeline, as_plan
 from .state import Batch
+from .strategies.buffers import BufferConfig
+from .strategies.distributed import DistributedStrategy, StrategyName
+from .strategies.launch import StartMethod
+from .strategies.pipeline import CommMode
 from .strategies.single import SingleDeviceStrategy, resolve_device
 
 Precision = Literal["64", "32", "64-true", "32-true"]
@@ -43,7 +47,17 @@ class Simulator:
         precision: ``"64"`` (float64) or ``"32"`` (float32) for positions and forces.
         seed: key of every random stream (with system_id and step).
         sync_every: steps between host bookkeeping (termination, graduation, refills,
-            ON_CONVERGE callbacks); the step loop itself never waits on the host.
+            ON_CONVERGE callbacks, pipeline exchanges); the step loop never waits on the host.
+        strategy: ``"auto"`` (pipeline plans -> ``"pipeline"``, else ``"single"``),
+            ``"single"``, ``"pipeline"`` (one rank per pipeline stage) or ``"replicas"``
+            (``devices`` copies of the plan, each on a shard of the data).
+        buffer: transfer-buffer capacity between pipeline ranks.
+        comm_mode: ``"sync"``, ``"async_recv"`` or ``"fully_async"`` (pipelines).
+        start_method: how Fabric starts ranks from a plain script: ``"popen"``
+            (re-runs the command), ``"fork"`` or ``"spawn"``; ignored under torchrun.
+        timeout: seconds a rank waits for a silent peer before failing.
+        debug: log every exchange (rank in each line).
+        synchronized: exchange after every step, in lockstep with neighbours.
     """
 
     def __init__(
@@ -57,6 +71,13 @@ class Simulator:
         precision: Precision = "64",
         seed: int = 0,
         sync_every: int = 10,
+        strategy: StrategyName = "auto",
+        buffer: BufferConfig | None = None,
+        comm_mode: CommMode = "sync",
+        start_method: StartMethod = "popen",
+        timeout: float = 600.0,
+        debug: bool = False,
+        synchronized: bool = False,
     ) -> None:
         if not isinstance(model, Model):
             raise ConfigError(
@@ -64,12 +85,44 @@ class Simulator:
                 f"{type(model).__name__}; wrap other models by subclassing alchemi_lit.models.Model"
             )
         plan = as_plan(stages)
-        if isinstance(plan, Pipeline):
+        if strategy not in ("auto", "single", "pipeline", "replicas"):
             raise ConfigError(
-                "a pipeline plan (a | b) runs one stage per rank; this Simulator runs one "
-                "device: combine stages with '+' instead"
+                f"strategy must be 'auto', 'single', 'pipeline' or 'replicas', got {strategy!r}"
             )
+        if comm_mode not in ("sync", "async_recv", "fully_async"):
+            raise ConfigError(
+                f"comm_mode must be 'sync', 'async_recv' or 'fully_async', got {comm_mode!r}"
+            )
+        if strategy == "auto":
+            strategy = "pipeline" if isinstance(plan, Pipeline) else "single"
+        if strategy == "single" and isinstance(plan, Pipeline):
+            raise ConfigError(
+                "a pipeline plan (a | b) runs one stage per rank: use strategy='pipeline' "
+                "(or combine stages with '+' to run them fused on one device)"
+            )
+        n_devices = len(devices) if isinstance(devices, (list, tuple)) else int(devices)
+        if n_devices < 1:
+            raise ConfigError(f"devices must be >= 1, got {devices}")
+        if strategy == "pipeline":
+            plan = Pipeline.of(plan)
+            if n_devices != plan.num_ranks:
+                raise ConfigError(
+                    f"the pipeline has {plan.num_ranks} stage rank(s) but devices={n_devices}; "
+                    f"the number of ranks must equal the number of pipeline stages"
+                )
+        elif strategy == "replicas":
+            base = Pipeline.of(plan)
+            if n_devices % base.num_ranks:
+                raise ConfigError(
+                    f"replicas need devices to be a multiple of the plan's {base.num_ranks} "
+                    f"rank(s), got devices={n_devices}"
+                )
+            plan = base.replicate(n_devices // base.num_ranks)
+        if float(timeout) <= 0:
+            raise ConfigError(f"timeout must be > 0 seconds, got {timeout}")
         self.plan = plan
+        self.strategy_name = strategy
+        self.accelerator = accelerator
         if precision not in _DTYPES:
             raise ConfigError(f"precision must be one of {sorted(_DTYPES)}, got {precision!r}")
         if int(sync_every) < 1:
@@ -88,7 +141,13 @@ class Simulator:
         for s in self.sinks or []:
             if not isinstance(s, Sink):
                 raise ConfigError(f"sinks must be Sink instances (HostMemory, ZarrSink), got {type(s).__name__}")
-        self.strategy = SingleDeviceStrategy(self.device)
+        if strategy == "single":
+            self.strategy = SingleDeviceStrategy(self.device)
+        else:
+            self.strategy = DistributedStrategy(
+                plan, strategy, buffer or BufferConfig(), comm_mode, accelerator, start_method,
+                float(timeout), debug, synchronized,
+            )
 
     def forward_fn(self) -> Callable[[Batch], dict[str, torch.Tensor]]:
         """The model call used in the step loop."""
@@ -117,6 +176,11 @@ class Simulator:
         :class:`~alchemi_lit.data.SizeAwareSampler` (inflight batching: the batch is
         refilled as systems finish).
         """
+        if isinstance(self.strategy, DistributedStrategy):
+            if not isinstance(data, SizeAwareSampler):
+                atoms = list(data.to_atoms(results=False) if isinstance(data, Batch) else data)
+                data = SizeAwareSampler(atoms, max_atoms=max(sum(len(a) for a in atoms), 1))
+            return self.strategy.run(self, data)
         self.model.to(self.device)
         source = data if isinstance(data, SizeAwareSampler) else self.prepare(data)
         return self.strategy.run(self, source, self.plan)

@@ -180,6 +180,25 @@ class Pipeline:
                 edges.append((a, b + offset))
         return Pipeline(stages, edges)
 
+    def replicate(self, n: int) -> Pipeline:
+        """``n`` independent copies of this pipeline (data-parallel replicas), ranks
+        numbered replica by replica."""
+        if int(n) < 1:
+            raise ValueError(f"replicas must be >= 1, got {n}")
+        p = self.num_ranks
+        stages = {k * p + r: plan for k in range(int(n)) for r, plan in self.stages.items()}
+        edges = [(k * p + a, k * p + b) for k in range(int(n)) for a, b in self.edges]
+        return Pipeline(stages, edges)
+
+    def optimizer_columns(self) -> list[int]:
+        """Columns of optimizer stages in the pipeline-wide stage history."""
+        cols, offset = [], 0
+        for r in sorted(self.stages):
+            plan = self.stages[r]
+            cols += [offset + i for i, s in enumerate(plan.stages) if s.is_optimizer]
+            offset += len(plan)
+        return cols
+
     def __ror__(self, other: Any) -> Pipeline:
         return Pipeline.of(other) | self
 

@@ -160,6 +160,13 @@ class Batch:
             )
         return store[name]
 
+    def drop_field(self, name: str) -> None:
+        """Remove an extra field (core fields cannot be dropped)."""
+        if name in ATOM_FIELDS or name in SYSTEM_FIELDS:
+            raise ValueError(f"core field {name!r} cannot be dropped")
+        self.atom.pop(name, None)
+        self.system.pop(name, None)
+
     # ------------------------------------------------------------------ shape
     @property
     def num_atoms(self) -> int:

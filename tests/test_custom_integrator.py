@@ -3,12 +3,6 @@
 The block between the ``README example`` markers is meant to be pasted verbatim.
 """
 
-from __future__ import annotations
-
-import numpy as np
-from ase.build import bulk
-from ase.calculators.lj import LennardJones as AseLennardJones
-
 # --- README example: a custom optimizer ----------------------------------------------
 from typing import ClassVar
 
@@ -45,10 +39,21 @@ class SteepestDescent(Integrator):
         batch.positions = torch.where(moving, batch.positions + dr, batch.positions)
 
 
+def relax_argon(structures, fmax=1e-3, **options):
+    """Relax LJ argon structures (a list of ase.Atoms) with the optimizer above."""
+    model = LennardJones(epsilon=0.0104, sigma=3.40, cutoff=8.5)
+    sim = Simulator(model=model, stages=SteepestDescent(fmax=fmax, max_steps=300), **options)
+    return sim.run(structures)  # Results: .converged, .energy, .steps, .to_atoms()
+
+
 # --- end of README example -----------------------------------------------------------
 
 
 def test_custom_steepest_descent_relaxes_lj_argon() -> None:
+    import numpy as np
+    from ase.build import bulk
+    from ase.calculators.lj import LennardJones as AseLennardJones
+
     rng = np.random.default_rng(0)
     structures = []
     for repeat, noise in [(1, 0.1), (2, 0.05), (2, 0.15)]:
@@ -56,13 +61,7 @@ def test_custom_steepest_descent_relaxes_lj_argon() -> None:
         atoms.positions += rng.normal(scale=noise, size=atoms.positions.shape)
         structures.append(atoms)
     fmax = 1e-3
-    sim = Simulator(
-        model=LennardJones(epsilon=0.0104, sigma=3.40, cutoff=8.5),
-        stages=SteepestDescent(fmax=fmax, max_steps=300),
-        accelerator="cpu",
-        sync_every=5,
-    )
-    res = sim.run(structures)
+    res = relax_argon(structures, fmax=fmax, accelerator="cpu", sync_every=5)
     assert res.exit_reasons == ["converged"] * 3
     assert bool(res.converged.all())
     for before, after in zip(structures, res.to_atoms()):

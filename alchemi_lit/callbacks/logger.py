@@ -27,9 +27,20 @@ from ..state import EXIT_QUARANTINED, EXIT_REASONS, EXIT_RUNNING
 
 
 def stage_codes(ctx: StepContext) -> tuple[list[int], list[str]]:
-    """Status codes of the plan's stages and their labels (``"0:FIRE"``)."""
+    """Status codes of the stages this loop runs and their labels (``"0:FIRE"``).
+
+    The fused plan running here is the simulator's plan or, for pipelines, the rank
+    plan whose stages are ``ctx.stages``; plans without explicit codes use ``0..k-1``.
+    """
     plan = getattr(ctx.simulator, "plan", None)
-    codes = list(getattr(plan, "codes", range(len(ctx.stages))))
+    ranks = getattr(plan, "stages", None)
+    candidates = [plan, *(ranks.values() if isinstance(ranks, dict) else ())]
+    codes: list[int] = list(range(len(ctx.stages)))
+    for p in candidates:
+        p_codes = getattr(p, "codes", None)
+        if getattr(p, "stages", None) is ctx.stages and p_codes is not None:
+            codes = list(p_codes)
+            break
     names = [f"{c}:{type(s).__name__}" for c, s in zip(codes, ctx.stages)]
     return codes, names
 
@@ -163,6 +174,12 @@ class Logger(Callback):
             self._finished[int(sid)] = (int(code), bool(conv), int(atom_steps))
 
     def on_run_end(self, ctx: StepContext) -> None:
+        try:
+            self._summary(ctx)
+        except Exception as exc:  # a failed run's batch may be half-updated: never mask its error
+            logger.warning(f"Logger: could not write the run summary: {exc!r}")
+
+    def _summary(self, ctx: StepContext) -> None:
         wall = time.perf_counter() - self._t0 if self._t0 else 0.0
         b = ctx.batch
         # what is still in the batch: finished systems not yet graduated and, when the

@@ -81,8 +81,6 @@ _RESERVED = frozenset(
 #: Per-system values computed from the batch rather than stored in it.
 _DERIVED = {"temperature": Batch.temperature, "kinetic_energy": Batch.kinetic_energy}
 _CHUNK_ROWS = {"frames": 4096, "systems": 16384, "atoms": 65536}
-#: An array whose length is the number of rows of each part.
-_LENGTH_KEYS = {"frames": "step", "systems": "n_atoms", "atoms": "atomic_numbers"}
 
 
 def _as_path(path: Any, owner: str) -> Path:
@@ -223,9 +221,17 @@ class TrajectoryWriter(Callback):
         self._run = int(group.attrs.get("runs", 0))
         group.attrs["runs"] = self._run + 1
         self._group = group
-        for part, key in _LENGTH_KEYS.items():
-            arr = group.get(f"{part}/{key}")
-            self._counts[part] = 0 if arr is None else int(arr.shape[0])
+        for part in self._counts:
+            # a run killed during a flush may leave one part's arrays of unequal length:
+            # cut them to the shortest so appended rows stay aligned (frames/* is written
+            # last, so every frame still points at complete rows)
+            sub = group.get(part)
+            arrays = [] if sub is None else [a for _, a in sub.arrays()]
+            n = min((int(a.shape[0]) for a in arrays), default=0)
+            for a in arrays:
+                if a.shape[0] > n:
+                    a.resize((n, *a.shape[1:]))
+            self._counts[part] = n
         self._buffer = {}
         self._buffered_frames = self._buffered_atoms = 0
 
@@ -364,9 +370,10 @@ def read_trajectory(path: str | os.PathLike[str], system_id: int) -> list[Any]:
         raise ValueError(f"read_trajectory: {p} is not an alchemi_lit trajectory store")
     if group.get("frames/step") is None:
         raise KeyError(f"read_trajectory: {p} holds no frames yet")
-    n_frames = int(group["frames/step"].shape[0])
-    ids = group["systems/system_id"][:]
-    frame_of = group["systems/frame"][:]
+    n_frames = min(int(a.shape[0]) for _, a in group["frames"].arrays())
+    n_rows = min(int(a.shape[0]) for _, a in group["systems"].arrays())
+    ids = group["systems/system_id"][:n_rows]
+    frame_of = group["systems/frame"][:n_rows]
     rows = np.flatnonzero((ids == int(system_id)) & (frame_of < n_frames))  # complete frames
     if rows.size == 0:
         known = np.unique(ids)

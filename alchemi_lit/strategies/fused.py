@@ -54,14 +54,23 @@ class FusedLoop:
         plan: Fused,
         hooks: HookDispatcher,
         seed: int = 0,
-        forward: Callable[[Batch], dict[str, torch.Tensor]] | None = None,
+        forward: Callable[..., dict[str, torch.Tensor]] | None = None,
+        history_offset: int = 0,
+        history_width: int | None = None,
+        optimizer_columns: list[int] | None = None,
     ) -> None:
+        """``history_offset``/``history_width`` place this plan's columns in the
+        ``stage_steps``/``stage_exit`` history (a pipeline records all ranks' stages)."""
         self.model = model
+        self.offset = int(history_offset)
+        self.width = len(plan) + self.offset if history_width is None else int(history_width)
         self.plan = plan
         self.hooks = hooks
         self.seed = int(seed)
         self.forward = forward or model
-        self.optimizer_index = [i for i, s in enumerate(plan.stages) if s.is_optimizer]
+        self.optimizer_index = optimizer_columns if optimizer_columns is not None else [
+            self.offset + i for i, s in enumerate(plan.stages) if s.is_optimizer
+        ]
         self.num_forward_calls = 0
         self.pending = False  # set by the strategy when it appended PENDING systems
         # stress costs a [P, 3, 3] reduction per step: only when a stage or callback uses it
@@ -73,11 +82,14 @@ class FusedLoop:
     # ----------------------------------------------------------------- setup
     def declare(self, batch: Batch) -> None:
         """Create every field the plan needs on ``batch`` (idempotent)."""
-        k = len(self.plan)
+        k = self.width
+        for name in ("stage_steps", "stage_exit"):  # history of another plan: start afresh
+            if batch.has_field(name) and tuple(getattr(batch, name).shape[1:]) != (k,):
+                batch.drop_field(name)
         batch.ensure_field("stage_steps", "system", (k,), torch.int64, 0)
         batch.ensure_field("stage_exit", "system", (k,), torch.int64, EXIT_RUNNING)
         for i, stage in enumerate(self.plan.stages):
-            stage.setup(batch, self.seed, prefix=f"stage{i}")
+            stage.setup(batch, self.seed, prefix=f"stage{self.offset + i}")
 
     def start(self, batch: Batch, fresh: torch.Tensor, ctx: StepContext | None = None) -> None:
         """Bring new systems (``fresh`` [B] mask) to the plan's entry with valid forces.
@@ -95,9 +107,11 @@ class FusedLoop:
         batch.status = torch.where(fresh, torch.full_like(batch.status, self.plan.entry), batch.status)
         batch.step = torch.where(fresh, torch.zeros_like(batch.step), batch.step)
         batch.exit_code = torch.where(fresh, torch.zeros_like(batch.exit_code), batch.exit_code)
-        batch.converged = batch.converged & ~fresh
-        batch.stage_steps.masked_fill_(fresh.unsqueeze(-1), 0)
-        batch.stage_exit.masked_fill_(fresh.unsqueeze(-1), EXIT_RUNNING)
+        cols = slice(self.offset, self.offset + len(self.plan))
+        batch.stage_steps[:, cols] = batch.stage_steps[:, cols].masked_fill(fresh.unsqueeze(-1), 0)
+        batch.stage_exit[:, cols] = batch.stage_exit[:, cols].masked_fill(
+            fresh.unsqueeze(-1), EXIT_RUNNING
+        )
         self.plan.stages[0].init_systems(batch, fresh)
 
     # ----------------------------------------------------------------- step
@@ -127,7 +141,10 @@ class FusedLoop:
         self.compute(batch, ctx)
         hooks(H.AFTER_COMPUTE, ctx)
         if self.state_changing_hooks:  # e.g. NaNGuard may have moved systems to the exit
-            masks = [m & (batch.status == c) for m, c in zip(masks, self.plan.codes)]
+            kept = [m & (batch.status == c) for m, c in zip(masks, self.plan.codes)]
+            left = torch.stack([m & ~k for m, k in zip(masks, kept)]).any(0)
+            ctx.exited = left if ctx.exited is None else ctx.exited | left  # for ON_CONVERGE
+            masks = kept
             ctx.stage_masks = masks
         hooks(H.BEFORE_POST_UPDATE, ctx)
         for stage, mask in zip(stages, masks):
@@ -161,8 +178,9 @@ class FusedLoop:
             if stage.is_optimizer:
                 reason = torch.where(done_conv, EXIT_CONVERGED, EXIT_MAX_STEPS)
                 batch.velocities = batch.velocities.masked_fill(batch.atom_mask(leave).unsqueeze(-1), 0.0)
-            batch.stage_exit[:, i] = torch.where(leave, reason, batch.stage_exit[:, i])
-            batch.stage_steps[:, i] = torch.where(leave, batch.step, batch.stage_steps[:, i])
+            col = self.offset + i
+            batch.stage_exit[:, col] = torch.where(leave, reason, batch.stage_exit[:, col])
+            batch.stage_steps[:, col] = torch.where(leave, batch.step, batch.stage_steps[:, col])
             batch.exit_code = torch.where(leave, reason, batch.exit_code)
             if stage.is_optimizer:
                 batch.converged = self._all_optimizers_converged(batch, leave, batch.converged)

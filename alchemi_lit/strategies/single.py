@@ -75,7 +75,8 @@ class SingleDeviceStrategy:
             with stream:
                 loop.compute(batch, ctx)  # forces before the first step
                 hooks.run_start(ctx)
-                loop.start(batch, torch.ones(batch.num_systems, dtype=torch.bool, device=batch.device))
+                fresh = torch.ones(batch.num_systems, dtype=torch.bool, device=batch.device)
+                loop.start(batch, fresh, ctx)  # exits on arrival reach ON_CONVERGE too
                 self._run_loop(sim, loop, ctx, hooks, sinks, sampler, stats)
         finally:
             try:

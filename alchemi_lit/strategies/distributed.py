@@ -1,0 +1,198 @@
+"""Pipeline and replica strategies: validate, launch ranks, run workers, collect.
+
+``pipeline``: one rank per stage of a :class:`~alchemi_lit.stages.Pipeline`.
+``replicas``: ``n`` copies of the plan (a fused plan, or a pipeline of ``p`` ranks
+when ``devices = n * p``), each over a disjoint shard of the sampler balanced by atom
+count.  Both are the same engine: replicas are independent sub-pipelines whose
+source ranks split the data.
+
+Results: sink ranks write to their sinks (a ZarrSink becomes one store per writing
+rank, merged into the requested store by rank 0 at the end, each system once); with
+in-memory sinks the finished systems are gathered on rank 0 as numpy arrays.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from loguru import logger
+
+from ..data.sampler import SizeAwareSampler
+from ..errors import ConfigError
+from ..results import Results
+from ..sinks import HostMemory, ZarrSink
+from ..stages import Pipeline
+from ..state import Batch
+from .buffers import BufferConfig
+from .launch import StartMethod, launch, rank_device
+from .pipeline import CommMode, PipelineWorker
+
+if TYPE_CHECKING:
+    from ..simulator import Simulator
+
+StrategyName = Literal["auto", "single", "pipeline", "replicas"]
+
+
+def shard(sampler: SizeAwareSampler, parts: int, index: int) -> SizeAwareSampler:
+    """A disjoint shard of ``sampler``'s systems, balanced by atom count (greedy)."""
+    loads = [0] * parts
+    owner = np.empty(len(sampler.dataset), dtype=np.int64)
+    for k in np.argsort(-sampler.sizes, kind="stable"):
+        p = int(np.argmin(loads))
+        owner[k] = p
+        loads[p] += int(sampler.sizes[k])
+    mine = [int(k) for k in sampler.order if owner[k] == index]
+    sub = SizeAwareSampler(
+        [sampler.dataset[k] for k in mine], sampler.max_atoms, sampler.max_systems,
+        sampler.max_edges, system_ids=[int(sampler.system_ids[k]) for k in mine],
+        skip_invalid=sampler.skip_invalid,
+    ) if mine else None
+    return sub
+
+
+class DistributedStrategy:
+    """Runs a pipeline (or replicas) over ranks; see module docstring."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        name: str,
+        buffer: BufferConfig,
+        comm_mode: CommMode,
+        accelerator: str,
+        start_method: StartMethod,
+        timeout_s: float,
+        debug: bool,
+        synchronized: bool,
+    ) -> None:
+        self.pipeline = pipeline
+        self.name = name
+        self.buffer = buffer
+        self.comm_mode = comm_mode
+        self.accelerator = accelerator
+        self.start_method = start_method
+        self.timeout_s = timeout_s
+        self.debug = debug
+        self.synchronized = synchronized
+
+    def validate(self, sampler: SizeAwareSampler) -> None:
+        """Checks every rank would make, done before launching anything."""
+        big = np.flatnonzero(sampler.sizes > self.buffer.num_atoms)
+        if len(big):
+            k = int(big[0])
+            raise ConfigError(
+                f"system {k} has {int(sampler.sizes[k])} atoms but the transfer buffer holds "
+                f"{self.buffer.num_atoms} (BufferConfig.num_atoms); raise num_atoms to at least "
+                f"{int(sampler.sizes.max())}"
+            )
+        if len(self.pipeline.edges) == 0 and self.pipeline.num_ranks > 1 and self.name == "pipeline":
+            raise ConfigError("a pipeline with several ranks needs edges between them")
+
+    def run(self, sim: Simulator, sampler: SizeAwareSampler) -> Results:
+        self.validate(sampler)
+        world = self.pipeline.num_ranks
+        out = launch(
+            lambda rank, local: self._rank_main(sim, sampler, rank, local),
+            world, self.accelerator, self.start_method, self.timeout_s,
+        )
+        return _results_from(out, sim)
+
+    # ---------------------------------------------------------------- per rank
+    def _rank_main(self, sim: Simulator, sampler: SizeAwareSampler, rank: int, local: int) -> Any:
+        device = rank_device(self.accelerator, local)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        comm_device = device if dist.get_backend() == "nccl" else torch.device("cpu")
+        sim.device = device
+        sim.model.to(device)
+        sources = self.pipeline.sources()
+        my_sampler = shard(sampler, len(sources), sources.index(rank)) if rank in sources else None
+        sinks_ranks = self.pipeline.sinks()
+        sim.sinks = _rank_sinks(sim.sinks, rank, len(sinks_ranks) > 1)
+        worker = PipelineWorker(
+            sim, self.pipeline, rank, my_sampler, self.buffer, self.comm_mode, device, comm_device,
+            capacity=sampler.budget()[:2], debug=self.debug, synchronized=self.synchronized,
+        )
+        result = worker.run()
+        logger.debug(f"[rank {rank}] worker finished")
+        memory = [b for b in result["sinks"].in_memory] + list(result["sinks"].overflow)
+        payload = {
+            "stats": result["stats"],
+            "systems": _to_numpy(Batch.concatenate(memory)) if memory else None,
+            "stores": [str(s.path) for s in (sim.sinks or []) if isinstance(s, ZarrSink)],
+        }
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, payload)
+        logger.debug(f"[rank {rank}] gathered")
+        if rank == 0:
+            _merge_stores(sim, gathered, len(sinks_ranks) > 1)
+        dist.barrier()
+        logger.debug(f"[rank {rank}] barrier passed")
+        return gathered
+
+
+def _rank_sinks(sinks: list[Any] | None, rank: int, several_writers: bool) -> list[Any] | None:
+    """Per-rank copies of the sinks: one zarr store per writing rank when several write."""
+    if sinks is None:
+        return None
+    out = []
+    for s in sinks:
+        if isinstance(s, ZarrSink) and several_writers:
+            part = s.path.with_name(f"{s.path.stem}.rank{rank}{s.path.suffix}")
+            if part.exists():
+                shutil.rmtree(part)
+            z = ZarrSink(part, mode="w")
+            z.final_path, z.final_mode = s.path, s.mode
+            out.append(z)
+        elif isinstance(s, HostMemory):
+            out.append(HostMemory(s.capacity))
+        else:
+            out.append(s)
+    return out
+
+
+def _merge_stores(sim: Simulator, gathered: list[Any], several_writers: bool) -> None:
+    if not several_writers or not sim.sinks:
+        return
+    for s in sim.sinks:
+        if not isinstance(s, ZarrSink) or not hasattr(s, "final_path"):
+            continue
+        parts = sorted({p for g in gathered for p in g["stores"] if Path(p).name.startswith(s.final_path.stem + ".rank")})
+        batches = [b for p in parts if Path(p).exists() for b in [ZarrSink(p).read_batch()] if b is not None]
+        final = ZarrSink(s.final_path, mode=s.final_mode)
+        final.open(sim.run_info())
+        if batches:
+            merged = Batch.concatenate(batches)
+            final.write(merged.select(torch.argsort(merged.system_id, stable=True)))
+        final.close()
+        for p in parts:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _to_numpy(batch: Batch) -> dict[str, Any]:
+    return {
+        "atom": {k: v.detach().cpu().numpy() for k, v in batch.atom.items()},
+        "system": {k: v.detach().cpu().numpy() for k, v in batch.system.items()},
+    }
+
+
+def _from_numpy(data: dict[str, Any]) -> Batch:
+    return Batch(
+        {k: torch.from_numpy(v) for k, v in data["atom"].items()},
+        {k: torch.from_numpy(v) for k, v in data["system"].items()},
+    )
+
+
+def _results_from(gathered: list[Any] | None, sim: Simulator) -> Results:
+    if not gathered:
+        return Results(None)
+    parts = [_from_numpy(g["systems"]) for g in gathered if g and g["systems"] is not None]
+    batch = Batch.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else None)
+    stats = {"ranks": [g["stats"] for g in gathered]}
+    stats["systems"] = sum(g["stats"]["systems_out"] for g in gathered if g["stats"]["is_sink"])
+    return Results(batch, stats, sim.sinks or [])

@@ -1,0 +1,548 @@
+"""Distributed pipeline: one fused plan per rank, systems flowing along edges.
+
+Each rank runs the same fused step loop as the single-device strategy on its own
+batch.  Every ``sync_every`` steps it does its bookkeeping and one *exchange round*
+with its neighbours, point to point (no global collective per step):
+
+1. wait for this round's data message from every active upstream rank
+   (systems land in an inbox; a ``done`` flag closes the edge),
+2. wait for this round's credit from every downstream rank (free capacity),
+3. route finished systems to downstream ranks -- each to the one with the most
+   credit left (fan-out) -- within credit and buffer size; the rest wait
+   (back-pressure: never dropped, never duplicated); send one data message per
+   downstream edge, empty or not, so receives always complete,
+4. send credit for the next round to every active upstream rank,
+5. post the receives of the next round (``async_recv`` / ``fully_async``: they
+   complete in the background while the rank steps).
+
+Received systems are appended PENDING (their forces come from the next step's
+forward) and enter this rank's plan at its entry stage.  A rank is done when its
+upstreams are done, its sampler (source ranks) is exhausted and its batch, inbox
+and outbox are empty; it says so in its last data message, so completion flows
+down the pipeline.  A failing rank sends an abort message (its rank and the
+error text) to its neighbours, which forward it, flush their sinks and raise
+:class:`PipelineError` naming the failed rank.
+
+Comm modes: ``sync`` posts receives at the start of each round and waits for its
+sends; ``async_recv`` posts next round's receives at the end of the current one;
+``fully_async`` additionally waits for a round's sends only one round later
+(double-buffered sends, so a buffer is never reused while in flight).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+import torch.distributed as dist
+from loguru import logger
+
+from ..data.sampler import SizeAwareSampler
+from ..errors import AlchemiError, ConfigError
+from ..hooks import HookDispatcher, HookStageEnum, StepContext
+from ..sinks import HostMemory, SinkChain
+from ..stages import Fused, Pipeline
+from ..state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, Batch
+from .buffers import (
+    FLAG_ABORT,
+    FLAG_DONE,
+    H_CREDIT_ATOMS,
+    H_CREDIT_SYSTEMS,
+    H_FLAGS,
+    H_KIND,
+    H_MAGIC,
+    KIND_CREDIT,
+    KIND_DATA,
+    MAGIC,
+    BufferConfig,
+    MessageLayout,
+    schema_digest,
+    schema_of,
+    split_to_fit,
+)
+from .fused import PENDING, FusedLoop
+
+if TYPE_CHECKING:
+    from ..simulator import Simulator
+
+CommMode = Literal["sync", "async_recv", "fully_async"]
+TAG_DATA, TAG_CREDIT = 1, 2
+
+
+class PipelineError(AlchemiError, RuntimeError):
+    """A rank of the pipeline failed; names the rank and its error."""
+
+    def __init__(self, rank: int, message: str) -> None:
+        super().__init__(f"pipeline rank {rank} failed: {message}")
+        self.rank = rank
+
+
+@dataclass
+class RankStats:
+    rank: int
+    is_sink: bool = False
+    systems_in: int = 0
+    systems_out: int = 0
+    steps: int = 0
+    rounds: int = 0
+    busy_s: float = 0.0
+    wait_s: float = 0.0
+    wall_s: float = 0.0
+    exchange_s: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        ex = self.exchange_s
+        return {
+            "rank": self.rank, "is_sink": self.is_sink, "systems_in": self.systems_in, "systems_out": self.systems_out,
+            "steps": self.steps, "rounds": self.rounds, "wall_s": self.wall_s,
+            "idle_fraction": self.wait_s / self.wall_s if self.wall_s else 0.0,
+            "mean_exchange_ms": 1e3 * sum(ex) / len(ex) if ex else 0.0,
+        }
+
+
+def global_history_offsets(pipeline: Pipeline) -> dict[int, int]:
+    """Column offset of each rank's stages in the pipeline-wide stage history."""
+    offsets, total = {}, 0
+    for r in sorted(pipeline.stages):
+        offsets[r] = total
+        total += len(pipeline.stages[r])
+    return offsets
+
+
+class _Edge:
+    """Buffers and in-flight requests of one neighbour link, seen from this rank."""
+
+    def __init__(self, peer: int, layout: MessageLayout, comm_device: torch.device, double: bool):
+        self.peer = peer
+        self.active = True
+        n = 2 if double else 1
+        self.data = [layout.new_buffer(comm_device, pin=True) for _ in range(n)]
+        self.credit = [layout.new_buffer(comm_device, pin=True, payload=False) for _ in range(n)]
+        self.recv_data = layout.new_buffer(comm_device, pin=True)
+        self.recv_credit = layout.new_buffer(comm_device, pin=True, payload=False)
+        self.pending_recv: Any = None
+        self.pending_send: list[Any] = []
+        self.slot = 0
+
+
+class PipelineWorker:
+    """One rank of a pipeline run (see module docstring)."""
+
+    def __init__(
+        self,
+        sim: Simulator,
+        pipeline: Pipeline,
+        rank: int,
+        sampler: SizeAwareSampler | None,
+        buffer: BufferConfig,
+        comm_mode: CommMode,
+        device: torch.device,
+        comm_device: torch.device,
+        capacity: tuple[int, int],
+        debug: bool = False,
+        synchronized: bool = False,
+    ) -> None:
+        """``capacity`` = (max_atoms, max_systems) of this rank's batch (the sampler's
+        budgets: every rank of a pipeline holds at most that much)."""
+        self.sim, self.pipeline, self.rank = sim, pipeline, rank
+        self.plan: Fused = pipeline.stages[rank]
+        self.ups = pipeline.upstream(rank)
+        self.downs = pipeline.downstream(rank)
+        self.sampler = sampler
+        self.buffer = buffer
+        self.mode: CommMode = "sync" if synchronized else comm_mode
+        self.sync_every = 1 if synchronized else sim.sync_every
+        self.device, self.comm_device = device, comm_device
+        self.debug = debug
+        self.stats = RankStats(rank)
+        self.round = 0
+        self.inbox: list[Batch] = []
+        self.outbox: Batch | None = None
+        self.max_atoms, self.max_systems = capacity
+
+    # ================================================================ setup
+    def template(self) -> Batch:
+        """A one-atom batch with every field any rank of the pipeline declares."""
+        from ase import Atoms
+
+        b = self.sim.prepare(Batch.from_atoms([Atoms("H", positions=[[0, 0, 0]])], validate=False))
+        width = sum(len(p) for p in self.pipeline.stages.values())
+        offsets = global_history_offsets(self.pipeline)
+        for r, plan in sorted(self.pipeline.stages.items()):
+            FusedLoop(self.sim.model, plan, HookDispatcher([]), self.sim.seed,
+                      history_offset=offsets[r], history_width=width).declare(b)
+        b.ensure_field("nan_flags", "system", dtype=torch.int64, fill=0)
+        return b
+
+    def setup(self) -> None:
+        template = self.template()
+        self.schema = schema_of(template)
+        self.layout = MessageLayout(self.schema, self.buffer)
+        digest = schema_digest(self.schema, self.buffer)
+        mine = {"digest": digest, "plan": repr(self.pipeline), "buffer": repr(self.buffer),
+                "model": type(self.sim.model).__name__}
+        everyone: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+        for r, other in enumerate(everyone):
+            for key in ("plan", "buffer", "digest", "model"):
+                if other[key] != everyone[0][key]:
+                    raise ConfigError(
+                        f"pipeline ranks disagree at setup: rank 0 has {key}={everyone[0][key]!r} "
+                        f"but rank {r} has {other[key]!r}; launch every rank with the same "
+                        f"configuration (same plan, BufferConfig, model and field schema)"
+                    )
+        double = self.mode == "fully_async"
+        self.up_edges = {u: _Edge(u, self.layout, self.comm_device, double) for u in self.ups}
+        self.down_edges = {d: _Edge(d, self.layout, self.comm_device, double) for d in self.downs}
+        self.down_credit = {d: (0, 0) for d in self.downs}
+        width = sum(len(p) for p in self.pipeline.stages.values())
+        self.hooks = HookDispatcher(self.sim.callbacks)
+        self.loop = FusedLoop(
+            self.sim.model, self.plan, self.hooks, seed=self.sim.seed,
+            forward=self.sim.forward_fn(),
+            history_offset=global_history_offsets(self.pipeline)[self.rank], history_width=width,
+            optimizer_columns=self.pipeline.optimizer_columns(),
+        )
+        self.is_sink = not self.downs
+        self.stats.is_sink = self.is_sink
+        sinks = self.sim.sinks if self.sim.sinks is not None else [HostMemory()]
+        self.sinks = SinkChain(sinks if self.is_sink else [])
+
+    # ================================================================ messaging
+    def _post_recvs(self) -> None:
+        for e in self.up_edges.values():
+            if e.active and e.pending_recv is None:
+                e.pending_recv = dist.irecv(e.recv_data, src=e.peer, tag=TAG_DATA)
+        if not self.done_sent:
+            for e in self.down_edges.values():
+                if e.active and e.pending_recv is None:
+                    e.pending_recv = dist.irecv(e.recv_credit, src=e.peer, tag=TAG_CREDIT)
+
+    def _wait(self, e: _Edge, buf: torch.Tensor, kind: int) -> torch.Tensor:
+        t0 = time.perf_counter()
+        try:
+            e.pending_recv.wait()
+        except Exception as exc:
+            raise PipelineError(e.peer, f"rank {e.peer} stopped responding ({type(exc).__name__}: {exc})") from exc
+        finally:
+            self.stats.wait_s += time.perf_counter() - t0
+        e.pending_recv = None
+        h = MessageLayout.header(buf).tolist()
+        if h[H_MAGIC] != MAGIC:
+            raise PipelineError(e.peer, "received a corrupt message (bad magic word)")
+        if h[H_FLAGS] & FLAG_ABORT:
+            rank, text = MessageLayout.read_error(buf)
+            raise _Abort(rank, text)
+        if h[H_KIND] != kind:
+            raise PipelineError(e.peer, f"protocol error: expected message kind {kind}, got {h[H_KIND]}")
+        return buf
+
+    def _send(self, e: _Edge, buf: torch.Tensor, tag: int) -> None:
+        if self.device.type == "cuda" and buf.device.type == "cpu":
+            torch.cuda.current_stream(self.device).synchronize()  # staged copies complete
+        e.pending_send.append(dist.isend(buf, dst=e.peer, tag=tag))
+
+    def _flush_sends(self, e: _Edge, keep_last: bool) -> None:
+        keep = 1 if keep_last else 0
+        while len(e.pending_send) > keep:
+            req = e.pending_send.pop(0)
+            try:
+                req.wait()
+            except Exception as exc:
+                raise PipelineError(e.peer, f"rank {e.peer} stopped responding ({exc})") from exc
+
+    # ================================================================ exchange round
+    def exchange(self, batch: Batch) -> bool:
+        """One round with all neighbours; returns True when this rank is done."""
+        t0 = time.perf_counter()
+        if self.mode == "sync":
+            self._post_recvs()
+        # 1. data from upstream
+        for u, e in self.up_edges.items():
+            if not e.active:
+                continue
+            buf = self._wait(e, e.recv_data, KIND_DATA)
+            h = MessageLayout.header(buf).tolist()
+            if h[3] > 0:  # H_SYSTEMS
+                received = self.layout.unpack(buf, self.device)
+                self.stats.systems_in += received.num_systems
+                self._accept(received)
+            if h[H_FLAGS] & FLAG_DONE:
+                e.active = False
+            if self.debug:
+                logger.debug(f"[rank {self.rank}] round {self.round}: got {h[3]} systems from rank {u}"
+                             f"{' (done)' if not e.active else ''}")
+        # 2. credit from downstream
+        for d, e in self.down_edges.items():
+            buf = self._wait(e, e.recv_credit, KIND_CREDIT)
+            h = MessageLayout.header(buf).tolist()
+            self.down_credit[d] = (h[H_CREDIT_ATOMS], h[H_CREDIT_SYSTEMS])
+        # 3. route and send data downstream
+        done = self._ready_to_finish(batch)
+        parts = self._route()
+        done = done and (self.outbox is None or self.outbox.num_systems == 0)
+        for d, e in self.down_edges.items():
+            self._flush_sends(e, keep_last=self.mode == "fully_async")
+            buf = e.data[e.slot]
+            e.slot = (e.slot + 1) % len(e.data)
+            part = parts.get(d)
+            n_sys = part.num_systems if part is not None else 0
+            n_atoms = part.num_atoms if part is not None else 0
+            MessageLayout.write_header(buf, KIND_DATA, FLAG_DONE if done else 0, self.round,
+                                       systems=n_sys, atoms=n_atoms)
+            if part is not None:
+                self.layout.pack(buf, part)
+                self.stats.systems_out += n_sys
+            self._send(e, buf, TAG_DATA)
+            if self.debug:
+                logger.debug(f"[rank {self.rank}] round {self.round}: sent {n_sys} systems to rank {d}"
+                             f"{' (done)' if done else ''}")
+        # 4. credit upstream
+        active_ups = [e for e in self.up_edges.values() if e.active]
+        if active_ups:
+            free_atoms, free_systems = self._free_capacity(batch)
+            share_a, share_s = free_atoms // len(active_ups), free_systems // len(active_ups)
+            for e in active_ups:
+                self._flush_sends(e, keep_last=self.mode == "fully_async")
+                buf = e.credit[e.slot]
+                e.slot = (e.slot + 1) % len(e.credit)
+                MessageLayout.write_header(buf, KIND_CREDIT, 0, self.round,
+                                           credit_atoms=share_a, credit_systems=share_s)
+                self._send(e, buf, TAG_CREDIT)
+        self.done_sent = done
+        if self.debug:
+            logger.debug(
+                f"[rank {self.rank}] round {self.round}: batch={batch.num_systems} "
+                f"inbox={sum(b.num_systems for b in self.inbox)} "
+                f"outbox={self.outbox.num_systems if self.outbox is not None else 0} done={done}"
+            )
+        if self.mode == "sync" or done:
+            for e in [*self.up_edges.values(), *self.down_edges.values()]:
+                self._flush_sends(e, keep_last=False)
+        # 5. next round's receives
+        if self.mode != "sync" and not done:
+            self._post_recvs()
+        self.round += 1
+        self.stats.rounds += 1
+        self.stats.exchange_s.append(time.perf_counter() - t0)
+        return done
+
+    def _accept(self, received: Batch) -> None:
+        """Inbox for systems to simulate; quarantined ones pass straight through."""
+        dead = (received.exit_code == EXIT_QUARANTINED) | (received.exit_code == EXIT_MODEL_ERROR)
+        if bool(dead.any()):
+            through = received.select(dead.nonzero().flatten())
+            if self.is_sink:
+                self.sinks.write(through)
+                self.stats.systems_out += through.num_systems
+            else:
+                self.outbox = through if self.outbox is None else Batch.concatenate([self.outbox, through])
+            received = received.select((~dead).nonzero().flatten())
+        if received.num_systems:
+            self.inbox.append(received)
+
+    def _free_capacity(self, batch: Batch) -> tuple[int, int]:
+        inbox_atoms = sum(b.num_atoms for b in self.inbox)
+        inbox_systems = sum(b.num_systems for b in self.inbox)
+        free_atoms = self.max_atoms - batch.num_atoms - inbox_atoms
+        free_systems = self.max_systems - batch.num_systems - inbox_systems
+        return max(0, free_atoms), max(0, min(free_systems, 1 << 40))
+
+    def _route(self) -> dict[int, Batch]:
+        """Split the outbox among downstream ranks: most credit first, within buffers."""
+        if self.outbox is None or self.outbox.num_systems == 0 or not self.downs:
+            return {}
+        credit = {d: list(self.down_credit[d]) for d in self.downs}
+        room = {d: [self.buffer.num_atoms, self.buffer.num_systems] for d in self.downs}
+        chosen: dict[int, list[int]] = {d: [] for d in self.downs}
+        left: list[int] = []
+        for row, n in enumerate(self.outbox.n_atoms.tolist()):
+            fits = [d for d in self.downs if credit[d][0] >= n and credit[d][1] >= 1
+                    and room[d][0] >= n and room[d][1] >= 1]
+            if not fits or left:  # keep FIFO order: once one waits, later ones wait too
+                left.append(row)
+                continue
+            d = max(fits, key=lambda k: (credit[k][0], -k))
+            chosen[d].append(row)
+            credit[d][0] -= n
+            credit[d][1] -= 1
+            room[d][0] -= n
+            room[d][1] -= 1
+        parts = {d: self.outbox.select(rows) for d, rows in chosen.items() if rows}
+        self.outbox = self.outbox.select(left) if left else None
+        return parts
+
+    def _ready_to_finish(self, batch: Batch) -> bool:
+        return (
+            all(not e.active for e in self.up_edges.values())
+            and (self.sampler is None or self.sampler.exhausted)
+            and batch.num_systems == 0
+            and not self.inbox
+        )
+
+    # ================================================================ run
+    def run(self) -> dict[str, Any]:
+        self.setup()
+        self.done_sent = False
+        t_start = time.perf_counter()
+        ctx: StepContext | None = None
+        try:
+            batch = self._initial_batch()
+            self.loop.declare(batch)
+            ctx = StepContext(batch=batch, stages=self.plan.stages, simulator=self.sim)
+            ctx.state.update(has_fixed=bool(batch.fixed.any()), exit_code=self.plan.exit,
+                             rank=self.rank, graduated_systems=0)
+            self.sinks.open({**self.sim.run_info(), "rank": self.rank})
+            # initial credits so upstream ranks may send in round 0
+            self._post_recvs()
+            for e in self.up_edges.values():
+                buf = e.credit[e.slot]
+                e.slot = (e.slot + 1) % len(e.credit)
+                free = self._free_capacity(batch)
+                share = max(1, len(self.up_edges))
+                MessageLayout.write_header(buf, KIND_CREDIT, 0, -1, credit_atoms=free[0] // share,
+                                           credit_systems=free[1] // share)
+                self._send(e, buf, TAG_CREDIT)
+            if batch.num_systems:
+                self.loop.compute(batch, ctx)
+            self.hooks.run_start(ctx)
+            if batch.num_systems:
+                fresh = torch.ones(batch.num_systems, dtype=torch.bool, device=self.device)
+                self.loop.start(batch, fresh, ctx)
+            while True:
+                t0 = time.perf_counter()
+                if ctx.batch.num_systems:
+                    for _ in range(self.sync_every):
+                        self.loop.step(ctx.batch, ctx)
+                    self.stats.steps += self.sync_every
+                self.stats.busy_s += time.perf_counter() - t0
+                ctx.batch = self._graduate(ctx)
+                if self.exchange(ctx.batch):
+                    break
+                ctx.batch = self._admit(ctx)
+            self.hooks.run_end(ctx)
+        except _Abort as exc:
+            self._abort(exc.rank, exc.text)
+            self.sinks.close()
+            raise PipelineError(exc.rank, exc.text) from None
+        except PipelineError as exc:
+            self._abort(exc.rank, str(exc))
+            self.sinks.close()
+            raise
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            logger.error(f"[rank {self.rank}] failed: {text}\n{traceback.format_exc()}")
+            self._abort(self.rank, text)
+            self.sinks.close()
+            raise PipelineError(self.rank, text) from exc
+        self.sinks.close()
+        self.stats.wall_s = time.perf_counter() - t_start
+        return {"stats": self.stats.summary(), "sinks": self.sinks}
+
+    def _abort(self, rank: int, text: str) -> None:
+        """Tell every neighbour (best effort, without blocking) that the run is over."""
+        for e in [*self.up_edges.values(), *self.down_edges.values()] if hasattr(self, "up_edges") else []:
+            try:
+                buf = self.layout.new_buffer(self.comm_device, payload=e in self.down_edges.values())
+                kind = KIND_DATA if e in self.down_edges.values() else KIND_CREDIT
+                MessageLayout.write_header(buf, kind, FLAG_ABORT, self.round)
+                MessageLayout.write_error(buf, rank, text)
+                dist.isend(buf, dst=e.peer, tag=TAG_DATA if kind == KIND_DATA else TAG_CREDIT)
+            except Exception:  # the peer may be gone already
+                pass
+
+    # ================================================================ batch surgery
+    def _initial_batch(self) -> Batch:
+        if self.sampler is not None:
+            self.sampler.bind(self.sim.model.cutoff + self.sim.model.neighbors.skin)
+            max_atoms, max_systems, max_edges = self.sampler.budget()
+            atoms, ids = self.sampler.take(max_atoms, max_systems, max_edges)
+            if atoms:
+                batch = self.sim.prepare(Batch.from_atoms(atoms, system_ids=ids, validate=False))
+                self.stats.systems_in += batch.num_systems
+                return batch
+        return self.template().select(torch.zeros(0, dtype=torch.long))
+
+    def _graduate(self, ctx: StepContext) -> Batch:
+        batch = ctx.batch
+        if batch.num_systems == 0:
+            return batch
+        finished = self.loop.finished(batch)
+        ctx.graduated = finished
+        if ctx.exited is not None and self.hooks.has(HookStageEnum.ON_CONVERGE) and bool(ctx.exited.any()):
+            self.hooks(HookStageEnum.ON_CONVERGE, ctx)
+        ctx.exited = ctx.converged = None
+        ctx.graduated = None
+        if not bool(finished.any()):
+            return batch
+        rows = finished.nonzero().flatten()
+        graduates = batch.select(rows)
+        if self.is_sink:
+            if self.sim.model.compute_stress and not self.loop.needs_stress:
+                graduates.stress = self.sim.model.stress(graduates).detach()
+            # report the pipeline-wide exit code, as a fused run of all stages would
+            graduates.status = graduates.status + self.loop.offset
+            self.sinks.write(graduates)
+            self.stats.systems_out += graduates.num_systems
+        else:
+            self.outbox = graduates if self.outbox is None else Batch.concatenate([self.outbox, graduates])
+        keep = (~finished).nonzero().flatten()
+        old_ptr = batch.ptr
+        new = batch.select(keep)
+        self.sim.model.neighbors.remap(old_ptr, keep, new)
+        return new
+
+    def _admit(self, ctx: StepContext) -> Batch:
+        """Append received systems and (source ranks) sampler refills as PENDING."""
+        batch = ctx.batch
+        fresh: list[Batch] = []
+        for received in self.inbox:
+            fresh.append(received)
+        self.inbox = []
+        if self.sampler is not None and not self.sampler.exhausted:
+            out_atoms = self.outbox.num_atoms if self.outbox is not None else 0
+            out_sys = self.outbox.num_systems if self.outbox is not None else 0
+            free_atoms = self.max_atoms - batch.num_atoms - sum(b.num_atoms for b in fresh) - out_atoms
+            free_sys = self.max_systems - batch.num_systems - sum(b.num_systems for b in fresh) - out_sys
+            atoms, ids = self.sampler.take(max(0, free_atoms), max(0, free_sys), None)
+            if atoms:
+                new = self.sim.prepare(Batch.from_atoms(atoms, system_ids=ids, validate=False))
+                self.loop.declare(new)
+                new = _conform(new, batch if batch.num_systems else self.template())
+                fresh.append(new)
+                self.stats.systems_in += new.num_systems
+        if not fresh:
+            return batch
+        for f in fresh:
+            f.status.fill_(PENDING)
+            f.step.zero_()
+        parts = ([batch] if batch.num_systems else []) + fresh
+        merged = Batch.concatenate(parts) if len(parts) > 1 else parts[0].clone()
+        old_rows = torch.cat([
+            torch.arange(batch.num_systems, device=self.device),
+            torch.full((merged.num_systems - batch.num_systems,), -1, dtype=torch.long, device=self.device),
+        ])
+        self.sim.model.neighbors.remap(batch.ptr, old_rows, merged)
+        self.loop.pending = True
+        ctx.state["has_fixed"] = bool(merged.fixed.any())
+        return merged
+
+
+class _Abort(Exception):
+    def __init__(self, rank: int, text: str) -> None:
+        super().__init__(text)
+        self.rank, self.text = rank, text
+
+
+def _conform(batch: Batch, template: Batch) -> Batch:
+    """Give ``batch`` every field of ``template`` (zero-filled), so schemas match."""
+    for name, t in template.atom.items():
+        if name not in batch.atom:
+            batch.ensure_field(name, "atom", tuple(t.shape[1:]), t.dtype, 0)
+    for name, t in template.system.items():
+        if name not in batch.system:
+            batch.ensure_field(name, "system", tuple(t.shape[1:]), t.dtype, 0)
+    return batch
