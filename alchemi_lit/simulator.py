@@ -58,6 +58,8 @@ class Simulator:
         timeout: seconds a rank waits for a silent peer before failing.
         debug: log every exchange (rank in each line).
         synchronized: exchange after every step, in lockstep with neighbours.
+        compile: compile the model's edge computation with ``torch.compile`` (falls
+            back to eager with a warning where the compiler fails).
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class Simulator:
         timeout: float = 600.0,
         debug: bool = False,
         synchronized: bool = False,
+        compile: bool = False,
     ) -> None:
         if not isinstance(model, Model):
             raise ConfigError(
@@ -135,6 +138,9 @@ class Simulator:
         self.precision = precision
         self.device = resolve_device(accelerator, devices)
         self.seed = int(seed)
+        self.compile = bool(compile)
+        if self.compile:
+            model.compile()
         self.sync_every = int(sync_every)
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from one
         self.sinks = list(sinks) if sinks is not None else None  # None: fresh memory per run

@@ -20,7 +20,8 @@ Models whose energy does not depend on positions only through edges override
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 
@@ -55,6 +56,38 @@ class Model(torch.nn.Module):
         self.compute_stress = compute_stress
         self.neighbors = NeighborList(self.cutoff, skin)
         self._checked_layout: object | None = None
+        self._edge_fn: Callable[..., Any] | None = None
+        self._in_compiled = False
+
+    def compile(self, **options: Any) -> bool:  # type: ignore[override]
+        """Compile the edge computation with ``torch.compile`` (dynamic shapes: the edge
+        count changes at every neighbour-list rebuild).  The first evaluation after this
+        call tries it; if the compiler fails there, a warning is logged and the model
+        stays eager.  Returns True once compilation is set up."""
+        options = {"dynamic": True, **options}
+        target = self.compile_target()
+        compiled = torch.compile(target, **options)
+
+        def guarded(*args: Any) -> Any:
+            try:
+                return compiled(*args)
+            except Exception as exc:  # no compiler, unsupported op, recompilation failure
+                from loguru import logger
+
+                logger.warning(
+                    f"torch.compile failed for {type(self).__name__} "
+                    f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}); "
+                    f"running eagerly from now on"
+                )
+                self._edge_fn = None
+                return target(*args)
+
+        self._edge_fn = guarded
+        return True
+
+    def compile_target(self) -> Callable[..., Any]:
+        """The function :meth:`compile` compiles; called through ``self._edge_fn``."""
+        return self.energy_and_edge_gradient
 
     # ------------------------------------------------------------ validation
     def check_batch(self, batch: Batch) -> None:
@@ -86,6 +119,12 @@ class Model(torch.nn.Module):
         self, batch: Batch, edges: Edges
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-system energy ``[B]`` and ``dE/dvec`` ``[P, 3]``; autograd by default."""
+        if self._edge_fn is not None and not self._in_compiled:
+            self._in_compiled = True
+            try:
+                return self._edge_fn(batch, edges)
+            finally:
+                self._in_compiled = False
         with torch.enable_grad():
             vec = edges.vec.detach().requires_grad_(True)
             energy = self.energy(batch, Edges(edges.i, edges.j, vec, edges.system, edges.cutoff))
@@ -121,7 +160,9 @@ class Model(torch.nn.Module):
     def stress(self, batch: Batch) -> torch.Tensor:
         """Stress of ``batch`` in a one-off evaluation (the step loop skips stress when no
         stage needs it and asks for it here when systems finish)."""
-        return self.forward(batch, compute_stress=True, neighbors=NeighborList(self.cutoff, 0.0))["stress"]
+        edges = NeighborList(self.cutoff, 0.0)(batch)
+        _, grad = self.energy_and_edge_gradient(batch, edges)  # eager: no recompilation
+        return virial_stress(batch, edges, grad)
 
 
 def virial_stress(batch: Batch, edges: Edges, grad: torch.Tensor) -> torch.Tensor:

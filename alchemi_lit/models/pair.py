@@ -15,7 +15,26 @@ from .base import Model, per_system_sum
 from .neighbors import Edges
 
 
-class LennardJones(Model):
+class PairPotential(Model):
+    """A model that is a sum of pair terms: subclasses implement :meth:`pair_terms`.
+
+    The per-system sum happens outside :meth:`pair_terms`, so ``compile=True`` compiles
+    a function of edge vectors alone (shape-polymorphic, no scatter inside).
+    """
+
+    def pair_terms(self, vec: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise TypeError(f"{type(self).__name__} must implement pair_terms(vec)")
+
+    def compile_target(self):
+        return self.pair_terms
+
+    def energy_and_edge_gradient(self, batch: Batch, edges: Edges) -> tuple[torch.Tensor, torch.Tensor]:
+        fn = self._edge_fn or self.pair_terms
+        e_pair, grad = fn(edges.vec)
+        return per_system_sum(e_pair, edges.system, batch.num_systems), grad
+
+
+class LennardJones(PairPotential):
     """Single-species Lennard-Jones, ``4ε[(σ/r)^12 - (σ/r)^6]``.
 
     Like ASE: ``cutoff`` defaults to 3σ; with ``smooth=False`` the pair energy is shifted
@@ -44,8 +63,8 @@ class LennardJones(Model):
         if smooth and not 0 < self.onset < self.cutoff:
             raise ValueError(f"LennardJones onset must be in (0, cutoff), got {self.onset}")
 
-    def energy_and_edge_gradient(self, batch: Batch, edges: Edges) -> tuple[torch.Tensor, torch.Tensor]:
-        vec = edges.vec
+    def pair_terms(self, vec: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pair energies ``[P]`` and ``dE/dvec`` ``[P, 3]`` (pure per-edge: compilable)."""
         r2 = (vec * vec).sum(-1)
         rc2 = self.cutoff**2
         inside = r2 <= rc2
@@ -65,11 +84,10 @@ class LennardJones(Model):
         else:
             e0 = 4.0 * self.epsilon * ((self.sigma / self.cutoff) ** 12 - (self.sigma / self.cutoff) ** 6)
             e_pair = e_pair - e0 * inside.to(r2.dtype)
-        energy = per_system_sum(e_pair, edges.system, batch.num_systems)
-        return energy, de.unsqueeze(-1) * vec
+        return e_pair, de.unsqueeze(-1) * vec
 
 
-class Morse(Model):
+class Morse(PairPotential):
     """Morse potential ``ε[e^{-2ρ0(r/r0-1)} - 2e^{-ρ0(r/r0-1)}]`` with ASE's smooth cutoff.
 
     The quintic switch runs from ``rcut1·r0`` to ``rcut2·r0`` exactly as in
@@ -94,8 +112,8 @@ class Morse(Model):
         self.epsilon, self.rho0, self.r0 = float(epsilon), float(rho0), float(r0)
         self.r_on, self.r_off = rcut1 * r0, rcut2 * r0
 
-    def energy_and_edge_gradient(self, batch: Batch, edges: Edges) -> tuple[torch.Tensor, torch.Tensor]:
-        vec = edges.vec
+    def pair_terms(self, vec: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pair energies ``[P]`` and ``dE/dvec`` ``[P, 3]`` (pure per-edge: compilable)."""
         d = vec.norm(dim=-1)
         inside = d < self.r_off
         d_safe = torch.where(d > 0, d, torch.ones_like(d))
@@ -108,8 +126,7 @@ class Morse(Model):
         dfc = torch.where(mid, -30.0 * s * s * (s - 1.0) ** 2 / (self.r_off - self.r_on), torch.zeros_like(s))
         de = torch.where(inside, de * fc + e_pair * dfc, torch.zeros_like(d))
         e_pair = torch.where(inside, e_pair * fc, torch.zeros_like(d))
-        energy = per_system_sum(e_pair, edges.system, batch.num_systems)
-        return energy, (de / d_safe).unsqueeze(-1) * vec
+        return e_pair, (de / d_safe).unsqueeze(-1) * vec
 
 
 __all__ = ["LennardJones", "Morse"]
