@@ -6,7 +6,7 @@ everything, and so `alchemi-lit plugins` shows exactly this list plus entry poin
 
 from __future__ import annotations
 
-from .callbacks import Logger, NaNGuard, ProgressBar, ThermoMonitor, TrajectoryWriter
+from .callbacks import Checkpoint, Logger, NaNGuard, ProgressBar, ThermoMonitor, TrajectoryWriter
 from .data import SizeAwareSampler
 from .integrators import (
     FIRE,
@@ -30,7 +30,7 @@ for _cls in (LennardJones, Morse, EMT):
     register("model")(_cls)
 register_preset("model", "lj-argon", LennardJones, epsilon=0.0104, sigma=3.40, cutoff=8.5)
 
-for _cls in (NaNGuard, Logger, ProgressBar, TrajectoryWriter, ThermoMonitor):
+for _cls in (NaNGuard, Logger, ProgressBar, TrajectoryWriter, ThermoMonitor, Checkpoint):
     register("callback")(_cls)
 for _cls in (HostMemory, ZarrSink):
     register("sink")(_cls)

@@ -175,12 +175,14 @@ class Simulator:
         self.model.check_batch(batch)
         return batch
 
-    def run(self, data: Any) -> Results:
+    def run(self, data: Any, resume: str | None = None) -> Results:
         """Run every system through the plan; results come back in ``system_id`` order.
 
         ``data``: a Batch, ase.Atoms or list of them (all in one batch), or a
         :class:`~alchemi_lit.data.SizeAwareSampler` (inflight batching: the batch is
-        refilled as systems finish).
+        refilled as systems finish).  ``resume``: a checkpoint file or directory
+        written by the :class:`~alchemi_lit.callbacks.Checkpoint` callback; the run
+        continues from there with the same ``data`` and configuration.
         """
         if isinstance(self.strategy, DistributedStrategy):
             if not isinstance(data, SizeAwareSampler):
@@ -189,7 +191,12 @@ class Simulator:
             return self.strategy.run(self, data)
         self.model.to(self.device)
         source = data if isinstance(data, SizeAwareSampler) else self.prepare(data)
-        return self.strategy.run(self, source, self.plan)
+        state = None
+        if resume is not None:
+            from .callbacks.checkpoint import load_checkpoint
+
+            state = load_checkpoint(resume)
+        return self.strategy.run(self, source, self.plan, resume=state)
 
     def run_info(self) -> dict[str, Any]:
         """What produced the results: plan, model, settings and package versions."""

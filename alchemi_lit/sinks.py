@@ -67,6 +67,13 @@ class Sink:
     def __len__(self) -> int:
         return 0
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must remember to resume writing exactly once."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Return to the state of :meth:`state_dict` (roll back later writes)."""
+
 
 class HostMemory(Sink):
     """Keep finished systems in host memory, up to ``capacity`` systems (None: no limit)."""
@@ -89,6 +96,15 @@ class HostMemory(Sink):
 
     def __len__(self) -> int:
         return self._count
+
+    def state_dict(self) -> dict[str, Any]:
+        batch = self.read_batch()
+        return {"batch": None if batch is None else batch_state(batch)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        batch = state.get("batch")
+        self._parts = [] if batch is None else [batch_from_state(batch)]
+        self._count = sum(b.num_systems for b in self._parts)
 
     def read_batch(self) -> Batch | None:
         if not self._parts:
@@ -119,6 +135,8 @@ class ZarrSink(Sink):
         import zarr
 
         self._run_info = dict(run_info)
+        if self._group is not None:  # resumed: already open at the checkpoint's state
+            return
         exists = self.path.exists()
         if exists and self.mode == "w-":
             raise ConfigError(
@@ -138,6 +156,25 @@ class ZarrSink(Sink):
         else:
             group = zarr.open_group(str(self.path), mode="w")
             group.attrs.update(schema=SCHEMA, n_systems=0, n_atoms=0, runs=[self._run_info])
+        self._group = group
+
+    def state_dict(self) -> dict[str, Any]:
+        if self._group is None:
+            return {"n_systems": 0, "n_atoms": 0}
+        return {"n_systems": int(self._group.attrs["n_systems"]),
+                "n_atoms": int(self._group.attrs["n_atoms"])}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: reopen the store and roll its commit marker back to the checkpoint."""
+        import zarr
+
+        if not self.path.exists():
+            raise ConfigError(
+                f"cannot resume: results store {str(self.path)!r} written before the "
+                f"checkpoint is missing"
+            )
+        group = zarr.open_group(str(self.path), mode="a")
+        group.attrs.update(n_systems=int(state["n_systems"]), n_atoms=int(state["n_atoms"]))
         self._group = group
 
     def _ensure(self) -> Any:
@@ -219,6 +256,18 @@ def read_results(path: str | Path) -> Batch | None:
     return batch.select(torch.argsort(batch.system_id, stable=True))
 
 
+def batch_state(batch: Batch) -> dict[str, Any]:
+    """A Batch as plain tensors on the host (checkpoints, weights_only-safe)."""
+    return {
+        "atom": {k: v.detach().cpu() for k, v in batch.atom.items()},
+        "system": {k: v.detach().cpu() for k, v in batch.system.items()},
+    }
+
+
+def batch_from_state(state: dict[str, Any]) -> Batch:
+    return Batch(dict(state["atom"]), dict(state["system"]))
+
+
 class SinkChain:
     """Priority chain over sinks; see module docstring.  Never drops a system."""
 
@@ -228,10 +277,33 @@ class SinkChain:
         self.in_memory: list[Batch] = []  # what this run wrote to HostMemory sinks
         self.failed: dict[int, str] = {}
         self.written = 0
+        self.failure_pending = False
 
     def open(self, run_info: dict[str, Any]) -> None:
         for s in self.sinks:
             s.open(run_info)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "sinks": [s.state_dict() for s in self.sinks],
+            "overflow": [batch_state(b) for b in self.overflow],
+            "in_memory": [batch_state(b) for b in self.in_memory],
+            "failed": {str(k): v for k, v in self.failed.items()},
+            "written": self.written,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["sinks"]) != len(self.sinks):
+            raise ConfigError(
+                f"cannot resume: the checkpoint had {len(state['sinks'])} sink(s), this run "
+                f"has {len(self.sinks)}; resume with the same configuration"
+            )
+        for sink, st in zip(self.sinks, state["sinks"]):
+            sink.load_state_dict(st)
+        self.overflow = [batch_from_state(b) for b in state["overflow"]]
+        self.in_memory = [batch_from_state(b) for b in state["in_memory"]]
+        self.failed = {int(k): v for k, v in state["failed"].items()}
+        self.written = int(state["written"])
 
     def write(self, batch: Batch) -> None:
         remaining = batch
@@ -249,6 +321,7 @@ class SinkChain:
                 sink.write(part)
             except Exception as exc:  # a failing sink must not lose results
                 self.failed[k] = f"{type(exc).__name__}: {exc}"
+                self.failure_pending = True  # the strategy checkpoints at once
                 logger.error(
                     f"sink {type(sink).__name__} failed ({self.failed[k]}); its results so far are "
                     f"kept, new results go to the next sink or stay in memory"

@@ -1,6 +1,7 @@
 """Callbacks bound to the step stages of HookStageEnum."""
 
 from ..hooks import Callback, HookStageEnum, LambdaCallback, StepContext
+from .checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
 from .logger import Logger
 from .nan_guard import NaNGuard
 from .progress import ProgressBar
@@ -9,6 +10,7 @@ from .trajectory import TrajectoryWriter, read_trajectory, trajectory_system_ids
 
 __all__ = [
     "Callback",
+    "Checkpoint",
     "HookStageEnum",
     "LambdaCallback",
     "Logger",
@@ -16,6 +18,8 @@ __all__ = [
     "ProgressBar",
     "StepContext",
     "ThermoMonitor",
+    "latest_checkpoint",
+    "load_checkpoint",
     "TrajectoryWriter",
     "read_trajectory",
     "trajectory_system_ids",

@@ -235,6 +235,32 @@ class TrajectoryWriter(Callback):
         self._buffer = {}
         self._buffered_frames = self._buffered_atoms = 0
 
+    # ---------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Rows committed so far (flushes first): a resumed run rolls back to them."""
+        self.flush()
+        return {"counts": dict(self._counts), "run": int(getattr(self, "_run", 0))}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._resume_counts = {k: int(v) for k, v in state["counts"].items()}
+
+    def _resume(self) -> None:
+        import zarr
+
+        group = zarr.open_group(self.path, mode="r+")
+        for part, n in self._resume_counts.items():
+            sub = group.get(part)
+            for _, a in [] if sub is None else sub.arrays():
+                if a.shape[0] > n:
+                    a.resize((n, *a.shape[1:]))
+            self._counts[part] = n
+        self._group = group
+        self._run = int(group.attrs.get("runs", 1)) - 1
+        self._created = True
+        self._buffer = {}
+        self._buffered_frames = self._buffered_atoms = 0
+        self._resume_counts = None
+
     def _resolve_fields(self, batch: Batch) -> None:
         kinds = {}
         for f in self.fields:
@@ -250,7 +276,10 @@ class TrajectoryWriter(Callback):
     # ---------------------------------------------------------------- hooks
     def on_run_start(self, ctx: StepContext) -> None:
         self._resolve_fields(ctx.batch)
-        self._open()
+        if getattr(self, "_resume_counts", None):
+            self._resume()  # continue the checkpointed store, dropping later frames
+        else:
+            self._open()
 
     def before_step(self, ctx: StepContext) -> None:
         b = ctx.batch

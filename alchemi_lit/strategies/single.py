@@ -19,21 +19,42 @@ forward passes between two bookkeepings, and the expensive per-system state
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..callbacks.checkpoint import Checkpoint
 from ..data.sampler import SizeAwareSampler
+from ..errors import ConfigError
 from ..hooks import HookDispatcher, HookStageEnum, StepContext
 from ..results import Results
-from ..sinks import HostMemory, SinkChain
+from ..sinks import HostMemory, SinkChain, batch_from_state, batch_state
 from ..stages import Fused
 from ..state import Batch
 from .fused import PENDING, FusedLoop
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """The run stopped on SIGTERM/SIGINT after writing a checkpoint."""
+
+    def __init__(self, path: Any, signum: int) -> None:
+        super().__init__(f"interrupted by signal {signum}; checkpoint written to {path}")
+        self.path, self.signum = path, signum
+
+
+def sampler_digest(sampler: SizeAwareSampler) -> str:
+    """Identity of a sampler's data (sizes, ids, budgets) to refuse a mismatched resume."""
+    h = hashlib.sha256()
+    for arr in (sampler.sizes, sampler.system_ids):
+        h.update(arr.tobytes())
+    h.update(repr((sampler.max_atoms, sampler.max_systems, sampler.max_edges)).encode())
+    return h.hexdigest()[:16]
 
 
 class SingleDeviceStrategy:
@@ -45,38 +66,54 @@ class SingleDeviceStrategy:
         self.device = device
         self.loop: FusedLoop | None = None
 
-    def run(self, sim: Simulator, source: Batch | SizeAwareSampler, plan: Fused) -> Results:
+    def run(
+        self,
+        sim: Simulator,
+        source: Batch | SizeAwareSampler,
+        plan: Fused,
+        resume: dict[str, Any] | None = None,
+    ) -> Results:
         hooks = HookDispatcher(sim.callbacks)
         loop = FusedLoop(sim.model, plan, hooks, seed=sim.seed, forward=sim.forward_fn())
         self.loop = loop
         sinks = SinkChain(sim.sinks if sim.sinks is not None else [HostMemory()])
+        self.checkpoints = [cb for cb in sim.callbacks if isinstance(cb, Checkpoint)]
         sampler = source if isinstance(source, SizeAwareSampler) else None
+        self.inflight_edges = 0
         if sampler is not None:
             sampler.bind(sim.model.cutoff + sim.model.neighbors.skin)
-            batch = self._initial_batch(sim, sampler)
             total = len(sampler)
         else:
-            batch = source
-            total = batch.num_systems
-        self.inflight_edges = 0
+            total = source.num_systems
+        if resume is not None:
+            batch = self._restore(sim, plan, resume, sampler, sinks, hooks)
+        else:
+            batch = self._initial_batch(sim, sampler) if sampler is not None else source
         loop.declare(batch)
         ctx = StepContext(batch=batch, stages=plan.stages, simulator=sim)
         ctx.state.update(
             has_fixed=bool(batch.fixed.any()), exit_code=plan.exit, total_systems=total,
             graduated_systems=0,
         )
-        stats = {"occupancy": [], "started": time.perf_counter()}
-        sinks.open(sim.run_info())
+        stats: dict[str, Any] = {"occupancy": [], "started": time.perf_counter()}
+        if resume is not None:
+            ctx.step = int(resume["step"])
+            ctx.state["graduated_systems"] = int(resume["graduated"])
+            loop.pending = bool(resume["pending"])
+        else:
+            sinks.open(sim.run_info())
         stream = (
             torch.cuda.stream(torch.cuda.Stream(self.device))
             if self.device.type == "cuda" else contextlib.nullcontext()
         )
         try:
             with stream:
-                loop.compute(batch, ctx)  # forces before the first step
+                if resume is None:
+                    loop.compute(batch, ctx)  # forces before the first step
                 hooks.run_start(ctx)
-                fresh = torch.ones(batch.num_systems, dtype=torch.bool, device=batch.device)
-                loop.start(batch, fresh, ctx)  # exits on arrival reach ON_CONVERGE too
+                if resume is None:
+                    fresh = torch.ones(batch.num_systems, dtype=torch.bool, device=batch.device)
+                    loop.start(batch, fresh, ctx)  # exits on arrival reach ON_CONVERGE too
                 self._run_loop(sim, loop, ctx, hooks, sinks, sampler, stats)
         finally:
             try:
@@ -91,8 +128,76 @@ class SingleDeviceStrategy:
             "wall_time_s": elapsed,
             "systems": ctx.state["graduated_systems"],
             "atom_occupancy": float(sum(occ) / len(occ)) if occ else None,
+            "sink_failures": dict(sinks.failed),
         }
         return Results.from_sinks(sinks.sinks, sinks.in_memory, sinks.overflow, summary)
+
+    # ---------------------------------------------------------------- checkpoints
+    def _checkpoint_state(
+        self, sim: Simulator, loop: FusedLoop, ctx: StepContext, sinks: SinkChain,
+        sampler: SizeAwareSampler | None, hooks: HookDispatcher,
+    ) -> dict[str, Any]:
+        return {
+            "step": ctx.step,
+            "plan": repr(loop.plan),
+            "seed": sim.seed,
+            "precision": sim.precision,
+            "model": type(sim.model).__name__,
+            "batch": batch_state(ctx.batch),
+            "info": json.dumps({str(k): v for k, v in ctx.batch.info.items()}, default=str),
+            "sampler": None if sampler is None else {**sampler.state_dict(), "digest": sampler_digest(sampler)},
+            "sinks": sinks.state_dict(),
+            "callbacks": [[type(cb).__name__, cb.state_dict()] for cb in hooks.callbacks],
+            "graduated": ctx.state["graduated_systems"],
+            "inflight_edges": self.inflight_edges,
+            "pending": loop.pending,
+        }
+
+    def _maybe_checkpoint(
+        self, sim: Simulator, loop: FusedLoop, ctx: StepContext, sinks: SinkChain,
+        sampler: SizeAwareSampler | None, hooks: HookDispatcher, final: bool,
+    ) -> None:
+        for cp in self.checkpoints:
+            forced = sinks.failure_pending
+            if final or not (forced or cp.due(ctx.step)):
+                continue
+            cp.save(self._checkpoint_state(sim, loop, ctx, sinks, sampler, hooks), ctx.step)
+            if cp.signal_received is not None:
+                raise RunInterrupted(cp.saved[-1], cp.signal_received)
+        sinks.failure_pending = False
+
+    def _restore(
+        self, sim: Simulator, plan: Fused, state: dict[str, Any], sampler: SizeAwareSampler | None,
+        sinks: SinkChain, hooks: HookDispatcher,
+    ) -> Batch:
+        for key, mine in (("plan", repr(plan)), ("seed", sim.seed), ("precision", sim.precision),
+                          ("model", type(sim.model).__name__)):
+            if state[key] != mine:
+                raise ConfigError(
+                    f"cannot resume from {state['path']!r}: it was written with {key}="
+                    f"{state[key]!r}, this run has {mine!r}; resume with the same configuration"
+                )
+        if (state["sampler"] is None) != (sampler is None) or (
+            sampler is not None and state["sampler"]["digest"] != sampler_digest(sampler)
+        ):
+            raise ConfigError(
+                f"cannot resume from {state['path']!r}: the input data differ from the run that "
+                f"wrote it; pass the same structures and sampler settings"
+            )
+        if sampler is not None:
+            sampler.load_state_dict(state["sampler"])
+        sinks.load_state_dict(state["sinks"])
+        saved = list(state["callbacks"])
+        for cb in hooks.callbacks:  # each callback takes the next saved state of its type
+            for k, (name, cb_state) in enumerate(saved):
+                if name == type(cb).__name__:
+                    cb.load_state_dict(cb_state)
+                    del saved[k]
+                    break
+        self.inflight_edges = int(state["inflight_edges"])
+        batch = batch_from_state(state["batch"]).to(device=self.device)
+        batch.info.update({int(k): v for k, v in json.loads(state["info"]).items()})
+        return batch
 
     # ---------------------------------------------------------------- loop
     def _run_loop(
@@ -144,7 +249,9 @@ class SingleDeviceStrategy:
             ctx.state["has_fixed"] = bool(batch.fixed.any())
         ctx.batch = batch
         ctx.graduated = None
-        return batch.num_systems == 0 and (sampler is None or sampler.exhausted)
+        done = batch.num_systems == 0 and (sampler is None or sampler.exhausted)
+        self._maybe_checkpoint(sim, loop, ctx, sinks, sampler, hooks, final=done)
+        return done
 
     # ---------------------------------------------------------------- batch surgery
     def _compact(self, sim: Simulator, batch: Batch, keep: torch.Tensor) -> Batch:
