@@ -195,6 +195,12 @@ class ZarrSink(Sink):
             self._put(group, f"atoms/{name}", data, n_atom0)
         for name, data in systems.items():
             self._put(group, f"systems/{name}", data, n_sys0)
+        errors = {
+            str(sid): host.info[sid]["error"]
+            for sid in systems["system_id"].tolist() if "error" in host.info.get(sid, {})
+        }
+        if errors:  # why quarantined systems failed, keyed by system_id
+            group.attrs["errors"] = {**group.attrs.get("errors", {}), **errors}
         # commit marker last: readers never see half-written systems
         group.attrs.update(n_systems=n_sys0 + host.num_systems, n_atoms=n_atom0 + host.num_atoms)
 
@@ -252,7 +258,9 @@ def read_results(path: str | Path) -> Batch | None:
     index = np.concatenate([np.arange(o, o + c) for o, c in zip(offsets, counts)]) if n_sys else []
     atom = {k: v[torch.as_tensor(index, dtype=torch.long)] for k, v in atom.items()}
     atom["system_idx"] = torch.repeat_interleave(torch.arange(n_sys), system["n_atoms"])
-    batch = Batch(atom, system)
+    errors = dict(group.attrs.get("errors", {}))
+    info = {int(k): {"error": v} for k, v in errors.items()}
+    batch = Batch(atom, system, info)
     return batch.select(torch.argsort(batch.system_id, stable=True))
 
 

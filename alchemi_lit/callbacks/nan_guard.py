@@ -44,7 +44,7 @@ class NaNGuard(Callback):
         bad_f = system_sum(b, (~torch.isfinite(b.forces)).any(-1).to(b.dtype)) > 0
         bad_r = system_sum(b, (~torch.isfinite(b.positions)).any(-1).to(b.dtype)) > 0
         flags = bad_e.long() * NAN_ENERGY + bad_f.long() * NAN_FORCES + bad_r.long() * NAN_POSITIONS
-        bad = flags > 0
+        bad = (flags > 0) & (b.status != ctx.state["exit_code"])  # already out: leave as is
         am = b.atom_mask(bad).unsqueeze(-1)
         pos, vel, frc, en = self._saved
         b.positions = torch.where(am, pos, b.positions)

@@ -164,6 +164,18 @@ class Model(torch.nn.Module):
         _, grad = self.energy_and_edge_gradient(batch, edges)  # eager: no recompilation
         return virial_stress(batch, edges, grad)
 
+    def final_stress(self, batch: Batch) -> torch.Tensor:
+        """:meth:`stress` for finished systems; quarantined ones (non-finite state or a
+        model error) keep what they have -- evaluating them again would fail again."""
+        from ..state import EXIT_MODEL_ERROR, EXIT_QUARANTINED
+
+        ok = (batch.exit_code != EXIT_MODEL_ERROR) & (batch.exit_code != EXIT_QUARANTINED)
+        out = batch.stress.clone()
+        rows = ok.nonzero().flatten()
+        if len(rows):
+            out[rows] = self.stress(batch.select(rows)).detach()
+        return out
+
 
 def virial_stress(batch: Batch, edges: Edges, grad: torch.Tensor) -> torch.Tensor:
     """``(1/V) sum_edges vec ⊗ dE/dvec`` per system; zero where the cell has no volume."""

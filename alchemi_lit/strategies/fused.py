@@ -34,6 +34,7 @@ from ..state import (
     EXIT_COMPLETED,
     EXIT_CONVERGED,
     EXIT_MAX_STEPS,
+    EXIT_MODEL_ERROR,
     EXIT_RUNNING,
     Batch,
 )
@@ -73,6 +74,7 @@ class FusedLoop:
         ]
         self.num_forward_calls = 0
         self.pending = False  # set by the strategy when it appended PENDING systems
+        self.evict = False  # set when systems were quarantined for a model error
         # stress costs a [P, 3, 3] reduction per step: only when a stage or callback uses it
         self.needs_stress = any(getattr(s, "requires_stress", False) for s in plan.stages) or any(
             getattr(cb, "requires_stress", False) for cb in hooks.callbacks
@@ -116,8 +118,17 @@ class FusedLoop:
 
     # ----------------------------------------------------------------- step
     def compute(self, batch: Batch, ctx: StepContext) -> None:
-        """One model forward; writes energy, forces (zero on fixed atoms) and stress."""
-        out = self.forward(batch, compute_stress=self.needs_stress)
+        """One model forward; writes energy, forces (zero on fixed atoms) and stress.
+
+        If the model raises, the batch is bisected to find the system(s) it fails on;
+        those are quarantined (``EXIT_MODEL_ERROR``, the error text in ``batch.info``)
+        and the others get their forces from an evaluation without them.  If every
+        system fails on its own, the model -- not a structure -- is broken: re-raised.
+        """
+        try:
+            out = self.forward(batch, compute_stress=self.needs_stress)
+        except Exception as exc:
+            out = self._isolate_failure(batch, ctx, exc)
         self.num_forward_calls += 1
         forces = out["forces"]
         if ctx.state.get("has_fixed", False):
@@ -127,6 +138,65 @@ class FusedLoop:
         if "stress" in out:
             batch.stress = out["stress"]
         ctx.outputs = out
+
+    def _isolate_failure(self, batch: Batch, ctx: StepContext, exc: Exception) -> dict[str, torch.Tensor]:
+        from loguru import logger
+
+        from ..models.neighbors import NeighborList
+
+        model = self.model
+
+        def fails(rows: list[int]) -> Exception | None:
+            try:
+                model(batch.select(rows), compute_stress=False, neighbors=NeighborList(model.cutoff, 0.0))
+            except Exception as e:
+                return e
+            return None
+
+        bad: dict[int, Exception] = {}
+
+        def bisect(rows: list[int], err: Exception) -> None:
+            if len(rows) == 1:
+                bad[rows[0]] = err
+                return
+            half = len(rows) // 2
+            for part in (rows[:half], rows[half:]):
+                e = fails(part)
+                if e is not None:
+                    bisect(part, e)
+
+        active = [r for r, s in enumerate(batch.status.tolist()) if s != self.plan.exit]
+        rows = active if active else list(range(batch.num_systems))
+        bisect(rows, exc)
+        if not bad or len(bad) == len(rows) and len(rows) > 1:
+            raise exc  # not one structure's fault: the model itself fails
+        good = [r for r in range(batch.num_systems) if r not in bad]
+        energy = batch.energy.clone()  # quarantined systems keep their last values
+        forces = batch.forces.clone()
+        stress = batch.stress.clone()
+        if good:
+            sub = model(batch.select(good), compute_stress=self.needs_stress,
+                        neighbors=NeighborList(model.cutoff, 0.0))
+            idx = torch.as_tensor(good, device=batch.device)
+            energy[idx] = sub["energy"]
+            forces[batch.atom_index(idx)] = sub["forces"]
+            if "stress" in sub:
+                stress[idx] = sub["stress"]
+        mask = torch.zeros(batch.num_systems, dtype=torch.bool, device=batch.device)
+        mask[list(bad)] = True
+        batch.status = torch.where(mask, self.plan.exit, batch.status)
+        batch.exit_code = torch.where(mask, EXIT_MODEL_ERROR, batch.exit_code)
+        for row, err in bad.items():
+            sid = int(batch.system_id[row])
+            text = f"{type(err).__name__}: {err}"
+            batch.info.setdefault(sid, {})["error"] = text
+            logger.warning(f"system {sid} quarantined: the model raised on it ({text})")
+        ctx.exited = mask if ctx.exited is None else ctx.exited | mask
+        self.evict = True  # the strategy removes them before the next forward
+        out = {"energy": energy, "forces": forces}
+        if self.needs_stress:
+            out["stress"] = stress
+        return out
 
     def step(self, batch: Batch, ctx: StepContext) -> None:
         hooks, stages = self.hooks, self.plan.stages

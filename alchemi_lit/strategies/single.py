@@ -209,6 +209,9 @@ class SingleDeviceStrategy:
         while True:
             for _ in range(sim.sync_every):
                 loop.step(ctx.batch, ctx)
+                if loop.evict:  # quarantined for a model error: out before the next forward
+                    break
+            loop.evict = False
             if self._bookkeeping(sim, loop, ctx, hooks, sinks, sampler, stats):
                 return
             # safety net: each stage has a finite budget, so a system can not stay longer
@@ -238,7 +241,7 @@ class SingleDeviceStrategy:
         if n_done:
             graduates = batch.select(finished.nonzero().flatten())
             if sim.model.compute_stress and not loop.needs_stress:
-                graduates.stress = sim.model.stress(graduates).detach()
+                graduates.stress = sim.model.final_stress(graduates)
             sinks.write(graduates)
             ctx.state["graduated_systems"] += n_done
             if sampler is not None and sampler.edges is not None:
