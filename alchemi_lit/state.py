@@ -514,7 +514,7 @@ def _min_distance(
     """Closest pair below ``cutoff`` as (distance, i, j), or None."""
     import vesin  # vesin accepts degenerate cell vectors along non-periodic axes
 
-    i, j, d = vesin.NeighborList(cutoff=cutoff, full_list=False).compute(
+    i, j, d = vesin.NeighborList(cutoff=cutoff, full_list=False, n_threads=1).compute(
         pos, cell, pbc.tolist(), "ijd"
     )
     if len(d) == 0:

@@ -161,7 +161,7 @@ class SizeAwareSampler:
 def _count_edges(atoms: Any, cutoff: float) -> int:
     import vesin
 
-    i = vesin.NeighborList(cutoff=cutoff, full_list=False).compute(
+    i = vesin.NeighborList(cutoff=cutoff, full_list=False, n_threads=1).compute(
         np.asarray(atoms.positions, dtype=np.float64), atoms.cell.array, atoms.pbc.tolist(), "i"
     )[0]
     return len(i)

@@ -168,48 +168,48 @@ def _build_rows(batch: Batch, rows: list[int], radius: float):
     if device.type == "cpu":
         import vesin
 
-        calc = vesin.NeighborList(cutoff=radius, full_list=False)
+        # one thread: vesin's thread pool costs more than it saves on batch-sized systems
+        calc = vesin.NeighborList(cutoff=radius, full_list=False, n_threads=1)
         pos_np = pos_all.to(torch.float64).numpy()
         cell_np = cells.to(torch.float64).numpy()
+        ii, jj, ss, sys_ = [], [], [], []
         for b in rows:
             lo, hi = ptr[b], ptr[b + 1]
             if not np.isfinite(pos_np[lo:hi]).all():
                 continue  # a diverged system gets no edges; NaNGuard quarantines it
-            i, j, s = calc.compute(pos_np[lo:hi], cell_np[b], pbcs[b], "ijS")
-            parts_i.append(torch.from_numpy(i.astype(np.int64)) + lo)
-            parts_j.append(torch.from_numpy(j.astype(np.int64)) + lo)
-            parts_s.append(torch.from_numpy(s.astype(np.float64)).to(dtype) @ cells[b])
-            parts_sys.append(torch.full((len(i),), b, dtype=torch.int64))
-    else:
-        from vesin.torch import NeighborList as TorchNL
+            i, j, sh = calc.compute(pos_np[lo:hi], cell_np[b], pbcs[b], "ijS")
+            ii.append(i.astype(np.int64) + lo)
+            jj.append(j.astype(np.int64) + lo)
+            ss.append(sh)
+            sys_.append(np.full(len(i), b, dtype=np.int64))
+        if not ii:
+            empty = torch.zeros(0, dtype=torch.int64, device=device)
+            return empty, empty, torch.zeros((0, 3), dtype=dtype, device=device), empty
+        system = torch.from_numpy(np.concatenate(sys_))
+        shift = torch.from_numpy(np.concatenate(ss).astype(np.float64)).to(dtype)
+        cart = torch.bmm(shift.unsqueeze(1), cells[system]).squeeze(1)
+        return torch.from_numpy(np.concatenate(ii)), torch.from_numpy(np.concatenate(jj)), cart, system
+    from vesin.torch import NeighborList as TorchNL
 
-        calc = TorchNL(cutoff=radius, full_list=False)
-        finite = torch.isfinite(pos_all).all(-1)
-        ok = (
-            torch.ones(len(ptr) - 1, dtype=torch.int32, device=device)
-            .scatter_reduce(0, batch.system_idx, finite.to(torch.int32), "amin")
-            .bool()
-            .tolist()
-        )
-        for b in rows:
-            if not ok[b]:
-                continue
-            lo, hi = ptr[b], ptr[b + 1]
-            periodic = torch.tensor(pbcs[b], device=device)
-            i, j, s = calc.compute(pos_all[lo:hi], cells[b], periodic, "ijS")
-            parts_i.append(i.to(torch.int64) + lo)
-            parts_j.append(j.to(torch.int64) + lo)
-            parts_s.append(s.to(dtype) @ cells[b])
-            parts_sys.append(torch.full((len(i),), b, dtype=torch.int64, device=device))
+    calc = TorchNL(cutoff=radius, full_list=False)
+    finite = torch.isfinite(pos_all).all(-1).to(torch.int32)
+    ok = torch.ones(len(ptr) - 1, dtype=torch.int32, device=device)
+    ok = ok.scatter_reduce(0, batch.system_idx, finite, "amin").bool().tolist()
+    parts_i, parts_j, parts_s, parts_sys = [], [], [], []
+    for b in rows:
+        if not ok[b]:
+            continue  # a diverged system gets no edges; NaNGuard quarantines it
+        lo, hi = ptr[b], ptr[b + 1]
+        periodic = torch.tensor(pbcs[b], device=device)
+        i, j, sh = calc.compute(pos_all[lo:hi], cells[b], periodic, "ijS")
+        parts_i.append(i.to(torch.int64) + lo)
+        parts_j.append(j.to(torch.int64) + lo)
+        parts_s.append(sh.to(dtype) @ cells[b])
+        parts_sys.append(torch.full((len(i),), b, dtype=torch.int64, device=device))
     if not parts_i:
         empty = torch.zeros(0, dtype=torch.int64, device=device)
         return empty, empty, torch.zeros((0, 3), dtype=dtype, device=device), empty
-    return (
-        torch.cat(parts_i).to(device),
-        torch.cat(parts_j).to(device),
-        torch.cat(parts_s).to(device),
-        torch.cat(parts_sys).to(device),
-    )
+    return torch.cat(parts_i), torch.cat(parts_j), torch.cat(parts_s), torch.cat(parts_sys)
 
 
 def _canonical_order(i: torch.Tensor, j: torch.Tensor, shift: torch.Tensor, n: int) -> torch.Tensor:

@@ -1,0 +1,179 @@
+"""Fused multi-stage runs, inflight batching and sinks on one device (issue 4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import alchemi_lit as al
+from alchemi_lit.callbacks import Callback
+from alchemi_lit.data import SizeAwareSampler, mixed_argon
+from alchemi_lit.errors import StructureError
+from alchemi_lit.integrators import FIRE, Langevin, VelocityVerlet
+from alchemi_lit.models import LennardJones
+from alchemi_lit.stages import Fused
+
+CUTOFF = 6.0  # short LJ cutoff keeps these tests fast; physics is checked elsewhere
+
+
+def lj() -> LennardJones:
+    return LennardJones(epsilon=0.0104, sigma=3.40, cutoff=CUTOFF)
+
+
+def relax() -> FIRE:
+    return FIRE(fmax=0.05, max_steps=60)
+
+
+def heat() -> Langevin:
+    return Langevin(dt=2.0, temperature=300.0, friction=0.02, steps=25)
+
+
+def cool() -> FIRE:
+    return FIRE(fmax=0.08, max_steps=40)
+
+
+FIELDS = ("positions", "velocities", "forces", "energy", "total_steps", "stage_steps",
+          "stage_exit", "exit_code", "converged")
+
+
+def assert_same_state(a: al.Batch, b: al.Batch, atol: float = 0.0) -> None:
+    assert a.system_id.tolist() == b.system_id.tolist()
+    for name in FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        if x.is_floating_point():
+            torch.testing.assert_close(x, y, atol=atol, rtol=0, msg=name)
+        else:
+            assert torch.equal(x, y), name
+
+
+# ---------------------------------------------------------------------- composition
+def test_plus_builds_printable_fused_plans() -> None:
+    plan = relax() + heat() + cool()
+    assert repr(plan) == "Fused([0:FIRE, 1:Langevin, 2:FIRE], entry=0, exit=3)"
+    assert repr(relax() + (heat() + cool())) == repr(plan)  # a fused plan appends
+    explicit = Fused([relax(), heat()], codes=[5, 9], exit=11)
+    assert repr(explicit) == "Fused([5:FIRE, 9:Langevin], entry=5, exit=11)"
+    assert explicit.next_code(0) == 9 and explicit.next_code(1) == 11
+    with pytest.raises(ValueError, match="collides"):
+        Fused([relax()], codes=[3], exit=3)
+
+
+def test_explicit_status_codes_run_like_default_codes() -> None:
+    data = mixed_argon(6, 8, 30, seed=3)
+    a = al.Simulator(model=lj(), stages=relax() + heat(), sync_every=3).run(data)
+    b = al.Simulator(model=lj(), stages=Fused([relax(), heat()], codes=[4, 7], exit=9),
+                     sync_every=3).run(data)
+    assert_same_state(a.batch, b.batch)
+    assert b.batch.status.tolist() == [9] * 6
+
+
+# ---------------------------------------------------------------------- execution
+def test_fused_plan_equals_stages_run_one_after_another_alone() -> None:
+    """32 systems through relax+heat+cool == each system alone through three runs."""
+    data = mixed_argon(32, 8, 40, seed=11)
+    fused = al.Simulator(model=lj(), stages=relax() + heat() + cool(), seed=7, sync_every=4)
+    together = fused.run(data).batch
+    for k in (0, 5, 17, 31):
+        state = al.Batch.from_atoms([data[k]], system_ids=[k])
+        for stage in (relax(), heat(), cool()):
+            state = al.Simulator(model=lj(), stages=stage, seed=7, sync_every=4).run(state).batch
+        mine = together.select([k])
+        torch.testing.assert_close(mine.positions, state.positions, atol=1e-12, rtol=0)
+        torch.testing.assert_close(mine.velocities, state.velocities, atol=1e-12, rtol=0)
+        assert mine.total_steps.item() == state.total_steps.item()
+
+
+def test_one_forward_per_step_whatever_the_number_of_stages() -> None:
+    calls = []
+
+    class Counting(LennardJones):
+        def forward(self, batch, *args, **kwargs):
+            calls.append(batch.num_systems)
+            return super().forward(batch, *args, **kwargs)
+
+    data = mixed_argon(8, 8, 30, seed=2)
+    sim = al.Simulator(model=Counting(0.0104, 3.40, CUTOFF), stages=relax() + heat() + cool(),
+                       sync_every=1)
+    res = sim.run(data)
+    assert res.stats["forward_calls"] == res.stats["steps"] + 1
+    assert len(calls) == res.stats["forward_calls"]
+
+
+def test_integrator_state_of_systems_in_other_stages_is_untouched() -> None:
+    """While a system sits in MD, FIRE's fields for it keep the values it left with."""
+    data = mixed_argon(6, 8, 30, seed=5)
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    class Watch(Callback):
+        def before_step(self, ctx):
+            seen.append((ctx.batch.status.clone(), ctx.batch.fire_dt.clone()))
+
+    al.Simulator(model=lj(), stages=relax() + heat(), callbacks=[Watch()], sync_every=50).run(data)
+    for (s0, dt0), (s1, dt1) in zip(seen, seen[1:]):
+        in_md = (s0 == 1) & (s1 == 1)
+        assert torch.equal(dt0[in_md], dt1[in_md])
+
+
+def test_optimizer_exit_zeroes_velocities_and_md_draws_maxwell_boltzmann() -> None:
+    data = mixed_argon(4, 20, 30, seed=8)
+    snaps = []
+
+    class Watch(Callback):
+        def after_step(self, ctx):
+            b = ctx.batch
+            entered = (b.status == 1) & (b.step == 0)
+            if bool(entered.any()):
+                snaps.append(b.kinetic_energy()[entered])
+
+    al.Simulator(model=lj(), stages=relax() + heat(), callbacks=[Watch()], sync_every=1).run(data)
+    assert snaps and all(bool((k > 0).all()) for k in snaps)  # MB velocities drawn on entry
+
+
+# ---------------------------------------------------------------------- inflight
+def test_inflight_every_system_once_within_budgets() -> None:
+    data = mixed_argon(200, 8, 200, seed=1)
+    budget = 2000
+    peaks = {"atoms": 0, "systems": 0}
+
+    class Budget(Callback):
+        def before_step(self, ctx):
+            peaks["atoms"] = max(peaks["atoms"], ctx.batch.num_atoms)
+            peaks["systems"] = max(peaks["systems"], ctx.batch.num_systems)
+
+    sim = al.Simulator(model=LennardJones(0.0104, 3.40, 4.5),
+                       stages=FIRE(fmax=0.1, max_steps=15) + VelocityVerlet(dt=2.0, steps=3),
+                       callbacks=[Budget()], sync_every=5)
+    res = sim.run(SizeAwareSampler(data, max_atoms=budget, max_systems=40))
+    assert sorted(res.system_id.tolist()) == list(range(200))
+    assert peaks["atoms"] <= budget and peaks["systems"] <= 40
+    occupancy = res.stats["atom_occupancy"]
+    assert 0.3 < occupancy <= 1.0
+    print(f"mean atom-slot occupancy by active systems: {occupancy:.2f}")
+
+
+def test_inflight_results_equal_each_system_alone() -> None:
+    data = mixed_argon(12, 8, 40, seed=4)
+    plan = lambda: relax() + heat()  # noqa: E731
+    res = al.Simulator(model=lj(), stages=plan(), sync_every=3).run(
+        SizeAwareSampler(data, max_atoms=120))
+    for k in (0, 7, 11):
+        alone = al.Simulator(model=lj(), stages=plan(), sync_every=3).run(
+            al.Batch.from_atoms([data[k]], system_ids=[k]))
+        assert_same_state(res.batch.select([k]), alone.batch)
+
+
+def test_system_larger_than_budget_is_an_error_before_the_run() -> None:
+    data = mixed_argon(5, 8, 50, seed=2)
+    with pytest.raises(StructureError, match=r"system \d+ has \d+ atoms, more than max_atoms"):
+        SizeAwareSampler(data, max_atoms=20)
+
+
+def test_invalid_structure_in_dataset_named_before_run() -> None:
+    data = mixed_argon(4, 8, 20, seed=2)
+    data[2].positions[0, 0] = np.nan
+    sim = al.Simulator(model=lj(), stages=relax())
+    with pytest.raises(StructureError, match="system 2"):
+        sim.run(SizeAwareSampler(data, max_atoms=100))
+    res = sim.run(SizeAwareSampler(data, max_atoms=100, skip_invalid=True))
+    assert sorted(res.system_id.tolist()) == [0, 1, 3]
