@@ -1,0 +1,355 @@
+"""The ``alchemi-lit`` command line: runs, overrides, --print_config, validate, errors.
+
+Runs go through ``main([...])`` in-process (fast); one subprocess checks the installed
+console script.  Inputs are tiny: 2 argon crystals of 32 atoms, a few dozen steps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from alchemi_lit.cli import main
+from alchemi_lit.sinks import read_results
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+
+
+def tiny(store: Path) -> list[str]:
+    """Overrides that shrink the quickstart to 2 x 32 atoms and ~25 steps."""
+    return [
+        "--data.builtin_args.n_systems",
+        "2",
+        "--data.builtin_args.repeat",
+        "2",
+        "--simulator.stages.0.init_args.max_steps",
+        "40",
+        "--simulator.stages.1.init_args.steps",
+        "10",
+        "--simulator.sinks.0.init_args.store",
+        str(store),
+    ]
+
+
+def energies(store: Path) -> np.ndarray:
+    return read_results(store).energy.numpy()
+
+
+def error_lines(err: str) -> list[str]:
+    return [ln for ln in err.splitlines() if ln.startswith("error:")]
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny quickstart, run once for the module; returns its results store."""
+    store = tmp_path_factory.mktemp("base") / "q.zarr"
+    assert main(["run", "--config", str(QUICKSTART), *tiny(store)]) == 0
+    return store
+
+
+# ---------------------------------------------------------------------- console script
+def _console_script() -> str:
+    """The installed ``alchemi-lit`` script (next to this Python, else on PATH)."""
+    here = Path(sys.executable).with_name("alchemi-lit")
+    exe = str(here) if here.exists() else shutil.which("alchemi-lit")
+    assert exe is not None, "console script alchemi-lit is not installed (pip install -e .)"
+    return exe
+
+
+def test_console_script_help_without_fabric() -> None:
+    exe = _console_script()
+    with open(exe, "rb") as fh:
+        is_python = b"python" in fh.readline()
+    cmd = [sys.executable, "-X", "importtime", exe] if is_python else [exe]
+    proc = subprocess.run(
+        [*cmd, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "run" in proc.stdout and "validate" in proc.stdout and "plugins" in proc.stdout
+    if not is_python:  # a wrapper (e.g. a pyenv shim): importtime cannot see inside it
+        return
+    imported = [ln.rsplit("|", 1)[-1].strip() for ln in proc.stderr.splitlines() if "|" in ln]
+    assert imported, "python -X importtime printed nothing"
+    assert not [m for m in imported if m.startswith(("lightning_fabric", "lightning"))]
+
+
+def test_run_writes_store_config_summary_without_fabric(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = set(sys.modules)
+    store = tmp_path / "out" / "q.zarr"
+    assert main(["run", "--config", str(QUICKSTART), *tiny(store)]) == 0
+    new = set(sys.modules) - before
+    assert not [m for m in new if m.startswith(("lightning_fabric", "lightning."))]
+    out = capsys.readouterr().out
+    assert "systems" in out and "converged" in out and "atom-steps/s" in out and str(store) in out
+    assert len(energies(store)) == 2
+    # resolved config and summary next to the store; the config also in the store attrs
+    config = yaml.safe_load((tmp_path / "out" / "q.config.yaml").read_text())
+    assert config["simulator"]["stages"][1]["init_args"]["temperature"] == 60.0
+    assert config["simulator"]["model"]["init_args"]["epsilon"] == 0.0104  # preset lj-argon
+    summary = json.loads((tmp_path / "out" / "q.summary.json").read_text())
+    assert summary["systems"] == 2 and summary["quarantined"] == 0
+    assert [s["name"] for s in summary["stages"]] == ["0:FIRE", "1:Langevin"]
+    import zarr
+
+    run = zarr.open_group(str(store), mode="r").attrs["runs"][-1]
+    assert run["config"] == config
+    assert run["summary"]["atom_steps_per_s"] > 0
+
+
+def test_override_changes_result(tmp_path: Path, base_run: Path) -> None:
+    store = tmp_path / "hot.zarr"
+    argv = ["run", "--config", str(QUICKSTART), *tiny(store)]
+    assert main([*argv, "--simulator.stages.1.init_args.temperature", "500"]) == 0
+    hot, cold = energies(store), energies(base_run)
+    assert hot.shape == cold.shape
+    assert hot.mean() > cold.mean() + 1e-3  # 500 K MD ends far above the 60 K run
+
+
+def test_print_config_reruns_to_same_results(
+    tmp_path: Path, base_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["run", "--config", str(QUICKSTART), *tiny(base_run), "--print_config"]) == 0
+    printed = capsys.readouterr().out
+    resolved = yaml.safe_load(printed)
+    assert resolved["simulator"]["stages"][0]["class_path"].endswith("FIRE")
+    assert resolved["simulator"]["model"]["init_args"]["sigma"] == 3.4
+    # the printed config runs as is; only the store moves
+    resolved["simulator"]["sinks"][0]["init_args"]["store"] = str(tmp_path / "again.zarr")
+    path = tmp_path / "printed.yaml"
+    path.write_text(yaml.safe_dump(resolved))
+    assert main(["run", "--config", str(path)]) == 0
+    np.testing.assert_array_equal(energies(tmp_path / "again.zarr"), energies(base_run))
+
+
+def test_list_append_and_short_names(tmp_path: Path) -> None:
+    store = tmp_path / "a.zarr"
+    argv = [
+        "run",
+        "--config",
+        str(QUICKSTART),
+        *tiny(store),
+        "--simulator.stages+=fire-ase",
+        "--simulator.stages.init_args.max_steps",
+        "5",
+    ]
+    assert main(argv) == 0
+    summary = json.loads((tmp_path / "a.summary.json").read_text())
+    assert [s["name"] for s in summary["stages"]] == ["0:FIRE", "1:Langevin", "2:FIRE"]
+    assert summary["stages"][2]["steps_max"] <= 5
+
+
+def test_validate_ok_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "v" / "q.zarr"
+    assert main(["validate", "--config", str(QUICKSTART), *tiny(store)]) == 0
+    out = capsys.readouterr().out
+    assert "OK" in out and "LennardJones" in out and "2 systems" in out
+    assert not (tmp_path / "v").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_class_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--simulator.model.help", "LennardJones"]) == 0
+    assert "epsilon" in capsys.readouterr().out
+    assert main(["run", "--simulator.stages.help", "fire-ase"]) == 0  # presets name their class
+    assert "fmax" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- errors
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return path
+
+
+BAD_OVERRIDES = {
+    "unknown plugin": (
+        ["--simulator.stages.0.class_path", "FIRES"],
+        "simulator.stages.0.class_path",
+        "Did you mean FIRE",
+    ),
+    "wrong type": (
+        ["--simulator.stages.0.init_args.fmax", "abc"],
+        "simulator.stages.0.init_args.fmax",
+        "expected float",
+    ),
+    "negative dt": (
+        ["--simulator.stages.1.init_args.dt", "-1"],
+        "simulator.stages.1.init_args.dt",
+        "> 0",
+    ),
+    "fmax zero": (
+        ["--simulator.stages.0.init_args.fmax", "0"],
+        "simulator.stages.0.init_args.fmax",
+        "> 0",
+    ),
+    "missing model": (["--simulator.model", "null"], "simulator.model", "missing"),
+    "unsupported element": (
+        ["--simulator.model", "EMT"],
+        "data.structures",
+        "EMT cannot evaluate element Ar",
+    ),
+    "model given an integrator": (
+        ["--simulator.model", "FIRE"],
+        "simulator.model.class_path",
+        "not a model",
+    ),
+    "unknown parameter": (
+        ["--simulator.stages.0.init_args.fmx", "1"],
+        "simulator.stages.0.init_args.fmx",
+        "Did you mean fmax",
+    ),
+    "unknown builtin set": (
+        ["--data.structures", "builtin:argn"],
+        "data.structures",
+        "builtin:argon",
+    ),
+    "list index": (
+        ["--simulator.stages.5.init_args.dt", "1"],
+        "simulator.stages.5",
+        "out of range",
+    ),
+}
+
+
+# every case through validate; run shares its checks, so a few cases suffice there
+BAD_CASES = [(c, "validate") for c in sorted(BAD_OVERRIDES)] + [
+    (c, "run") for c in ("unknown plugin", "negative dt", "unsupported element")
+]
+
+
+@pytest.mark.parametrize(("case", "command"), BAD_CASES)
+def test_bad_override_one_clear_error(
+    case: str, command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra, key, text = BAD_OVERRIDES[case]
+    store = tmp_path / "q.zarr"
+    assert main([command, "--config", str(QUICKSTART), *tiny(store), *extra]) == 2
+    err = capsys.readouterr().err
+    lines = error_lines(err)
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"error: {key}:"), lines[0]
+    assert text in lines[0]
+    assert "Traceback" not in err
+    assert not store.exists() and list(tmp_path.iterdir()) == []  # nothing ran
+
+
+def test_bad_config_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cases = {
+        "simulator:\n  model: [unclosed\n": ("--config", "invalid YAML at line"),
+        "simulator:\n  model: {class_path: lj-argon}\n  stages: [{class_path: FIRE}]\n"
+        "data:\n  structures: no/such/file.extxyz\n": ("data.structures", "does not exist"),
+        "simulater: {}\n": ("simulater", "Did you mean simulator"),
+        "simulator:\n  model: {class_path: lj-argon}\n  stages: [{class_path: FIRE}]\n"
+        "data:\n  structures: builtin:argon\n  sampler: {max_atoms: -5}\n": (
+            "data.sampler.max_atoms",
+            ">= 1",
+        ),
+        "simulator:\n  model: {class_path: lj-argon}\n  stages: [{class_path: FIRE}]\n"
+        "  sync_every: 0\ndata:\n  structures: builtin:argon\n": ("simulator.sync_every", ">= 1"),
+    }
+    for text, (key, message) in cases.items():
+        path = _write(tmp_path, text)
+        assert main(["validate", "--config", str(path)]) == 2, text
+        err = capsys.readouterr().err
+        lines = error_lines(err)
+        assert len(lines) == 1 and "Traceback" not in err, err
+        assert lines[0].startswith(f"error: {key}"), lines[0]
+        assert message in lines[0], lines[0]
+    assert main(["validate", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_existing_store_is_refused_before_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "q.zarr"
+    store.mkdir()
+    argv = [
+        "run",
+        "--config",
+        str(QUICKSTART),
+        *tiny(store),
+        "--simulator.sinks.0.init_args.mode",
+        "w-",
+    ]
+    assert main(argv) == 2
+    line = error_lines(capsys.readouterr().err)[0]
+    assert line.startswith("error: simulator.sinks.0.init_args.store:") and "already exists" in line
+
+
+def test_debug_shows_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["validate", "--config", str(QUICKSTART), *tiny(tmp_path / "q.zarr")]
+    assert main([*argv, "--simulator.stages.1.init_args.dt", "-1", "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert error_lines(err)[-1].startswith("error: simulator.stages.1.init_args.dt:")
+
+
+def test_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rnu"]) == 2
+    assert "Did you mean run" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- plugins / report
+def test_plugins_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in re.split(r"[│┃]", line)[1:-1]]
+        if len(cells) == 5 and cells[1]:
+            rows[cells[1]] = cells
+    for name, kind in [
+        ("FIRE", "integrator"),
+        ("fire-ase", "integrator"),
+        ("LennardJones", "model"),
+        ("EMT", "model"),
+        ("ZarrSink", "sink"),
+    ]:
+        assert name in rows, f"{name} missing from `alchemi-lit plugins`"
+        assert rows[name][0] == kind and rows[name][2] == "alchemi_lit"
+    assert rows["fire-ase"][3] == "FIRE(mode='ase')"
+    assert main(["plugins", "--kind", "sink"]) == 0
+    out = capsys.readouterr().out
+    assert "ZarrSink" in out and "LennardJones" not in out
+
+
+def test_report_and_plots(
+    tmp_path: Path, base_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    capsys.readouterr()
+    assert main(["report", str(base_run), "--plots", str(tmp_path / "plots")]) == 0
+    out = capsys.readouterr().out
+    assert "0:FIRE" in out and "1:Langevin" in out and "converged" in out and "atom-steps/s" in out
+    for png in ("steps_per_stage.png", "energy_per_atom.png"):
+        assert (tmp_path / "plots" / png).stat().st_size > 1000
+    assert main(["report", str(tmp_path / "nope.zarr")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_report_without_matplotlib(
+    tmp_path: Path,
+    base_run: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert main(["report", str(base_run), "--plots", str(tmp_path / "p")]) == 2
+    line = error_lines(capsys.readouterr().err)[0]
+    assert "matplotlib" in line and "pip install" in line

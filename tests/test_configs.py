@@ -1,0 +1,129 @@
+"""Every ``configs/*.yaml`` runs end to end through the CLI, on tiny inputs.
+
+The configs are discovered by glob, so a new config is tested without touching this
+file.  The shrinking overrides are derived from each config's own content: a few
+systems (built-in sets) or frames (files), a few steps per stage, and every output
+path (sinks' ``store``, callbacks' ``path``) moved into ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from alchemi_lit import registry
+from alchemi_lit.cli import main
+from alchemi_lit.sinks import read_results
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+TINY_BUILTIN = {
+    "argon": {"n_systems": 2, "repeat": 2},
+    "mixed_argon": {"n_systems": 4, "min_atoms": 8, "max_atoms": 40},
+}
+TINY_FRAMES = ":3"
+TINY_STEPS = {"steps": 6, "max_steps": 25}
+
+
+def _params(class_path: str) -> set[str]:
+    entry = registry.find(class_path) if "." not in class_path else None
+    if entry is not None:
+        cls = entry.cls
+    else:
+        import importlib
+
+        module, _, name = class_path.rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+    return set(inspect.signature(cls.__init__).parameters)
+
+
+def _component(item: Any) -> dict[str, Any]:
+    return {"class_path": item} if isinstance(item, str) else item
+
+
+def shrink(config: dict[str, Any], tmp_path: Path) -> tuple[list[str], int, list[Path], list[Path]]:
+    """(overrides, expected systems, result stores, trajectory stores) for a tiny run."""
+    args: list[str] = []
+    sim = config["simulator"]
+    stages = sim["stages"] if isinstance(sim["stages"], list) else [sim["stages"]]
+    for i, stage in enumerate(stages):
+        params = _params(_component(stage)["class_path"])
+        for name, value in TINY_STEPS.items():
+            if name in params:
+                args += [f"--simulator.stages.{i}.init_args.{name}", str(value)]
+    stores, trajectories = [], []
+    for i, sink in enumerate(sim.get("sinks") or []):
+        if "store" in (_component(sink).get("init_args") or {}):
+            stores.append(tmp_path / f"sink{i}.zarr")
+            args += [f"--simulator.sinks.{i}.init_args.store", str(stores[-1])]
+    for i, cb in enumerate(sim.get("callbacks") or []):
+        cb = _component(cb)
+        if "path" in (cb.get("init_args") or {}):
+            trajectories.append(tmp_path / f"callback{i}.zarr")
+            args += [f"--simulator.callbacks.{i}.init_args.path", str(trajectories[-1])]
+    data = config["data"]
+    if data["structures"].startswith("builtin:"):
+        tiny = TINY_BUILTIN[data["structures"].split(":", 1)[1]]
+        for name, value in tiny.items():
+            args += [f"--data.builtin_args.{name}", str(value)]
+        expected = tiny["n_systems"]
+    else:
+        args += ["--data.index", TINY_FRAMES]
+        expected = 3
+    args += ["--output.dir", str(tmp_path / "output")]
+    return args, expected, stores, trajectories
+
+
+def test_configs_exist() -> None:
+    names = {p.stem for p in CONFIGS}
+    assert {"quickstart", "relax", "nvt", "relax_heat_cool", "screening"} <= names
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_config_runs(
+    config: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)  # anything written relative to the cwd stays in tmp_path
+    conf = yaml.safe_load(config.read_text())
+    args, expected, stores, trajectories = shrink(conf, tmp_path)
+    assert main(["run", "--config", str(config), *args]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "systems" in out and "atom-steps/s" in out
+
+    summary = json.loads((tmp_path / "output" / f"{stores[0].stem}.summary.json").read_text())
+    assert summary["systems"] == expected
+    assert summary["quarantined"] == 0
+    saved = tmp_path / "output" / f"{stores[0].stem}.config.yaml"
+    assert main(["validate", "--config", str(saved)]) == 0, capsys.readouterr().err  # re-runnable
+    for store in stores:
+        results = read_results(store)
+        assert len(results.system_id) == expected
+        assert np.isfinite(results.energy.numpy()).all()
+    for traj in trajectories:
+        assert traj.exists()
+
+    # and the report of what it wrote; plots (slow) only where there is a trajectory to
+    # plot (test_cli plots a results store)
+    report = ["report", str(stores[0])]
+    if trajectories and _has_matplotlib():
+        report += ["--plots", str(tmp_path / "plots"), "--trajectory", str(trajectories[0])]
+    assert main(report) == 0, capsys.readouterr().err
+    assert "converged" in capsys.readouterr().out
+    if "--plots" in report:
+        assert (tmp_path / "plots" / "trajectory.png").exists()
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
