@@ -149,9 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --print_config, argparse
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        path = getattr(exc, "path", None)
+        hint = f"; checkpoint {path} -- continue with --resume" if path else ""
+        print(f"interrupted{hint}", file=sys.stderr)
+        return 128 + int(getattr(exc, "signum", 2))
     except Exception as exc:
         code, message = _classify(exc)
         if debug:
@@ -234,6 +236,7 @@ class _Request:
     configs: list[str] = field(default_factory=list)
     overrides: list[tuple[str, str, bool]] = field(default_factory=list)  # key, raw value, append
     passthrough: list[str] = field(default_factory=list)  # handled by jsonargparse
+    resume: str | bool | None = None  # --resume [PATH]
 
 
 def _split_argv(args: list[str]) -> _Request:
@@ -250,6 +253,15 @@ def _split_argv(args: list[str]) -> _Request:
                 None, f"unexpected argument {tok!r}; options look like --simulator.seed 1"
             )
         name, eq, value = tok[2:].partition("=")
+        if name == "resume":  # --resume [PATH]: the Checkpoint directory by default
+            if eq:
+                req.resume = value
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                req.resume, i = args[i + 1], i + 1
+            else:
+                req.resume = True
+            i += 1
+            continue
         if not eq:
             if name.endswith(".help") and (i + 1 >= len(args) or args[i + 1].startswith("--")):
                 req.passthrough.append(tok)  # --simulator.model.help (no class): list them
@@ -1074,7 +1086,25 @@ def _run_or_validate(command: str, args: list[str]) -> int:
     if command == "validate":
         _print_validation(built, facts)
         return 0
-    return _run(built, resolved)
+    return _run(built, resolved, _resume_path(built, req.resume))
+
+
+def _resume_path(built: _Built, resume: str | bool | None) -> str | None:
+    """The checkpoint to resume from: the given path, or the Checkpoint callback's dir."""
+    if resume is None or resume is False:
+        return None
+    if isinstance(resume, str):
+        return resume
+    from .callbacks import Checkpoint
+
+    dirs = [cb.dirpath for cb in built.sim.callbacks if isinstance(cb, Checkpoint)]
+    if not dirs:
+        raise CLIError(
+            "resume",
+            "--resume needs a Checkpoint callback in simulator.callbacks (to know where the "
+            "checkpoints are) or an explicit path: --resume DIR",
+        )
+    return str(dirs[0])
 
 
 def _describe_sink(sink: Any) -> str:
@@ -1148,7 +1178,7 @@ def _output_paths(built: _Built) -> tuple[Path | None, Path | None]:
     return config, summary
 
 
-def _run(built: _Built, resolved: dict[str, Any]) -> int:
+def _run(built: _Built, resolved: dict[str, Any], resume: str | None = None) -> int:
     import yaml
     from rich.console import Console
 
@@ -1157,7 +1187,7 @@ def _run(built: _Built, resolved: dict[str, Any]) -> int:
     sim = built.sim
     sim.config = resolved
     if not _is_main_rank():  # a rank a launcher re-executed: it runs, rank 0 reports
-        sim.run(built.source)
+        sim.run(built.source, resume=resume)
         return 0
     config_path, summary_path = _output_paths(built)
     if config_path is not None:
@@ -1166,7 +1196,7 @@ def _run(built: _Built, resolved: dict[str, Any]) -> int:
         config_path.write_text(header + yaml.safe_dump(resolved, sort_keys=False))
     zarr_sinks = [s for s in (sim.sinks or []) if isinstance(s, ZarrSink)]
     start_rows = _store_rows(zarr_sinks[0]) if zarr_sinks else 0
-    results = sim.run(built.source)
+    results = sim.run(built.source, resume=resume)
 
     from .report import read_store_systems, stage_names_from_plan, summarize
 
