@@ -71,6 +71,7 @@ class NeighborList:
         self._ref_positions: torch.Tensor | None = None
         self._ref_cell: torch.Tensor | None = None
         self._i = self._j = self._system = self._shift = None  # type: ignore[assignment]
+        self._ishift: torch.Tensor | None = None  # integer cell shifts, for the edge order
 
     def reset(self) -> None:
         self._layout = None
@@ -117,6 +118,7 @@ class NeighborList:
         self._i = self._i[edge_keep] + offset[sys_e]
         self._j = self._j[edge_keep] + offset[sys_e]
         self._shift = self._shift[edge_keep]
+        self._ishift = self._ishift[edge_keep]
         self._system = row_new[sys_e]
         nan = float("nan")
         ref_pos = torch.full_like(new_batch.positions, nan)
@@ -137,15 +139,19 @@ class NeighborList:
         rows = torch.arange(batch.num_systems, device=batch.device) if full else need.nonzero().flatten()
         new = _build_rows(batch, rows.tolist(), self.cutoff + self.skin)
         if full:
-            i, j, shift, system = new
+            i, j, shift, system, _ = new
         else:
             keep = ~need[self._system]
             i = torch.cat([self._i[keep], new[0]])
             j = torch.cat([self._j[keep], new[1]])
             shift = torch.cat([self._shift[keep], new[2]])
             system = torch.cat([self._system[keep], new[3]])
-        order = _canonical_order(i, j, shift, batch.num_atoms)
-        self._i, self._j, self._shift, self._system = i[order], j[order], shift[order], system[order]
+            ishift = torch.cat([self._ishift[keep], new[4]])
+        if full:
+            ishift = new[4]
+        order = _canonical_order(i, j, ishift, batch.num_atoms)
+        self._i, self._j, self._system = i[order], j[order], system[order]
+        self._shift, self._ishift = shift[order], ishift[order]
         if full:
             self._ref_positions = batch.positions.detach().clone()
             self._ref_cell = batch.cell.detach().clone()
@@ -183,12 +189,12 @@ def _build_rows(batch: Batch, rows: list[int], radius: float):
             ss.append(sh)
             sys_.append(np.full(len(i), b, dtype=np.int64))
         if not ii:
-            empty = torch.zeros(0, dtype=torch.int64, device=device)
-            return empty, empty, torch.zeros((0, 3), dtype=dtype, device=device), empty
+            return _no_edges(device, dtype)
         system = torch.from_numpy(np.concatenate(sys_))
-        shift = torch.from_numpy(np.concatenate(ss).astype(np.float64)).to(dtype)
-        cart = torch.bmm(shift.unsqueeze(1), cells[system]).squeeze(1)
-        return torch.from_numpy(np.concatenate(ii)), torch.from_numpy(np.concatenate(jj)), cart, system
+        ishift = torch.from_numpy(np.concatenate(ss).astype(np.int64))
+        cart = torch.bmm(ishift.to(dtype).unsqueeze(1), cells[system]).squeeze(1)
+        i_all = torch.from_numpy(np.concatenate(ii))
+        return i_all, torch.from_numpy(np.concatenate(jj)), cart, system, ishift
     from vesin.torch import NeighborList as TorchNL
 
     calc = TorchNL(cutoff=radius, full_list=False)
@@ -204,17 +210,36 @@ def _build_rows(batch: Batch, rows: list[int], radius: float):
         i, j, sh = calc.compute(pos_all[lo:hi], cells[b], periodic, "ijS")
         parts_i.append(i.to(torch.int64) + lo)
         parts_j.append(j.to(torch.int64) + lo)
-        parts_s.append(sh.to(dtype) @ cells[b])
+        parts_s.append(sh.to(torch.int64))
         parts_sys.append(torch.full((len(i),), b, dtype=torch.int64, device=device))
     if not parts_i:
-        empty = torch.zeros(0, dtype=torch.int64, device=device)
-        return empty, empty, torch.zeros((0, 3), dtype=dtype, device=device), empty
-    return torch.cat(parts_i), torch.cat(parts_j), torch.cat(parts_s), torch.cat(parts_sys)
+        return _no_edges(device, dtype)
+    system = torch.cat(parts_sys)
+    ishift = torch.cat(parts_s)
+    cart = torch.bmm(ishift.to(dtype).unsqueeze(1), cells[system]).squeeze(1)
+    return torch.cat(parts_i), torch.cat(parts_j), cart, system, ishift
 
 
-def _canonical_order(i: torch.Tensor, j: torch.Tensor, shift: torch.Tensor, n: int) -> torch.Tensor:
-    """Permutation sorting edges by (i, j, shift): deterministic whatever the build order."""
-    order = torch.arange(len(i), device=i.device)
-    for key in (shift[:, 2], shift[:, 1], shift[:, 0], j, i):  # least significant first
-        order = order[torch.sort(key[order], stable=True).indices]
-    return order
+def _no_edges(device: torch.device, dtype: torch.dtype):
+    empty = torch.zeros(0, dtype=torch.int64, device=device)
+    return empty, empty, torch.zeros((0, 3), dtype=dtype, device=device), empty, \
+        torch.zeros((0, 3), dtype=torch.int64, device=device)
+
+
+def _canonical_order(i: torch.Tensor, j: torch.Tensor, ishift: torch.Tensor, n: int) -> torch.Tensor:
+    """Permutation sorting edges by (i, j, shift): deterministic whatever the build order.
+
+    One sort of a combined int64 key (i, j and the three integer shifts in mixed radix).
+    """
+    if len(i) == 0:
+        return torch.zeros(0, dtype=torch.long, device=i.device)
+    span = int(ishift.abs().max()) if ishift.numel() else 0
+    base = 2 * span + 1
+    if n * n * base**3 >= 2**62:  # astronomically large: fall back to chained stable sorts
+        order = torch.arange(len(i), device=i.device)
+        for key in (ishift[:, 2], ishift[:, 1], ishift[:, 0], j, i):
+            order = order[torch.sort(key[order], stable=True).indices]
+        return order
+    s = ishift + span
+    key = ((i * n + j) * base + s[:, 0]) * base * base + s[:, 1] * base + s[:, 2]
+    return torch.sort(key).indices
