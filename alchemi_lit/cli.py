@@ -329,7 +329,7 @@ def _load_yaml(path: str) -> dict[str, Any]:
     structures = (
         (data.get("data") or {}).get("structures") if isinstance(data.get("data"), dict) else None
     )
-    if isinstance(structures, str) and not structures.startswith(BUILTIN_PREFIX):
+    if isinstance(structures, str) and structures and not structures.startswith(BUILTIN_PREFIX):
         data["data"]["structures"] = _resolve_relative(structures, p.parent)
     return data
 
@@ -349,7 +349,7 @@ def _load_yaml_section(path: str, section: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CLIError(section, f"{path}: expected a mapping")
     structures = data.get("structures") if section == "data" else None
-    if isinstance(structures, str) and not structures.startswith(BUILTIN_PREFIX):
+    if isinstance(structures, str) and structures and not structures.startswith(BUILTIN_PREFIX):
         data["structures"] = _resolve_relative(structures, p.parent)
     return data
 
@@ -612,6 +612,11 @@ def _resolve_component(
     init = {k: _resolve_nested(v, f"{key}.init_args.{k}") for k, v in init.items()}
     _check_init_args(cls, init, f"{key}.init_args")
     out: dict[str, Any] = {"class_path": path, "init_args": init}
+    if value.get("dict_kwargs") is not None and not isinstance(value["dict_kwargs"], dict):
+        raise CLIError(
+            f"{key}.dict_kwargs",
+            f"expected a mapping of keyword arguments, got {value['dict_kwargs']!r}",
+        )
     if value.get("dict_kwargs"):
         out["dict_kwargs"] = value["dict_kwargs"]
     return out
@@ -636,7 +641,7 @@ def _check_init_args(cls: type, init: dict[str, Any], key: str) -> None:
     if params is not None:
         for name in init:
             if name not in params:
-                close = difflib.get_close_matches(name, sorted(params), n=2)
+                close = difflib.get_close_matches(str(name), sorted(params), n=2)
                 hint = f" Did you mean {', '.join(close)}?" if close else ""
                 raise CLIError(
                     f"{key}.{name}",
@@ -676,6 +681,12 @@ def _explain_jsonargparse(msg: str, prefix: str, owner: str | None = None) -> st
     expected = re.search(r"Expected a (.+?)\. Got value: (.*)", text)
     if expected:
         return f"{key}: expected {_type_name(expected.group(1))}, got {expected.group(2).strip()!r}"
+    union = re.search(r"Subtypes: \[(.*?)\]", text)
+    given = re.search(r"Given value: (.*)", text)
+    if "Does not validate against any of the Union subtypes" in text and union and given:
+        names = [_type_name(t.strip()) for t in re.findall(r"<class '[\w.]+'>", union.group(1))]
+        names = ["null" if n == "NoneType" else n for n in names]
+        return f"{key}: expected {' or '.join(names)}, got {given.group(1).strip()}"
     skip = (
         "Subtypes:",
         "Errors:",
@@ -759,6 +770,11 @@ def _assemble(req: _Request) -> dict[str, Any]:
             continue
         value = sim[name]
         key = f"simulator.{name}"
+        if is_list and name != "stages" and not isinstance(value, list):
+            raise CLIError(
+                key,
+                f"expected a list of {kind}s, e.g. `{name}: [{{class_path: NAME}}]`, got {value!r}",
+            )
         if is_list and isinstance(value, list):
             sim[name] = [
                 _resolve_list_item(v, f"{key}.{i}", kind, base) for i, v in enumerate(value)
@@ -768,9 +784,43 @@ def _assemble(req: _Request) -> dict[str, Any]:
     for k in sim:
         if k not in _COMPONENTS:
             sim[k] = _resolve_nested(sim[k], f"simulator.{k}")
+    _check_dataclass_args(sim)
     _check_data(conf)
     _check_output(conf)
+    _check_finite(conf, "")
     return conf
+
+
+def _check_dataclass_args(sim: dict[str, Any]) -> None:
+    """Simulator arguments that are dataclasses (``buffer: BufferConfig``) given as a
+    mapping: a clear error for anything else and for unknown keys."""
+    from .simulator import Simulator
+
+    for name, cls in _dataclass_params(Simulator).items():
+        value = sim.get(name)
+        if value is None or (isinstance(value, dict) and "class_path" in value):
+            continue
+        known = _dataclass_keys(cls)
+        if not isinstance(value, dict):
+            raise CLIError(
+                f"simulator.{name}",
+                f"expected a mapping with keys {', '.join(known)} ({cls.__name__}), got {value!r}",
+            )
+        _check_keys(value, cls, f"simulator.{name}")
+
+
+def _check_finite(value: Any, key: str) -> None:
+    """NaN or infinity anywhere in the config (YAML ``.nan``, ``.inf``): an error naming the key."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        raise CLIError(key or "config", f"expected a finite number, got {value}")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_finite(v, f"{key}.{i}" if key else str(i))
 
 
 def _resolve_list_item(value: Any, key: str, kind: str, base: str) -> Any:
@@ -901,6 +951,8 @@ def _key_for(exc: BaseException, prefix: str, names: list[str], fallback: str) -
     one is mentioned; otherwise ``fallback`` (the object's own key)."""
     text = re.sub(r"^\w+:\s*", "", str(exc))  # "FIRE: fmax ..." -> "fmax ..."
     found = [n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", text)]
+    if len(found) > 1:  # "devices=2 ... use strategy 'replicas'": the one given a value
+        found = [n for n in found if re.search(rf"(?<![\w.]){re.escape(n)}=(?!=)", text)]
     return f"{prefix}.{found[0]}" if len(found) == 1 else fallback
 
 
@@ -987,13 +1039,14 @@ def _read_structures(data: dict[str, Any]) -> list[Any]:
         params = _init_params_fn(fn)
         for k in args:
             if params is not None and k not in params:
-                close = difflib.get_close_matches(k, sorted(params), n=1)
+                close = difflib.get_close_matches(str(k), sorted(params), n=1)
                 hint = f" Did you mean {close[0]}?" if close else ""
                 raise CLIError(
                     f"data.builtin_args.{k}",
                     f"builtin:{name} has no argument {k!r}.{hint} "
                     f"Arguments: {', '.join(sorted(params))}",
                 )
+        _check_function_args(fn, args, "data.builtin_args")
         try:
             return fn(**args)
         except Exception as exc:
@@ -1004,12 +1057,33 @@ def _read_structures(data: dict[str, Any]) -> list[Any]:
     try:
         atoms = read_structures(spec, index=data.get("index") or ":", format=data.get("format"))
     except Exception as exc:
-        raise CLIError("data.structures", _one_line(str(exc))) from exc
+        text = str(exc)
+        key = "data.structures"
+        if text.startswith("index "):
+            key = "data.index"
+        elif text.startswith("unknown structure file format"):
+            key = "data.format"
+        raise CLIError(key, _one_line(text)) from exc
     if args:
         raise CLIError(
             "data.builtin_args", f"only applies to builtin: sets, not to the file {spec!r}"
         )
     return atoms
+
+
+def _check_function_args(fn: Any, args: dict[str, Any], key: str) -> None:
+    """Type-check keyword arguments of a function against its signature (like init_args)."""
+    from jsonargparse import ArgumentError, ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    try:
+        parser.add_function_arguments(fn, fail_untyped=False)
+    except Exception:  # a signature jsonargparse cannot describe: leave it to the call
+        return
+    try:
+        parser.parse_object(args)
+    except ArgumentError as exc:
+        raise CLIError(None, _explain_jsonargparse(str(exc), key, fn.__name__)) from None
 
 
 def _init_params_fn(fn: Any) -> set[str] | None:
@@ -1070,11 +1144,31 @@ def _check_structures(built: _Built, full: bool) -> dict[str, Any]:
         except Exception as exc:
             key = "data.sampler" if "max_" in str(exc) else "data.structures"
             raise CLIError(key, _one_line(str(exc))) from exc
+    _check_transfer_buffer(built)
     return {
         "systems": len(atoms),
         "atoms": int(sum(len(a) for a in atoms)),
         "elements": " ".join(chemical_symbols[z] for z in sorted(elements)),
     }
+
+
+def _check_transfer_buffer(built: _Built) -> None:
+    """Pipelines/replicas: every system must fit the transfer buffer (checked before any
+    rank starts, so the error names the config key rather than failing in a launch)."""
+    from .data import SizeAwareSampler
+    from .strategies.distributed import DistributedStrategy
+
+    strategy = built.sim.strategy
+    if not isinstance(strategy, DistributedStrategy) or not built.atoms:
+        return
+    sampler = built.source
+    if not isinstance(sampler, SizeAwareSampler):
+        sampler = SizeAwareSampler(built.atoms, max_atoms=max(sum(len(a) for a in built.atoms), 1))
+    try:
+        strategy.validate(sampler)
+    except Exception as exc:
+        key = "simulator.buffer.num_atoms" if "num_atoms" in str(exc) else "simulator"
+        raise CLIError(key, _one_line(str(exc))) from exc
 
 
 # ---------------------------------------------------------------------- run / validate
@@ -1210,8 +1304,8 @@ def _run(built: _Built, resolved: dict[str, Any], resume: str | None = None) -> 
         systems = (
             {} if batch is None else {k: v.detach().cpu().numpy() for k, v in batch.system.items()}
         )
-    k = len(sim.plan)
-    summary = summarize(systems, stage_names_from_plan(repr(sim.plan), k), results.stats)
+    k = int(systems["stage_steps"].shape[1]) if "stage_steps" in systems else len(sim.plan.stages)
+    summary = summarize(systems, stage_names_from_plan(_history_repr(sim.plan), k), results.stats)
     thermo = _thermo_temperature(sim)
     if thermo is not None:
         summary["temperature_K"] = thermo
@@ -1230,6 +1324,16 @@ def _run(built: _Built, resolved: dict[str, Any], resume: str | None = None) -> 
         summary_table(summary, title="alchemi-lit run: summary", where=where)
     )
     return 0
+
+
+def _history_repr(plan: Any) -> str:
+    """A Fused-like repr of the stages in history-column order (pipelines: rank order)."""
+    from .stages import Pipeline
+
+    if not isinstance(plan, Pipeline):
+        return repr(plan)
+    names = [type(s).__name__ for r in sorted(plan.stages) for s in plan.stages[r].stages]
+    return ", ".join(f"{c}:{n}" for c, n in enumerate(names))
 
 
 def _is_main_rank() -> bool:

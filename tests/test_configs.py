@@ -52,10 +52,18 @@ def shrink(config: dict[str, Any], tmp_path: Path) -> tuple[list[str], int, list
     sim = config["simulator"]
     stages = sim["stages"] if isinstance(sim["stages"], list) else [sim["stages"]]
     for i, stage in enumerate(stages):
-        params = _params(_component(stage)["class_path"])
-        for name, value in TINY_STEPS.items():
-            if name in params:
-                args += [f"--simulator.stages.{i}.init_args.{name}", str(value)]
+        # a list of lists is a pipeline: one inner list (fused plan) per rank
+        inner = [(f"{i}.{j}", s) for j, s in enumerate(stage)] if isinstance(stage, list) else [
+            (str(i), stage)
+        ]
+        for key, item in inner:
+            params = _params(_component(item)["class_path"])
+            for name, value in TINY_STEPS.items():
+                if name in params:
+                    args += [f"--simulator.stages.{key}.init_args.{name}", str(value)]
+    if sim.get("strategy") in ("pipeline", "replicas"):
+        # in-process under pytest: fork the ranks (popen would re-run pytest's command)
+        args += ["--simulator.start_method", "fork", "--simulator.timeout", "120"]
     stores, trajectories = [], []
     for i, sink in enumerate(sim.get("sinks") or []):
         if "store" in (_component(sink).get("init_args") or {}):
