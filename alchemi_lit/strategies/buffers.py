@@ -51,11 +51,17 @@ class BufferConfig:
     num_edges: int = 0
 
     def __post_init__(self) -> None:
-        if int(self.num_systems) < 1 or int(self.num_atoms) < 1 or int(self.num_edges) < 0:
-            raise ConfigError(
-                f"BufferConfig needs num_systems >= 1, num_atoms >= 1, num_edges >= 0; got "
-                f"{self.num_systems}, {self.num_atoms}, {self.num_edges}"
-            )
+        for name, minimum in (("num_systems", 1), ("num_atoms", 1), ("num_edges", 0)):
+            value = getattr(self, name)
+            try:
+                ok = not isinstance(value, bool) and int(value) == value and value >= minimum
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                what = "0: unbounded" if name == "num_edges" else "capacity of one transfer message"
+                raise ConfigError(
+                    f"BufferConfig: {name} must be an integer >= {minimum}, got {value!r} ({what})"
+                )
 
 
 @dataclass(frozen=True)
@@ -104,10 +110,14 @@ class MessageLayout:
         self.nbytes = offset
         self.header_bytes = _align(HEADER_WORDS * 8 + ERROR_BYTES)
 
-    def new_buffer(self, device: torch.device, pin: bool = False, payload: bool = True) -> torch.Tensor:
+    def new_buffer(
+        self, device: torch.device, pin: bool = False, payload: bool = True
+    ) -> torch.Tensor:
         n = self.nbytes if payload else self.header_bytes
         buf = torch.zeros(n, dtype=torch.uint8, device=device)
-        return buf.pin_memory() if pin and device.type == "cpu" and torch.cuda.is_available() else buf
+        return (
+            buf.pin_memory() if pin and device.type == "cpu" and torch.cuda.is_available() else buf
+        )
 
     # ------------------------------------------------------------------ header
     @staticmethod
@@ -120,8 +130,15 @@ class MessageLayout:
         h.zero_()
         h[H_MAGIC], h[H_KIND], h[H_FLAGS], h[H_ROUND] = MAGIC, kind, flags, rnd
         for key, value in words.items():
-            h[{"systems": H_SYSTEMS, "atoms": H_ATOMS, "credit_atoms": H_CREDIT_ATOMS,
-               "credit_systems": H_CREDIT_SYSTEMS, "err_rank": H_ERR_RANK}[key]] = int(value)
+            h[
+                {
+                    "systems": H_SYSTEMS,
+                    "atoms": H_ATOMS,
+                    "credit_atoms": H_CREDIT_ATOMS,
+                    "credit_systems": H_CREDIT_SYSTEMS,
+                    "err_rank": H_ERR_RANK,
+                }[key]
+            ] = int(value)
 
     @staticmethod
     def write_error(buf: torch.Tensor, rank: int, text: str) -> None:
@@ -189,5 +206,9 @@ def split_to_fit(batch: Batch, config: BufferConfig, edges: list[int] | None = N
 
 
 def describe(config: BufferConfig, layout: MessageLayout) -> dict[str, Any]:
-    return {"num_systems": config.num_systems, "num_atoms": config.num_atoms,
-            "num_edges": config.num_edges, "bytes": layout.nbytes}
+    return {
+        "num_systems": config.num_systems,
+        "num_atoms": config.num_atoms,
+        "num_edges": config.num_edges,
+        "bytes": layout.nbytes,
+    }

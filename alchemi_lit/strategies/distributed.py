@@ -14,6 +14,7 @@ in-memory sinks the finished systems are gathered on rank 0 as numpy arrays.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,7 +31,7 @@ from ..stages import Pipeline
 from ..state import Batch
 from .buffers import BufferConfig
 from .launch import StartMethod, launch, rank_device
-from .pipeline import CommMode, PipelineWorker
+from .pipeline import CommMode, HistoryLayout, PipelineWorker
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
@@ -47,11 +48,18 @@ def shard(sampler: SizeAwareSampler, parts: int, index: int) -> SizeAwareSampler
         owner[k] = p
         loads[p] += int(sampler.sizes[k])
     mine = [int(k) for k in sampler.order if owner[k] == index]
-    sub = SizeAwareSampler(
-        [sampler.dataset[k] for k in mine], sampler.max_atoms, sampler.max_systems,
-        sampler.max_edges, system_ids=[int(sampler.system_ids[k]) for k in mine],
-        skip_invalid=sampler.skip_invalid,
-    ) if mine else None
+    sub = (
+        SizeAwareSampler(
+            [sampler.dataset[k] for k in mine],
+            sampler.max_atoms,
+            sampler.max_systems,
+            sampler.max_edges,
+            system_ids=[int(sampler.system_ids[k]) for k in mine],
+            skip_invalid=sampler.skip_invalid,
+        )
+        if mine
+        else None
+    )
     return sub
 
 
@@ -72,6 +80,15 @@ class DistributedStrategy:
     ) -> None:
         self.pipeline = pipeline
         self.name = name
+        if isinstance(buffer, Mapping):  # from a config file: {num_systems: .., num_atoms: ..}
+            try:
+                buffer = BufferConfig(**buffer)
+            except TypeError as exc:
+                raise ConfigError(
+                    f"buffer: {exc}; BufferConfig takes num_systems, num_atoms, num_edges"
+                ) from None
+        if not isinstance(buffer, BufferConfig):
+            raise ConfigError(f"buffer must be a BufferConfig, got {type(buffer).__name__}")
         self.buffer = buffer
         self.comm_mode = comm_mode
         self.accelerator = accelerator
@@ -90,15 +107,41 @@ class DistributedStrategy:
                 f"{self.buffer.num_atoms} (BufferConfig.num_atoms); raise num_atoms to at least "
                 f"{int(sampler.sizes.max())}"
             )
-        if len(self.pipeline.edges) == 0 and self.pipeline.num_ranks > 1 and self.name == "pipeline":
+        if (
+            len(self.pipeline.edges) == 0
+            and self.pipeline.num_ranks > 1
+            and self.name == "pipeline"
+        ):
             raise ConfigError("a pipeline with several ranks needs edges between them")
+
+    def replica_period(self) -> int | None:
+        """Ranks per replica when this runs replicas of one plan (``plan.replicate(n)``):
+        replicas then share the base plan's stage-history columns and exit codes, so their
+        results look exactly like one process's.  None otherwise."""
+        if self.name != "replicas":
+            return None
+        n = self.pipeline.num_ranks
+        for p in range(1, n + 1):
+            if n % p:
+                continue
+            base = Pipeline(
+                {r: self.pipeline.stages[r] for r in range(p)},
+                [(a, b) for a, b in self.pipeline.edges if a < p and b < p],
+            )
+            same = all(self.pipeline.stages[r] is base.stages[r % p] for r in range(n))
+            if same and sorted(base.replicate(n // p).edges) == sorted(self.pipeline.edges):
+                return p
+        return None
 
     def run(self, sim: Simulator, sampler: SizeAwareSampler) -> Results:
         self.validate(sampler)
         world = self.pipeline.num_ranks
         out = launch(
             lambda rank, local: self._rank_main(sim, sampler, rank, local),
-            world, self.accelerator, self.start_method, self.timeout_s,
+            world,
+            self.accelerator,
+            self.start_method,
+            self.timeout_s,
         )
         return _results_from(out, sim)
 
@@ -115,8 +158,19 @@ class DistributedStrategy:
         sinks_ranks = self.pipeline.sinks()
         sim.sinks = _rank_sinks(sim.sinks, rank, len(sinks_ranks) > 1)
         worker = PipelineWorker(
-            sim, self.pipeline, rank, my_sampler, self.buffer, self.comm_mode, device, comm_device,
-            capacity=sampler.budget()[:2], debug=self.debug, synchronized=self.synchronized,
+            sim,
+            self.pipeline,
+            rank,
+            my_sampler,
+            self.buffer,
+            self.comm_mode,
+            device,
+            comm_device,
+            capacity=sampler.budget()[:2],
+            debug=self.debug,
+            synchronized=self.synchronized,
+            history=HistoryLayout.of(self.pipeline, self.replica_period()),
+            timeout_s=self.timeout_s,
         )
         result = worker.run()
         logger.debug(f"[rank {rank}] worker finished")
@@ -162,8 +216,21 @@ def _merge_stores(sim: Simulator, gathered: list[Any], several_writers: bool) ->
     for s in sim.sinks:
         if not isinstance(s, ZarrSink) or not hasattr(s, "final_path"):
             continue
-        parts = sorted({p for g in gathered for p in g["stores"] if Path(p).name.startswith(s.final_path.stem + ".rank")})
-        batches = [b for p in parts if Path(p).exists() for b in [ZarrSink(p).read_batch()] if b is not None]
+        parts = sorted(
+            {
+                p
+                for g in gathered
+                for p in g["stores"]
+                if Path(p).name.startswith(s.final_path.stem + ".rank")
+            }
+        )
+        batches = [
+            b
+            for p in parts
+            if Path(p).exists()
+            for b in [ZarrSink(p).read_batch()]
+            if b is not None
+        ]
         final = ZarrSink(s.final_path, mode=s.final_mode)
         final.open(sim.run_info())
         if batches:
@@ -195,4 +262,5 @@ def _results_from(gathered: list[Any] | None, sim: Simulator) -> Results:
     batch = Batch.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else None)
     stats = {"ranks": [g["stats"] for g in gathered]}
     stats["systems"] = sum(g["stats"]["systems_out"] for g in gathered if g["stats"]["is_sink"])
+    stats["wall_time_s"] = max(float(g["stats"]["wall_s"]) for g in gathered if g)
     return Results(batch, stats, sim.sinks or [])

@@ -165,8 +165,7 @@ class FusedLoop:
                 if e is not None:
                     bisect(part, e)
 
-        active = [r for r, s in enumerate(batch.status.tolist()) if s != self.plan.exit]
-        rows = active if active else list(range(batch.num_systems))
+        rows = list(range(batch.num_systems))  # finished systems awaiting graduation too
         bisect(rows, exc)
         if not bad or len(bad) == len(rows) and len(rows) > 1:
             raise exc  # not one structure's fault: the model itself fails

@@ -7,13 +7,23 @@ directly.  Fabric only launches processes and creates the process group; devices
 ours: rank r uses ``cuda:(local_rank % n_gpus)`` or the CPU, and the backend is NCCL
 only when every rank has its own GPU -- otherwise gloo, with CUDA buffers staged
 through pinned host memory (NCCL refuses two ranks on one GPU).
+
+Failures of forked/spawned ranks: a rank that raises records its exception in the
+hand-off folder and exits *cleanly*, so the launcher does not kill the other ranks
+while they run their own shutdown (an aborted pipeline stops every rank within the
+timeout and flushes what it holds; a rank that exits closes its connections, so no
+peer waits on it).  The launching process then re-raises the error of the rank that
+failed first -- e.g. :class:`~alchemi_lit.strategies.pipeline.PipelineError` naming it
+-- instead of the launcher's generic ``ProcessRaisedException``.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import tempfile
+import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
@@ -31,14 +41,18 @@ def _under_launcher() -> bool:
 
 def choose_backend(accelerator: str, world_size: int, local_world: int) -> tuple[str, str]:
     """(fabric accelerator, process-group backend)."""
-    wants_cuda = accelerator in ("cuda", "gpu") or (accelerator == "auto" and torch.cuda.is_available())
+    wants_cuda = accelerator in ("cuda", "gpu") or (
+        accelerator == "auto" and torch.cuda.is_available()
+    )
     if wants_cuda and torch.cuda.is_available() and torch.cuda.device_count() >= local_world:
         return "cuda", "nccl"
     return "cpu", "gloo"
 
 
 def rank_device(accelerator: str, local_rank: int) -> torch.device:
-    wants_cuda = accelerator in ("cuda", "gpu") or (accelerator == "auto" and torch.cuda.is_available())
+    wants_cuda = accelerator in ("cuda", "gpu") or (
+        accelerator == "auto" and torch.cuda.is_available()
+    )
     if wants_cuda:
         if not torch.cuda.is_available():
             raise ValueError("accelerator='cuda' but no CUDA device is available")
@@ -82,7 +96,9 @@ def launch(
         timeout=timedelta(seconds=timeout_s),
         start_method=start_method,
     )
-    fabric = Fabric(accelerator=fabric_acc, devices=local_world, num_nodes=num_nodes, strategy=strategy)
+    fabric = Fabric(
+        accelerator=fabric_acc, devices=local_world, num_nodes=num_nodes, strategy=strategy
+    )
 
     spawned = start_method in ("fork", "spawn") and not _under_launcher()
     handoff = tempfile.mkdtemp(prefix="alchemi_lit_") if spawned else None
@@ -90,9 +106,15 @@ def launch(
     def entry(fabric_: Any) -> Any:
         if start_method == "fork":
             torch.set_num_threads(1)  # forked ranks hang with more threads (REFERENCE.md)
-        value = fn(fabric_.global_rank, fabric_.local_rank)
-        if handoff is None or fabric_.global_rank != 0:
-            return value if handoff is None else None
+        if handoff is None:
+            return fn(fabric_.global_rank, fabric_.local_rank)
+        try:
+            value = fn(fabric_.global_rank, fabric_.local_rank)
+        except Exception as exc:  # recorded for the launching process (module docstring)
+            _record_failure(handoff, fabric_.global_rank, exc)
+            return None
+        if fabric_.global_rank != 0:
+            return None
         # Lightning returns rank 0's value through a pipe that the parent reads only after
         # every child exited: a large value would block forever.  Hand it over as a file.
         path = os.path.join(handoff, "result.pt")
@@ -100,13 +122,74 @@ def launch(
         return path
 
     try:
-        out = fabric.launch(entry)
+        try:
+            out = fabric.launch(entry)
+        except Exception as exc:  # a rank died without recording (signal, os._exit ...)
+            failure = _first_failure(handoff) if handoff is not None else None
+            if failure is not None:
+                raise failure from exc
+            raise
+        failure = _first_failure(handoff) if handoff is not None else None
+        if failure is not None:
+            raise failure
         if handoff is not None and out:
             return _from_tensors(torch.load(out, weights_only=True))
         return out
     finally:
         if handoff is not None:
             shutil.rmtree(handoff, ignore_errors=True)
+
+
+def _record_failure(folder: str, rank: int, exc: BaseException) -> None:
+    """Write a rank's exception (pickled if possible) and traceback to ``folder``."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        blob = pickle.dumps(exc)
+        pickle.loads(blob)  # exceptions with custom __init__ may not round-trip
+    except Exception:
+        blob = None
+    record = {
+        "rank": rank,
+        "exception": blob,
+        "type": type(exc).__name__,
+        "text": str(exc),
+        "traceback": text,
+    }
+    tmp = os.path.join(folder, f".failure_rank{rank}")
+    with open(tmp, "wb") as f:
+        pickle.dump(record, f)
+    os.replace(tmp, os.path.join(folder, f"failure_rank{rank}.pkl"))
+
+
+def _first_failure(folder: str) -> BaseException | None:
+    """The exception to raise in the launching process, or None if no rank failed.
+
+    Preference: the rank that failed on its own (an error naming its own rank), then
+    any error other than a forwarded pipeline abort, then the lowest rank's error.
+    """
+    records = []
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("failure_rank") and name.endswith(".pkl"):
+            with open(os.path.join(folder, name), "rb") as f:
+                records.append(pickle.load(f))
+    if not records:
+        return None
+    records.sort(key=lambda r: r["rank"])
+    excs = []
+    for r in records:
+        exc = pickle.loads(r["exception"]) if r["exception"] is not None else None
+        if exc is None:
+            exc = RuntimeError(f"rank {r['rank']} failed: {r['type']}: {r['text']}")
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"(raised on rank {r['rank']}; its traceback:)\n{r['traceback']}")
+        excs.append((r["rank"], exc))
+    for rank, exc in excs:
+        if getattr(exc, "rank", None) == rank:
+            return exc
+    for _, exc in excs:
+        if getattr(exc, "rank", None) is None:
+            return exc
+    return excs[0][1]
 
 
 def _to_tensors(value: Any) -> Any:

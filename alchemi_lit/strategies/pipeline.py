@@ -34,6 +34,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -61,7 +62,6 @@ from .buffers import (
     MessageLayout,
     schema_digest,
     schema_of,
-    split_to_fit,
 )
 from .fused import PENDING, FusedLoop
 
@@ -78,6 +78,10 @@ class PipelineError(AlchemiError, RuntimeError):
     def __init__(self, rank: int, message: str) -> None:
         super().__init__(f"pipeline rank {rank} failed: {message}")
         self.rank = rank
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable: handed from forked ranks to the parent
+        return (type(self), (self.rank, self.message))
 
 
 @dataclass
@@ -91,13 +95,22 @@ class RankStats:
     busy_s: float = 0.0
     wait_s: float = 0.0
     wall_s: float = 0.0
+    peak_atoms: int = 0  # most atoms held at once (batch + inbox + outbox)
+    peak_systems: int = 0
     exchange_s: list[float] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         ex = self.exchange_s
         return {
-            "rank": self.rank, "is_sink": self.is_sink, "systems_in": self.systems_in, "systems_out": self.systems_out,
-            "steps": self.steps, "rounds": self.rounds, "wall_s": self.wall_s,
+            "rank": self.rank,
+            "is_sink": self.is_sink,
+            "systems_in": self.systems_in,
+            "systems_out": self.systems_out,
+            "steps": self.steps,
+            "rounds": self.rounds,
+            "wall_s": self.wall_s,
+            "peak_atoms": self.peak_atoms,
+            "peak_systems": self.peak_systems,
             "idle_fraction": self.wait_s / self.wall_s if self.wall_s else 0.0,
             "mean_exchange_ms": 1e3 * sum(ex) / len(ex) if ex else 0.0,
         }
@@ -110,6 +123,31 @@ def global_history_offsets(pipeline: Pipeline) -> dict[int, int]:
         offsets[r] = total
         total += len(pipeline.stages[r])
     return offsets
+
+
+@dataclass(frozen=True)
+class HistoryLayout:
+    """Where each rank's stages sit in the ``stage_steps``/``stage_exit`` history.
+
+    By default every rank of the pipeline gets its own columns.  Replicas share the
+    columns of their base plan (rank ``r`` uses those of rank ``r % period``), so a
+    replicated run reports the same per-system history and exit status as one process.
+    """
+
+    offsets: dict[int, int]
+    width: int
+    optimizer_columns: list[int]
+
+    @classmethod
+    def of(cls, pipeline: Pipeline, period: int | None = None) -> HistoryLayout:
+        p = pipeline.num_ranks if period is None else int(period)
+        base = Pipeline({r: pipeline.stages[r] for r in range(p)})
+        offsets = global_history_offsets(base)
+        return cls(
+            offsets={r: offsets[r % p] for r in pipeline.stages},
+            width=sum(len(plan) for plan in base.stages.values()),
+            optimizer_columns=base.optimizer_columns(),
+        )
 
 
 class _Edge:
@@ -144,9 +182,13 @@ class PipelineWorker:
         capacity: tuple[int, int],
         debug: bool = False,
         synchronized: bool = False,
+        history: HistoryLayout | None = None,
+        timeout_s: float = 60.0,
     ) -> None:
         """``capacity`` = (max_atoms, max_systems) of this rank's batch (the sampler's
-        budgets: every rank of a pipeline holds at most that much)."""
+        budgets: every rank of a pipeline holds at most that much); ``history``: the
+        stage-history columns of each rank (default: one set per rank); ``timeout_s``: how
+        long a failing rank waits for its neighbours to take its abort message."""
         self.sim, self.pipeline, self.rank = sim, pipeline, rank
         self.plan: Fused = pipeline.stages[rank]
         self.ups = pipeline.upstream(rank)
@@ -162,6 +204,8 @@ class PipelineWorker:
         self.inbox: list[Batch] = []
         self.outbox: Batch | None = None
         self.max_atoms, self.max_systems = capacity
+        self.history = history or HistoryLayout.of(pipeline)
+        self.abort_wait_s = min(float(timeout_s), 15.0)
 
     # ================================================================ setup
     def template(self) -> Batch:
@@ -169,11 +213,16 @@ class PipelineWorker:
         from ase import Atoms
 
         b = self.sim.prepare(Batch.from_atoms([Atoms("H", positions=[[0, 0, 0]])], validate=False))
-        width = sum(len(p) for p in self.pipeline.stages.values())
-        offsets = global_history_offsets(self.pipeline)
+        h = self.history
         for r, plan in sorted(self.pipeline.stages.items()):
-            FusedLoop(self.sim.model, plan, HookDispatcher([]), self.sim.seed,
-                      history_offset=offsets[r], history_width=width).declare(b)
+            FusedLoop(
+                self.sim.model,
+                plan,
+                HookDispatcher([]),
+                self.sim.seed,
+                history_offset=h.offsets[r],
+                history_width=h.width,
+            ).declare(b)
         b.ensure_field("nan_flags", "system", dtype=torch.int64, fill=0)
         return b
 
@@ -182,8 +231,12 @@ class PipelineWorker:
         self.schema = schema_of(template)
         self.layout = MessageLayout(self.schema, self.buffer)
         digest = schema_digest(self.schema, self.buffer)
-        mine = {"digest": digest, "plan": repr(self.pipeline), "buffer": repr(self.buffer),
-                "model": type(self.sim.model).__name__}
+        mine = {
+            "digest": digest,
+            "plan": repr(self.pipeline),
+            "buffer": repr(self.buffer),
+            "model": type(self.sim.model).__name__,
+        }
         everyone: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, mine)
         for r, other in enumerate(everyone):
@@ -198,13 +251,16 @@ class PipelineWorker:
         self.up_edges = {u: _Edge(u, self.layout, self.comm_device, double) for u in self.ups}
         self.down_edges = {d: _Edge(d, self.layout, self.comm_device, double) for d in self.downs}
         self.down_credit = {d: (0, 0) for d in self.downs}
-        width = sum(len(p) for p in self.pipeline.stages.values())
         self.hooks = HookDispatcher(self.sim.callbacks)
         self.loop = FusedLoop(
-            self.sim.model, self.plan, self.hooks, seed=self.sim.seed,
+            self.sim.model,
+            self.plan,
+            self.hooks,
+            seed=self.sim.seed,
             forward=self.sim.forward_fn(),
-            history_offset=global_history_offsets(self.pipeline)[self.rank], history_width=width,
-            optimizer_columns=self.pipeline.optimizer_columns(),
+            history_offset=self.history.offsets[self.rank],
+            history_width=self.history.width,
+            optimizer_columns=self.history.optimizer_columns,
         )
         self.is_sink = not self.downs
         self.stats.is_sink = self.is_sink
@@ -215,18 +271,27 @@ class PipelineWorker:
     def _post_recvs(self) -> None:
         for e in self.up_edges.values():
             if e.active and e.pending_recv is None:
-                e.pending_recv = dist.irecv(e.recv_data, src=e.peer, tag=TAG_DATA)
+                e.pending_recv = self._irecv(e, e.recv_data, TAG_DATA)
         if not self.done_sent:
             for e in self.down_edges.values():
                 if e.active and e.pending_recv is None:
-                    e.pending_recv = dist.irecv(e.recv_credit, src=e.peer, tag=TAG_CREDIT)
+                    e.pending_recv = self._irecv(e, e.recv_credit, TAG_CREDIT)
+
+    @staticmethod
+    def _irecv(e: _Edge, buf: torch.Tensor, tag: int) -> Any:
+        try:
+            return dist.irecv(buf, src=e.peer, tag=tag)
+        except Exception as exc:  # gloo reports a dead peer when posting, too
+            raise PipelineError(e.peer, f"rank {e.peer} stopped responding ({exc})") from exc
 
     def _wait(self, e: _Edge, buf: torch.Tensor, kind: int) -> torch.Tensor:
         t0 = time.perf_counter()
         try:
             e.pending_recv.wait()
         except Exception as exc:
-            raise PipelineError(e.peer, f"rank {e.peer} stopped responding ({type(exc).__name__}: {exc})") from exc
+            raise PipelineError(
+                e.peer, f"rank {e.peer} stopped responding ({type(exc).__name__}: {exc})"
+            ) from exc
         finally:
             self.stats.wait_s += time.perf_counter() - t0
         e.pending_recv = None
@@ -235,15 +300,20 @@ class PipelineWorker:
             raise PipelineError(e.peer, "received a corrupt message (bad magic word)")
         if h[H_FLAGS] & FLAG_ABORT:
             rank, text = MessageLayout.read_error(buf)
-            raise _Abort(rank, text)
+            raise _Abort(rank, text, e.peer)
         if h[H_KIND] != kind:
-            raise PipelineError(e.peer, f"protocol error: expected message kind {kind}, got {h[H_KIND]}")
+            raise PipelineError(
+                e.peer, f"protocol error: expected message kind {kind}, got {h[H_KIND]}"
+            )
         return buf
 
     def _send(self, e: _Edge, buf: torch.Tensor, tag: int) -> None:
         if self.device.type == "cuda" and buf.device.type == "cpu":
             torch.cuda.current_stream(self.device).synchronize()  # staged copies complete
-        e.pending_send.append(dist.isend(buf, dst=e.peer, tag=tag))
+        try:
+            e.pending_send.append(dist.isend(buf, dst=e.peer, tag=tag))
+        except Exception as exc:  # gloo reports a dead peer when posting, too
+            raise PipelineError(e.peer, f"rank {e.peer} stopped responding ({exc})") from exc
 
     def _flush_sends(self, e: _Edge, keep_last: bool) -> None:
         keep = 1 if keep_last else 0
@@ -273,8 +343,11 @@ class PipelineWorker:
             if h[H_FLAGS] & FLAG_DONE:
                 e.active = False
             if self.debug:
-                logger.debug(f"[rank {self.rank}] round {self.round}: got {h[3]} systems from rank {u}"
-                             f"{' (done)' if not e.active else ''}")
+                logger.debug(
+                    f"[rank {self.rank}] round {self.round}: got {h[3]} systems from rank {u}"
+                    f"{' (done)' if not e.active else ''}"
+                )
+        self._track_peak(batch)
         # 2. credit from downstream
         for d, e in self.down_edges.items():
             buf = self._wait(e, e.recv_credit, KIND_CREDIT)
@@ -291,27 +364,30 @@ class PipelineWorker:
             part = parts.get(d)
             n_sys = part.num_systems if part is not None else 0
             n_atoms = part.num_atoms if part is not None else 0
-            MessageLayout.write_header(buf, KIND_DATA, FLAG_DONE if done else 0, self.round,
-                                       systems=n_sys, atoms=n_atoms)
+            MessageLayout.write_header(
+                buf, KIND_DATA, FLAG_DONE if done else 0, self.round, systems=n_sys, atoms=n_atoms
+            )
             if part is not None:
                 self.layout.pack(buf, part)
                 self.stats.systems_out += n_sys
             self._send(e, buf, TAG_DATA)
             if self.debug:
-                logger.debug(f"[rank {self.rank}] round {self.round}: sent {n_sys} systems to rank {d}"
-                             f"{' (done)' if done else ''}")
+                logger.debug(
+                    f"[rank {self.rank}] round {self.round}: sent {n_sys} systems to rank {d}"
+                    f"{' (done)' if done else ''}"
+                )
         # 4. credit upstream
         active_ups = [e for e in self.up_edges.values() if e.active]
-        if active_ups:
-            free_atoms, free_systems = self._free_capacity(batch)
-            share_a, share_s = free_atoms // len(active_ups), free_systems // len(active_ups)
-            for e in active_ups:
-                self._flush_sends(e, keep_last=self.mode == "fully_async")
-                buf = e.credit[e.slot]
-                e.slot = (e.slot + 1) % len(e.credit)
-                MessageLayout.write_header(buf, KIND_CREDIT, 0, self.round,
-                                           credit_atoms=share_a, credit_systems=share_s)
-                self._send(e, buf, TAG_CREDIT)
+        shares = self._credit_shares(batch, active_ups)
+        for e in active_ups:
+            self._flush_sends(e, keep_last=self.mode == "fully_async")
+            buf = e.credit[e.slot]
+            e.slot = (e.slot + 1) % len(e.credit)
+            share_a, share_s = shares[e.peer]
+            MessageLayout.write_header(
+                buf, KIND_CREDIT, 0, self.round, credit_atoms=share_a, credit_systems=share_s
+            )
+            self._send(e, buf, TAG_CREDIT)
         self.done_sent = done
         if self.debug:
             logger.debug(
@@ -336,20 +412,46 @@ class PipelineWorker:
         if bool(dead.any()):
             through = received.select(dead.nonzero().flatten())
             if self.is_sink:
+                # the pipeline-wide exit code, as for systems finishing here (_graduate)
+                through.status = torch.full_like(through.status, self.plan.exit + self.loop.offset)
                 self.sinks.write(through)
                 self.stats.systems_out += through.num_systems
             else:
-                self.outbox = through if self.outbox is None else Batch.concatenate([self.outbox, through])
+                self.outbox = (
+                    through if self.outbox is None else Batch.concatenate([self.outbox, through])
+                )
             received = received.select((~dead).nonzero().flatten())
         if received.num_systems:
             self.inbox.append(received)
 
     def _free_capacity(self, batch: Batch) -> tuple[int, int]:
-        inbox_atoms = sum(b.num_atoms for b in self.inbox)
-        inbox_systems = sum(b.num_systems for b in self.inbox)
-        free_atoms = self.max_atoms - batch.num_atoms - inbox_atoms
-        free_systems = self.max_systems - batch.num_systems - inbox_systems
+        """Room for more systems: the budget less the batch, the inbox and the outbox.
+
+        Counting the outbox (finished systems waiting for downstream credit) is what makes
+        back-pressure reach the source: a rank whose downstream is slow stops asking for
+        more instead of piling systems up (it would hold everything upstream otherwise).
+        """
+        held_atoms, held_systems = self._held(batch)
+        free_atoms = self.max_atoms - held_atoms
+        free_systems = self.max_systems - held_systems
         return max(0, free_atoms), max(0, min(free_systems, 1 << 40))
+
+    def _credit_shares(self, batch: Batch, ups: list[_Edge]) -> dict[int, tuple[int, int]]:
+        """Split this rank's free room among its active upstream ranks (fan-in).
+
+        An even split when every share can still take the largest possible system (and
+        one system); otherwise all of it to one upstream per round, in turn -- an even
+        split of too little room would never let a large system through (livelock).
+        """
+        if not ups:
+            return {}
+        free_atoms, free_systems = self._free_capacity(batch)
+        n = len(ups)
+        largest = min(self.buffer.num_atoms, self.max_atoms)
+        if n == 1 or (free_atoms // n >= largest and free_systems // n >= 1):
+            return {e.peer: (free_atoms // n, free_systems // n) for e in ups}
+        turn = ups[self.round % n].peer
+        return {e.peer: (free_atoms, free_systems) if e.peer == turn else (0, 0) for e in ups}
 
     def _route(self) -> dict[int, Batch]:
         """Split the outbox among downstream ranks: most credit first, within buffers."""
@@ -360,8 +462,11 @@ class PipelineWorker:
         chosen: dict[int, list[int]] = {d: [] for d in self.downs}
         left: list[int] = []
         for row, n in enumerate(self.outbox.n_atoms.tolist()):
-            fits = [d for d in self.downs if credit[d][0] >= n and credit[d][1] >= 1
-                    and room[d][0] >= n and room[d][1] >= 1]
+            fits = [
+                d
+                for d in self.downs
+                if credit[d][0] >= n and credit[d][1] >= 1 and room[d][0] >= n and room[d][1] >= 1
+            ]
             if not fits or left:  # keep FIFO order: once one waits, later ones wait too
                 left.append(row)
                 continue
@@ -393,18 +498,23 @@ class PipelineWorker:
             batch = self._initial_batch()
             self.loop.declare(batch)
             ctx = StepContext(batch=batch, stages=self.plan.stages, simulator=self.sim)
-            ctx.state.update(has_fixed=bool(batch.fixed.any()), exit_code=self.plan.exit,
-                             rank=self.rank, graduated_systems=0)
+            ctx.state.update(
+                has_fixed=bool(batch.fixed.any()),
+                exit_code=self.plan.exit,
+                rank=self.rank,
+                graduated_systems=0,
+            )
             self.sinks.open({**self.sim.run_info(), "rank": self.rank})
             # initial credits so upstream ranks may send in round 0
             self._post_recvs()
+            shares = self._credit_shares(batch, list(self.up_edges.values()))
             for e in self.up_edges.values():
                 buf = e.credit[e.slot]
                 e.slot = (e.slot + 1) % len(e.credit)
-                free = self._free_capacity(batch)
-                share = max(1, len(self.up_edges))
-                MessageLayout.write_header(buf, KIND_CREDIT, 0, -1, credit_atoms=free[0] // share,
-                                           credit_systems=free[1] // share)
+                share_a, share_s = shares[e.peer]
+                MessageLayout.write_header(
+                    buf, KIND_CREDIT, 0, -1, credit_atoms=share_a, credit_systems=share_s
+                )
                 self._send(e, buf, TAG_CREDIT)
             if batch.num_systems:
                 self.loop.compute(batch, ctx)
@@ -417,7 +527,12 @@ class PipelineWorker:
                 if ctx.batch.num_systems:
                     for _ in range(self.sync_every):
                         self.loop.step(ctx.batch, ctx)
-                    self.stats.steps += self.sync_every
+                        self.stats.steps += 1
+                        if self.loop.evict:  # model-error quarantine: graduate them now
+                            ctx.batch = self._graduate(ctx)
+                            self.loop.evict = False
+                            if not ctx.batch.num_systems:
+                                break
                 self.stats.busy_s += time.perf_counter() - t0
                 ctx.batch = self._graduate(ctx)
                 if self.exchange(ctx.batch):
@@ -425,34 +540,67 @@ class PipelineWorker:
                 ctx.batch = self._admit(ctx)
             self.hooks.run_end(ctx)
         except _Abort as exc:
-            self._abort(exc.rank, exc.text)
             self.sinks.close()
+            self._abort(exc.rank, exc.text, skip={exc.peer})
             raise PipelineError(exc.rank, exc.text) from None
-        except PipelineError as exc:
-            self._abort(exc.rank, str(exc))
+        except PipelineError as exc:  # a peer stopped responding or sent garbage
             self.sinks.close()
+            self._abort(exc.rank, exc.message, skip={exc.rank})
             raise
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
             logger.error(f"[rank {self.rank}] failed: {text}\n{traceback.format_exc()}")
-            self._abort(self.rank, text)
             self.sinks.close()
+            self._abort(self.rank, text)
             raise PipelineError(self.rank, text) from exc
         self.sinks.close()
         self.stats.wall_s = time.perf_counter() - t_start
         return {"stats": self.stats.summary(), "sinks": self.sinks}
 
-    def _abort(self, rank: int, text: str) -> None:
-        """Tell every neighbour (best effort, without blocking) that the run is over."""
-        for e in [*self.up_edges.values(), *self.down_edges.values()] if hasattr(self, "up_edges") else []:
+    def _abort(self, rank: int, text: str, skip: set[int] = frozenset()) -> None:
+        """Tell every neighbour (but ``skip``: the sender of the abort, a dead peer) that the
+        run is over because ``rank`` failed with ``text``.
+
+        gloo completes a send only once the peer posts the matching receive, so a rank
+        that simply exited would leave its neighbours with "connection closed" and no
+        reason.  Instead: post receives for whatever the neighbours may still be sending
+        us (so their pending sends complete and they reach their next exchange), send the
+        abort on the channel each neighbour reads next (data downstream, credit upstream)
+        and wait for those sends, at most ``abort_wait_s`` in all.  Upstream ranks that
+        already said they are done read nothing more and are not waited for.
+        """
+        if not hasattr(self, "up_edges"):
+            return  # failed before setup: nothing posted, nobody to tell
+        sends = []
+        self._drains: list[Any] = []
+        for e, down in [(e, False) for e in self.up_edges.values()] + [
+            (e, True) for e in self.down_edges.values()
+        ]:
+            if e.peer in skip or (not down and not e.active):
+                continue
             try:
-                buf = self.layout.new_buffer(self.comm_device, payload=e in self.down_edges.values())
-                kind = KIND_DATA if e in self.down_edges.values() else KIND_CREDIT
-                MessageLayout.write_header(buf, kind, FLAG_ABORT, self.round)
+                # drain: the neighbour may have a message in flight to us (at most one per
+                # direction and round; fully_async keeps one more)
+                for _ in range(2):  # (keep the requests: a dropped one is cancelled)
+                    drain = self.layout.new_buffer(self.comm_device, payload=not down)
+                    tag = TAG_CREDIT if down else TAG_DATA
+                    self._drains.append((drain, dist.irecv(drain, src=e.peer, tag=tag)))
+                buf = self.layout.new_buffer(self.comm_device, payload=down)
+                MessageLayout.write_header(
+                    buf, KIND_DATA if down else KIND_CREDIT, FLAG_ABORT, self.round
+                )
                 MessageLayout.write_error(buf, rank, text)
-                dist.isend(buf, dst=e.peer, tag=TAG_DATA if kind == KIND_DATA else TAG_CREDIT)
+                sends.append(
+                    (e.peer, dist.isend(buf, dst=e.peer, tag=TAG_DATA if down else TAG_CREDIT))
+                )
             except Exception:  # the peer may be gone already
-                pass
+                continue
+        deadline = time.monotonic() + self.abort_wait_s
+        for peer, req in sends:
+            try:
+                req.wait(timedelta(seconds=max(0.01, deadline - time.monotonic())))
+            except Exception as exc:  # gone, or not listening: it will see our exit instead
+                logger.debug(f"[rank {self.rank}] abort not delivered to rank {peer}: {exc}")
 
     # ================================================================ batch surgery
     def _initial_batch(self) -> Batch:
@@ -472,7 +620,11 @@ class PipelineWorker:
             return batch
         finished = self.loop.finished(batch)
         ctx.graduated = finished
-        if ctx.exited is not None and self.hooks.has(HookStageEnum.ON_CONVERGE) and bool(ctx.exited.any()):
+        if (
+            ctx.exited is not None
+            and self.hooks.has(HookStageEnum.ON_CONVERGE)
+            and bool(ctx.exited.any())
+        ):
             self.hooks(HookStageEnum.ON_CONVERGE, ctx)
         ctx.exited = ctx.converged = None
         ctx.graduated = None
@@ -482,13 +634,15 @@ class PipelineWorker:
         graduates = batch.select(rows)
         if self.is_sink:
             if self.sim.model.compute_stress and not self.loop.needs_stress:
-                graduates.stress = self.sim.model.stress(graduates).detach()
+                graduates.stress = self.sim.model.final_stress(graduates)
             # report the pipeline-wide exit code, as a fused run of all stages would
             graduates.status = graduates.status + self.loop.offset
             self.sinks.write(graduates)
             self.stats.systems_out += graduates.num_systems
         else:
-            self.outbox = graduates if self.outbox is None else Batch.concatenate([self.outbox, graduates])
+            self.outbox = (
+                graduates if self.outbox is None else Batch.concatenate([self.outbox, graduates])
+            )
         keep = (~finished).nonzero().flatten()
         old_ptr = batch.ptr
         new = batch.select(keep)
@@ -505,8 +659,12 @@ class PipelineWorker:
         if self.sampler is not None and not self.sampler.exhausted:
             out_atoms = self.outbox.num_atoms if self.outbox is not None else 0
             out_sys = self.outbox.num_systems if self.outbox is not None else 0
-            free_atoms = self.max_atoms - batch.num_atoms - sum(b.num_atoms for b in fresh) - out_atoms
-            free_sys = self.max_systems - batch.num_systems - sum(b.num_systems for b in fresh) - out_sys
+            free_atoms = (
+                self.max_atoms - batch.num_atoms - sum(b.num_atoms for b in fresh) - out_atoms
+            )
+            free_sys = (
+                self.max_systems - batch.num_systems - sum(b.num_systems for b in fresh) - out_sys
+            )
             atoms, ids = self.sampler.take(max(0, free_atoms), max(0, free_sys), None)
             if atoms:
                 new = self.sim.prepare(Batch.from_atoms(atoms, system_ids=ids, validate=False))
@@ -521,20 +679,43 @@ class PipelineWorker:
             f.step.zero_()
         parts = ([batch] if batch.num_systems else []) + fresh
         merged = Batch.concatenate(parts) if len(parts) > 1 else parts[0].clone()
-        old_rows = torch.cat([
-            torch.arange(batch.num_systems, device=self.device),
-            torch.full((merged.num_systems - batch.num_systems,), -1, dtype=torch.long, device=self.device),
-        ])
+        old_rows = torch.cat(
+            [
+                torch.arange(batch.num_systems, device=self.device),
+                torch.full(
+                    (merged.num_systems - batch.num_systems,),
+                    -1,
+                    dtype=torch.long,
+                    device=self.device,
+                ),
+            ]
+        )
         self.sim.model.neighbors.remap(batch.ptr, old_rows, merged)
         self.loop.pending = True
         ctx.state["has_fixed"] = bool(merged.fixed.any())
+        self._track_peak(merged)
         return merged
+
+    def _held(self, batch: Batch) -> tuple[int, int]:
+        """(atoms, systems) this rank holds: its batch, inbox and outbox."""
+        atoms = batch.num_atoms + sum(b.num_atoms for b in self.inbox)
+        systems = batch.num_systems + sum(b.num_systems for b in self.inbox)
+        if self.outbox is not None:
+            atoms, systems = atoms + self.outbox.num_atoms, systems + self.outbox.num_systems
+        return atoms, systems
+
+    def _track_peak(self, batch: Batch) -> None:
+        atoms, systems = self._held(batch)
+        self.stats.peak_atoms = max(self.stats.peak_atoms, atoms)
+        self.stats.peak_systems = max(self.stats.peak_systems, systems)
 
 
 class _Abort(Exception):
-    def __init__(self, rank: int, text: str) -> None:
+    """An abort message from neighbour ``peer``: rank ``rank`` failed with ``text``."""
+
+    def __init__(self, rank: int, text: str, peer: int) -> None:
         super().__init__(text)
-        self.rank, self.text = rank, text
+        self.rank, self.text, self.peer = rank, text, peer
 
 
 def _conform(batch: Batch, template: Batch) -> Batch:

@@ -1,0 +1,229 @@
+"""Transfer buffers: every field survives pack/unpack bit for bit, whatever its dtype.
+
+The seed system copied only float32 fields (atomic numbers arrived as zeros, float64
+was truncated); here a message is raw bytes per field, so the round trip must be the
+identity on the bit patterns -- NaN payloads, -0.0 and extreme integers included.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+
+from alchemi_lit.errors import ConfigError
+from alchemi_lit.state import Batch
+from alchemi_lit.strategies.buffers import (
+    ERROR_BYTES,
+    FLAG_ABORT,
+    FLAG_DONE,
+    H_CREDIT_ATOMS,
+    H_CREDIT_SYSTEMS,
+    H_FLAGS,
+    H_KIND,
+    H_MAGIC,
+    H_ROUND,
+    KIND_CREDIT,
+    KIND_DATA,
+    MAGIC,
+    BufferConfig,
+    MessageLayout,
+    schema_digest,
+    schema_of,
+    split_to_fit,
+)
+
+COUNTS = [3, 1, 5]  # atoms per system
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bytes of a tensor (compares NaN payloads and -0.0 exactly)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def _nan_with_payload(dtype: torch.dtype, payload: int) -> torch.Tensor:
+    if dtype == torch.float64:
+        (x,) = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000000 | payload))
+    else:
+        (x,) = struct.unpack("<f", struct.pack("<I", 0x7F800000 | payload))
+    t = torch.tensor([x], dtype=dtype)
+    return t
+
+
+def rich_batch(counts: list[int] = COUNTS, seed: int = 0) -> Batch:
+    """A batch with fields of every dtype and tail shape a pipeline may carry."""
+    g = torch.Generator().manual_seed(seed)
+    n, b = sum(counts), len(counts)
+    n_atoms = torch.tensor(counts, dtype=torch.int64)
+    f64 = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    f64[0, 0] = -0.0
+    f64[0, 1] = float("inf")
+    f64[0, 2] = _nan_with_payload(torch.float64, 0xDEADBEEF)[0]
+    f64[1, 0] = -float("inf")
+    f64[1, 1] = 5e-324  # smallest subnormal
+    f64[1, 2] = torch.finfo(torch.float64).max
+    f32 = torch.randn(n, 2, generator=g, dtype=torch.float32)
+    f32[0, 0] = -0.0
+    f32[0, 1] = _nan_with_payload(torch.float32, 0x1234)[0]
+    i64 = torch.randint(-(2**62), 2**62, (n,), generator=g, dtype=torch.int64)
+    i64[0], i64[1] = torch.iinfo(torch.int64).min, torch.iinfo(torch.int64).max
+    i32 = torch.randint(-(2**30), 2**30, (b, 4), generator=g, dtype=torch.int32)
+    i32[0, 0], i32[0, 1] = torch.iinfo(torch.int32).min, torch.iinfo(torch.int32).max
+    atom = {
+        "positions": f64,
+        "velocities": torch.randn(n, 3, generator=g, dtype=torch.float64),
+        "forces": torch.randn(n, 3, generator=g, dtype=torch.float64),
+        "masses": torch.rand(n, generator=g, dtype=torch.float64) + 1.0,
+        "atomic_numbers": torch.tensor([18, 1, 118, 6, 8, 26, 29, 79, 92][:n], dtype=torch.int64),
+        "fixed": torch.rand(n, generator=g) > 0.5,
+        "aux_f32": f32,
+        "aux_i64": i64,
+        "aux_u8": torch.randint(0, 256, (n,), generator=g, dtype=torch.int64).to(torch.uint8),
+        "system_idx": torch.repeat_interleave(torch.arange(b), n_atoms),
+    }
+    system = {
+        "cell": torch.randn(b, 3, 3, generator=g, dtype=torch.float64),
+        "pbc": torch.tensor([[True, False, True], [False, False, False], [True, True, True]]),
+        "n_atoms": n_atoms,
+        "system_id": torch.tensor([2**40, 0, -1], dtype=torch.int64),
+        "energy": torch.tensor([-0.0, float("nan"), 1e300], dtype=torch.float64),
+        "stage_steps": torch.randint(0, 1000, (b, 5), generator=g, dtype=torch.int64),
+        "converged": torch.tensor([True, False, True]),
+        "aux_i32": i32,
+        "aux_f32_33": torch.randn(b, 3, 3, generator=g, dtype=torch.float32),
+        "aux_u8_k": torch.randint(0, 256, (b, 7), generator=g, dtype=torch.int64).to(torch.uint8),
+    }
+    return Batch(atom, system)
+
+
+def _roundtrip(batch: Batch, config: BufferConfig) -> tuple[MessageLayout, Batch]:
+    layout = MessageLayout(schema_of(batch), config)
+    buf = layout.new_buffer(torch.device("cpu"))
+    buf.fill_(0xA5)  # garbage from a previous message must not leak into this one
+    MessageLayout.write_header(
+        buf, KIND_DATA, 0, 7, systems=batch.num_systems, atoms=batch.num_atoms
+    )
+    layout.pack(buf, batch)
+    return layout, layout.unpack(buf, torch.device("cpu"))
+
+
+def test_every_dtype_survives_bit_for_bit():
+    batch = rich_batch()
+    _, out = _roundtrip(batch, BufferConfig(num_systems=4, num_atoms=16))
+    assert set(out.atom) == set(batch.atom)
+    assert set(out.system) == set(batch.system)
+    for store in ("atom", "system"):
+        for name, src in getattr(batch, store).items():
+            got = getattr(out, store)[name]
+            assert got.dtype == src.dtype, name
+            assert got.shape == src.shape, name
+            assert torch.equal(_bits(got), _bits(src)), f"{name} changed in transit"
+    # the special values really are there (and not silently normalised)
+    assert torch.signbit(out.positions[0, 0]) and out.positions[0, 0] == 0
+    assert torch.equal(
+        _bits(out.positions[0, 2:3]), _bits(_nan_with_payload(torch.float64, 0xDEADBEEF))
+    )
+    assert int(out.aux_i64[0]) == torch.iinfo(torch.int64).min
+    assert out.atomic_numbers.tolist() == batch.atomic_numbers.tolist()  # never zeros
+
+
+def test_exact_capacity_and_leading_slice():
+    """A batch filling the buffer exactly, and one system alone (offsets stay right)."""
+    batch = rich_batch()
+    _, out = _roundtrip(batch, BufferConfig(num_systems=3, num_atoms=9))
+    assert torch.equal(_bits(out.positions), _bits(batch.positions))
+    one = batch.select([2])
+    _, out1 = _roundtrip(one, BufferConfig(num_systems=3, num_atoms=9))
+    assert out1.num_systems == 1 and out1.num_atoms == 5
+    for name in one.atom:
+        assert torch.equal(_bits(out1.atom[name]), _bits(one.atom[name])), name
+    assert out1.system_idx.tolist() == [0] * 5
+
+
+def test_empty_message():
+    batch = rich_batch()
+    layout = MessageLayout(schema_of(batch), BufferConfig(num_systems=2, num_atoms=4))
+    buf = layout.new_buffer(torch.device("cpu"))
+    buf.fill_(0xFF)
+    MessageLayout.write_header(buf, KIND_DATA, FLAG_DONE, 3, systems=0, atoms=0)
+    empty = batch.select(torch.zeros(0, dtype=torch.long))
+    layout.pack(buf, empty)
+    out = layout.unpack(buf, torch.device("cpu"))
+    assert out.num_systems == 0 and out.num_atoms == 0
+    assert set(out.atom) == set(batch.atom) and set(out.system) == set(batch.system)
+    h = MessageLayout.header(buf).tolist()
+    assert h[H_MAGIC] == MAGIC and h[H_FLAGS] == FLAG_DONE and h[H_ROUND] == 3
+
+
+def test_header_and_error_text_roundtrip():
+    layout = MessageLayout(schema_of(rich_batch()), BufferConfig(num_systems=2, num_atoms=8))
+    credit = layout.new_buffer(torch.device("cpu"), payload=False)
+    assert credit.numel() == layout.header_bytes < layout.nbytes
+    MessageLayout.write_header(credit, KIND_CREDIT, 0, -1, credit_atoms=123, credit_systems=2**40)
+    h = MessageLayout.header(credit).tolist()
+    assert (h[H_KIND], h[H_ROUND], h[H_CREDIT_ATOMS], h[H_CREDIT_SYSTEMS]) == (
+        KIND_CREDIT,
+        -1,
+        123,
+        2**40,
+    )
+    text = "RuntimeError: model exploded on system 17 — énergie ∞ (ünïcödé)"
+    MessageLayout.write_header(credit, KIND_CREDIT, FLAG_ABORT, 4)
+    MessageLayout.write_error(credit, 1, text)
+    assert MessageLayout.read_error(credit) == (1, text)
+    # a shorter error overwrites a longer one completely
+    MessageLayout.write_error(credit, 2, "short")
+    assert MessageLayout.read_error(credit) == (2, "short")
+    # an over-long error text is cut to the error area, not written past it
+    data = layout.new_buffer(torch.device("cpu"))
+    data.fill_(0x5A)
+    MessageLayout.write_header(data, KIND_DATA, FLAG_ABORT, 5)
+    MessageLayout.write_error(data, 3, "x" * (ERROR_BYTES + 500))
+    rank, got = MessageLayout.read_error(data)
+    assert rank == 3 and got == "x" * ERROR_BYTES
+    assert int(data[layout.header_bytes]) == 0x5A  # payload untouched
+
+
+def test_capacity_overflow_rejected():
+    batch = rich_batch()
+    for config in (
+        BufferConfig(num_systems=2, num_atoms=100),
+        BufferConfig(num_systems=8, num_atoms=8),
+    ):
+        layout = MessageLayout(schema_of(batch), config)
+        with pytest.raises(ValueError, match="does not fit"):
+            layout.pack(layout.new_buffer(torch.device("cpu")), batch)
+
+
+def test_split_to_fit():
+    batch = rich_batch()  # 3, 1, 5 atoms
+    assert split_to_fit(batch, BufferConfig(num_systems=8, num_atoms=9)) == 3
+    assert split_to_fit(batch, BufferConfig(num_systems=8, num_atoms=8)) == 2
+    assert split_to_fit(batch, BufferConfig(num_systems=1, num_atoms=100)) == 1
+    assert split_to_fit(batch, BufferConfig(num_systems=8, num_atoms=2)) == 0
+    assert split_to_fit(batch, BufferConfig(8, 100, num_edges=10), edges=[4, 6, 1]) == 2
+
+
+def test_missing_field_on_this_rank_is_a_config_error():
+    batch = rich_batch()
+    layout = MessageLayout(schema_of(batch), BufferConfig(num_systems=4, num_atoms=16))
+    batch.drop_field("aux_f32")
+    with pytest.raises(ConfigError, match="aux_f32"):
+        layout.pack(layout.new_buffer(torch.device("cpu")), batch)
+
+
+def test_bad_config_and_digest():
+    with pytest.raises(ConfigError):
+        BufferConfig(num_systems=0)
+    with pytest.raises(ConfigError):
+        BufferConfig(num_atoms=0)
+    with pytest.raises(ConfigError):
+        BufferConfig(num_edges=-1)
+    schema = schema_of(rich_batch())
+    a = schema_digest(schema, BufferConfig(4, 16))
+    assert a == schema_digest(schema_of(rich_batch(seed=1)), BufferConfig(4, 16))
+    assert a != schema_digest(schema, BufferConfig(4, 17))
+    other = rich_batch()
+    other.atom["aux_f32"] = other.aux_f32.double()
+    assert a != schema_digest(schema_of(other), BufferConfig(4, 16))
