@@ -64,7 +64,10 @@ class Integrator:
 
     def __init__(self, max_steps: int) -> None:
         if int(max_steps) < 0:
-            raise ValueError(f"{type(self).__name__}: step budget must be >= 0, got {max_steps}")
+            name = "steps" if isinstance(self, MDIntegrator) else "max_steps"
+            raise ValueError(
+                f"{type(self).__name__}: {name} (the step budget) must be >= 0, got {max_steps}"
+            )
         self.max_steps = int(max_steps)
         self.seed = 0
         self.criterion: Criterion | None = None

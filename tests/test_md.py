@@ -1,0 +1,374 @@
+"""Molecular dynamics against ASE, trajectory for trajectory, plus NVE energy drift.
+
+Every deterministic integrator is compared with its ASE counterpart from identical
+initial velocities (set on the ``Atoms``): VelocityVerlet, NoseHooverChain
+(``NoseHooverChainNVT``), Berendsen (``NVTBerendsen``).  The stochastic ones are
+compared too, by feeding ASE the very normals our counter-based stream draws (a fake
+``rng`` object): Langevin vs ``LangevinBAOAB`` and Bussi vs ``ase.md.bussi.Bussi``.
+All in float64; positions must agree to 1e-8 Å after every one of 100 steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from ase import units
+from ase.calculators.lj import LennardJones as AseLJ
+from ase.constraints import FixAtoms
+from ase.md.bussi import Bussi as AseBussi
+from ase.md.langevinbaoab import LangevinBAOAB
+from ase.md.nose_hoover_chain import NoseHooverChainNVT
+from ase.md.nvtberendsen import NVTBerendsen
+from ase.md.verlet import VelocityVerlet as AseVV
+from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
+
+import alchemi_lit as al
+from alchemi_lit import random as rng
+from alchemi_lit.hooks import Callback
+from alchemi_lit.integrators import (
+    Berendsen,
+    Bussi,
+    Langevin,
+    NoseHooverChain,
+    VelocityVerlet,
+    maxwell_boltzmann,
+)
+from alchemi_lit.integrators.bussi import bussi_noise
+from alchemi_lit.models import LennardJones
+from alchemi_lit.state import Batch
+
+CUTOFF = 8.5
+STEPS = 100
+SEED = 7
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Small tensors: one intra-op thread is as fast and immune to busy machines."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+class Recorder(Callback):
+    """Positions (and chosen system fields) after every step, by system_id and step."""
+
+    def __init__(self, fields: tuple[str, ...] = ("positions",)) -> None:
+        super().__init__()
+        self.fields = fields
+        self.data: dict[int, dict[int, dict[str, np.ndarray]]] = {}
+
+    def after_step(self, ctx) -> None:
+        b = ctx.batch
+        ptr = b.ptr.tolist()
+        for row, (sid, t) in enumerate(zip(b.system_id.tolist(), b.total_steps.tolist())):
+            frames = self.data.setdefault(sid, {})
+            if t in frames:  # did not move this step (finished, waiting to graduate)
+                continue
+            frames[t] = {
+                f: (
+                    getattr(b, f)[ptr[row] : ptr[row + 1]]
+                    if b.field_kind(f) == "atom"
+                    else getattr(b, f)[row]
+                )
+                .detach()
+                .clone()
+                .numpy()
+                for f in self.fields
+            }
+
+    def trajectory(self, sid: int, field: str = "positions") -> list[np.ndarray]:
+        frames = self.data[sid]
+        return [frames[t][field] for t in sorted(frames)]
+
+
+def lj_model(**kw) -> LennardJones:
+    return LennardJones(AR_EPSILON, AR_SIGMA, CUTOFF, **kw)
+
+
+def ase_lj() -> AseLJ:
+    return AseLJ(epsilon=AR_EPSILON, sigma=AR_SIGMA, rc=CUTOFF)
+
+
+def moving_argon(n: int, temperature: float = 50.0, seed: int = 0) -> list:
+    """Perturbed 32-atom argon crystals with Gaussian velocities, zero momentum."""
+    gen = np.random.default_rng(seed + 100)
+    out = []
+    for k, atoms in enumerate(perturbed_argon(n, 2, 0.08, seed)):
+        t = temperature * (1.0 + 0.3 * k)
+        m = atoms.get_masses()[:, None]
+        v = gen.normal(size=(len(atoms), 3)) * np.sqrt(units.kB * t / m)
+        v -= (m * v).sum(0) / m.sum()
+        atoms.set_momenta(m * v)
+        out.append(atoms)
+    return out
+
+
+def simulate(systems, integrator, fields=("positions",), model=None, seed=SEED):
+    rec = Recorder(fields)
+    sim = al.Simulator(
+        model=model or lj_model(),
+        stages=integrator,
+        precision="64",
+        seed=seed,
+        sync_every=1,
+        callbacks=[rec],
+    )
+    return sim.run(systems), rec
+
+
+def max_deviation(ase_dyn, atoms, ours: list[np.ndarray]) -> float:
+    worst = 0.0
+    for frame in ours:
+        ase_dyn.run(1)
+        worst = max(worst, float(np.abs(atoms.positions - frame).max()))
+    return worst
+
+
+# ---------------------------------------------------------------------- noise for ASE
+def our_atom_normals(n_atoms: int, system_id: int, step: int, purpose: int) -> np.ndarray:
+    """The normals our integrators draw for system ``system_id`` at ``step``."""
+    z = rng.atom_normals(
+        SEED,
+        torch.tensor([system_id]),
+        torch.tensor([step]),
+        torch.zeros(n_atoms, dtype=torch.long),
+        torch.arange(n_atoms),
+        purpose,
+        torch.float64,
+    )
+    return z.numpy()
+
+
+class LangevinNoise:
+    """Stands in for ASE's ``rng``: ``normal(size)`` returns our Langevin noise."""
+
+    def __init__(self, system_id: int) -> None:
+        self.system_id, self.step = system_id, 0
+
+    def normal(self, size):
+        z = our_atom_normals(size[0], self.system_id, self.step, rng.PURPOSE_NOISE)
+        self.step += 1
+        return z
+
+
+class BussiNoise:
+    """Stands in for ASE's ``rng``: our ``R1`` and ``S/2`` (ASE draws chi² as 2·gamma)."""
+
+    def __init__(self, atoms, system_id: int) -> None:
+        self.batch = Batch.from_atoms([atoms], system_ids=[system_id])
+        self.step = 0
+
+    def standard_normal(self):
+        self.batch.total_steps = torch.tensor([self.step])
+        self.r1, s = bussi_noise(self.batch, SEED)
+        self.s = float(s[0])
+        return float(self.r1[0])
+
+    def standard_gamma(self, shape):
+        assert shape == 0.5 * (3 * self.batch.num_atoms - 1)
+        self.step += 1
+        return 0.5 * self.s
+
+
+# ---------------------------------------------------------------------- trajectories
+CASES = {
+    "verlet": (
+        VelocityVerlet(dt=4.0, steps=STEPS),
+        lambda a: AseVV(a, timestep=4.0 * units.fs),
+    ),
+    "nose_hoover_chain": (
+        NoseHooverChain(dt=5.0, temperature=80.0, tdamp=50.0, chain_length=3, steps=STEPS),
+        lambda a: NoseHooverChainNVT(a, 5.0 * units.fs, 80.0, tdamp=50.0 * units.fs, tchain=3),
+    ),
+    "nose_hoover_chain_1_loop2": (
+        NoseHooverChain(dt=5.0, temperature=30.0, tdamp=40.0, chain_length=1, chain_steps=2),
+        lambda a: NoseHooverChainNVT(
+            a, 5.0 * units.fs, 30.0, tdamp=40.0 * units.fs, tchain=1, tloop=2
+        ),
+    ),
+    "berendsen": (
+        Berendsen(dt=5.0, temperature=120.0, taut=30.0, steps=STEPS),
+        lambda a: NVTBerendsen(a, 5.0 * units.fs, temperature_K=120.0, taut=30.0 * units.fs),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_deterministic_md_matches_ase(name: str) -> None:
+    integrator, make_ase = CASES[name]
+    integrator.max_steps = STEPS
+    systems = moving_argon(2, seed=1)
+    res, rec = simulate(systems, integrator)
+    assert res.steps.tolist() == [STEPS] * 2
+    for k, atoms in enumerate(systems):
+        atoms = atoms.copy()
+        atoms.calc = ase_lj()
+        ours = rec.trajectory(k)
+        assert len(ours) == STEPS
+        assert max_deviation(make_ase(atoms), atoms, ours) < 1e-8
+        assert abs(atoms.get_potential_energy() - float(res.energy[k])) < 1e-8
+        assert np.abs(atoms.get_velocities() - res.to_atoms()[k].get_velocities()).max() < 1e-8
+
+
+def test_langevin_matches_ase_baoab_with_the_same_noise() -> None:
+    systems = moving_argon(2, seed=2)
+    res, rec = simulate(systems, Langevin(dt=5.0, temperature=70.0, friction=0.02, steps=STEPS))
+    for k, atoms in enumerate(systems):
+        atoms = atoms.copy()
+        atoms.calc = ase_lj()
+        dyn = LangevinBAOAB(
+            atoms, 5.0 * units.fs, temperature_K=70.0, T_tau=50.0 * units.fs,
+            rng=np.random.default_rng(0),
+        )  # fmt: skip
+        dyn.rng = LangevinNoise(k)
+        assert max_deviation(dyn, atoms, rec.trajectory(k)) < 1e-8
+        assert abs(atoms.get_potential_energy() - float(res.energy[k])) < 1e-8
+
+
+def test_bussi_matches_ase_with_the_same_noise() -> None:
+    systems = moving_argon(2, seed=3)
+    res, rec = simulate(systems, Bussi(dt=5.0, temperature=90.0, taut=40.0, steps=STEPS))
+    for k, atoms in enumerate(systems):
+        atoms = atoms.copy()
+        atoms.calc = ase_lj()
+        dyn = AseBussi(atoms, 5.0 * units.fs, 90.0, 40.0 * units.fs, rng=BussiNoise(atoms, k))
+        assert max_deviation(dyn, atoms, rec.trajectory(k)) < 1e-8
+        assert abs(atoms.get_temperature() - float(res.batch.temperature()[k])) < 1e-6
+
+
+def test_nose_hoover_conserves_extended_energy() -> None:
+    systems = moving_argon(1, temperature=40.0, seed=4)
+    nhc = NoseHooverChain(dt=4.0, temperature=60.0, tdamp=40.0, steps=150)
+    conserved: list[torch.Tensor] = []
+    sim = al.Simulator(
+        model=lj_model(), stages=nhc, precision="64", seed=SEED, sync_every=1,
+        callbacks=[_Probe(lambda b: conserved.append(nhc.conserved_energy(b)))],
+    )  # fmt: skip
+    res = sim.run(systems)
+    h = torch.stack(conserved)
+    # 2.6e-6 eV/atom over 200 steps (the same as ASE's, an O(dt²) error), while the
+    # thermostat pumps ~1.5e-3 eV/atom into the system
+    assert float((h - h[0]).abs().max()) / 32 < 5e-6
+    assert float(res.batch.temperature().min()) > 30.0  # heats up, never drops to 0 K
+
+
+class _Probe(Callback):
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def after_step(self, ctx) -> None:
+        self.fn(ctx.batch)
+
+
+# ---------------------------------------------------------------------- NVE drift
+@pytest.mark.slow
+def test_nve_energy_drift_lj_argon() -> None:
+    """256 atoms, 60 K, dt 2 fs, 10 ps: |E(t) - E(0)| / N < 1e-5 eV over the run."""
+    atoms = argon_bulk(4)
+    total: list[torch.Tensor] = []
+    probe = _Probe(lambda b: total.append(b.energy + b.kinetic_energy()))
+    sim = al.Simulator(
+        model=lj_model(compute_stress=False),
+        stages=VelocityVerlet(dt=2.0, steps=5000, temperature=60.0),
+        precision="64", seed=SEED, sync_every=100, callbacks=[probe],
+    )  # fmt: skip
+    res = sim.run([atoms])
+    e = torch.cat(total)
+    assert len(e) == 5000
+    drift = float((e - e[0]).abs().max()) / len(atoms)
+    assert drift < 1e-5, drift
+    assert 20.0 < float(res.batch.temperature()[0]) < 60.0  # equipartition: ~T0/2
+
+
+# ---------------------------------------------------------------------- initial velocities
+def test_maxwell_boltzmann_init_zero_momentum_and_mean_temperature() -> None:
+    systems = [argon_bulk(2) for _ in range(200)]
+    batch = Batch.from_atoms(systems)
+    maxwell_boltzmann(batch, torch.ones(len(batch), dtype=torch.bool), 75.0, seed=3)
+    m = batch.masses.unsqueeze(-1)
+    p = torch.zeros(len(batch), 3, dtype=batch.dtype).index_add_(
+        0, batch.system_idx, m * batch.velocities
+    )
+    assert p.abs().max() < 1e-12
+    t = batch.temperature()
+    # 3N - 3 free dof after momentum removal, counted as 3N by temperature()
+    expected = 75.0 * (3 * 32 - 3) / (3 * 32)
+    assert abs(float(t.mean()) / expected - 1.0) < 0.02
+    assert len(set(t.tolist())) == len(t)  # every system has its own stream
+
+
+def test_md_stage_draws_velocities_only_for_systems_at_rest() -> None:
+    moving = moving_argon(1, temperature=50.0, seed=5)[0]
+    at_rest = argon_bulk(2)
+    # a 0-step stage: systems enter (velocities initialised) and leave at once
+    res, _ = simulate([moving, at_rest], VelocityVerlet(dt=1.0, steps=0, temperature=300.0))
+    out = res.to_atoms()
+    assert np.array_equal(out[0].get_velocities(), moving.get_velocities())
+    assert np.abs(out[1].get_momenta().sum(0)).max() < 1e-12
+    assert 150.0 < out[1].get_temperature() < 450.0  # one 32-atom draw at 300 K
+
+
+def test_fixed_atoms_never_move_in_any_thermostat() -> None:
+    for integrator in (
+        Langevin(dt=5.0, temperature=100.0, steps=20),
+        NoseHooverChain(dt=5.0, temperature=100.0, steps=20),
+        Bussi(dt=5.0, temperature=100.0, steps=20),
+        Berendsen(dt=5.0, temperature=100.0, steps=20),
+        VelocityVerlet(dt=5.0, temperature=100.0, steps=20),
+    ):
+        atoms = perturbed_argon(1, 2, 0.1, seed=6)[0]
+        atoms.set_constraint(FixAtoms(indices=[0, 5, 17]))
+        start = atoms.positions.copy()
+        res, _ = simulate([atoms], integrator)
+        out = res.to_atoms()[0]
+        assert np.array_equal(out.positions[[0, 5, 17]], start[[0, 5, 17]]), integrator
+        assert np.abs(out.positions - start).max() > 1e-3, integrator
+        assert float(res.batch.temperature()[0]) > 10.0, integrator
+
+
+# ---------------------------------------------------------------------- parameters
+@pytest.mark.parametrize(
+    ("factory", "word"),
+    [
+        (lambda: Langevin(dt=0.0), "dt"),
+        (lambda: Langevin(dt=-1.0), "dt"),
+        (lambda: Langevin(temperature=-1.0), "temperature"),
+        (lambda: Langevin(friction=0.0), "friction"),
+        (lambda: Langevin(friction=[0.01, -0.1]), "friction"),
+        (lambda: Langevin(temperature=[300.0, float("nan")]), "temperature"),
+        (lambda: NoseHooverChain(tdamp=0.0), "tdamp"),
+        (lambda: NoseHooverChain(chain_length=0), "chain_length"),
+        (lambda: NoseHooverChain(chain_steps=0), "chain_steps"),
+        (lambda: NoseHooverChain(suzuki_yoshida=2), "suzuki_yoshida"),
+        (lambda: NoseHooverChain(temperature=0.0), "temperature"),
+        (lambda: NoseHooverChain(dt=-2.0), "dt"),
+        (lambda: Bussi(taut=0.0), "taut"),
+        (lambda: Bussi(temperature=-5.0), "temperature"),
+        (lambda: Bussi(dt=0.0), "dt"),
+        (lambda: Berendsen(taut=-1.0), "taut"),
+        (lambda: Berendsen(temperature=-1.0), "temperature"),
+        (lambda: VelocityVerlet(dt=0.0), "dt"),
+        (lambda: Langevin(steps=-1), "step"),
+    ],
+)
+def test_parameter_validation_names_the_parameter(factory, word: str) -> None:
+    with pytest.raises(ValueError, match=word):
+        factory()
+
+
+def test_reprs() -> None:
+    assert repr(Langevin(dt=2.0, temperature=300.0, steps=1000)) == (
+        "Langevin(dt=2.0, T=300.0, steps=1000)"
+    )
+    assert repr(NoseHooverChain(dt=1.0, temperature=50, steps=10)) == (
+        "NoseHooverChain(dt=1.0, T=50.0, steps=10)"
+    )
+    assert repr(Bussi(dt=1.0, temperature=[10.0, 20.0], steps=5)).startswith("Bussi(dt=1.0, T=")
+    assert repr(Berendsen(dt=0.5, temperature=10, steps=3)) == (
+        "Berendsen(dt=0.5, T=10.0, steps=3)"
+    )
+    assert Langevin(temperature=0.0).temperature == 0.0  # 0 K: damped dynamics, allowed
