@@ -2,7 +2,7 @@
 PY ?= python3
 .PHONY: install run test lint bench
 
-.install.stamp: pyproject.toml scripts/install.sh
+.install.stamp: pyproject.toml scripts/install.sh plugins/alchemi_lit_sevenn/pyproject.toml
 	PYTHON=$(PY) ./scripts/install.sh
 	touch .install.stamp
 

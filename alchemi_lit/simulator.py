@@ -106,6 +106,12 @@ class Simulator:
         n_devices = len(devices) if isinstance(devices, (list, tuple)) else int(devices)
         if n_devices < 1:
             raise ConfigError(f"devices must be >= 1, got {devices}")
+        if strategy == "single" and n_devices > 1:
+            raise ConfigError(
+                f"devices={devices} asks for {n_devices} ranks but the plan is fused and runs on "
+                f"one device; use devices=1, the 'replicas' strategy (copies of the plan on shards "
+                f"of the data) or a pipeline plan with one stage per device"
+            )
         if strategy == "pipeline":
             plan = Pipeline.of(plan)
             if n_devices != plan.num_ranks:
@@ -188,7 +194,7 @@ class Simulator:
             if not isinstance(data, SizeAwareSampler):
                 atoms = list(data.to_atoms(results=False) if isinstance(data, Batch) else data)
                 data = SizeAwareSampler(atoms, max_atoms=max(sum(len(a) for a in atoms), 1))
-            return self.strategy.run(self, data)
+            return self.strategy.run(self, data, resume=resume)
         self.model.to(self.device)
         source = data if isinstance(data, SizeAwareSampler) else self.prepare(data)
         state = None

@@ -17,5 +17,9 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
     "$PY" -m pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION:-2.13.0}"
   fi
 fi
-# Editable install with test extras; torch is already satisfied, so nothing CUDA comes in.
-"$PY" -m pip install -q -e ".[test]"
+# Editable install with test extras, plus the SevenNet plugin (real pretrained MLIP whose
+# MIT-licensed weights ship inside the sevenn wheel; its parity tests run in CI).
+# torch is already satisfied, so nothing CUDA comes in.
+"$PY" -m pip install -q -e ".[test]" -e plugins/alchemi_lit_sevenn
+# The MACE plugin is optional (mace-torch is large and pins an old e3nn): tests skip
+# without it.  Install it yourself with: pip install -e plugins/alchemi_lit_mace

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 import torch.distributed as dist
-from loguru import logger
 
 from ..data.sampler import SizeAwareSampler
 from ..errors import ConfigError
@@ -133,11 +132,13 @@ class DistributedStrategy:
                 return p
         return None
 
-    def run(self, sim: Simulator, sampler: SizeAwareSampler) -> Results:
+    def run(self, sim: Simulator, sampler: SizeAwareSampler, resume: str | None = None) -> Results:
+        """``resume``: the directory of the Checkpoint callback; every rank continues from
+        the newest exchange round all ranks have a checkpoint of."""
         self.validate(sampler)
         world = self.pipeline.num_ranks
         out = launch(
-            lambda rank, local: self._rank_main(sim, sampler, rank, local),
+            lambda rank, local: self._rank_main(sim, sampler, rank, local, resume),
             world,
             self.accelerator,
             self.start_method,
@@ -146,7 +147,10 @@ class DistributedStrategy:
         return _results_from(out, sim)
 
     # ---------------------------------------------------------------- per rank
-    def _rank_main(self, sim: Simulator, sampler: SizeAwareSampler, rank: int, local: int) -> Any:
+    def _rank_main(
+        self, sim: Simulator, sampler: SizeAwareSampler, rank: int, local: int,
+        resume: str | None = None,
+    ) -> Any:
         device = rank_device(self.accelerator, local)
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -156,7 +160,7 @@ class DistributedStrategy:
         sources = self.pipeline.sources()
         my_sampler = shard(sampler, len(sources), sources.index(rank)) if rank in sources else None
         sinks_ranks = self.pipeline.sinks()
-        sim.sinks = _rank_sinks(sim.sinks, rank, len(sinks_ranks) > 1)
+        sim.sinks = _rank_sinks(sim.sinks, rank, len(sinks_ranks) > 1, keep=resume is not None)
         worker = PipelineWorker(
             sim,
             self.pipeline,
@@ -171,9 +175,9 @@ class DistributedStrategy:
             synchronized=self.synchronized,
             history=HistoryLayout.of(self.pipeline, self.replica_period()),
             timeout_s=self.timeout_s,
+            resume=resume,
         )
         result = worker.run()
-        logger.debug(f"[rank {rank}] worker finished")
         memory = [b for b in result["sinks"].in_memory] + list(result["sinks"].overflow)
         payload = {
             "stats": result["stats"],
@@ -182,15 +186,15 @@ class DistributedStrategy:
         }
         gathered: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, payload)
-        logger.debug(f"[rank {rank}] gathered")
         if rank == 0:
             _merge_stores(sim, gathered, len(sinks_ranks) > 1)
         dist.barrier()
-        logger.debug(f"[rank {rank}] barrier passed")
         return gathered
 
 
-def _rank_sinks(sinks: list[Any] | None, rank: int, several_writers: bool) -> list[Any] | None:
+def _rank_sinks(
+    sinks: list[Any] | None, rank: int, several_writers: bool, keep: bool = False
+) -> list[Any] | None:
     """Per-rank copies of the sinks: one zarr store per writing rank when several write."""
     if sinks is None:
         return None
@@ -198,7 +202,7 @@ def _rank_sinks(sinks: list[Any] | None, rank: int, several_writers: bool) -> li
     for s in sinks:
         if isinstance(s, ZarrSink) and several_writers:
             part = s.path.with_name(f"{s.path.stem}.rank{rank}{s.path.suffix}")
-            if part.exists():
+            if part.exists() and not keep:  # on resume the part holds committed results
                 shutil.rmtree(part)
             z = ZarrSink(part, mode="w")
             z.final_path, z.final_mode = s.path, s.mode

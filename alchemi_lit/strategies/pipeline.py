@@ -31,20 +31,23 @@ sends; ``async_recv`` posts next round's receives at the end of the current one;
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.distributed as dist
 from loguru import logger
 
+from ..callbacks.checkpoint import Checkpoint
 from ..data.sampler import SizeAwareSampler
 from ..errors import AlchemiError, ConfigError
 from ..hooks import HookDispatcher, HookStageEnum, StepContext
-from ..sinks import HostMemory, SinkChain
+from ..sinks import HostMemory, SinkChain, batch_from_state, batch_state
 from ..stages import Fused, Pipeline
 from ..state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, Batch
 from .buffers import (
@@ -184,6 +187,7 @@ class PipelineWorker:
         synchronized: bool = False,
         history: HistoryLayout | None = None,
         timeout_s: float = 60.0,
+        resume: str | None = None,
     ) -> None:
         """``capacity`` = (max_atoms, max_systems) of this rank's batch (the sampler's
         budgets: every rank of a pipeline holds at most that much); ``history``: the
@@ -206,6 +210,14 @@ class PipelineWorker:
         self.max_atoms, self.max_systems = capacity
         self.history = history or HistoryLayout.of(pipeline)
         self.abort_wait_s = min(float(timeout_s), 15.0)
+        self.resume_dir = resume
+        cps = [cb for cb in sim.callbacks if isinstance(cb, Checkpoint)]
+        self.checkpoint = cps[0] if cps else None
+        # checkpoints are taken at the same exchange rounds on every rank: a consistent cut
+        self.checkpoint_rounds = (
+            max(1, -(-self.checkpoint.every_n_steps // self.sync_every))
+            if self.checkpoint is not None and self.checkpoint.every_n_steps else None
+        )
 
     # ================================================================ setup
     def template(self) -> Batch:
@@ -495,7 +507,14 @@ class PipelineWorker:
         t_start = time.perf_counter()
         ctx: StepContext | None = None
         try:
-            batch = self._initial_batch()
+            state = self._agree_on_checkpoint() if self.resume_dir else None
+            if state is not None and state["done"]:
+                self.done_sent = True  # finished before the checkpoint: nothing left to do
+                self.sinks.load_state_dict(state["sinks"])
+                self.sinks.close()
+                self.stats.wall_s = time.perf_counter() - t_start
+                return {"stats": self.stats.summary(), "sinks": self.sinks}
+            batch = self._restore(state) if state is not None else self._initial_batch()
             self.loop.declare(batch)
             ctx = StepContext(batch=batch, stages=self.plan.stages, simulator=self.sim)
             ctx.state.update(
@@ -504,11 +523,18 @@ class PipelineWorker:
                 rank=self.rank,
                 graduated_systems=0,
             )
-            self.sinks.open({**self.sim.run_info(), "rank": self.rank})
-            # initial credits so upstream ranks may send in round 0
+            if state is None:
+                self.sinks.open({**self.sim.run_info(), "rank": self.rank})
+            else:
+                ctx.step = int(state["step"])
+                self.loop.pending = bool(state["pending"])
+            # initial credits so upstream ranks may send in round 0 (on resume: the
+            # credits the checkpointed round had sent, computed from the same state)
             self._post_recvs()
-            shares = self._credit_shares(batch, list(self.up_edges.values()))
-            for e in self.up_edges.values():
+            credit_round, self.round = self.round, max(self.round - 1, 0)
+            shares = self._credit_shares(batch, [e for e in self.up_edges.values() if e.active])
+            self.round = credit_round
+            for e in [e for e in self.up_edges.values() if e.active]:
                 buf = e.credit[e.slot]
                 e.slot = (e.slot + 1) % len(e.credit)
                 share_a, share_s = shares[e.peer]
@@ -516,12 +542,14 @@ class PipelineWorker:
                     buf, KIND_CREDIT, 0, -1, credit_atoms=share_a, credit_systems=share_s
                 )
                 self._send(e, buf, TAG_CREDIT)
-            if batch.num_systems:
+            if batch.num_systems and state is None:
                 self.loop.compute(batch, ctx)
             self.hooks.run_start(ctx)
-            if batch.num_systems:
+            if batch.num_systems and state is None:
                 fresh = torch.ones(batch.num_systems, dtype=torch.bool, device=self.device)
                 self.loop.start(batch, fresh, ctx)
+            if state is not None:
+                ctx.batch = self._admit(ctx)  # the checkpoint was taken before admission
             while True:
                 t0 = time.perf_counter()
                 if ctx.batch.num_systems:
@@ -535,7 +563,9 @@ class PipelineWorker:
                                 break
                 self.stats.busy_s += time.perf_counter() - t0
                 ctx.batch = self._graduate(ctx)
-                if self.exchange(ctx.batch):
+                done = self.exchange(ctx.batch)
+                self._maybe_checkpoint(ctx, done)
+                if done:
                     break
                 ctx.batch = self._admit(ctx)
             self.hooks.run_end(ctx)
@@ -556,6 +586,100 @@ class PipelineWorker:
         self.sinks.close()
         self.stats.wall_s = time.perf_counter() - t_start
         return {"stats": self.stats.summary(), "sinks": self.sinks}
+
+    # ================================================================ checkpoints
+    def _checkpoint_dir(self, base: Any) -> Path:
+        return Path(base) / f"rank{self.rank}"
+
+    def _maybe_checkpoint(self, ctx: StepContext, done: bool) -> None:
+        """Save this rank's part at the scheduled rounds (the same on every rank), when
+        it finishes, and after a signal (then stop)."""
+        cp = self.checkpoint
+        if cp is None:
+            return
+        completed = self.round  # exchange() already advanced it: rounds 0..round-1 are done
+        scheduled = self.checkpoint_rounds is not None and completed % self.checkpoint_rounds == 0
+        if not (scheduled or done or cp.signal_received is not None):
+            return
+        for e in [*self.up_edges.values(), *self.down_edges.values()]:
+            self._flush_sends(e, keep_last=False)  # nothing of this round left in flight
+        state = {
+            "round": completed,
+            "done": bool(done),
+            "step": ctx.step,
+            "plan": repr(self.pipeline),
+            "seed": self.sim.seed,
+            "batch": batch_state(ctx.batch),
+            "inbox": [batch_state(b) for b in self.inbox],
+            "outbox": None if self.outbox is None else batch_state(self.outbox),
+            "sampler": None if self.sampler is None else self.sampler.state_dict(),
+            "sinks": self.sinks.state_dict(),
+            "callbacks": [[type(c).__name__, c.state_dict()] for c in self.hooks.callbacks],
+            "up_active": {str(u): e.active for u, e in self.up_edges.items()},
+            "pending": self.loop.pending,
+        }
+        directory = self._checkpoint_dir(cp.dirpath)
+        name = "done.ckpt" if done else f"round-{completed:09d}.ckpt"
+        _atomic_save(state, directory / name)
+        if not done:
+            for old in sorted(directory.glob("round-*.ckpt"))[: -max(cp.keep, 3)]:
+                old.unlink(missing_ok=True)
+        if cp.signal_received is not None and not done:
+            from .single import RunInterrupted
+
+            raise RunInterrupted(directory / name, cp.signal_received)
+
+    def _agree_on_checkpoint(self) -> dict[str, Any] | None:
+        """All ranks pick the newest round every rank has a checkpoint for (a rank that
+        had finished counts for every later round) and load their part of it."""
+        directory = self._checkpoint_dir(self.resume_dir)
+        rounds = sorted(int(p.stem.split("-")[1]) for p in directory.glob("round-*.ckpt"))
+        done_file = directory / "done.ckpt"
+        done_round = None
+        if done_file.exists():
+            done_round = int(torch.load(done_file, weights_only=True)["round"])
+        mine = {"rounds": rounds, "done": done_round}
+        everyone: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+        candidates = set(range(0, 1 + max([max(e["rounds"] or [0]) for e in everyone]
+                                          + [e["done"] or 0 for e in everyone])))
+        for e in everyone:
+            ok = set(e["rounds"]) | ({r for r in candidates if r >= e["done"]} if e["done"] is not None else set())
+            candidates &= ok
+        if not candidates:
+            raise ConfigError(
+                f"cannot resume from {self.resume_dir!r}: the ranks have no checkpoint of a "
+                f"common exchange round (rank {self.rank} has rounds {rounds}); start afresh"
+            )
+        chosen = max(candidates)
+        path = done_file if done_round is not None and chosen >= done_round else directory / f"round-{chosen:09d}.ckpt"
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if state["plan"] != repr(self.pipeline) or state["seed"] != self.sim.seed:
+            raise ConfigError(
+                f"cannot resume from {str(path)!r}: it was written by another plan or seed; "
+                f"resume with the same configuration"
+            )
+        logger.info(f"[rank {self.rank}] resuming from {path} (round {chosen})")
+        return state
+
+    def _restore(self, state: dict[str, Any]) -> Batch:
+        self.round = int(state["round"])
+        if self.sampler is not None:
+            self.sampler.bind(self.sim.model.cutoff + self.sim.model.neighbors.skin)
+            self.sampler.load_state_dict(state["sampler"])
+        self.sinks.load_state_dict(state["sinks"])
+        saved = list(state["callbacks"])
+        for cb in self.hooks.callbacks:
+            for k, (name, cb_state) in enumerate(saved):
+                if name == type(cb).__name__:
+                    cb.load_state_dict(cb_state)
+                    del saved[k]
+                    break
+        for u, active in state["up_active"].items():
+            self.up_edges[int(u)].active = bool(active)
+        self.inbox = [batch_from_state(b).to(device=self.device) for b in state["inbox"]]
+        self.outbox = None if state["outbox"] is None else batch_from_state(state["outbox"]).to(device=self.device)
+        return batch_from_state(state["batch"]).to(device=self.device)
 
     def _abort(self, rank: int, text: str, skip: set[int] = frozenset()) -> None:
         """Tell every neighbour (but ``skip``: the sender of the abort, a dead peer) that the
@@ -708,6 +832,13 @@ class PipelineWorker:
         atoms, systems = self._held(batch)
         self.stats.peak_atoms = max(self.stats.peak_atoms, atoms)
         self.stats.peak_systems = max(self.stats.peak_systems, systems)
+
+
+def _atomic_save(state: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
 
 
 class _Abort(Exception):

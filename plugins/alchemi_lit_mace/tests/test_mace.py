@@ -1,0 +1,163 @@
+"""MACE plugin: random MACE-MP-0 architecture, parity with mace's own calculator, safety.
+
+Parity: the same module (a deep copy) evaluated by ``mace.calculators.MACECalculator``
+one structure at a time -- mace's own graph construction (matscipy), edge vectors from
+positions and shifts, forces and stress from its own autograd on positions and a
+symmetric strain -- against one forward of our batch, all in float64.  Measured
+differences are at float64 round-off (5e-18 eV, 2e-18 eV/Å, 3e-19 eV/Å^3, with forces
+of ~1e-3 eV/Å from the random weights); asserted: 1e-10, i.e. relative agreement of
+~1e-7 on the forces (the required 1e-6 absolute would be loose for such small forces).
+
+The model is a random initialisation (no weights ship with mace-torch), so the test
+compares the code paths, not physics.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from ase import Atoms
+from ase.build import bulk, molecule
+
+# find_spec, not importorskip: importing mace here, unguarded, would set the very
+# environment variable the tests below check.
+if importlib.util.find_spec("mace") is None:
+    pytest.skip("mace-torch is not installed (pip install mace-torch)", allow_module_level=True)
+
+from alchemi_lit_mace import (
+    MACE,
+    UnsafeCheckpointError,
+    load_model,
+    mace_import_guard,
+    num_parameters,
+    save_checkpoint,
+)
+
+from alchemi_lit.registry import get
+from alchemi_lit.state import Batch
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+
+ENV_VAR = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+TOL = 1e-10
+
+
+def environ() -> dict[str, str]:
+    """``os.environ`` less the variable pytest itself sets per test."""
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+
+def structures() -> list[Atoms]:
+    rng = np.random.default_rng(0)
+    si = bulk("Si", "diamond", a=5.43, cubic=True)
+    nacl = bulk("NaCl", "rocksalt", a=5.64, cubic=True)
+    cu = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((2, 1, 1))
+    mol = molecule("H2O")
+    mol.center(vacuum=4.0)
+    mol.pbc = False
+    out = [si, nacl, cu, mol]
+    for atoms in out:
+        atoms.positions += rng.normal(scale=0.05, size=atoms.positions.shape)
+    return out
+
+
+@pytest.fixture(scope="module")
+def built() -> dict:
+    """The model, with the environment just before and just after building it (the
+    first build imports mace; snapshots are taken here because other libraries in the
+    same test session may set unrelated variables between tests)."""
+    before = environ()
+    model = MACE(random_init="small", seed=0)
+    return {"model": model, "env_before": before, "env_after": environ()}
+
+
+@pytest.fixture(scope="module")
+def model(built: dict) -> MACE:
+    return built["model"]
+
+
+def test_random_small_is_the_mace_mp_small_architecture(model: MACE) -> None:
+    assert num_parameters(model.net) == 3_847_696  # MACE-MP-0 small: 3.85 M
+    assert model.cutoff == 6.0
+    assert len(model.supported_elements) == 89
+    assert type(model.net).__name__ == "ScaleShiftMACE"
+    assert get("model", "mace-mp-small-random").preset_args == {"random_init": "small"}
+
+
+def test_environment_and_torch_load_default_unchanged(built: dict, tmp_path) -> None:
+    assert built["env_after"] == built["env_before"]
+    if built["env_before"].get(ENV_VAR):
+        pytest.skip(f"{ENV_VAR} was already set before the model was built")
+    assert os.environ.get(ENV_VAR) is None
+    # torch.load without weights_only must still refuse arbitrary objects
+    path = tmp_path / "obj.pt"
+    torch.save({"x": torch.zeros(1), "f": np.random.default_rng}, path)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(path)
+    # ... also after mace's calculator module (which sets the variable too) is imported
+    before = environ()
+    with mace_import_guard():
+        import mace.calculators  # noqa: F401
+    assert environ() == before
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(path)
+
+
+def test_batch_matches_mace_calculator_float64(model: MACE) -> None:
+    with mace_import_guard():
+        from mace.calculators import MACECalculator
+
+    atoms = structures()
+    batch = Batch.from_atoms(atoms, dtype=torch.float64)
+    out = model(batch)  # four structures, one forward; the network follows the batch dtype
+    assert model.net_dtype == torch.float64
+    calc = MACECalculator(models=copy.deepcopy(model.net), device="cpu", default_dtype="float64")
+    ptr = batch.ptr.tolist()
+    for b, a in enumerate(atoms):
+        a = a.copy()
+        a.calc = calc
+        e_ref, f_ref = a.get_potential_energy(), a.get_forces()
+        # random weights give small forces (~1e-3 eV/Å), so the bound is far below 1e-6
+        assert abs(float(out["energy"][b]) - e_ref) < TOL
+        np.testing.assert_allclose(out["forces"][ptr[b] : ptr[b + 1]].numpy(), f_ref, atol=TOL)
+        assert np.abs(f_ref).max() > 1e-4  # a non-trivial comparison
+        if a.pbc.all():  # mace reports zero stress without periodic cell
+            s_ref = a.get_stress(voigt=False)
+            np.testing.assert_allclose(out["stress"][b].numpy(), s_ref, atol=TOL)
+
+
+def test_safe_checkpoint_roundtrip(model: MACE, tmp_path) -> None:
+    path = tmp_path / "mace_safe.pt"
+    save_checkpoint(model.net, path)
+    payload = torch.load(path, weights_only=True)  # plain data: no allowlist needed
+    assert payload["format"] == "alchemi_lit_mace/1"
+    reloaded = MACE(model_path=str(path))
+    batch = Batch.from_atoms(structures()[:2], dtype=torch.float64)
+    a, b = model(batch), reloaded(batch)
+    torch.testing.assert_close(a["energy"], b["energy"], rtol=0, atol=1e-12)
+    torch.testing.assert_close(a["forces"], b["forces"], rtol=0, atol=1e-12)
+
+
+def test_pickled_module_needs_explicit_trust(model: MACE, tmp_path) -> None:
+    path = tmp_path / "whole.model"
+    torch.save(model.net, path)  # how mace_run_train writes *.model files
+    with pytest.raises(UnsafeCheckpointError, match="trust_pickle"):
+        MACE(model_path=str(path))
+    before = environ()
+    assert type(load_model(path, trust_pickle=True)).__name__ == "ScaleShiftMACE"
+    assert environ() == before
+
+
+def test_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match="model_path"):
+        MACE()
+    with pytest.raises(ValueError, match="dtype"):
+        MACE(random_init="small", dtype="float16")  # type: ignore[arg-type]
+    with pytest.raises(FileNotFoundError):
+        MACE(model_path="/nonexistent/model.pt")
