@@ -133,10 +133,12 @@ class FusedLoop:
         forces = out["forces"]
         if ctx.state.get("has_fixed", False):
             forces = forces.masked_fill(batch.fixed.unsqueeze(-1), 0.0)
-        batch.forces = forces
-        batch.energy = out["energy"]
+        # systems that left the plan keep the results they left with until they graduate
+        done = batch.status == self.plan.exit
+        batch.forces = torch.where(batch.atom_mask(done).unsqueeze(-1), batch.forces, forces)
+        batch.energy = torch.where(done, batch.energy, out["energy"])
         if "stress" in out:
-            batch.stress = out["stress"]
+            batch.stress = torch.where(done.view(-1, 1, 1), batch.stress, out["stress"])
         ctx.outputs = out
 
     def _isolate_failure(self, batch: Batch, ctx: StepContext, exc: Exception) -> dict[str, torch.Tensor]:
