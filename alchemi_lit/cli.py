@@ -541,13 +541,17 @@ def _import_class(path: str, key: str) -> type:
         )
     try:
         obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
+    except (ImportError, TypeError, ValueError) as exc:  # TypeError: relative ("..x")
         # perhaps a nested attribute (module.Class.Inner)
         head, _, inner = module_name.rpartition(".")
         try:
             obj = getattr(importlib.import_module(head), inner)
         except Exception:
-            raise CLIError(key, f"cannot import {path!r} ({type(exc).__name__}: {exc})") from None
+            raise CLIError(
+                key,
+                f"cannot import {path!r} ({type(exc).__name__}: {exc}); give a registered plugin "
+                f"name or a full import path (package.module.Class)",
+            ) from None
     try:
         cls = getattr(obj, attr)
     except AttributeError:
@@ -581,7 +585,7 @@ def _resolve_component(
     if isinstance(value, str):
         value = {"class_path": value}
     if not isinstance(value, dict):
-        what = f"a {kind}" if kind else "a plugin"
+        what = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}" if kind else "a plugin"
         raise CLIError(key, f"expected {what} as class_path/init_args, got {value!r}")
     if "class_path" not in value or value["class_path"] in (None, ""):
         hint = (
@@ -909,13 +913,26 @@ def _parse(command: str, req: _Request) -> tuple[Any, Any, dict[str, Any]]:
     if _help_only(req):  # help needs no config (and must not fail on one)
         argv = list(req.passthrough)
     else:
-        argv = [*(["--config", json.dumps(conf, default=str)] if conf else []), *req.passthrough]
+        argv = [*(["--config", _config_text(conf)] if conf else []), *req.passthrough]
     try:
         cfg = parser.parse_args(argv)
     except ArgumentError as exc:
         raise CLIError(None, _explain_jsonargparse(str(exc), "")) from None
     resolved = _resolved_dict(parser, cfg)
     return parser, cfg, resolved
+
+
+def _config_text(conf: dict[str, Any]) -> str:
+    """The merged config as JSON that jsonargparse's YAML loader reads back unchanged: YAML
+    rejects JSON's surrogate-pair escapes of characters beyond U+FFFF (emoji, rare CJK in a
+    path), so those stay literal; characters YAML does not print, or reads as line breaks
+    (U+0085, U+2028, U+2029), and the byte order mark stay escaped."""
+    text = json.dumps(conf, default=str, ensure_ascii=False)
+    return re.sub(
+        "[^\t\n\r\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]",
+        lambda m: f"\\u{ord(m.group()):04x}",
+        text,
+    )
 
 
 def _resolved_dict(parser: Any, cfg: Any) -> dict[str, Any]:
