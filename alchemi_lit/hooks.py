@@ -103,7 +103,8 @@ class Callback:
     def hook_stages(self) -> list[HookStageEnum]:
         """Stages this callback subscribes to: the hook methods it overrides."""
         return [
-            s for s in HookStageEnum
+            s
+            for s in HookStageEnum
             if getattr(type(self), s.value) is not getattr(Callback, s.value)
         ]
 
@@ -120,7 +121,7 @@ class Callback:
 
 
 class LambdaCallback(Callback):
-    """Wrap a function as a callback on one stage: ``LambdaCallback(HookStageEnum.AFTER_STEP, fn)``."""
+    """A function as a callback on one stage: ``LambdaCallback(HookStageEnum.AFTER_STEP, fn)``."""
 
     def __init__(
         self, stage: HookStageEnum, fn: Callable[[StepContext], None], frequency: int = 1

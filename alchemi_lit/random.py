@@ -39,8 +39,13 @@ def _mulhilo(a: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def philox4x32(
-    c0: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor, c3: torch.Tensor,
-    k0: torch.Tensor, k1: torch.Tensor, rounds: int = 10,
+    c0: torch.Tensor,
+    c1: torch.Tensor,
+    c2: torch.Tensor,
+    c3: torch.Tensor,
+    k0: torch.Tensor,
+    k1: torch.Tensor,
+    rounds: int = 10,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Philox4x32 bijection of (counter, key); all inputs int64 holding uint32 values."""
     for _ in range(rounds):
@@ -84,7 +89,11 @@ def atom_normals(
     r0 = torch.sqrt(-2.0 * torch.log(u0))
     r1 = torch.sqrt(-2.0 * torch.log(u2))
     z = torch.stack(
-        [r0 * torch.cos(2 * math.pi * u1), r0 * torch.sin(2 * math.pi * u1), r1 * torch.cos(2 * math.pi * u3)],
+        [
+            r0 * torch.cos(2 * math.pi * u1),
+            r0 * torch.sin(2 * math.pi * u1),
+            r1 * torch.cos(2 * math.pi * u3),
+        ],
         dim=-1,
     )
     return z.to(dtype)

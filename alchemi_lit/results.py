@@ -33,7 +33,10 @@ class Results:
 
     @classmethod
     def from_sinks(
-        cls, sinks: Sequence[Any], in_memory: Sequence[Batch], overflow: Sequence[Batch],
+        cls,
+        sinks: Sequence[Any],
+        in_memory: Sequence[Batch],
+        overflow: Sequence[Batch],
         stats: dict[str, Any],
     ) -> Results:
         """Results of a run: what it wrote to in-memory sinks (plus any overflow); with

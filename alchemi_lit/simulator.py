@@ -29,7 +29,12 @@ from .strategies.pipeline import CommMode
 from .strategies.single import SingleDeviceStrategy, resolve_device
 
 Precision = Literal["64", "32", "64-true", "32-true"]
-_DTYPES = {"64": torch.float64, "32": torch.float32, "64-true": torch.float64, "32-true": torch.float32}
+_DTYPES = {
+    "64": torch.float64,
+    "32": torch.float32,
+    "64-true": torch.float64,
+    "32-true": torch.float32,
+}
 
 
 class Simulator:
@@ -152,13 +157,22 @@ class Simulator:
         self.sinks = list(sinks) if sinks is not None else None  # None: fresh memory per run
         for s in self.sinks or []:
             if not isinstance(s, Sink):
-                raise ConfigError(f"sinks must be Sink instances (HostMemory, ZarrSink), got {type(s).__name__}")
+                raise ConfigError(
+                    f"sinks must be Sink instances (HostMemory, ZarrSink), got {type(s).__name__}"
+                )
         if strategy == "single":
             self.strategy = SingleDeviceStrategy(self.device)
         else:
             self.strategy = DistributedStrategy(
-                plan, strategy, buffer or BufferConfig(), comm_mode, accelerator, start_method,
-                float(timeout), debug, synchronized,
+                plan,
+                strategy,
+                buffer or BufferConfig(),
+                comm_mode,
+                accelerator,
+                start_method,
+                float(timeout),
+                debug,
+                synchronized,
             )
 
     def forward_fn(self) -> Callable[[Batch], dict[str, torch.Tensor]]:
@@ -220,7 +234,9 @@ class Simulator:
             "sync_every": self.sync_every,
             "config": self.config,
             "versions": {
-                "alchemi_lit": __version__, "torch": torch.__version__,
-                "ase": ase.__version__, "numpy": numpy.__version__,
+                "alchemi_lit": __version__,
+                "torch": torch.__version__,
+                "ase": ase.__version__,
+                "numpy": numpy.__version__,
             },
         }

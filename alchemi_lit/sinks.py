@@ -34,8 +34,19 @@ from .state import Batch
 
 ATOM_COLUMNS = ("positions", "forces", "velocities", "masses", "atomic_numbers", "tags", "fixed")
 SYSTEM_COLUMNS = (
-    "system_id", "energy", "stress", "cell", "pbc", "n_atoms", "status", "total_steps",
-    "converged", "exit_code", "stage_steps", "stage_exit", "nan_flags",
+    "system_id",
+    "energy",
+    "stress",
+    "cell",
+    "pbc",
+    "n_atoms",
+    "status",
+    "total_steps",
+    "converged",
+    "exit_code",
+    "stage_steps",
+    "stage_exit",
+    "nan_flags",
 )
 SCHEMA = "alchemi_lit.results/1"
 
@@ -161,8 +172,10 @@ class ZarrSink(Sink):
     def state_dict(self) -> dict[str, Any]:
         if self._group is None:
             return {"n_systems": 0, "n_atoms": 0}
-        return {"n_systems": int(self._group.attrs["n_systems"]),
-                "n_atoms": int(self._group.attrs["n_atoms"])}
+        return {
+            "n_systems": int(self._group.attrs["n_systems"]),
+            "n_atoms": int(self._group.attrs["n_atoms"]),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: reopen the store and roll its commit marker back to the checkpoint."""
@@ -197,7 +210,8 @@ class ZarrSink(Sink):
             self._put(group, f"systems/{name}", data, n_sys0)
         errors = {
             str(sid): host.info[sid]["error"]
-            for sid in systems["system_id"].tolist() if "error" in host.info.get(sid, {})
+            for sid in systems["system_id"].tolist()
+            if "error" in host.info.get(sid, {})
         }
         if errors:  # why quarantined systems failed, keyed by system_id
             group.attrs["errors"] = {**group.attrs.get("errors", {}), **errors}
@@ -220,7 +234,9 @@ class ZarrSink(Sink):
                 arr.resize((end, *arr.shape[1:]))
         else:
             chunk = (max(1024, len(data)), *data.shape[1:])
-            arr = group.create_array(name, shape=(end, *data.shape[1:]), dtype=data.dtype, chunks=chunk)
+            arr = group.create_array(
+                name, shape=(end, *data.shape[1:]), dtype=data.dtype, chunks=chunk
+            )
         if len(data):
             arr[start:end] = data
 
@@ -250,7 +266,8 @@ def read_results(path: str | Path) -> Batch | None:
     atom = {k: torch.from_numpy(np.asarray(group[f"atoms/{k}"][:n_atoms])) for k in ATOM_COLUMNS}
     system = {
         k: torch.from_numpy(np.asarray(group[f"systems/{k}"][:n_sys]))
-        for k in SYSTEM_COLUMNS if f"systems/{k}" in group
+        for k in SYSTEM_COLUMNS
+        if f"systems/{k}" in group
     }
     offsets = np.asarray(group["systems/atom_offset"][:n_sys])
     counts = system["n_atoms"].numpy()
@@ -339,7 +356,9 @@ class SinkChain:
             if isinstance(sink, HostMemory):
                 self.in_memory.append(part)
             rest = remaining.num_systems - n
-            remaining = None if rest == 0 else remaining.select(torch.arange(n, remaining.num_systems))
+            remaining = (
+                None if rest == 0 else remaining.select(torch.arange(n, remaining.num_systems))
+            )
         if remaining is not None and remaining.num_systems:
             self.overflow.append(remaining.to(device="cpu"))
             logger.warning(

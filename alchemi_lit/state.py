@@ -152,7 +152,9 @@ class Batch:
         store = self.atom if kind == "atom" else self.system
         other = self.system if kind == "atom" else self.atom
         if name in other:
-            raise ValueError(f"field {name!r} already exists as a {'system' if kind == 'atom' else 'atom'} field")
+            raise ValueError(
+                f"field {name!r} already exists as a {'system' if kind == 'atom' else 'atom'} field"
+            )
         if name not in store:
             n = self.num_atoms if kind == "atom" else self.num_systems
             store[name] = torch.full(
@@ -219,12 +221,14 @@ class Batch:
         """Kinetic energy per system ``[B]`` in eV."""
         v = self.atom["velocities"]
         per_atom = 0.5 * self.atom["masses"] * (v * v).sum(-1)
-        return torch.zeros(
-            self.num_systems, dtype=self.dtype, device=self.device
-        ).index_add_(0, self.atom["system_idx"], per_atom)
+        return torch.zeros(self.num_systems, dtype=self.dtype, device=self.device).index_add_(
+            0, self.atom["system_idx"], per_atom
+        )
 
     # ------------------------------------------------------------------ moving
-    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Batch:
+    def to(
+        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> Batch:
         """Copy to ``device`` and/or cast floating fields to ``dtype``."""
 
         def move(t: torch.Tensor) -> torch.Tensor:
@@ -251,7 +255,9 @@ class Batch:
         counts = self.system["n_atoms"][rows]
         starts = self.ptr[rows]
         total = int(counts.sum())
-        offsets = torch.repeat_interleave(starts - (torch.cumsum(counts, 0) - counts), counts, output_size=total)
+        offsets = torch.repeat_interleave(
+            starts - (torch.cumsum(counts, 0) - counts), counts, output_size=total
+        )
         return offsets + torch.arange(total, device=self.device)
 
     def select(self, rows: torch.Tensor | Sequence[int]) -> Batch:
@@ -307,7 +313,9 @@ class Batch:
         return Batch(atom, system, info)
 
     def __repr__(self) -> str:
-        extra = [k for k in (*self.atom, *self.system) if k not in ATOM_FIELDS and k not in SYSTEM_FIELDS]
+        extra = [
+            k for k in (*self.atom, *self.system) if k not in ATOM_FIELDS and k not in SYSTEM_FIELDS
+        ]
         return (
             f"Batch(systems={self.num_systems}, atoms={self.num_atoms}, dtype={self.dtype}, "
             f"device={self.device}, extra_fields={extra})"
@@ -409,7 +417,10 @@ class Batch:
         from ase.stress import full_3x3_to_voigt_6_stress
 
         host = self.to(device="cpu")
-        a, s = {k: v.numpy() for k, v in host.atom.items()}, {k: v.numpy() for k, v in host.system.items()}
+        a, s = (
+            {k: v.numpy() for k, v in host.atom.items()},
+            {k: v.numpy() for k, v in host.system.items()},
+        )
         ptr = np.concatenate([[0], np.cumsum(s["n_atoms"])])
         out = []
         for b in np.argsort(s["system_id"], kind="stable"):

@@ -31,14 +31,18 @@ class Crash(Exception):
 
 
 def make_sim(tmp: Path, extra=(), every: int = 20, plan=None) -> al.Simulator:
-    plan = plan or (FIRE(fmax=0.05, max_steps=60)
-                    + Langevin(dt=2.0, temperature=80.0, friction=0.02, steps=30))
+    plan = plan or (
+        FIRE(fmax=0.05, max_steps=60) + Langevin(dt=2.0, temperature=80.0, friction=0.02, steps=30)
+    )
     return al.Simulator(
         model=LennardJones(0.0104, 3.40, 6.0),
         stages=plan,
         sinks=[HostMemory(capacity=8), ZarrSink(tmp / "res.zarr", mode="w")],
-        callbacks=[Checkpoint(tmp / "ckpt", every_n_steps=every),
-                   TrajectoryWriter(tmp / "traj.zarr", every=7, overwrite=True), *extra],
+        callbacks=[
+            Checkpoint(tmp / "ckpt", every_n_steps=every),
+            TrajectoryWriter(tmp / "traj.zarr", every=7, overwrite=True),
+            *extra,
+        ],
         sync_every=5,
     )
 
@@ -52,7 +56,9 @@ def assert_batches_equal(a: al.Batch, b: al.Batch) -> None:
     for store_a, store_b in ((a.atom, b.atom), (a.system, b.system)):
         for key in store_a:
             x, y = store_a[key], store_b[key]
-            same = torch.equal(x, y) or (x.is_floating_point() and torch.equal(x.nan_to_num(7.0), y.nan_to_num(7.0)))
+            same = torch.equal(x, y) or (
+                x.is_floating_point() and torch.equal(x.nan_to_num(7.0), y.nan_to_num(7.0))
+            )
             assert same, key
 
 
@@ -77,8 +83,9 @@ def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step):
     assert 1 <= len(files) <= 2 and not list((tmp_path / "ckpt").glob("*.tmp"))
     resumed = make_sim(tmp_path).run(sampler(), resume=str(tmp_path / "ckpt"))
     # sinks: every system exactly once, bit-identical to the uninterrupted run
-    assert_batches_equal(ZarrSink(ref_dir / "res.zarr").read_batch(),
-                         ZarrSink(tmp_path / "res.zarr").read_batch())
+    assert_batches_equal(
+        ZarrSink(ref_dir / "res.zarr").read_batch(), ZarrSink(tmp_path / "res.zarr").read_batch()
+    )
     assert_batches_equal(ref.batch, resumed.batch)
     total = len(ZarrSink(tmp_path / "res.zarr")) + len(resumed)
     assert total == len(DATA)
@@ -115,7 +122,9 @@ def test_resume_refuses_a_different_run(tmp_path):
     with pytest.raises(ConfigError, match="plan"):
         other.run(sampler(), resume=str(tmp_path / "ckpt"))
     with pytest.raises(ConfigError, match="input data differ"):
-        make_sim(tmp_path).run(SizeAwareSampler(DATA[:10], max_atoms=200), resume=str(tmp_path / "ckpt"))
+        make_sim(tmp_path).run(
+            SizeAwareSampler(DATA[:10], max_atoms=200), resume=str(tmp_path / "ckpt")
+        )
     with pytest.raises(ConfigError, match="no checkpoint"):
         make_sim(tmp_path).run(sampler(), resume=str(tmp_path / "nothing"))
 
@@ -126,7 +135,8 @@ simulator:
   model: {{class_path: LennardJones, init_args: {{epsilon: 0.0104, sigma: 3.40, cutoff: 6.0}}}}
   stages:
     - {{class_path: FIRE, init_args: {{fmax: 0.02, max_steps: 100}}}}
-    - {{class_path: Langevin, init_args: {{dt: 2.0, temperature: 80.0, friction: 0.02, steps: 100}}}}
+    - class_path: Langevin
+      init_args: {{dt: 2.0, temperature: 80.0, friction: 0.02, steps: 100}}
   callbacks:
     - {{class_path: Checkpoint, init_args: {{dirpath: {ckpt}, every_n_steps: 10}}}}
   sinks:
@@ -147,15 +157,20 @@ def _write_config(tmp: Path, name: str) -> Path:
 
 def _cli(*args: str, **kwargs) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "alchemi_lit.cli", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "alchemi_lit.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **kwargs,
+    )
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("how", ["kill", "sigterm"])
 def test_cli_killed_then_resumed_equals_uninterrupted(tmp_path, how):
     full = _cli("run", "--config", str(_write_config(tmp_path, "full")))
-    out, err = full.communicate(timeout=240)
+    _, err = full.communicate(timeout=240)
     assert full.returncode == 0, err.decode()[-2000:]
 
     config = _write_config(tmp_path, "cut")
@@ -176,5 +191,6 @@ def test_cli_killed_then_resumed_equals_uninterrupted(tmp_path, how):
     resumed = _cli("run", "--config", str(config), "--resume")
     _, err = resumed.communicate(timeout=240)
     assert resumed.returncode == 0, err.decode()[-2000:]
-    assert_batches_equal(ZarrSink(tmp_path / "full.zarr").read_batch(),
-                         ZarrSink(tmp_path / "cut.zarr").read_batch())
+    assert_batches_equal(
+        ZarrSink(tmp_path / "full.zarr").read_batch(), ZarrSink(tmp_path / "cut.zarr").read_batch()
+    )

@@ -53,9 +53,11 @@ def shrink(config: dict[str, Any], tmp_path: Path) -> tuple[list[str], int, list
     stages = sim["stages"] if isinstance(sim["stages"], list) else [sim["stages"]]
     for i, stage in enumerate(stages):
         # a list of lists is a pipeline: one inner list (fused plan) per rank
-        inner = [(f"{i}.{j}", s) for j, s in enumerate(stage)] if isinstance(stage, list) else [
-            (str(i), stage)
-        ]
+        inner = (
+            [(f"{i}.{j}", s) for j, s in enumerate(stage)]
+            if isinstance(stage, list)
+            else [(str(i), stage)]
+        )
         for key, item in inner:
             params = _params(_component(item)["class_path"])
             for name, value in TINY_STEPS.items():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -33,8 +35,17 @@ def cool() -> FIRE:
     return FIRE(fmax=0.08, max_steps=40)
 
 
-FIELDS = ("positions", "velocities", "forces", "energy", "total_steps", "stage_steps",
-          "stage_exit", "exit_code", "converged")
+FIELDS = (
+    "positions",
+    "velocities",
+    "forces",
+    "energy",
+    "total_steps",
+    "stage_steps",
+    "stage_exit",
+    "exit_code",
+    "converged",
+)
 
 
 def assert_same_state(a: al.Batch, b: al.Batch, atol: float = 0.0) -> None:
@@ -62,8 +73,9 @@ def test_plus_builds_printable_fused_plans() -> None:
 def test_explicit_status_codes_run_like_default_codes() -> None:
     data = mixed_argon(6, 8, 30, seed=3)
     a = al.Simulator(model=lj(), stages=relax() + heat(), sync_every=3).run(data)
-    b = al.Simulator(model=lj(), stages=Fused([relax(), heat()], codes=[4, 7], exit=9),
-                     sync_every=3).run(data)
+    b = al.Simulator(
+        model=lj(), stages=Fused([relax(), heat()], codes=[4, 7], exit=9), sync_every=3
+    ).run(data)
     assert_same_state(a.batch, b.batch)
     assert b.batch.status.tolist() == [9] * 6
 
@@ -93,8 +105,9 @@ def test_one_forward_per_step_whatever_the_number_of_stages() -> None:
             return super().forward(batch, *args, **kwargs)
 
     data = mixed_argon(8, 8, 30, seed=2)
-    sim = al.Simulator(model=Counting(0.0104, 3.40, CUTOFF), stages=relax() + heat() + cool(),
-                       sync_every=1)
+    sim = al.Simulator(
+        model=Counting(0.0104, 3.40, CUTOFF), stages=relax() + heat() + cool(), sync_every=1
+    )
     res = sim.run(data)
     assert res.stats["forward_calls"] == res.stats["steps"] + 1
     assert len(calls) == res.stats["forward_calls"]
@@ -110,7 +123,7 @@ def test_integrator_state_of_systems_in_other_stages_is_untouched() -> None:
             seen.append((ctx.batch.status.clone(), ctx.batch.fire_dt.clone()))
 
     al.Simulator(model=lj(), stages=relax() + heat(), callbacks=[Watch()], sync_every=50).run(data)
-    for (s0, dt0), (s1, dt1) in zip(seen, seen[1:]):
+    for (s0, dt0), (s1, dt1) in itertools.pairwise(seen):
         in_md = (s0 == 1) & (s1 == 1)
         assert torch.equal(dt0[in_md], dt1[in_md])
 
@@ -141,9 +154,12 @@ def test_inflight_every_system_once_within_budgets() -> None:
             peaks["atoms"] = max(peaks["atoms"], ctx.batch.num_atoms)
             peaks["systems"] = max(peaks["systems"], ctx.batch.num_systems)
 
-    sim = al.Simulator(model=LennardJones(0.0104, 3.40, 4.5),
-                       stages=FIRE(fmax=0.1, max_steps=15) + VelocityVerlet(dt=2.0, steps=3),
-                       callbacks=[Budget()], sync_every=5)
+    sim = al.Simulator(
+        model=LennardJones(0.0104, 3.40, 4.5),
+        stages=FIRE(fmax=0.1, max_steps=15) + VelocityVerlet(dt=2.0, steps=3),
+        callbacks=[Budget()],
+        sync_every=5,
+    )
     res = sim.run(SizeAwareSampler(data, max_atoms=budget, max_systems=40))
     assert sorted(res.system_id.tolist()) == list(range(200))
     assert peaks["atoms"] <= budget and peaks["systems"] <= 40
@@ -156,10 +172,12 @@ def test_inflight_results_equal_each_system_alone() -> None:
     data = mixed_argon(12, 8, 40, seed=4)
     plan = lambda: relax() + heat()  # noqa: E731
     res = al.Simulator(model=lj(), stages=plan(), sync_every=3).run(
-        SizeAwareSampler(data, max_atoms=120))
+        SizeAwareSampler(data, max_atoms=120)
+    )
     for k in (0, 7, 11):
         alone = al.Simulator(model=lj(), stages=plan(), sync_every=3).run(
-            al.Batch.from_atoms([data[k]], system_ids=[k]))
+            al.Batch.from_atoms([data[k]], system_ids=[k])
+        )
         assert_same_state(res.batch.select([k]), alone.batch)
 
 

@@ -36,8 +36,13 @@ def make(tmp: Path, mode: str, extra=()) -> al.Simulator:
         model=LennardJones(0.0104, 3.40, 6.0),
         stages=FIRE(fmax=0.05, max_steps=80)
         | Langevin(dt=2.0, temperature=50.0, friction=0.02, steps=30),
-        strategy="pipeline", devices=2, start_method="fork", comm_mode=mode,
-        buffer=BufferConfig(num_systems=4, num_atoms=200), sync_every=5, timeout=30,
+        strategy="pipeline",
+        devices=2,
+        start_method="fork",
+        comm_mode=mode,
+        buffer=BufferConfig(num_systems=4, num_atoms=200),
+        sync_every=5,
+        timeout=30,
         sinks=[ZarrSink(tmp / "res.zarr", mode="w")],
         callbacks=[Checkpoint(tmp / "ckpt", every_n_steps=10), *extra],
     )
@@ -77,7 +82,8 @@ simulator:
   model: {{class_path: LennardJones, init_args: {{epsilon: 0.0104, sigma: 3.40, cutoff: 6.0}}}}
   stages:
     - - {{class_path: FIRE, init_args: {{fmax: 0.02, max_steps: 120}}}}
-    - - {{class_path: Langevin, init_args: {{dt: 2.0, temperature: 80.0, friction: 0.02, steps: 120}}}}
+    - - class_path: Langevin
+        init_args: {{dt: 2.0, temperature: 80.0, friction: 0.02, steps: 120}}
   strategy: pipeline
   devices: 2
   timeout: 30
@@ -96,9 +102,13 @@ data:
 
 def _cli(*args: str) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "alchemi_lit.cli", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "alchemi_lit.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.slow

@@ -14,7 +14,10 @@ SHRINK = [
     ("n_systems=32, repeat=3", "n_systems=3, repeat=2"),
     ("max_steps=500", "max_steps=40"),
     ("steps=500", "steps=10"),
-    ('comm_mode="async_recv",', 'comm_mode="async_recv", start_method="fork",'),  # not popen under pytest
+    (
+        'comm_mode="async_recv",',
+        'comm_mode="async_recv", start_method="fork",',
+    ),  # not popen under pytest
     ("every_n_steps=1000", "every_n_steps=5"),
 ]
 SKIP = ("my_package", "alchemi_lit_sevenn")  # illustrative plugin code / covered by plugin tests

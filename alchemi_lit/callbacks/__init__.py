@@ -18,9 +18,9 @@ __all__ = [
     "ProgressBar",
     "StepContext",
     "ThermoMonitor",
+    "TrajectoryWriter",
     "latest_checkpoint",
     "load_checkpoint",
-    "TrajectoryWriter",
     "read_trajectory",
     "trajectory_system_ids",
 ]

@@ -80,7 +80,9 @@ class Checkpoint(Callback):
                     self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        logger.warning(f"signal {signum} received: checkpointing at the next bookkeeping, then stopping")
+        logger.warning(
+            f"signal {signum} received: checkpointing at the next bookkeeping, then stopping"
+        )
         self.signal_received = signum
 
     def on_run_end(self, ctx: StepContext) -> None:
@@ -95,7 +97,10 @@ class Checkpoint(Callback):
             return True
         if self.every_n_steps is not None and step - self._last_step >= self.every_n_steps:
             return True
-        return self.every_seconds is not None and time.monotonic() - self._last_time >= self.every_seconds
+        return (
+            self.every_seconds is not None
+            and time.monotonic() - self._last_time >= self.every_seconds
+        )
 
     def save(self, state: dict[str, Any], step: int) -> Path:
         """Write ``state`` atomically as ``step-<step>.ckpt``; keep the newest ``keep``."""

@@ -34,7 +34,12 @@ class NaNGuard(Callback):
     def before_pre_update(self, ctx: StepContext) -> None:
         b = ctx.batch
         b.ensure_field("nan_flags", "system", dtype=torch.int64, fill=0)
-        self._saved = (b.positions.clone(), b.velocities.clone(), b.forces.clone(), b.energy.clone())
+        self._saved = (
+            b.positions.clone(),
+            b.velocities.clone(),
+            b.forces.clone(),
+            b.energy.clone(),
+        )
 
     def after_compute(self, ctx: StepContext) -> None:
         b = ctx.batch

@@ -8,7 +8,9 @@ from typing import Any
 from ..errors import StructureError
 
 
-def read_structures(path: str | Path, index: str | int | slice = ":", format: str | None = None) -> list[Any]:
+def read_structures(
+    path: str | Path, index: str | int | slice = ":", format: str | None = None
+) -> list[Any]:
     """Read all structures of a file (extxyz, cif, POSCAR, traj, ...) as ``ase.Atoms``.
 
     Errors name the file and what went wrong; a file with no structures is an error.

@@ -110,8 +110,12 @@ class SizeAwareSampler:
             self.order = np.asarray([k for k in self.order if k not in skip], dtype=np.int64)
         if self.max_edges is not None:
             if cutoff is None:
-                raise ConfigError("SizeAwareSampler: max_edges needs the model cutoff to count edges")
-            self.edges = np.asarray([_count_edges(self.dataset[k], cutoff) for k in range(len(self.dataset))])
+                raise ConfigError(
+                    "SizeAwareSampler: max_edges needs the model cutoff to count edges"
+                )
+            self.edges = np.asarray(
+                [_count_edges(self.dataset[k], cutoff) for k in range(len(self.dataset))]
+            )
             too_many = [k for k in self.order if self.edges[k] > self.max_edges]
             if too_many:
                 k = int(too_many[0])
@@ -122,7 +126,9 @@ class SizeAwareSampler:
                 )
         self._validated = True
 
-    def take(self, free_atoms: int, free_systems: int, free_edges: int | None = None) -> tuple[list[Any], list[int]]:
+    def take(
+        self, free_atoms: int, free_systems: int, free_edges: int | None = None
+    ) -> tuple[list[Any], list[int]]:
         """Next systems (FIFO) that fit the free capacity; returns (atoms, system_ids)."""
         atoms, ids = [], []
         while self.position < len(self.order) and free_systems > 0:

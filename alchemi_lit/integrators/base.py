@@ -137,7 +137,9 @@ class Integrator:
         return value
 
 
-def _check_param(name: str, owner: str, value: Param, minimum: float = 0.0, strict: bool = True) -> Param:
+def _check_param(
+    name: str, owner: str, value: Param, minimum: float = 0.0, strict: bool = True
+) -> Param:
     """Validate a scalar or tensor parameter with a clear message."""
     if isinstance(value, torch.Tensor):
         bad = ~torch.isfinite(value) | ((value <= minimum) if strict else (value < minimum))
@@ -146,7 +148,9 @@ def _check_param(name: str, owner: str, value: Param, minimum: float = 0.0, stri
         return value
     v = float(value)
     if not (v > minimum if strict else v >= minimum) or v != v:
-        raise ValueError(f"{owner}: {name} must be {'>' if strict else '>='} {minimum}, got {value}")
+        raise ValueError(
+            f"{owner}: {name} must be {'>' if strict else '>='} {minimum}, got {value}"
+        )
     return v
 
 
@@ -171,8 +175,10 @@ class MDIntegrator(Integrator):
         owner = type(self).__name__
         self.dt_fs = _check_param("dt (fs)", owner, as_param(dt))
         self.dt = self.dt_fs * fs
-        self.temperature = None if temperature is None else _check_param(
-            "temperature (K)", owner, as_param(temperature), strict=False
+        self.temperature = (
+            None
+            if temperature is None
+            else _check_param("temperature (K)", owner, as_param(temperature), strict=False)
         )
 
     @property
@@ -189,11 +195,17 @@ class MDIntegrator(Integrator):
     def kick(self, batch: Batch, am: torch.Tensor, dt: Param) -> None:
         """``v += dt F / m`` for atoms ``am``."""
         a = batch.forces / batch.masses.unsqueeze(-1)
-        batch.velocities = torch.where(am.unsqueeze(-1), batch.velocities + self.per_atom(batch, dt) * a, batch.velocities)
+        batch.velocities = torch.where(
+            am.unsqueeze(-1), batch.velocities + self.per_atom(batch, dt) * a, batch.velocities
+        )
 
     def drift(self, batch: Batch, am: torch.Tensor, dt: Param) -> None:
         """``r += dt v`` for atoms ``am``."""
-        batch.positions = torch.where(am.unsqueeze(-1), batch.positions + self.per_atom(batch, dt) * batch.velocities, batch.positions)
+        batch.positions = torch.where(
+            am.unsqueeze(-1),
+            batch.positions + self.per_atom(batch, dt) * batch.velocities,
+            batch.positions,
+        )
 
     def dt_tensor(self, batch: Batch) -> Param:
         return self.per_system(batch, self.dt)
@@ -210,10 +222,17 @@ def maxwell_boltzmann(batch: Batch, mask: torch.Tensor, temperature: Param, seed
     t = Integrator.per_system(batch, temperature)
     t_atom = t[batch.system_idx] if isinstance(t, torch.Tensor) else t
     z = rng.atom_normals(
-        seed, batch.system_id, batch.total_steps, batch.system_idx,
-        rng.local_atom_index(batch.system_idx, batch.ptr), rng.PURPOSE_VELOCITY_INIT, batch.dtype,
+        seed,
+        batch.system_id,
+        batch.total_steps,
+        batch.system_idx,
+        rng.local_atom_index(batch.system_idx, batch.ptr),
+        rng.PURPOSE_VELOCITY_INIT,
+        batch.dtype,
     )
-    sigma = torch.sqrt(kB * torch.as_tensor(t_atom, dtype=batch.dtype, device=batch.device) / batch.masses)
+    sigma = torch.sqrt(
+        kB * torch.as_tensor(t_atom, dtype=batch.dtype, device=batch.device) / batch.masses
+    )
     v = z * sigma.unsqueeze(-1) if sigma.dim() else z * sigma
     v = torch.where(am.unsqueeze(-1), v, torch.zeros_like(v))
     m = batch.masses.unsqueeze(-1) * am.unsqueeze(-1)

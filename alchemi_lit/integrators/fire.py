@@ -93,7 +93,9 @@ class FIRE(Integrator):
         v_norm = system_sum(batch, (v * v).sum(-1)).sqrt()
         downhill = mask & ~first & (power > 0)
         uphill = mask & ~first & ~(power > 0)
-        scale = torch.where(f_norm > 0, alpha * v_norm / f_norm.clamp_min(1e-300), torch.zeros_like(f_norm))
+        scale = torch.where(
+            f_norm > 0, alpha * v_norm / f_norm.clamp_min(1e-300), torch.zeros_like(f_norm)
+        )
         v_mixed = (1.0 - alpha)[sidx].unsqueeze(-1) * v + scale[sidx].unsqueeze(-1) * f
         v = torch.where(downhill[sidx].unsqueeze(-1), v_mixed, v)
         v = torch.where(uphill[sidx].unsqueeze(-1), torch.zeros_like(v), v)
@@ -111,7 +113,9 @@ class FIRE(Integrator):
             v = v + dt_atom * f
             dr = dt_atom * v
             norm = system_sum(batch, (dr * dr).sum(-1)).sqrt()
-            shrink = torch.where(norm > self.maxstep, self.maxstep / norm.clamp_min(1e-300), torch.ones_like(norm))
+            shrink = torch.where(
+                norm > self.maxstep, self.maxstep / norm.clamp_min(1e-300), torch.ones_like(norm)
+            )
             dr = dr * shrink[sidx].unsqueeze(-1)
         else:
             v = v + dt_atom * f / batch.masses.unsqueeze(-1)

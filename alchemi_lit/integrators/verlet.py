@@ -16,7 +16,9 @@ from .base import MDIntegrator, Param
 class VelocityVerlet(MDIntegrator):
     """NVE molecular dynamics; ``dt`` in fs.  ``temperature`` only seeds velocities."""
 
-    def __init__(self, dt: Param = 1.0, steps: int = 1000, temperature: Param | None = None) -> None:
+    def __init__(
+        self, dt: Param = 1.0, steps: int = 1000, temperature: Param | None = None
+    ) -> None:
         super().__init__(dt, steps, temperature)
 
     def __repr__(self) -> str:

@@ -156,7 +156,6 @@ class Model(torch.nn.Module):
             out["stress"] = virial_stress(batch, edges, grad)
         return out
 
-
     def stress(self, batch: Batch) -> torch.Tensor:
         """Stress of ``batch`` in a one-off evaluation (the step loop skips stress when no
         stage needs it and asks for it here when systems finish)."""
@@ -197,4 +196,6 @@ def elements(symbols_or_numbers: Iterable[str | int]) -> frozenset[int]:
     """Atomic numbers from symbols or numbers."""
     from ase.data import atomic_numbers
 
-    return frozenset(atomic_numbers[s] if isinstance(s, str) else int(s) for s in symbols_or_numbers)
+    return frozenset(
+        atomic_numbers[s] if isinstance(s, str) else int(s) for s in symbols_or_numbers
+    )

@@ -149,9 +149,10 @@ class EMT(Model):
         sigma1 = torch.zeros_like(s0).index_add(0, i, to_i).index_add(0, j, to_j)
 
         # Atoms without neighbours inside rc_list keep only -E0, as in ASE.
-        has_nb = torch.zeros_like(s0).index_add(0, i, inside.to(dtype)).index_add(
-            0, j, inside.to(dtype)
-        ) > 0
+        has_nb = (
+            torch.zeros_like(s0).index_add(0, i, inside.to(dtype)).index_add(0, j, inside.to(dtype))
+            > 0
+        )
         arg = torch.where(has_nb, sigma1 / (12.0 * gamma1), torch.ones_like(sigma1))
         ds = -torch.log(arg) / (BETA * eta2)
         lds = lam * ds

@@ -136,7 +136,11 @@ class NeighborList:
     # ------------------------------------------------------------------ build
     def _rebuild(self, batch: Batch, need: torch.Tensor) -> None:
         full = self._layout is not batch.layout or self._i is None
-        rows = torch.arange(batch.num_systems, device=batch.device) if full else need.nonzero().flatten()
+        rows = (
+            torch.arange(batch.num_systems, device=batch.device)
+            if full
+            else need.nonzero().flatten()
+        )
         new = _build_rows(batch, rows.tolist(), self.cutoff + self.skin)
         if full:
             i, j, shift, system, _ = new
@@ -222,11 +226,18 @@ def _build_rows(batch: Batch, rows: list[int], radius: float):
 
 def _no_edges(device: torch.device, dtype: torch.dtype):
     empty = torch.zeros(0, dtype=torch.int64, device=device)
-    return empty, empty, torch.zeros((0, 3), dtype=dtype, device=device), empty, \
-        torch.zeros((0, 3), dtype=torch.int64, device=device)
+    return (
+        empty,
+        empty,
+        torch.zeros((0, 3), dtype=dtype, device=device),
+        empty,
+        torch.zeros((0, 3), dtype=torch.int64, device=device),
+    )
 
 
-def _canonical_order(i: torch.Tensor, j: torch.Tensor, ishift: torch.Tensor, n: int) -> torch.Tensor:
+def _canonical_order(
+    i: torch.Tensor, j: torch.Tensor, ishift: torch.Tensor, n: int
+) -> torch.Tensor:
     """Permutation sorting edges by (i, j, shift): deterministic whatever the build order.
 
     One sort of a combined int64 key (i, j and the three integer shifts in mixed radix).

@@ -28,7 +28,9 @@ class PairPotential(Model):
     def compile_target(self):
         return self.pair_terms
 
-    def energy_and_edge_gradient(self, batch: Batch, edges: Edges) -> tuple[torch.Tensor, torch.Tensor]:
+    def energy_and_edge_gradient(
+        self, batch: Batch, edges: Edges
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         fn = self._edge_fn or self.pair_terms
         e_pair, grad = fn(edges.vec)
         return per_system_sum(e_pair, edges.system, batch.num_systems), grad
@@ -54,7 +56,9 @@ class LennardJones(PairPotential):
     ) -> None:
         cutoff = 3.0 * sigma if cutoff is None else cutoff
         if epsilon <= 0 or sigma <= 0:
-            raise ValueError(f"LennardJones needs epsilon > 0 and sigma > 0, got {epsilon}, {sigma}")
+            raise ValueError(
+                f"LennardJones needs epsilon > 0 and sigma > 0, got {epsilon}, {sigma}"
+            )
         super().__init__(cutoff, skin, compute_stress)
         self.epsilon = float(epsilon)
         self.sigma = float(sigma)
@@ -77,12 +81,18 @@ class LennardJones(PairPotential):
             ro2 = self.onset**2
             x = (rc2 - r2) / (rc2 - ro2) ** 3
             switching = (r2 > ro2) & inside
-            fc = torch.where(switching, (rc2 - r2) * x * (rc2 + 2 * r2 - 3 * ro2), inside.to(r2.dtype))
+            fc = torch.where(
+                switching, (rc2 - r2) * x * (rc2 + 2 * r2 - 3 * ro2), inside.to(r2.dtype)
+            )
             dfc = torch.where(switching, 6.0 * x * (ro2 - r2), torch.zeros_like(r2))
             de = fc * de + 2.0 * dfc * e_pair
             e_pair = fc * e_pair
         else:
-            e0 = 4.0 * self.epsilon * ((self.sigma / self.cutoff) ** 12 - (self.sigma / self.cutoff) ** 6)
+            e0 = (
+                4.0
+                * self.epsilon
+                * ((self.sigma / self.cutoff) ** 12 - (self.sigma / self.cutoff) ** 6)
+            )
             e_pair = e_pair - e0 * inside.to(r2.dtype)
         return e_pair, de.unsqueeze(-1) * vec
 
@@ -122,8 +132,14 @@ class Morse(PairPotential):
         de = (-2.0 * self.epsilon * self.rho0 / self.r0) * expf * (expf - 1.0)
         s = 1.0 - (d - self.r_on) / (self.r_off - self.r_on)
         mid = (s > 0.0) & (s < 1.0)
-        fc = torch.where(s >= 1.0, torch.ones_like(s), torch.where(mid, s**3 * (6 * s * s - 15 * s + 10), torch.zeros_like(s)))
-        dfc = torch.where(mid, -30.0 * s * s * (s - 1.0) ** 2 / (self.r_off - self.r_on), torch.zeros_like(s))
+        fc = torch.where(
+            s >= 1.0,
+            torch.ones_like(s),
+            torch.where(mid, s**3 * (6 * s * s - 15 * s + 10), torch.zeros_like(s)),
+        )
+        dfc = torch.where(
+            mid, -30.0 * s * s * (s - 1.0) ** 2 / (self.r_off - self.r_on), torch.zeros_like(s)
+        )
         de = torch.where(inside, de * fc + e_pair * dfc, torch.zeros_like(d))
         e_pair = torch.where(inside, e_pair * fc, torch.zeros_like(d))
         return e_pair, (de / d_safe).unsqueeze(-1) * vec

@@ -148,7 +148,11 @@ class DistributedStrategy:
 
     # ---------------------------------------------------------------- per rank
     def _rank_main(
-        self, sim: Simulator, sampler: SizeAwareSampler, rank: int, local: int,
+        self,
+        sim: Simulator,
+        sampler: SizeAwareSampler,
+        rank: int,
+        local: int,
         resume: str | None = None,
     ) -> Any:
         device = rank_device(self.accelerator, local)

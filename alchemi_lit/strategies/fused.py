@@ -69,9 +69,11 @@ class FusedLoop:
         self.hooks = hooks
         self.seed = int(seed)
         self.forward = forward or model
-        self.optimizer_index = optimizer_columns if optimizer_columns is not None else [
-            self.offset + i for i, s in enumerate(plan.stages) if s.is_optimizer
-        ]
+        self.optimizer_index = (
+            optimizer_columns
+            if optimizer_columns is not None
+            else [self.offset + i for i, s in enumerate(plan.stages) if s.is_optimizer]
+        )
         self.num_forward_calls = 0
         self.pending = False  # set by the strategy when it appended PENDING systems
         self.evict = False  # set when systems were quarantined for a model error
@@ -106,7 +108,9 @@ class FusedLoop:
 
     def enter(self, batch: Batch, fresh: torch.Tensor) -> None:
         """Entry-stage initialisation of ``fresh`` systems (no convergence check)."""
-        batch.status = torch.where(fresh, torch.full_like(batch.status, self.plan.entry), batch.status)
+        batch.status = torch.where(
+            fresh, torch.full_like(batch.status, self.plan.entry), batch.status
+        )
         batch.step = torch.where(fresh, torch.zeros_like(batch.step), batch.step)
         batch.exit_code = torch.where(fresh, torch.zeros_like(batch.exit_code), batch.exit_code)
         cols = slice(self.offset, self.offset + len(self.plan))
@@ -141,7 +145,9 @@ class FusedLoop:
             batch.stress = torch.where(done.view(-1, 1, 1), batch.stress, out["stress"])
         ctx.outputs = out
 
-    def _isolate_failure(self, batch: Batch, ctx: StepContext, exc: Exception) -> dict[str, torch.Tensor]:
+    def _isolate_failure(
+        self, batch: Batch, ctx: StepContext, exc: Exception
+    ) -> dict[str, torch.Tensor]:
         from loguru import logger
 
         from ..models.neighbors import NeighborList
@@ -150,7 +156,11 @@ class FusedLoop:
 
         def fails(rows: list[int]) -> Exception | None:
             try:
-                model(batch.select(rows), compute_stress=False, neighbors=NeighborList(model.cutoff, 0.0))
+                model(
+                    batch.select(rows),
+                    compute_stress=False,
+                    neighbors=NeighborList(model.cutoff, 0.0),
+                )
             except Exception as e:
                 return e
             return None
@@ -169,15 +179,18 @@ class FusedLoop:
 
         rows = list(range(batch.num_systems))  # finished systems awaiting graduation too
         bisect(rows, exc)
-        if not bad or len(bad) == len(rows) and len(rows) > 1:
+        if not bad or (len(bad) == len(rows) and len(rows) > 1):
             raise exc  # not one structure's fault: the model itself fails
         good = [r for r in range(batch.num_systems) if r not in bad]
         energy = batch.energy.clone()  # quarantined systems keep their last values
         forces = batch.forces.clone()
         stress = batch.stress.clone()
         if good:
-            sub = model(batch.select(good), compute_stress=self.needs_stress,
-                        neighbors=NeighborList(model.cutoff, 0.0))
+            sub = model(
+                batch.select(good),
+                compute_stress=self.needs_stress,
+                neighbors=NeighborList(model.cutoff, 0.0),
+            )
             idx = torch.as_tensor(good, device=batch.device)
             energy[idx] = sub["energy"]
             forces[batch.atom_index(idx)] = sub["forces"]
@@ -248,7 +261,9 @@ class FusedLoop:
             reason = torch.full_like(batch.exit_code, EXIT_COMPLETED)
             if stage.is_optimizer:
                 reason = torch.where(done_conv, EXIT_CONVERGED, EXIT_MAX_STEPS)
-                batch.velocities = batch.velocities.masked_fill(batch.atom_mask(leave).unsqueeze(-1), 0.0)
+                batch.velocities = batch.velocities.masked_fill(
+                    batch.atom_mask(leave).unsqueeze(-1), 0.0
+                )
             col = self.offset + i
             batch.stage_exit[:, col] = torch.where(leave, reason, batch.stage_exit[:, col])
             batch.stage_steps[:, col] = torch.where(leave, batch.step, batch.stage_steps[:, col])

@@ -216,7 +216,8 @@ class PipelineWorker:
         # checkpoints are taken at the same exchange rounds on every rank: a consistent cut
         self.checkpoint_rounds = (
             max(1, -(-self.checkpoint.every_n_steps // self.sync_every))
-            if self.checkpoint is not None and self.checkpoint.every_n_steps else None
+            if self.checkpoint is not None and self.checkpoint.every_n_steps
+            else None
         )
 
     # ================================================================ setup
@@ -641,10 +642,19 @@ class PipelineWorker:
         mine = {"rounds": rounds, "done": done_round}
         everyone: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, mine)
-        candidates = set(range(0, 1 + max([max(e["rounds"] or [0]) for e in everyone]
-                                          + [e["done"] or 0 for e in everyone])))
+        candidates = set(
+            range(
+                0,
+                1
+                + max(
+                    [max(e["rounds"] or [0]) for e in everyone] + [e["done"] or 0 for e in everyone]
+                ),
+            )
+        )
         for e in everyone:
-            ok = set(e["rounds"]) | ({r for r in candidates if r >= e["done"]} if e["done"] is not None else set())
+            ok = set(e["rounds"]) | (
+                {r for r in candidates if r >= e["done"]} if e["done"] is not None else set()
+            )
             candidates &= ok
         if not candidates:
             raise ConfigError(
@@ -652,7 +662,11 @@ class PipelineWorker:
                 f"common exchange round (rank {self.rank} has rounds {rounds}); start afresh"
             )
         chosen = max(candidates)
-        path = done_file if done_round is not None and chosen >= done_round else directory / f"round-{chosen:09d}.ckpt"
+        path = (
+            done_file
+            if done_round is not None and chosen >= done_round
+            else directory / f"round-{chosen:09d}.ckpt"
+        )
         state = torch.load(path, map_location="cpu", weights_only=True)
         if state["plan"] != repr(self.pipeline) or state["seed"] != self.sim.seed:
             raise ConfigError(
@@ -678,7 +692,11 @@ class PipelineWorker:
         for u, active in state["up_active"].items():
             self.up_edges[int(u)].active = bool(active)
         self.inbox = [batch_from_state(b).to(device=self.device) for b in state["inbox"]]
-        self.outbox = None if state["outbox"] is None else batch_from_state(state["outbox"]).to(device=self.device)
+        self.outbox = (
+            None
+            if state["outbox"] is None
+            else batch_from_state(state["outbox"]).to(device=self.device)
+        )
         return batch_from_state(state["batch"]).to(device=self.device)
 
     def _abort(self, rank: int, text: str, skip: set[int] = frozenset()) -> None:

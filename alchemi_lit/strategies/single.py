@@ -92,7 +92,9 @@ class SingleDeviceStrategy:
         loop.declare(batch)
         ctx = StepContext(batch=batch, stages=plan.stages, simulator=sim)
         ctx.state.update(
-            has_fixed=bool(batch.fixed.any()), exit_code=plan.exit, total_systems=total,
+            has_fixed=bool(batch.fixed.any()),
+            exit_code=plan.exit,
+            total_systems=total,
             graduated_systems=0,
         )
         stats: dict[str, Any] = {"occupancy": [], "started": time.perf_counter()}
@@ -104,7 +106,8 @@ class SingleDeviceStrategy:
             sinks.open(sim.run_info())
         stream = (
             torch.cuda.stream(torch.cuda.Stream(self.device))
-            if self.device.type == "cuda" else contextlib.nullcontext()
+            if self.device.type == "cuda"
+            else contextlib.nullcontext()
         )
         try:
             with stream:
@@ -134,8 +137,13 @@ class SingleDeviceStrategy:
 
     # ---------------------------------------------------------------- checkpoints
     def _checkpoint_state(
-        self, sim: Simulator, loop: FusedLoop, ctx: StepContext, sinks: SinkChain,
-        sampler: SizeAwareSampler | None, hooks: HookDispatcher,
+        self,
+        sim: Simulator,
+        loop: FusedLoop,
+        ctx: StepContext,
+        sinks: SinkChain,
+        sampler: SizeAwareSampler | None,
+        hooks: HookDispatcher,
     ) -> dict[str, Any]:
         return {
             "step": ctx.step,
@@ -145,7 +153,9 @@ class SingleDeviceStrategy:
             "model": type(sim.model).__name__,
             "batch": batch_state(ctx.batch),
             "info": json.dumps({str(k): v for k, v in ctx.batch.info.items()}, default=str),
-            "sampler": None if sampler is None else {**sampler.state_dict(), "digest": sampler_digest(sampler)},
+            "sampler": None
+            if sampler is None
+            else {**sampler.state_dict(), "digest": sampler_digest(sampler)},
             "sinks": sinks.state_dict(),
             "callbacks": [[type(cb).__name__, cb.state_dict()] for cb in hooks.callbacks],
             "graduated": ctx.state["graduated_systems"],
@@ -154,8 +164,14 @@ class SingleDeviceStrategy:
         }
 
     def _maybe_checkpoint(
-        self, sim: Simulator, loop: FusedLoop, ctx: StepContext, sinks: SinkChain,
-        sampler: SizeAwareSampler | None, hooks: HookDispatcher, final: bool,
+        self,
+        sim: Simulator,
+        loop: FusedLoop,
+        ctx: StepContext,
+        sinks: SinkChain,
+        sampler: SizeAwareSampler | None,
+        hooks: HookDispatcher,
+        final: bool,
     ) -> None:
         for cp in self.checkpoints:
             forced = sinks.failure_pending
@@ -167,11 +183,20 @@ class SingleDeviceStrategy:
         sinks.failure_pending = False
 
     def _restore(
-        self, sim: Simulator, plan: Fused, state: dict[str, Any], sampler: SizeAwareSampler | None,
-        sinks: SinkChain, hooks: HookDispatcher,
+        self,
+        sim: Simulator,
+        plan: Fused,
+        state: dict[str, Any],
+        sampler: SizeAwareSampler | None,
+        sinks: SinkChain,
+        hooks: HookDispatcher,
     ) -> Batch:
-        for key, mine in (("plan", repr(plan)), ("seed", sim.seed), ("precision", sim.precision),
-                          ("model", type(sim.model).__name__)):
+        for key, mine in (
+            ("plan", repr(plan)),
+            ("seed", sim.seed),
+            ("precision", sim.precision),
+            ("model", type(sim.model).__name__),
+        ):
             if state[key] != mine:
                 raise ConfigError(
                     f"cannot resume from {state['path']!r}: it was written with {key}="
@@ -201,8 +226,14 @@ class SingleDeviceStrategy:
 
     # ---------------------------------------------------------------- loop
     def _run_loop(
-        self, sim: Simulator, loop: FusedLoop, ctx: StepContext, hooks: HookDispatcher,
-        sinks: SinkChain, sampler: SizeAwareSampler | None, stats: dict[str, Any],
+        self,
+        sim: Simulator,
+        loop: FusedLoop,
+        ctx: StepContext,
+        hooks: HookDispatcher,
+        sinks: SinkChain,
+        sampler: SizeAwareSampler | None,
+        stats: dict[str, Any],
     ) -> None:
         budget = loop.plan.total_budget() + 2 * sim.sync_every + 2
         idle_steps = 0
@@ -223,14 +254,24 @@ class SingleDeviceStrategy:
                 )
 
     def _bookkeeping(
-        self, sim: Simulator, loop: FusedLoop, ctx: StepContext, hooks: HookDispatcher,
-        sinks: SinkChain, sampler: SizeAwareSampler | None, stats: dict[str, Any],
+        self,
+        sim: Simulator,
+        loop: FusedLoop,
+        ctx: StepContext,
+        hooks: HookDispatcher,
+        sinks: SinkChain,
+        sampler: SizeAwareSampler | None,
+        stats: dict[str, Any],
     ) -> bool:
         """Host work every ``sync_every`` steps; True when the run is complete."""
         batch = ctx.batch
         finished = loop.finished(batch)
         ctx.graduated = finished
-        if ctx.exited is not None and hooks.has(HookStageEnum.ON_CONVERGE) and bool(ctx.exited.any()):
+        if (
+            ctx.exited is not None
+            and hooks.has(HookStageEnum.ON_CONVERGE)
+            and bool(ctx.exited.any())
+        ):
             hooks(HookStageEnum.ON_CONVERGE, ctx)
         ctx.exited = ctx.converged = None
         n_done = int(finished.sum())
@@ -269,20 +310,26 @@ class SingleDeviceStrategy:
         self.inflight_edges = sampler.edges_of(ids)
         return sim.prepare(Batch.from_atoms(atoms, system_ids=ids, validate=False))
 
-    def _refill(self, sim: Simulator, loop: FusedLoop, batch: Batch, sampler: SizeAwareSampler) -> Batch:
+    def _refill(
+        self, sim: Simulator, loop: FusedLoop, batch: Batch, sampler: SizeAwareSampler
+    ) -> Batch:
         max_atoms, max_systems, max_edges = sampler.budget()
         free_edges = None if max_edges is None else max_edges - self.inflight_edges
-        atoms, ids = sampler.take(max_atoms - batch.num_atoms, max_systems - batch.num_systems, free_edges)
+        atoms, ids = sampler.take(
+            max_atoms - batch.num_atoms, max_systems - batch.num_systems, free_edges
+        )
         if not atoms:
             return batch
         self.inflight_edges += sampler.edges_of(ids)
         fresh = sim.prepare(Batch.from_atoms(atoms, system_ids=ids, validate=False))
         loop.declare(fresh)
         fresh.status.fill_(PENDING)
-        old_rows = torch.cat([
-            torch.arange(batch.num_systems, device=batch.device),
-            torch.full((fresh.num_systems,), -1, dtype=torch.long, device=batch.device),
-        ])
+        old_rows = torch.cat(
+            [
+                torch.arange(batch.num_systems, device=batch.device),
+                torch.full((fresh.num_systems,), -1, dtype=torch.long, device=batch.device),
+            ]
+        )
         old_ptr = batch.ptr
         merged = Batch.concatenate([batch, fresh]) if batch.num_systems else fresh
         sim.model.neighbors.remap(old_ptr, old_rows, merged)
