@@ -148,3 +148,20 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"{str(file)!r} is not an alchemi_lit checkpoint")
     state["path"] = str(file)
     return state
+
+
+def callback_states(callbacks: list[Callback]) -> list[list[Any]]:
+    """``[[class name, state], ...]`` of every callback, for a checkpoint."""
+    return [[type(cb).__name__, cb.state_dict()] for cb in callbacks]
+
+
+def restore_callback_states(callbacks: list[Callback], saved: list[list[Any]]) -> None:
+    """Each callback takes the next saved state of its class (callbacks added or removed
+    since the checkpoint start fresh)."""
+    pending = list(saved)
+    for cb in callbacks:
+        for k, (name, state) in enumerate(pending):
+            if name == type(cb).__name__:
+                cb.load_state_dict(state)
+                del pending[k]
+                break

@@ -289,3 +289,44 @@ class FusedLoop:
     def finished(self, batch: Batch) -> torch.Tensor:
         """``[B]`` mask of systems at the exit code."""
         return batch.status == self.plan.exit
+
+    # ----------------------------------------------------------------- batch surgery
+    def take_finished(self, batch: Batch, ctx: StepContext) -> tuple[Batch | None, Batch]:
+        """Host bookkeeping: fire ON_CONVERGE for systems that left a stage, then split off
+        the finished systems.  Returns ``(graduates or None, remaining batch)``."""
+        finished = self.finished(batch)
+        ctx.graduated = finished
+        if ctx.exited is not None and self.hooks.has(H.ON_CONVERGE) and bool(ctx.exited.any()):
+            self.hooks(H.ON_CONVERGE, ctx)
+        ctx.exited = ctx.converged = None
+        ctx.graduated = None
+        if not bool(finished.any()):
+            return None, batch
+        graduates = batch.select(finished.nonzero().flatten())
+        return graduates, self.keep_rows(batch, (~finished).nonzero().flatten())
+
+    def keep_rows(self, batch: Batch, keep: torch.Tensor) -> Batch:
+        """``batch`` reduced to rows ``keep``; neighbour lists carried over, not rebuilt."""
+        new = batch.select(keep)
+        self.model.neighbors.remap(batch.ptr, keep, new)
+        return new
+
+    def append(self, batch: Batch, fresh: list[Batch]) -> Batch:
+        """Append new systems as PENDING: the next step's forward computes their forces
+        and they enter the plan right after it (no extra model call)."""
+        for f in fresh:
+            self.declare(f)
+            f.status.fill_(PENDING)
+            f.step.zero_()
+        parts = ([batch] if batch.num_systems else []) + list(fresh)
+        merged = Batch.concatenate(parts) if len(parts) > 1 else parts[0].clone()
+        new_rows = merged.num_systems - batch.num_systems
+        old_rows = torch.cat(
+            [
+                torch.arange(batch.num_systems, device=merged.device),
+                torch.full((new_rows,), -1, dtype=torch.long, device=merged.device),
+            ]
+        )
+        self.model.neighbors.remap(batch.ptr, old_rows, merged)
+        self.pending = True
+        return merged

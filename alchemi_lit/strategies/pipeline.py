@@ -43,10 +43,10 @@ import torch
 import torch.distributed as dist
 from loguru import logger
 
-from ..callbacks.checkpoint import Checkpoint
+from ..callbacks.checkpoint import Checkpoint, callback_states, restore_callback_states
 from ..data.sampler import SizeAwareSampler
 from ..errors import AlchemiError, ConfigError
-from ..hooks import HookDispatcher, HookStageEnum, StepContext
+from ..hooks import HookDispatcher, StepContext
 from ..sinks import HostMemory, SinkChain, batch_from_state, batch_state
 from ..stages import Fused, Pipeline
 from ..state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, Batch
@@ -66,7 +66,7 @@ from .buffers import (
     schema_digest,
     schema_of,
 )
-from .fused import PENDING, FusedLoop
+from .fused import FusedLoop
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
@@ -615,7 +615,7 @@ class PipelineWorker:
             "outbox": None if self.outbox is None else batch_state(self.outbox),
             "sampler": None if self.sampler is None else self.sampler.state_dict(),
             "sinks": self.sinks.state_dict(),
-            "callbacks": [[type(c).__name__, c.state_dict()] for c in self.hooks.callbacks],
+            "callbacks": callback_states(self.hooks.callbacks),
             "up_active": {str(u): e.active for u, e in self.up_edges.items()},
             "pending": self.loop.pending,
         }
@@ -682,13 +682,7 @@ class PipelineWorker:
             self.sampler.bind(self.sim.model.cutoff + self.sim.model.neighbors.skin)
             self.sampler.load_state_dict(state["sampler"])
         self.sinks.load_state_dict(state["sinks"])
-        saved = list(state["callbacks"])
-        for cb in self.hooks.callbacks:
-            for k, (name, cb_state) in enumerate(saved):
-                if name == type(cb).__name__:
-                    cb.load_state_dict(cb_state)
-                    del saved[k]
-                    break
+        restore_callback_states(self.hooks.callbacks, state["callbacks"])
         for u, active in state["up_active"].items():
             self.up_edges[int(u)].active = bool(active)
         self.inbox = [batch_from_state(b).to(device=self.device) for b in state["inbox"]]
@@ -760,20 +754,9 @@ class PipelineWorker:
         batch = ctx.batch
         if batch.num_systems == 0:
             return batch
-        finished = self.loop.finished(batch)
-        ctx.graduated = finished
-        if (
-            ctx.exited is not None
-            and self.hooks.has(HookStageEnum.ON_CONVERGE)
-            and bool(ctx.exited.any())
-        ):
-            self.hooks(HookStageEnum.ON_CONVERGE, ctx)
-        ctx.exited = ctx.converged = None
-        ctx.graduated = None
-        if not bool(finished.any()):
+        graduates, remaining = self.loop.take_finished(batch, ctx)
+        if graduates is None:
             return batch
-        rows = finished.nonzero().flatten()
-        graduates = batch.select(rows)
         if self.is_sink:
             if self.sim.model.compute_stress and not self.loop.needs_stress:
                 graduates.stress = self.sim.model.final_stress(graduates)
@@ -785,11 +768,7 @@ class PipelineWorker:
             self.outbox = (
                 graduates if self.outbox is None else Batch.concatenate([self.outbox, graduates])
             )
-        keep = (~finished).nonzero().flatten()
-        old_ptr = batch.ptr
-        new = batch.select(keep)
-        self.sim.model.neighbors.remap(old_ptr, keep, new)
-        return new
+        return remaining
 
     def _admit(self, ctx: StepContext) -> Batch:
         """Append received systems and (source ranks) sampler refills as PENDING."""
@@ -816,24 +795,7 @@ class PipelineWorker:
                 self.stats.systems_in += new.num_systems
         if not fresh:
             return batch
-        for f in fresh:
-            f.status.fill_(PENDING)
-            f.step.zero_()
-        parts = ([batch] if batch.num_systems else []) + fresh
-        merged = Batch.concatenate(parts) if len(parts) > 1 else parts[0].clone()
-        old_rows = torch.cat(
-            [
-                torch.arange(batch.num_systems, device=self.device),
-                torch.full(
-                    (merged.num_systems - batch.num_systems,),
-                    -1,
-                    dtype=torch.long,
-                    device=self.device,
-                ),
-            ]
-        )
-        self.sim.model.neighbors.remap(batch.ptr, old_rows, merged)
-        self.loop.pending = True
+        merged = self.loop.append(batch, fresh)
         ctx.state["has_fixed"] = bool(merged.fixed.any())
         self._track_peak(merged)
         return merged

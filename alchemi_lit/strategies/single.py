@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..callbacks.checkpoint import Checkpoint
+from ..callbacks.checkpoint import Checkpoint, callback_states, restore_callback_states
 from ..data.sampler import SizeAwareSampler
 from ..errors import ConfigError
-from ..hooks import HookDispatcher, HookStageEnum, StepContext
+from ..hooks import HookDispatcher, StepContext
 from ..results import Results
 from ..sinks import HostMemory, SinkChain, batch_from_state, batch_state
 from ..stages import Fused
 from ..state import Batch
-from .fused import PENDING, FusedLoop
+from .fused import FusedLoop
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
@@ -157,7 +157,7 @@ class SingleDeviceStrategy:
             if sampler is None
             else {**sampler.state_dict(), "digest": sampler_digest(sampler)},
             "sinks": sinks.state_dict(),
-            "callbacks": [[type(cb).__name__, cb.state_dict()] for cb in hooks.callbacks],
+            "callbacks": callback_states(hooks.callbacks),
             "graduated": ctx.state["graduated_systems"],
             "inflight_edges": self.inflight_edges,
             "pending": loop.pending,
@@ -212,13 +212,7 @@ class SingleDeviceStrategy:
         if sampler is not None:
             sampler.load_state_dict(state["sampler"])
         sinks.load_state_dict(state["sinks"])
-        saved = list(state["callbacks"])
-        for cb in hooks.callbacks:  # each callback takes the next saved state of its type
-            for k, (name, cb_state) in enumerate(saved):
-                if name == type(cb).__name__:
-                    cb.load_state_dict(cb_state)
-                    del saved[k]
-                    break
+        restore_callback_states(hooks.callbacks, state["callbacks"])
         self.inflight_edges = int(state["inflight_edges"])
         batch = batch_from_state(state["batch"]).to(device=self.device)
         batch.info.update({int(k): v for k, v in json.loads(state["info"]).items()})
@@ -264,30 +258,19 @@ class SingleDeviceStrategy:
         stats: dict[str, Any],
     ) -> bool:
         """Host work every ``sync_every`` steps; True when the run is complete."""
-        batch = ctx.batch
-        finished = loop.finished(batch)
-        ctx.graduated = finished
-        if (
-            ctx.exited is not None
-            and hooks.has(HookStageEnum.ON_CONVERGE)
-            and bool(ctx.exited.any())
-        ):
-            hooks(HookStageEnum.ON_CONVERGE, ctx)
-        ctx.exited = ctx.converged = None
-        n_done = int(finished.sum())
-        active_atoms = int(batch.n_atoms[~finished].sum()) if batch.num_systems else 0
+        graduates, batch = loop.take_finished(ctx.batch, ctx)
+        n_done = 0 if graduates is None else graduates.num_systems
         if sampler is not None:
+            active_atoms = batch.num_atoms - int(batch.n_atoms[loop.finished(batch)].sum())
             stats["occupancy"].append(active_atoms / sampler.max_atoms)
         ctx.state["progress"] = n_done > 0
-        if n_done:
-            graduates = batch.select(finished.nonzero().flatten())
+        if graduates is not None:
             if sim.model.compute_stress and not loop.needs_stress:
                 graduates.stress = sim.model.final_stress(graduates)
             sinks.write(graduates)
             ctx.state["graduated_systems"] += n_done
             if sampler is not None and sampler.edges is not None:
                 self.inflight_edges -= sampler.edges_of(graduates.system_id.tolist())
-            batch = self._compact(sim, batch, (~finished).nonzero().flatten())
         if sampler is not None and not sampler.exhausted:
             batch = self._refill(sim, loop, batch, sampler)
             ctx.state["has_fixed"] = bool(batch.fixed.any())
@@ -298,12 +281,6 @@ class SingleDeviceStrategy:
         return done
 
     # ---------------------------------------------------------------- batch surgery
-    def _compact(self, sim: Simulator, batch: Batch, keep: torch.Tensor) -> Batch:
-        old_ptr = batch.ptr
-        new = batch.select(keep)
-        sim.model.neighbors.remap(old_ptr, keep, new)
-        return new
-
     def _initial_batch(self, sim: Simulator, sampler: SizeAwareSampler) -> Batch:
         max_atoms, max_systems, max_edges = sampler.budget()
         atoms, ids = sampler.take(max_atoms, max_systems, max_edges)
@@ -322,19 +299,7 @@ class SingleDeviceStrategy:
             return batch
         self.inflight_edges += sampler.edges_of(ids)
         fresh = sim.prepare(Batch.from_atoms(atoms, system_ids=ids, validate=False))
-        loop.declare(fresh)
-        fresh.status.fill_(PENDING)
-        old_rows = torch.cat(
-            [
-                torch.arange(batch.num_systems, device=batch.device),
-                torch.full((fresh.num_systems,), -1, dtype=torch.long, device=batch.device),
-            ]
-        )
-        old_ptr = batch.ptr
-        merged = Batch.concatenate([batch, fresh]) if batch.num_systems else fresh
-        sim.model.neighbors.remap(old_ptr, old_rows, merged)
-        loop.pending = True
-        return merged
+        return loop.append(batch, [fresh])
 
 
 def resolve_device(accelerator: str, devices: Any = 1) -> torch.device:
