@@ -1182,10 +1182,14 @@ def _check_transfer_buffer(built: _Built) -> None:
     if not isinstance(sampler, SizeAwareSampler):
         sampler = SizeAwareSampler(built.atoms, max_atoms=max(sum(len(a) for a in built.atoms), 1))
     try:
-        strategy.validate(sampler)
+        strategy.validate(sampler, built.sim.model.cutoff + built.sim.model.neighbors.skin)
     except Exception as exc:
-        key = "simulator.buffer.num_atoms" if "num_atoms" in str(exc) else "simulator"
-        raise CLIError(key, _one_line(str(exc))) from exc
+        text = str(exc)
+        key = next(
+            (f"simulator.buffer.{f}" for f in ("num_atoms", "num_edges") if f in text),
+            "simulator",
+        )
+        raise CLIError(key, _one_line(text)) from exc
 
 
 # ---------------------------------------------------------------------- run / validate

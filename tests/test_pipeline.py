@@ -612,3 +612,32 @@ def test_forked_runs_leave_the_test_process_clean(tmp_path, monkeypatch):
     assert not (dist.is_available() and dist.is_initialized())
     assert not _under_launcher()
     assert not list(tmp_path.glob("alchemi_lit_*")), "hand-off folder left behind"
+
+
+@pytest.mark.timeout(120)
+def test_edge_budget_of_buffers_is_respected_and_validated():
+    """BufferConfig.num_edges bounds a message's summed neighbour pairs: systems still all
+    arrive (back-pressure), and a system with more pairs than the budget is rejected."""
+    from alchemi_lit.integrators import VelocityVerlet
+    from alchemi_lit.models.neighbors import count_pairs
+
+    data = mixed_argon(10, 8, 30, seed=9)
+    model = LennardJones(0.0104, 3.40, 5.0)
+    radius = model.cutoff + model.neighbors.skin
+    most = max(count_pairs(a.positions, a.cell.array, a.pbc, radius) for a in data)
+
+    def sim(num_edges):
+        return al.Simulator(
+            model=LennardJones(0.0104, 3.40, 5.0),
+            stages=FIRE(fmax=0.1, max_steps=20) | VelocityVerlet(dt=1.0, steps=3),
+            strategy="pipeline",
+            devices=2,
+            start_method="fork",
+            timeout=60,
+            buffer=BufferConfig(num_systems=8, num_atoms=400, num_edges=num_edges),
+        )
+
+    res = sim(most).run(SizeAwareSampler(data, max_atoms=200))
+    assert sorted(res.system_id.tolist()) == list(range(10))
+    with pytest.raises(ConfigError, match="num_edges"):
+        sim(most - 1).run(SizeAwareSampler(data, max_atoms=200))

@@ -165,9 +165,6 @@ class SizeAwareSampler:
 
 
 def _count_edges(atoms: Any, cutoff: float) -> int:
-    import vesin
+    from ..models.neighbors import count_pairs
 
-    i = vesin.NeighborList(cutoff=cutoff, full_list=False, n_threads=1).compute(
-        np.asarray(atoms.positions, dtype=np.float64), atoms.cell.array, atoms.pbc.tolist(), "i"
-    )[0]
-    return len(i)
+    return count_pairs(atoms.positions, atoms.cell.array, atoms.pbc, cutoff)

@@ -23,6 +23,7 @@ is a host decision); everything else stays on the device.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -165,6 +166,35 @@ class NeighborList:
             self._ref_cell[need] = batch.cell.detach()[need]
         self._layout = batch.layout
         self.num_builds += len(rows)
+
+
+def count_pairs(positions: Any, cell: Any, pbc: Any, radius: float) -> int:
+    """Neighbour pairs (half list) of one system within ``radius`` (edge budgets)."""
+    import vesin
+
+    calc = vesin.NeighborList(cutoff=radius, full_list=False, n_threads=1)
+    i = calc.compute(
+        np.asarray(positions, dtype=np.float64),
+        np.asarray(cell, dtype=np.float64),
+        [bool(p) for p in pbc],
+        "i",
+    )[0]
+    return len(i)
+
+
+def batch_pair_counts(batch: Batch, radius: float) -> list[int]:
+    """:func:`count_pairs` for every system of a batch."""
+    host = batch.to(device="cpu", dtype=torch.float64)
+    ptr = host.ptr.tolist()
+    return [
+        count_pairs(
+            host.positions[ptr[b] : ptr[b + 1]].numpy(),
+            host.cell[b].numpy(),
+            host.pbc[b].tolist(),
+            radius,
+        )
+        for b in range(host.num_systems)
+    ]
 
 
 def _build_rows(batch: Batch, rows: list[int], radius: float):

@@ -96,8 +96,9 @@ class DistributedStrategy:
         self.debug = debug
         self.synchronized = synchronized
 
-    def validate(self, sampler: SizeAwareSampler) -> None:
-        """Checks every rank would make, done before launching anything."""
+    def validate(self, sampler: SizeAwareSampler, radius: float | None = None) -> None:
+        """Checks every rank would make, done before launching anything.  ``radius``: the
+        model's cutoff plus skin, to check ``BufferConfig.num_edges``."""
         big = np.flatnonzero(sampler.sizes > self.buffer.num_atoms)
         if len(big):
             k = int(big[0])
@@ -106,6 +107,17 @@ class DistributedStrategy:
                 f"{self.buffer.num_atoms} (BufferConfig.num_atoms); raise num_atoms to at least "
                 f"{int(sampler.sizes.max())}"
             )
+        if self.buffer.num_edges and radius is not None:
+            from ..data.sampler import _count_edges
+
+            for k in sampler.order:
+                pairs = _count_edges(sampler.dataset[int(k)], radius)
+                if pairs > self.buffer.num_edges:
+                    raise ConfigError(
+                        f"system {int(k)} has {pairs} neighbour pairs but the transfer buffer "
+                        f"holds {self.buffer.num_edges} (BufferConfig.num_edges); raise num_edges "
+                        f"or set it to 0 (unbounded)"
+                    )
         if (
             len(self.pipeline.edges) == 0
             and self.pipeline.num_ranks > 1
@@ -133,9 +145,11 @@ class DistributedStrategy:
         return None
 
     def run(self, sim: Simulator, sampler: SizeAwareSampler, resume: str | None = None) -> Results:
-        """``resume``: the directory of the Checkpoint callback; every rank continues from
+        """Launch the ranks and collect their results.
+
+        ``resume``: the directory of the Checkpoint callback; every rank continues from
         the newest exchange round all ranks have a checkpoint of."""
-        self.validate(sampler)
+        self.validate(sampler, sim.model.cutoff + sim.model.neighbors.skin)
         world = self.pipeline.num_ranks
         out = launch(
             lambda rank, local: self._rank_main(sim, sampler, rank, local, resume),

@@ -47,6 +47,7 @@ from ..callbacks.checkpoint import Checkpoint, callback_states, restore_callback
 from ..data.sampler import SizeAwareSampler
 from ..errors import AlchemiError, ConfigError
 from ..hooks import HookDispatcher, StepContext
+from ..models.neighbors import batch_pair_counts
 from ..sinks import HostMemory, SinkChain, batch_from_state, batch_state
 from ..stages import Fused, Pipeline
 from ..state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, Batch
@@ -471,14 +472,27 @@ class PipelineWorker:
         if self.outbox is None or self.outbox.num_systems == 0 or not self.downs:
             return {}
         credit = {d: list(self.down_credit[d]) for d in self.downs}
-        room = {d: [self.buffer.num_atoms, self.buffer.num_systems] for d in self.downs}
+        room = {
+            d: [self.buffer.num_atoms, self.buffer.num_systems, self.buffer.num_edges]
+            for d in self.downs
+        }
+        edges = (  # a message's summed neighbour pairs are bounded too (0: unbounded)
+            batch_pair_counts(self.outbox, self.sim.model.cutoff + self.sim.model.neighbors.skin)
+            if self.buffer.num_edges
+            else [0] * self.outbox.num_systems
+        )
         chosen: dict[int, list[int]] = {d: [] for d in self.downs}
         left: list[int] = []
         for row, n in enumerate(self.outbox.n_atoms.tolist()):
+            e = edges[row]
             fits = [
                 d
                 for d in self.downs
-                if credit[d][0] >= n and credit[d][1] >= 1 and room[d][0] >= n and room[d][1] >= 1
+                if credit[d][0] >= n
+                and credit[d][1] >= 1
+                and room[d][0] >= n
+                and room[d][1] >= 1
+                and (not self.buffer.num_edges or room[d][2] >= e)
             ]
             if not fits or left:  # keep FIFO order: once one waits, later ones wait too
                 left.append(row)
@@ -489,6 +503,7 @@ class PipelineWorker:
             credit[d][1] -= 1
             room[d][0] -= n
             room[d][1] -= 1
+            room[d][2] -= e
         parts = {d: self.outbox.select(rows) for d, rows in chosen.items() if rows}
         self.outbox = self.outbox.select(left) if left else None
         return parts
