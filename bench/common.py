@@ -108,3 +108,225 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+# --------------------------------------------------------------------------- workloads
+def mixed_noise_argon(
+    n_systems: int = 96,
+    repeat: int = 3,
+    noises: Sequence[float] = (0.02, 0.1, 0.3, 0.5, 0.7),
+    seed: int = 0,
+) -> list[Any]:
+    """fcc argon crystals whose perturbation (and so relaxation length) varies widely.
+
+    System ``k`` gets Gaussian noise of ``noises[k % len(noises)]`` Å (cycled, so every
+    chunk of consecutive systems mixes easy and hard relaxations).  Default: 96
+    crystals of 108 atoms.
+    """
+    from ase.build import bulk
+
+    rng = np.random.default_rng(seed)
+    base = bulk("Ar", "fcc", a=ARGON_A, cubic=True).repeat(repeat)
+    out = []
+    for k in range(n_systems):
+        atoms = base.copy()
+        atoms.positions += rng.normal(scale=noises[k % len(noises)], size=atoms.positions.shape)
+        out.append(atoms)
+    return out
+
+
+def small_argon(n_systems: int = 20_000, min_atoms: int = 8, max_atoms: int = 32, seed: int = 0) -> list[Any]:
+    """Many small argon systems (clusters and small periodic crystals) for the soak test:
+    :func:`alchemi_lit.data.mixed_argon` with sizes between ``min_atoms`` and ``max_atoms``."""
+    from alchemi_lit.data import mixed_argon
+
+    return mixed_argon(n_systems=n_systems, min_atoms=min_atoms, max_atoms=max_atoms, seed=seed)
+
+
+# --------------------------------------------------------------------------- measuring
+def median_of(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def _proc_jiffies() -> tuple[int, int]:
+    """(busy jiffies of the whole machine, jiffies of this process and its children)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    busy = sum(fields[:8]) - idle
+    with open("/proc/self/stat") as f:
+        st = f.read().rsplit(")", 1)[1].split()
+    mine = sum(int(x) for x in st[11:15])  # utime stime cutime cstime
+    return busy, mine
+
+
+def external_cpu_load(window: float = 3.0) -> float | None:
+    """Cores kept busy by *other* processes over ``window`` seconds (None off Linux)."""
+    try:
+        b0, m0 = _proc_jiffies()
+        time.sleep(window)
+        b1, m1 = _proc_jiffies()
+    except (OSError, ValueError, IndexError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    return max(0.0, ((b1 - b0) - (m1 - m0)) / hz / window)
+
+
+class LoadGate:
+    """Wait for a quiet machine before each measurement (the machine is shared).
+
+    ``wait()`` polls every ``poll`` s until the 1-minute load average is below
+    ``max_load`` *and* other processes use less than 0.5 core over a 3 s window, or --
+    since our own previous measurement keeps the 1-minute average up for a minute after
+    it ends -- until other processes use less than 0.3 core.  All waits of one process share a budget of ``max_wait`` s; once it is
+    spent, measurements go ahead at once and :attr:`under_load` marks the results.
+    """
+
+    def __init__(self, max_load: float = 1.5, poll: float = 10.0, max_wait: float = 600.0,
+                 enabled: bool = True) -> None:
+        self.max_load, self.poll, self.budget, self.enabled = max_load, poll, max_wait, enabled
+        self.under_load = False
+        self.loads: list[float] = []  # 1-min load average at each measurement
+
+    def wait(self, label: str = "") -> float:
+        """Block until quiet (or the budget is spent); return and record the 1-min load."""
+        t0 = time.perf_counter()
+        quiet = not self.enabled
+        while not quiet:
+            load = os.getloadavg()[0]
+            ext = external_cpu_load(3.0)
+            # loadavg alone is not enough: one busy neighbour (1 core) keeps it near 1.0 yet
+            # slows 2-thread torch ops several-fold (measured); loadavg alone is too strict
+            # right after our own previous measurement.  So: below max_load with others
+            # using < 0.5 core, or others using < 0.3 core whatever the average says.
+            if ext is None:
+                if load < self.max_load:
+                    quiet = True
+                    break
+            elif (load < self.max_load and ext < 0.5) or ext < 0.3:
+                quiet = True
+                break
+            if time.perf_counter() - t0 + self.poll > self.budget:
+                break
+            print(f"  [waiting for a quiet machine{': ' + label if label else ''}: load "
+                  f"{load:.2f}, others use {ext if ext is not None else float('nan'):.2f} cores]",
+                  flush=True)
+            time.sleep(self.poll)
+        self.budget = max(0.0, self.budget - (time.perf_counter() - t0))
+        if self.enabled and not quiet:
+            self.under_load = True
+        load = os.getloadavg()[0]
+        self.loads.append(load)
+        return load
+
+    def status_line(self) -> str:
+        loads = ", ".join(f"{x:.2f}" for x in self.loads) or "n/a"
+        mark = "MEASURED UNDER LOAD -- " if self.under_load else ""
+        return f"{mark}1-min load average at each measurement: {loads}"
+
+
+def gate_arguments(parser: Any) -> None:
+    """Add the shared --max-load / --max-wait / --no-wait options to an argparse parser."""
+    parser.add_argument("--max-load", type=float, default=1.5,
+                        help="wait until the 1-min load average is below this (default 1.5)")
+    parser.add_argument("--max-wait", type=float, default=600.0,
+                        help="seconds of waiting for a quiet machine, all measurements together")
+    parser.add_argument("--no-wait", action="store_true", help="measure at once, whatever the load")
+
+
+def gate_from(args: Any) -> LoadGate:
+    return LoadGate(args.max_load, 10.0, args.max_wait, enabled=not args.no_wait)
+
+
+def rss_mb() -> float:
+    """Current resident set size of this process in MiB (psutil if installed, else /proc)."""
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss / 2**20
+    except ImportError:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far in MiB (VmHWM)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class HostSyncCounter:
+    """Count calls that read a tensor value on the host (a device sync on GPU).
+
+    While active, ``torch.Tensor.item``, ``tolist``, ``__bool__``, ``__int__``,
+    ``__float__``, ``__index__`` and ``numpy`` are wrapped; :attr:`calls` counts them
+    and :attr:`sites` names the first frame outside torch that made each call
+    (file:line).  Python-level calls only: which is exactly where framework code
+    could hide a sync.
+    """
+
+    NAMES = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.sites: dict[str, int] = {}
+        self._saved: dict[str, Any] = {}
+        self.active = False
+
+    def __enter__(self) -> HostSyncCounter:
+        import torch
+
+        for name in self.NAMES:
+            orig = getattr(torch.Tensor, name)
+            self._saved[name] = orig
+            setattr(torch.Tensor, name, self._wrap(name, orig))
+        self.active = True
+        return self
+
+    def _wrap(self, name: str, orig: Callable[..., Any]) -> Callable[..., Any]:
+        import sys
+
+        counter = self
+
+        def wrapper(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if counter.active:
+                counter.calls += 1
+                frame = sys._getframe(1)
+                while frame is not None and "/torch/" in frame.f_code.co_filename:
+                    frame = frame.f_back
+                where = "?" if frame is None else (
+                    f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno} ({name})"
+                )
+                counter.sites[where] = counter.sites.get(where, 0) + 1
+            return orig(tensor, *args, **kwargs)
+
+        return wrapper
+
+    def pause(self) -> None:
+        self.active = False
+
+    def resume(self) -> None:
+        self.active = True
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        for name, orig in self._saved.items():
+            setattr(torch.Tensor, name, orig)
+        self.active = False
+
+
+def load_line() -> str:
+    la = os.getloadavg()
+    return f"load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}"
