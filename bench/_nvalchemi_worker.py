@@ -23,6 +23,7 @@ pays Warp's kernel compilation and the torch.compile of the neighbour-list hook)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -56,13 +57,21 @@ def main() -> None:
         data = []
         for k in range(n_sys):
             lo, hi = int(ptr[k]), int(ptr[k + 1])
-            atoms = Atoms(numbers=w["numbers"][lo:hi], positions=w["positions"][lo:hi],
-                          cell=w["cells"][k], pbc=bool(w["pbc"][k]))
+            atoms = Atoms(
+                numbers=w["numbers"][lo:hi],
+                positions=w["positions"][lo:hi],
+                cell=w["cells"][k],
+                pbc=bool(w["pbc"][k]),
+            )
             data.append(AtomicData.from_atoms(atoms, dtype=dtype))
         b = Batch.from_data_list(data)
         n = b.num_nodes
         b["forces"] = torch.zeros(n, 3, dtype=dtype)
-        v = torch.zeros(n, 3, dtype=dtype) if velocities is None else torch.from_numpy(velocities).to(dtype)
+        v = (
+            torch.zeros(n, 3, dtype=dtype)
+            if velocities is None
+            else torch.from_numpy(velocities).to(dtype)
+        )
         b["velocities"] = v.clone()
         b["energy"] = torch.zeros(b.num_graphs, 1, dtype=dtype)
         return b
@@ -71,8 +80,11 @@ def main() -> None:
     model = LennardJonesModelWrapper(epsilon=lj["epsilon"], sigma=lj["sigma"], cutoff=lj["cutoff"])
 
     def nl_hook() -> NeighborListHook:
-        return NeighborListHook(model.model_config.neighbor_config, skin=float(params["skin"]),
-                                stage=DynamicsStage.BEFORE_COMPUTE)
+        return NeighborListHook(
+            model.model_config.neighbor_config,
+            skin=float(params["skin"]),
+            stage=DynamicsStage.BEFORE_COMPUTE,
+        )
 
     def initial_forces(dyn, b) -> None:
         dyn._call_hooks(DynamicsStage.BEFORE_COMPUTE, b)
@@ -82,9 +94,15 @@ def main() -> None:
 
     def run_fire(max_steps: int) -> tuple[float, list[int], int]:
         b = make_batch(None)
-        opt = FIRE(model, dt=fire_p["dt"], dt_max=fire_p["dtmax"], maxstep=fire_p["maxstep"],
-                   n_steps=max_steps, hooks=[nl_hook()],
-                   convergence_hook=ConvergenceHook.from_fmax(fire_p["fmax"]))
+        opt = FIRE(
+            model,
+            dt=fire_p["dt"],
+            dt_max=fire_p["dtmax"],
+            maxstep=fire_p["maxstep"],
+            n_steps=max_steps,
+            hooks=[nl_hook()],
+            convergence_hook=ConvergenceHook.from_fmax(fire_p["fmax"]),
+        )
         first = torch.full((n_sys,), -1, dtype=torch.long)
         t0 = time.perf_counter()
         initial_forces(opt, b)
@@ -106,9 +124,15 @@ def main() -> None:
 
     def run_nvt(steps: int) -> float:
         b = make_batch(w["velocities"])
-        dyn = NVTLangevin(model, dt=nvt_p["dt"], temperature=nvt_p["temperature"],
-                          friction=nvt_p["friction"], random_seed=0, n_steps=steps,
-                          hooks=[nl_hook()])
+        dyn = NVTLangevin(
+            model,
+            dt=nvt_p["dt"],
+            temperature=nvt_p["temperature"],
+            friction=nvt_p["friction"],
+            random_seed=0,
+            n_steps=steps,
+            hooks=[nl_hook()],
+        )
         t0 = time.perf_counter()
         initial_forces(dyn, b)
         dyn.run(b, n_steps=steps)
@@ -121,10 +145,8 @@ def main() -> None:
     import importlib.metadata as md
 
     for dist in ("nvalchemi-toolkit", "nvalchemi-toolkit-ops", "warp-lang", "numpy", "torch"):
-        try:
+        with contextlib.suppress(md.PackageNotFoundError):
             out["versions"][dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            pass
     t0 = time.perf_counter()
     run_fire(5)  # warm-up: Warp kernels, torch.compile of the neighbour-list hook
     run_nvt(5)
@@ -137,8 +159,10 @@ def main() -> None:
             walls.append(wall)
         out["fire"] = {"walls": walls, "first_converged_step": first, "steps": steps}
     if "nvt" in params["modes"]:
-        out["nvt"] = {"walls": [run_nvt(int(nvt_p["steps"])) for _ in range(repeats)],
-                      "steps": int(nvt_p["steps"])}
+        out["nvt"] = {
+            "walls": [run_nvt(int(nvt_p["steps"])) for _ in range(repeats)],
+            "steps": int(nvt_p["steps"]),
+        }
     print(json.dumps(out))
 
 

@@ -109,8 +109,17 @@ def with_velocities(atoms_list, temperature: float, seed: int = 1):
 
 
 class Row:
-    def __init__(self, framework: str, task: str, wall: float, steps: list[float],
-                 useful: float, evals: float, n_systems: int, note: str = "") -> None:
+    def __init__(
+        self,
+        framework: str,
+        task: str,
+        wall: float,
+        steps: list[float],
+        useful: float,
+        evals: float,
+        n_systems: int,
+        note: str = "",
+    ) -> None:
         self.framework, self.task, self.wall, self.steps = framework, task, wall, steps
         self.useful, self.evals, self.n, self.note = useful, evals, n_systems, note
 
@@ -131,8 +140,9 @@ def count_evals(model: torch.nn.Module) -> list[int]:
     return acc
 
 
-def bench_alchemi(atoms, md_atoms, repeats: int, gate, threads: int, label: str = "alchemi_lit"
-                  ) -> tuple[list[Row], dict]:
+def bench_alchemi(
+    atoms, md_atoms, repeats: int, gate, threads: int, label: str = "alchemi_lit"
+) -> tuple[list[Row], dict]:
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -150,14 +160,23 @@ def _bench_alchemi(atoms, md_atoms, repeats: int, gate, label: str) -> tuple[lis
     md_batch = Batch.from_atoms(md_atoms, dtype=DT)
 
     def fire_run():
-        sim = al.Simulator(model=model, stages=FIRE(fmax=FMAX, max_steps=MAX_STEPS),
-                           accelerator="cpu", precision="64", seed=0)
+        sim = al.Simulator(
+            model=model,
+            stages=FIRE(fmax=FMAX, max_steps=MAX_STEPS),
+            accelerator="cpu",
+            precision="64",
+            seed=0,
+        )
         return sim.run(relax)
 
     def nvt_run():
-        sim = al.Simulator(model=model, stages=Langevin(dt=MD_DT_FS, temperature=MD_T,
-                           friction=MD_FRICTION, steps=MD_STEPS), accelerator="cpu",
-                           precision="64", seed=0)
+        sim = al.Simulator(
+            model=model,
+            stages=Langevin(dt=MD_DT_FS, temperature=MD_T, friction=MD_FRICTION, steps=MD_STEPS),
+            accelerator="cpu",
+            precision="64",
+            seed=0,
+        )
         return sim.run(md_batch)
 
     for task, fn in (("FIRE relax", fire_run), ("Langevin NVT", nvt_run)):
@@ -174,15 +193,28 @@ def _bench_alchemi(atoms, md_atoms, repeats: int, gate, label: str) -> tuple[lis
         if task == "FIRE relax":
             info["fire_steps"] = res.steps.tolist()  # in system_id order
             info["fire_converged"] = int(res.converged.sum())
-        rows.append(Row(label, task, median(walls), steps.tolist(),
-                        float((steps * sizes).sum()), evals[0], len(atoms)))
+        rows.append(
+            Row(
+                label,
+                task,
+                median(walls),
+                steps.tolist(),
+                float((steps * sizes).sum()),
+                evals[0],
+                len(atoms),
+            )
+        )
     assert n_atoms == int(relax.num_atoms)
     return rows, info
 
 
 def _short_nvt(model, md_batch) -> None:
-    al.Simulator(model=model, stages=Langevin(dt=MD_DT_FS, temperature=MD_T,
-                 friction=MD_FRICTION, steps=10), accelerator="cpu", seed=0).run(md_batch)
+    al.Simulator(
+        model=model,
+        stages=Langevin(dt=MD_DT_FS, temperature=MD_T, friction=MD_FRICTION, steps=10),
+        accelerator="cpu",
+        seed=0,
+    ).run(md_batch)
 
 
 def overhead_and_syncs(atoms, md_atoms, repeats: int, gate) -> tuple[list[tuple], list[str]]:
@@ -195,8 +227,11 @@ def overhead_and_syncs(atoms, md_atoms, repeats: int, gate) -> tuple[list[tuple]
     sim = al.Simulator(model=model, stages=FIRE(), accelerator="cpu", precision="64", seed=0)
     plans = (
         ("FIRE", al.Fused([FIRE(fmax=1e-9, max_steps=10**6)]), atoms),  # nobody converges
-        ("Langevin", al.Fused([Langevin(dt=MD_DT_FS, temperature=MD_T, friction=MD_FRICTION,
-                                        steps=10**6)]), md_atoms),
+        (
+            "Langevin",
+            al.Fused([Langevin(dt=MD_DT_FS, temperature=MD_T, friction=MD_FRICTION, steps=10**6)]),
+            md_atoms,
+        ),
     )
     n_timed = max(15, 5 * repeats)
     for name, plan, systems in plans:
@@ -220,9 +255,9 @@ def overhead_and_syncs(atoms, md_atoms, repeats: int, gate) -> tuple[list[tuple]
             return median(ts)
 
         builds0 = model.neighbors.num_builds
-        t_step = timed(lambda: loop.step(b, ctx), n_timed)
+        t_step = timed(lambda loop=loop, b=b, ctx=ctx: loop.step(b, ctx), n_timed)
         rebuilt = model.neighbors.num_builds - builds0
-        t_fwd = timed(lambda: model(b, compute_stress=False), n_timed)
+        t_fwd = timed(lambda b=b: model(b, compute_stress=False), n_timed)
         out.append((name, t_step, t_fwd, b.num_atoms, rebuilt, n_timed))
 
     # host syncs inside FusedLoop.step during real runs (bookkeeping excluded)
@@ -244,16 +279,25 @@ def overhead_and_syncs(atoms, md_atoms, repeats: int, gate) -> tuple[list[tuple]
     try:
         with counter:
             counter.pause()
-            al.Simulator(model=lj_model(), stages=FIRE(fmax=FMAX, max_steps=MAX_STEPS),
-                         accelerator="cpu", seed=0).run(relax)
-            al.Simulator(model=lj_model(), stages=Langevin(dt=MD_DT_FS, temperature=MD_T,
-                         friction=MD_FRICTION, steps=MD_STEPS), accelerator="cpu",
-                         seed=0).run(md_batch)
+            al.Simulator(
+                model=lj_model(),
+                stages=FIRE(fmax=FMAX, max_steps=MAX_STEPS),
+                accelerator="cpu",
+                seed=0,
+            ).run(relax)
+            al.Simulator(
+                model=lj_model(),
+                stages=Langevin(
+                    dt=MD_DT_FS, temperature=MD_T, friction=MD_FRICTION, steps=MD_STEPS
+                ),
+                accelerator="cpu",
+                seed=0,
+            ).run(md_batch)
     finally:
         FusedLoop.step = orig_step
     notes.append(
         f"host syncs inside FusedLoop.step over {n_steps[0]} steps of real runs (FIRE + NVT, "
-        f"bookkeeping excluded): {counter.calls} ({counter.calls / max(n_steps[0], 1):.2f} per step)"
+        "bookkeeping excluded): {counter.calls} ({counter.calls / max(n_steps[0], 1):.2f} per step)"
     )
     for site, n in sorted(counter.sites.items(), key=lambda kv: -kv[1]):
         notes.append(f"    {n:6d}  {site}")
@@ -279,8 +323,14 @@ def bench_torchsim(atoms, md_atoms, repeats: int, gate, alchemi_steps) -> tuple[
             return out
 
     device = torch.device("cpu")
-    model = HalvedLJ(sigma=ARGON_LJ["sigma"], epsilon=ARGON_LJ["epsilon"], cutoff=ARGON_LJ["cutoff"],
-                     device=device, dtype=DT, compute_stress=False)
+    model = HalvedLJ(
+        sigma=ARGON_LJ["sigma"],
+        epsilon=ARGON_LJ["epsilon"],
+        cutoff=ARGON_LJ["cutoff"],
+        device=device,
+        dtype=DT,
+        compute_stress=False,
+    )
     # check the halved forces against ASE
     from ase.calculators.lj import LennardJones as AseLJ
 
@@ -293,16 +343,27 @@ def bench_torchsim(atoms, md_atoms, repeats: int, gate, alchemi_steps) -> tuple[
         ref.append(c.get_forces())
     err = float(np.abs(f - np.concatenate(ref)).max())
     assert err < 1e-8, f"halved TorchSim forces differ from ASE by {err}"
-    note = (f"TorchSim {package_version('torch-sim-atomistic')}: LennardJonesModel forces halved "
-            f"in a wrapper (its 0.3.x forces are 2x too large); halved forces match ASE to {err:.0e} eV/Å")
+    note = (
+        f"TorchSim {package_version('torch-sim-atomistic')}: LennardJonesModel forces halved "
+        "in a wrapper (its 0.3.x forces are 2x too large); "
+        f"halved forces match ASE to {err:.0e} eV/Å"
+    )
 
     n_atoms = sum(len(a) for a in atoms)
     conv = generate_force_convergence_fn(force_tol=FMAX, include_cell_forces=False)
 
     def fire_run(max_steps=MAX_STEPS):
-        return ts.optimize(ts.io.atoms_to_state(atoms, device, DT), model,
-                           optimizer=ts.optimizers.fire, convergence_fn=conv, max_steps=max_steps,
-                           md_flavor="ase_fire", dt_start=0.1, dt_max=1.0, max_step=0.2)
+        return ts.optimize(
+            ts.io.atoms_to_state(atoms, device, DT),
+            model,
+            optimizer=ts.optimizers.fire,
+            convergence_fn=conv,
+            max_steps=max_steps,
+            md_flavor="ase_fire",
+            dt_start=0.1,
+            dt_max=1.0,
+            max_step=0.2,
+        )
 
     dt_int = MD_DT_FS * 1e-3 * float(MetalUnits.time)  # fs -> ps -> internal time
     gamma = MD_FRICTION * 1e3 / float(MetalUnits.time)  # 1/fs -> 1/internal time
@@ -310,8 +371,12 @@ def bench_torchsim(atoms, md_atoms, repeats: int, gate, alchemi_steps) -> tuple[
 
     def nvt_run(steps=MD_STEPS):
         init_fn, update_fn = ts.integrators.nvt_langevin(
-            model=model, dt=torch.tensor(dt_int, dtype=DT), kT=torch.tensor(kT, dtype=DT),
-            gamma=torch.tensor(gamma, dtype=DT), seed=0)
+            model=model,
+            dt=torch.tensor(dt_int, dtype=DT),
+            kT=torch.tensor(kT, dtype=DT),
+            gamma=torch.tensor(gamma, dtype=DT),
+            seed=0,
+        )
         s = init_fn(ts.io.atoms_to_state(md_atoms, device, DT))
         for _ in range(steps):
             s = update_fn(s)
@@ -320,8 +385,10 @@ def bench_torchsim(atoms, md_atoms, repeats: int, gate, alchemi_steps) -> tuple[
     rows = []
     steps_ref = torch.tensor(alchemi_steps, dtype=torch.float64) if alchemi_steps else None
     sizes = torch.tensor([len(a) for a in atoms], dtype=torch.float64)
-    for task, fn, warm in (("FIRE relax", fire_run, lambda: fire_run(10)),
-                           ("Langevin NVT", nvt_run, lambda: nvt_run(5))):
+    for task, fn, warm in (
+        ("FIRE relax", fire_run, lambda: fire_run(10)),
+        ("Langevin NVT", nvt_run, lambda: nvt_run(5)),
+    ):
         warm()
         gate.wait(f"TorchSim {task}")
         walls = []
@@ -339,9 +406,18 @@ def bench_torchsim(atoms, md_atoms, repeats: int, gate, alchemi_steps) -> tuple[
         else:
             steps = [float(MD_STEPS)] * len(atoms)
             useful = float(n_atoms * MD_STEPS)
-        rows.append(Row(f"TorchSim {package_version('torch-sim-atomistic')}", task, median(walls),
-                        steps, useful, HalvedLJ.evals, len(atoms),
-                        "steps = alchemi_lit's (same ASE algorithm)" if task == "FIRE relax" else ""))
+        rows.append(
+            Row(
+                f"TorchSim {package_version('torch-sim-atomistic')}",
+                task,
+                median(walls),
+                steps,
+                useful,
+                HalvedLJ.evals,
+                len(atoms),
+                "steps = alchemi_lit's (same ASE algorithm)" if task == "FIRE relax" else "",
+            )
+        )
     return rows, note
 
 
@@ -374,24 +450,47 @@ def bench_ase(atoms, md_atoms, n_fire: int, n_md: int, gate) -> tuple[list[Row],
         atom_steps += len(a) * opt.nsteps
     scale = n_total / n_fire
     evals = sum(len(a) * (s + 1) for a, s in zip(atoms, steps))
-    rows.append(Row("ASE (serial)", "FIRE relax", wall * scale, [float(s) for s in steps],
-                    atom_steps * scale, evals * scale, n_total,
-                    f"timed on {n_fire} of {n_total} systems, scaled"))
+    rows.append(
+        Row(
+            "ASE (serial)",
+            "FIRE relax",
+            wall * scale,
+            [float(s) for s in steps],
+            atom_steps * scale,
+            evals * scale,
+            n_total,
+            f"timed on {n_fire} of {n_total} systems, scaled",
+        )
+    )
     gate.wait("ASE NVT")
     wall = 0.0
     for a0 in md_atoms[:n_md]:
         a = a0.copy()
         a.calc = calc()
         t0 = time.perf_counter()
-        dyn = AseLangevin(a, timestep=MD_DT_FS * units.fs, temperature_K=MD_T,
-                          friction=MD_FRICTION / units.fs, rng=np.random.default_rng(0))
+        dyn = AseLangevin(
+            a,
+            timestep=MD_DT_FS * units.fs,
+            temperature_K=MD_T,
+            friction=MD_FRICTION / units.fs,
+            rng=np.random.default_rng(0),
+        )
         dyn.run(MD_STEPS)
         wall += time.perf_counter() - t0
     scale = n_total / n_md
     n_md_atoms = sum(len(a) for a in md_atoms[:n_md])
-    rows.append(Row("ASE (serial)", "Langevin NVT", wall * scale, [float(MD_STEPS)] * n_md,
-                    n_md_atoms * MD_STEPS * scale, n_md_atoms * (MD_STEPS + 1) * scale, n_total,
-                    f"timed on {n_md} of {n_total} systems, scaled"))
+    rows.append(
+        Row(
+            "ASE (serial)",
+            "Langevin NVT",
+            wall * scale,
+            [float(MD_STEPS)] * n_md,
+            n_md_atoms * MD_STEPS * scale,
+            n_md_atoms * (MD_STEPS + 1) * scale,
+            n_total,
+            f"timed on {n_md} of {n_total} systems, scaled",
+        )
+    )
     return rows, steps
 
 
@@ -399,12 +498,15 @@ def bench_ase(atoms, md_atoms, n_fire: int, n_md: int, gate) -> tuple[list[Row],
 def bench_nvalchemi(atoms, md_atoms, repeats: int, threads: int, gate) -> tuple[list[Row], str]:
     py = nvalchemi_python()
     if not py.exists():
-        return [], (f"nvalchemi-toolkit: skipped -- no environment at {py} "
-                    f"(run `bash bench/setup_peers.sh`, or set ALCHEMI_BENCH_NVALCHEMI_PYTHON)")
+        return [], (
+            f"nvalchemi-toolkit: skipped -- no environment at {py} "
+            f"(run `bash bench/setup_peers.sh`, or set ALCHEMI_BENCH_NVALCHEMI_PYTHON)"
+        )
     with tempfile.TemporaryDirectory(prefix="alchemi_bench_") as tmp:
         ptr = np.cumsum([0] + [len(a) for a in atoms])
         np.savez(
-            Path(tmp) / "w.npz", ptr=ptr,
+            Path(tmp) / "w.npz",
+            ptr=ptr,
             numbers=np.concatenate([a.numbers for a in atoms]),
             positions=np.concatenate([a.positions for a in atoms]),
             cells=np.stack([a.cell.array for a in atoms]),
@@ -412,19 +514,35 @@ def bench_nvalchemi(atoms, md_atoms, repeats: int, threads: int, gate) -> tuple[
             velocities=np.concatenate([a.get_velocities() for a in md_atoms]),
         )
         params = {
-            "threads": threads, "lj": ARGON_LJ, "skin": SKIN, "repeats": repeats,
+            "threads": threads,
+            "lj": ARGON_LJ,
+            "skin": SKIN,
+            "repeats": repeats,
             "modes": ["fire", "nvt"],
             "fire": {"dt": 0.1, "dtmax": 1.0, "maxstep": 0.2, "fmax": FMAX, "max_steps": MAX_STEPS},
-            "nvt": {"dt": MD_DT_FS, "temperature": MD_T, "friction": MD_FRICTION, "steps": MD_STEPS},
+            "nvt": {
+                "dt": MD_DT_FS,
+                "temperature": MD_T,
+                "friction": MD_FRICTION,
+                "steps": MD_STEPS,
+            },
         }
         (Path(tmp) / "p.json").write_text(json.dumps(params))
         gate.wait("nvalchemi (FIRE then NVT, in a subprocess)")
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         try:
             proc = subprocess.run(
-                [str(py), str(HERE / "_nvalchemi_worker.py"), str(Path(tmp) / "w.npz"),
-                 str(Path(tmp) / "p.json")],
-                capture_output=True, text=True, timeout=1800, env=env, cwd=tmp,
+                [
+                    str(py),
+                    str(HERE / "_nvalchemi_worker.py"),
+                    str(Path(tmp) / "w.npz"),
+                    str(Path(tmp) / "p.json"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                env=env,
+                cwd=tmp,
             )
         except subprocess.TimeoutExpired:
             return [], "nvalchemi-toolkit: skipped -- its run took more than 30 minutes"
@@ -442,15 +560,37 @@ def bench_nvalchemi(atoms, md_atoms, repeats: int, threads: int, gate) -> tuple[
     rows = []
     f = res["fire"]
     first = np.array(f["first_converged_step"], dtype=float)
-    rows.append(Row(name, "FIRE relax", median(f["walls"]), first.tolist(),
-                    float((first * sizes).sum()), n_atoms * (f["steps"] + 1), len(atoms),
-                    f"whole batch stepped to step {f['steps']} (its run() rule)"))
+    rows.append(
+        Row(
+            name,
+            "FIRE relax",
+            median(f["walls"]),
+            first.tolist(),
+            float((first * sizes).sum()),
+            n_atoms * (f["steps"] + 1),
+            len(atoms),
+            f"whole batch stepped to step {f['steps']} (its run() rule)",
+        )
+    )
     m = res["nvt"]
-    rows.append(Row(name, "Langevin NVT", median(m["walls"]), [float(m["steps"])] * len(atoms),
-                    n_atoms * m["steps"], n_atoms * (m["steps"] + 1), len(atoms)))
-    note = (f"nvalchemi-toolkit {v.get('nvalchemi-toolkit')} (ops {v.get('nvalchemi-toolkit-ops')}, "
-            f"warp {v.get('warp-lang')}, numpy {v.get('numpy')}, torch {v.get('torch')}) in {py.parent.parent}; "
-            f"import {res['import_s']:.0f} s, first-use compile/warm-up {res['warmup_s']:.0f} s (not timed)")
+    rows.append(
+        Row(
+            name,
+            "Langevin NVT",
+            median(m["walls"]),
+            [float(m["steps"])] * len(atoms),
+            n_atoms * m["steps"],
+            n_atoms * (m["steps"] + 1),
+            len(atoms),
+        )
+    )
+    note = (
+        f"nvalchemi-toolkit {v.get('nvalchemi-toolkit')} (ops {v.get('nvalchemi-toolkit-ops')}, "
+        f"warp {v.get('warp-lang')}, numpy {v.get('numpy')}, torch {v.get('torch')}) "
+        f"in {py.parent.parent}; "
+        f"import {res['import_s']:.0f} s, "
+        f"first-use compile/warm-up {res['warmup_s']:.0f} s (not timed)"
+    )
     return rows, note
 
 
@@ -463,8 +603,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ase-fire-subset", type=int, default=16)
     p.add_argument("--ase-md-subset", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--alchemi-threads", type=int, nargs="*", default=[1],
-                   help="also time alchemi_lit with these thread counts (default: 1, per core)")
+    p.add_argument(
+        "--alchemi-threads",
+        type=int,
+        nargs="*",
+        default=[1],
+        help="also time alchemi_lit with these thread counts (default: 1, per core)",
+    )
     p.add_argument("--no-peers", action="store_true", help="time alchemi_lit only")
     p.add_argument("--skip", nargs="*", default=[], choices=["ase", "torchsim", "nvalchemi"])
     gate_arguments(p)
@@ -475,30 +620,50 @@ def main(argv: list[str] | None = None) -> int:
     atoms = argon_set(args.systems)
     md_atoms = with_velocities(atoms, MD_T)
     n_atoms = sum(len(a) for a in atoms)
-    print(f"# (a) FIRE relax (fmax {FMAX} eV/Å, <= {MAX_STEPS} steps) and {MD_STEPS}-step Langevin "
-          f"NVT (dt {MD_DT_FS} fs, {MD_T:g} K, friction {MD_FRICTION}/fs)")
-    print(f"# {args.systems} argon crystals x {len(atoms[0])} atoms = {n_atoms} atoms, LJ rc "
-          f"{ARGON_LJ['cutoff']} Å, skin {SKIN} Å, float64 | {environment_line()}", flush=True)
+    print(
+        f"# (a) FIRE relax (fmax {FMAX} eV/Å, <= {MAX_STEPS} steps) and {MD_STEPS}-step Langevin "
+        f"NVT (dt {MD_DT_FS} fs, {MD_T:g} K, friction {MD_FRICTION}/fs)"
+    )
+    print(
+        f"# {args.systems} argon crystals x {len(atoms[0])} atoms = {n_atoms} atoms, LJ rc "
+        f"{ARGON_LJ['cutoff']} Å, skin {SKIN} Å, float64 | {environment_line()}",
+        flush=True,
+    )
 
     rows, notes = [], []
     a_rows, info = bench_alchemi(atoms, md_atoms, args.repeats, gate, args.threads)
     rows += a_rows
     for t in args.alchemi_threads:
         if t != args.threads:
-            rows += bench_alchemi(atoms, md_atoms, args.repeats, gate, t,
-                                  f"alchemi_lit ({t} thread{'s' if t > 1 else ''})")[0]
+            rows += bench_alchemi(
+                atoms,
+                md_atoms,
+                args.repeats,
+                gate,
+                t,
+                f"alchemi_lit ({t} thread{'s' if t > 1 else ''})",
+            )[0]
     notes.append(f"alchemi_lit FIRE: {info['fire_converged']}/{len(atoms)} systems converged")
     peers = not args.no_peers
     if peers and "ase" not in args.skip:
-        ase_rows, ase_steps = bench_ase(atoms, md_atoms, min(args.ase_fire_subset, len(atoms)),
-                                        min(args.ase_md_subset, len(atoms)), gate)
+        ase_rows, ase_steps = bench_ase(
+            atoms,
+            md_atoms,
+            min(args.ase_fire_subset, len(atoms)),
+            min(args.ase_md_subset, len(atoms)),
+            gate,
+        )
         rows += ase_rows
         same = sum(int(a == b) for a, b in zip(ase_steps, info["fire_steps"]))
-        notes.append(f"FIRE steps per system, ASE vs alchemi_lit (ASE mode) on the {len(ase_steps)} "
-                     f"ASE systems: identical for {same}/{len(ase_steps)}")
+        notes.append(
+            f"FIRE steps per system, ASE vs alchemi_lit (ASE mode) on the {len(ase_steps)} "
+            f"ASE systems: identical for {same}/{len(ase_steps)}"
+        )
     if peers and "torchsim" not in args.skip:
         try:
-            ts_rows, note = bench_torchsim(atoms, md_atoms, args.peer_repeats, gate, info["fire_steps"])
+            ts_rows, note = bench_torchsim(
+                atoms, md_atoms, args.peer_repeats, gate, info["fire_steps"]
+            )
             rows += ts_rows
             notes.append(note)
         except ImportError as err:
@@ -514,24 +679,66 @@ def main(argv: list[str] | None = None) -> int:
         base = ref[r.task]
         sps = r.n / r.wall
         steps = np.array(r.steps, dtype=float)
-        table.append((
-            r.framework, r.task, f"{r.wall:.2f}", f"{steps.mean():.1f}/{steps.max():.0f}",
-            f"{r.useful / r.wall:,.0f}", f"{r.evals / r.wall:,.0f}", f"{sps:.2f}",
-            f"{sps / (base.n / base.wall):.2f}x", r.note,
-        ))
+        table.append(
+            (
+                r.framework,
+                r.task,
+                f"{r.wall:.2f}",
+                f"{steps.mean():.1f}/{steps.max():.0f}",
+                f"{r.useful / r.wall:,.0f}",
+                f"{r.evals / r.wall:,.0f}",
+                f"{sps:.2f}",
+                f"{sps / (base.n / base.wall):.2f}x",
+                r.note,
+            )
+        )
     print()
-    print(format_table(["framework", "task", "wall s", "steps mean/max", "atom-steps/s",
-                        "engine atom-evals/s", "systems/s", "vs alchemi_lit", "note"], table))
+    print(
+        format_table(
+            [
+                "framework",
+                "task",
+                "wall s",
+                "steps mean/max",
+                "atom-steps/s",
+                "engine atom-evals/s",
+                "systems/s",
+                "vs alchemi_lit",
+                "note",
+            ],
+            table,
+        )
+    )
 
     over, sync_notes = overhead_and_syncs(atoms, md_atoms, args.repeats, gate)
     print()
-    print("alchemi_lit per-step framework overhead (same 64-system batch, FusedLoop.step vs bare "
-          "model forward, medians):")
-    print(format_table(
-        ["plan", "step ms", "forward ms", "overhead", "step atom-steps/s", "NL rebuilds in steps"],
-        [(n, f"{ts_ * 1e3:.1f}", f"{tf * 1e3:.1f}", f"{(ts_ - tf) / tf * 100:+.1f}%",
-          f"{na / ts_:,.0f}", f"{rb} systems / {nt} steps") for n, ts_, tf, na, rb, nt in over],
-    ))
+    print(
+        "alchemi_lit per-step framework overhead (same 64-system batch, FusedLoop.step vs bare "
+        "model forward, medians):"
+    )
+    print(
+        format_table(
+            [
+                "plan",
+                "step ms",
+                "forward ms",
+                "overhead",
+                "step atom-steps/s",
+                "NL rebuilds in steps",
+            ],
+            [
+                (
+                    n,
+                    f"{ts_ * 1e3:.1f}",
+                    f"{tf * 1e3:.1f}",
+                    f"{(ts_ - tf) / tf * 100:+.1f}%",
+                    f"{na / ts_:,.0f}",
+                    f"{rb} systems / {nt} steps",
+                )
+                for n, ts_, tf, na, rb, nt in over
+            ],
+        )
+    )
     print()
     for note in notes + sync_notes:
         print(f"* {note}" if not note.startswith("    ") else note)

@@ -27,8 +27,11 @@ occupancy is recorded against the same budget).  Converged systems graduate in b
 (alchemi_lit compacts the batch), so a static chunk's tail runs with a shrinking
 batch rather than padding.
 
-Reported: wall time (median of repeats after a warm-up run on a smaller set),
-atom-steps/s (Σ_systems atoms x steps taken, all stages) and systems/s, the mean
+Reported: wall time (median of repeats after a warm-up run on a smaller set), model
+forward calls (= batch steps; on a GPU, where a step below saturation costs about the
+same whatever the batch holds, this is what the wall time follows; on this CPU a step
+costs in proportion to the atoms in it), atom-steps/s (Σ_systems atoms x steps taken,
+all stages) and systems/s, the mean
 atom-slot occupancy over bookkeepings (``results.stats["atom_occupancy"]``: atoms in
 flight / budget; for several runs, weighted by their wall time) and ratios.
 """
@@ -62,13 +65,28 @@ def model() -> LennardJones:
 
 
 def sim(stages, **kw) -> al.Simulator:
-    return al.Simulator(model=model(), stages=stages, accelerator="cpu", precision="64", seed=0, **kw)
+    return al.Simulator(
+        model=model(), stages=stages, accelerator="cpu", precision="64", seed=0, **kw
+    )
 
 
 class Outcome:
-    def __init__(self, wall: float, atom_steps: float, systems: int, occupancy: float | None,
-                 converged: int, extra: str = "") -> None:
-        self.wall, self.atom_steps, self.systems = wall, atom_steps, systems
+    def __init__(
+        self,
+        wall: float,
+        atom_steps: float,
+        systems: int,
+        occupancy: float | None,
+        converged: int,
+        extra: str = "",
+        forwards: int = 0,
+    ) -> None:
+        self.wall, self.atom_steps, self.systems, self.forwards = (
+            wall,
+            atom_steps,
+            systems,
+            forwards,
+        )
         self.occupancy, self.converged, self.extra = occupancy, converged, extra
 
 
@@ -102,8 +120,14 @@ def part_b(args, gate) -> tuple[str, list[str]]:
 
     def fused(data):
         res = sim(relax + md).run(SizeAwareSampler(data, max_atoms=budget))
-        return Outcome(0, atom_steps(res), res.stats["systems"], res.stats["atom_occupancy"],
-                       int(res.converged.sum()))
+        return Outcome(
+            0,
+            atom_steps(res),
+            res.stats["systems"],
+            res.stats["atom_occupancy"],
+            int(res.converged.sum()),
+            forwards=res.stats["forward_calls"],
+        )
 
     def sequential(data):
         t0 = time.perf_counter()
@@ -112,11 +136,18 @@ def part_b(args, gate) -> tuple[str, list[str]]:
         relaxed = r1.to_atoms()  # system_id order = input order
         r2 = sim(md).run(SizeAwareSampler(relaxed, max_atoms=budget))
         t2 = time.perf_counter()
-        occ = weighted_occupancy([(t1 - t0, r1.stats["atom_occupancy"]),
-                                  (t2 - t1, r2.stats["atom_occupancy"])])
-        return Outcome(0, atom_steps(r1) + atom_steps(r2), r2.stats["systems"], occ,
-                       int(r1.converged.sum()),
-                       f"relax {t1 - t0:.1f} s + MD {t2 - t1:.1f} s")
+        occ = weighted_occupancy(
+            [(t1 - t0, r1.stats["atom_occupancy"]), (t2 - t1, r2.stats["atom_occupancy"])]
+        )
+        return Outcome(
+            0,
+            atom_steps(r1) + atom_steps(r2),
+            r2.stats["systems"],
+            occ,
+            int(r1.converged.sum()),
+            f"relax {t1 - t0:.1f} s + MD {t2 - t1:.1f} s",
+            r1.stats["forward_calls"] + r2.stats["forward_calls"],
+        )
 
     warm = systems[: max(8, len(systems) // 16)]
     fused(warm)
@@ -127,11 +158,15 @@ def part_b(args, gate) -> tuple[str, list[str]]:
         out.wall = wall
         rows.append((name, out))
     n_atoms = sum(len(a) for a in systems)
-    head = (f"# (b) {len(systems)} mixed argon systems ({n_atoms} atoms, 8-100 per system), "
-            f"FIRE(fmax 0.05, <=300) + Langevin({args.md_steps} steps), budget {budget} atoms, "
-            f"{args.repeats} repeats")
-    return head + "\n" + table(rows, rows[0][1]), [f"(b) {n}: {o.converged}/{o.systems} relaxed to fmax"
-                                                   + (f"; {o.extra}" if o.extra else "") for n, o in rows]
+    head = (
+        f"# (b) {len(systems)} mixed argon systems ({n_atoms} atoms, 8-100 per system), "
+        f"FIRE(fmax 0.05, <=300) + Langevin({args.md_steps} steps), budget {budget} atoms, "
+        f"{args.repeats} repeats"
+    )
+    return head + "\n" + table(rows, rows[0][1]), [
+        f"(b) {n}: {o.converged}/{o.systems} relaxed to fmax" + (f"; {o.extra}" if o.extra else "")
+        for n, o in rows
+    ]
 
 
 # --------------------------------------------------------------------------- (c)
@@ -144,20 +179,29 @@ def part_c(args, gate) -> tuple[str, list[str]]:
     def inflight(data):
         res = sim(relax).run(SizeAwareSampler(data, max_atoms=budget))
         steps = res.steps
-        return Outcome(0, atom_steps(res), res.stats["systems"], res.stats["atom_occupancy"],
-                       int(res.converged.sum()), f"FIRE steps {int(steps.min())}-{int(steps.max())}")
+        return Outcome(
+            0,
+            atom_steps(res),
+            res.stats["systems"],
+            res.stats["atom_occupancy"],
+            int(res.converged.sum()),
+            f"FIRE steps {int(steps.min())}-{int(steps.max())}",
+            res.stats["forward_calls"],
+        )
 
     def static(data):
-        parts, total, n, conv = [], 0.0, 0, 0
+        parts, total, n, conv, fwd = [], 0.0, 0, 0, 0
         for lo in range(0, len(data), per_chunk):
             t0 = time.perf_counter()
-            res = sim(relax).run(SizeAwareSampler(data[lo:lo + per_chunk], max_atoms=budget))
+            res = sim(relax).run(SizeAwareSampler(data[lo : lo + per_chunk], max_atoms=budget))
             parts.append((time.perf_counter() - t0, res.stats["atom_occupancy"]))
             total += atom_steps(res)
             n += res.stats["systems"]
             conv += int(res.converged.sum())
-        return Outcome(0, total, n, weighted_occupancy(parts), conv,
-                       f"{len(parts)} chunks of {per_chunk}")
+            fwd += res.stats["forward_calls"]
+        return Outcome(
+            0, total, n, weighted_occupancy(parts), conv, f"{len(parts)} chunks of {per_chunk}", fwd
+        )
 
     warm = systems[:per_chunk]
     inflight(warm)
@@ -167,23 +211,44 @@ def part_c(args, gate) -> tuple[str, list[str]]:
         wall, out = timed(lambda fn=fn: fn(systems), args.repeats, gate, f"(c) {name}")
         out.wall = wall
         rows.append((name, out))
-    head = (f"# (c) {len(systems)} argon crystals x 108 atoms, noise cycling 0.02-0.7 Å, FIRE(fmax 0.01, "
-            f"<=500), budget {budget} atoms ({per_chunk} systems), {args.repeats} repeats")
-    return head + "\n" + table(rows, rows[0][1]), [f"(c) {n}: {o.converged}/{o.systems} converged; {o.extra}"
-                                                   for n, o in rows]
+    head = (
+        f"# (c) {len(systems)} argon crystals x 108 atoms, noise cycling 0.02-0.7 Å, "
+        "FIRE(fmax 0.01, "
+        f"<=500), budget {budget} atoms ({per_chunk} systems), {args.repeats} repeats"
+    )
+    return head + "\n" + table(rows, rows[0][1]), [
+        f"(c) {n}: {o.converged}/{o.systems} converged; {o.extra}" for n, o in rows
+    ]
 
 
 def table(rows, ref: Outcome) -> str:
     out = []
     for name, o in rows:
-        out.append((
-            name, f"{o.wall:.2f}", f"{o.atom_steps / o.wall:,.0f}", f"{o.systems / o.wall:.2f}",
-            "n/a" if o.occupancy is None else f"{o.occupancy:.3f}",
-            f"{(o.atom_steps / o.wall) / (ref.atom_steps / ref.wall):.2f}x",
-            f"{(o.systems / o.wall) / (ref.systems / ref.wall):.2f}x",
-        ))
-    return format_table(["mode", "wall s", "atom-steps/s", "systems/s", "atom occupancy",
-                         "atom-steps/s ratio", "systems/s ratio"], out)
+        out.append(
+            (
+                name,
+                f"{o.wall:.2f}",
+                o.forwards,
+                f"{o.atom_steps / o.wall:,.0f}",
+                f"{o.systems / o.wall:.2f}",
+                "n/a" if o.occupancy is None else f"{o.occupancy:.3f}",
+                f"{(o.atom_steps / o.wall) / (ref.atom_steps / ref.wall):.2f}x",
+                f"{(o.systems / o.wall) / (ref.systems / ref.wall):.2f}x",
+            )
+        )
+    return format_table(
+        [
+            "mode",
+            "wall s",
+            "forward calls",
+            "atom-steps/s",
+            "systems/s",
+            "atom occupancy",
+            "atom-steps/s ratio",
+            "systems/s ratio",
+        ],
+        out,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,9 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.batch_systems * len(systems[0])
     relax = FIRE(fmax=args.fmax, max_steps=500)
     md = Langevin(dt=2.0, temperature=60.0, friction=0.01, steps=args.md_steps)
-    print(f"# relax|md pipeline vs fused: {args.systems} argon crystals x {len(systems[0])} atoms "
-          f"({n_atoms} atoms), FIRE(fmax {args.fmax}) then Langevin({args.md_steps} steps), "
-          f"batch budget {budget} atoms/rank")
+    print(
+        f"# relax|md pipeline vs fused: {args.systems} argon crystals x {len(systems[0])} atoms "
+        f"({n_atoms} atoms), FIRE(fmax {args.fmax}) then Langevin({args.md_steps} steps), "
+        f"batch budget {budget} atoms/rank"
+    )
     print(f"# {environment_line()}", flush=True)
 
     def fused(threads: int):
@@ -96,17 +98,28 @@ def main(argv: list[str] | None = None) -> int:
                 return s.run(SizeAwareSampler(data, max_atoms=budget))
             finally:
                 torch.set_num_threads(2)
+
         return run
 
     def pipeline(data):
-        s = al.Simulator(model=model(), stages=relax | md, strategy="pipeline", devices=2,
-                         accelerator="cpu", start_method="fork", seed=0, comm_mode=args.comm_mode,
-                         buffer=BufferConfig(num_systems=args.batch_systems, num_atoms=budget))
+        s = al.Simulator(
+            model=model(),
+            stages=relax | md,
+            strategy="pipeline",
+            devices=2,
+            accelerator="cpu",
+            start_method="fork",
+            seed=0,
+            comm_mode=args.comm_mode,
+            buffer=BufferConfig(num_systems=args.batch_systems, num_atoms=budget),
+        )
         return s.run(SizeAwareSampler(data, max_atoms=budget))
 
-    modes = [("pipeline relax|md, 2 ranks x 1 thread", pipeline),
-             ("fused relax+md, 1 process x 2 threads", fused(2)),
-             ("fused relax+md, 1 process x 1 thread", fused(1))]
+    modes = [
+        ("pipeline relax|md, 2 ranks x 1 thread", pipeline),
+        ("fused relax+md, 1 process x 2 threads", fused(2)),
+        ("fused relax+md, 1 process x 1 thread", fused(1)),
+    ]
     # warm-up on a few systems (imports, first fork, Fabric)
     for _, fn in modes:
         fn(systems[: args.batch_systems])
@@ -127,25 +140,62 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, (wall, work, _res) in results.items():
         rate = work / wall
-        rows.append((name, f"{wall:.2f}", f"{rate:,.0f}", f"{args.systems / wall:.2f}",
-                     f"{rate / ref:.2f}x"))
+        rows.append(
+            (
+                name,
+                f"{wall:.2f}",
+                f"{rate:,.0f}",
+                f"{args.systems / wall:.2f}",
+                f"{rate / ref:.2f}x",
+            )
+        )
     print()
     print(format_table(["mode", "wall s", "atom-steps/s", "systems/s", "vs fused 2 threads"], rows))
     ranks = results[modes[0][0]][2].stats["ranks"]
     print()
     print("pipeline ranks (last repeat):")
-    print(format_table(
-        ["rank", "stage", "steps", "systems in", "systems out", "wall s", "idle fraction",
-         "exchanges", "ms/exchange", "ms/exchange excl. waiting", "peak atoms"],
-        [(r["rank"], ("relax (FIRE)", "md (Langevin)")[r["rank"]], r["steps"], r["systems_in"],
-          r["systems_out"], f"{r['wall_s']:.2f}", f"{r['idle_fraction']:.3f}", r["rounds"],
-          f"{r['mean_exchange_ms']:.2f}", f"{_net_ms(r):.2f}", r["peak_atoms"]) for r in ranks],
-    ))
-    print("  (ms/exchange: mean wall time of an exchange round, waiting for the neighbour "
-          "included; excl. waiting: minus the rank's total wait time spread over its rounds)")
+    print(
+        format_table(
+            [
+                "rank",
+                "stage",
+                "steps",
+                "systems in",
+                "systems out",
+                "wall s",
+                "idle fraction",
+                "exchanges",
+                "ms/exchange",
+                "ms/exchange excl. waiting",
+                "peak atoms",
+            ],
+            [
+                (
+                    r["rank"],
+                    ("relax (FIRE)", "md (Langevin)")[r["rank"]],
+                    r["steps"],
+                    r["systems_in"],
+                    r["systems_out"],
+                    f"{r['wall_s']:.2f}",
+                    f"{r['idle_fraction']:.3f}",
+                    r["rounds"],
+                    f"{r['mean_exchange_ms']:.2f}",
+                    f"{_net_ms(r):.2f}",
+                    r["peak_atoms"],
+                )
+                for r in ranks
+            ],
+        )
+    )
+    print(
+        "  (ms/exchange: mean wall time of an exchange round, waiting for the neighbour "
+        "included; excl. waiting: minus the rank's total wait time spread over its rounds)"
+    )
     print()
-    print(f"* work per mode: {results[ref_name][1]:,.0f} atom-steps (identical plans; every system "
-          f"relaxed then {args.md_steps} MD steps)")
+    print(
+        f"* work per mode: {results[ref_name][1]:,.0f} atom-steps (identical plans; every system "
+        f"relaxed then {args.md_steps} MD steps)"
+    )
     print(f"* {gate.status_line()}")
     return 0
 

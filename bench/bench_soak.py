@@ -62,8 +62,14 @@ class MemoryProbe(Callback):
         self.t0 = time.perf_counter()
 
     def after_step(self, ctx) -> None:
-        self.samples.append((time.perf_counter() - self.t0, ctx.step,
-                             int(ctx.state.get("graduated_systems", 0)), rss_mb()))
+        self.samples.append(
+            (
+                time.perf_counter() - self.t0,
+                ctx.step,
+                int(ctx.state.get("graduated_systems", 0)),
+                rss_mb(),
+            )
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,24 +88,37 @@ def main(argv: list[str] | None = None) -> int:
 
     systems = small_argon(args.systems)
     n_atoms = sum(len(a) for a in systems)
-    print(f"# soak: {args.systems} argon systems of 8-32 atoms ({n_atoms} atoms; "
-          f"{sum(bool(a.pbc.any()) for a in systems)} periodic), FIRE(fmax 0.05, <=200) + "
-          f"Langevin({args.md_steps} steps), budget {args.max_atoms} atoms, ZarrSink")
+    print(
+        f"# soak: {args.systems} argon systems of 8-32 atoms ({n_atoms} atoms; "
+        f"{sum(bool(a.pbc.any()) for a in systems)} periodic), FIRE(fmax 0.05, <=200) + "
+        f"Langevin({args.md_steps} steps), budget {args.max_atoms} atoms, ZarrSink"
+    )
     print(f"# {environment_line()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="alchemi_soak_"))
     store = tmp / "soak.zarr"
     probe = MemoryProbe(frequency=args.every * args.sync_every)
     model = LennardJones(**ARGON_LJ, skin=1.0, compute_stress=False)
-    stages = FIRE(fmax=0.05, max_steps=200) + Langevin(dt=2.0, temperature=60.0, friction=0.01,
-                                                       steps=args.md_steps)
+    stages = FIRE(fmax=0.05, max_steps=200) + Langevin(
+        dt=2.0, temperature=60.0, friction=0.01, steps=args.md_steps
+    )
     # warm-up on a few systems (first calls, zarr import)
-    al.Simulator(model=model, stages=stages, accelerator="cpu", seed=0,
-                 sinks=[ZarrSink(tmp / "warm.zarr", mode="w")]).run(
-        SizeAwareSampler(systems[:50], max_atoms=args.max_atoms))
+    al.Simulator(
+        model=model,
+        stages=stages,
+        accelerator="cpu",
+        seed=0,
+        sinks=[ZarrSink(tmp / "warm.zarr", mode="w")],
+    ).run(SizeAwareSampler(systems[:50], max_atoms=args.max_atoms))
     rss_before = rss_mb()
-    sim = al.Simulator(model=model, stages=stages, accelerator="cpu", seed=0,
-                       sync_every=args.sync_every, callbacks=[probe],
-                       sinks=[ZarrSink(store, mode="w")])
+    sim = al.Simulator(
+        model=model,
+        stages=stages,
+        accelerator="cpu",
+        seed=0,
+        sync_every=args.sync_every,
+        callbacks=[probe],
+        sinks=[ZarrSink(store, mode="w")],
+    )
     load = gate.wait("soak")
     t0 = time.perf_counter()
     try:
@@ -116,17 +135,25 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    samples = probe.samples + [(wall, res.stats["steps"], res.stats["systems"], rss_mb())]
-    pick = np.unique(np.linspace(0, len(samples) - 1, min(args.rows, len(samples))).round().astype(int))
+    samples = [*probe.samples, (wall, res.stats["steps"], res.stats["systems"], rss_mb())]
+    pick = np.unique(
+        np.linspace(0, len(samples) - 1, min(args.rows, len(samples))).round().astype(int)
+    )
     rows, prev = [], None
     for k in pick:
         t, step, done, rss = samples[k]
         rate = "" if prev is None or t <= prev[0] else f"{(done - prev[2]) / (t - prev[0]):.1f}"
-        rows.append((f"{t:.1f}", step, done, f"{100 * done / args.systems:.1f}%", rate, f"{rss:.1f}"))
+        rows.append(
+            (f"{t:.1f}", step, done, f"{100 * done / args.systems:.1f}%", rate, f"{rss:.1f}")
+        )
         prev = (t, step, done)
     print()
-    print(format_table(["elapsed s", "step", "systems done", "progress", "systems/s (interval)",
-                        "RSS MiB"], rows))
+    print(
+        format_table(
+            ["elapsed s", "step", "systems done", "progress", "systems/s (interval)", "RSS MiB"],
+            rows,
+        )
+    )
 
     quarter = next((s for s in samples if s[2] >= args.systems // 4), samples[0])
     rss_end = samples[-1][3]
@@ -134,22 +161,29 @@ def main(argv: list[str] | None = None) -> int:
     ok_ids = len(np.unique(ids)) == args.systems and set(ids.tolist()) == set(range(args.systems))
     atom_steps = float((steps * sizes).sum())
     print()
-    print(format_table(["quantity", "value"], [
-        ("systems in / results.stats['systems'] / rows in ZarrSink",
-         f"{args.systems} / {res.stats['systems']} / {n_store}"),
-        ("every system_id exactly once", "yes" if ok_ids else "NO"),
-        ("relaxed to fmax", f"{int(conv.sum())} / {n_store}"),
-        ("wall s", f"{wall:.1f}"),
-        ("systems/s", f"{args.systems / wall:.1f}"),
-        ("atom-steps/s", f"{atom_steps / wall:,.0f}"),
-        ("steps / forward calls", f"{res.stats['steps']} / {res.stats['forward_calls']}"),
-        ("mean atom occupancy", f"{res.stats['atom_occupancy']:.3f}"),
-        ("RSS before run (after warm-up) MiB", f"{rss_before:.1f}"),
-        ("RSS at 25 % of systems MiB", f"{quarter[3]:.1f}"),
-        ("RSS at end MiB", f"{rss_end:.1f}"),
-        ("RSS growth 25 % -> end MiB", f"{rss_end - quarter[3]:+.1f}"),
-        ("peak RSS (VmHWM) MiB", f"{peak_rss_mb():.1f}"),
-    ]))
+    print(
+        format_table(
+            ["quantity", "value"],
+            [
+                (
+                    "systems in / results.stats['systems'] / rows in ZarrSink",
+                    f"{args.systems} / {res.stats['systems']} / {n_store}",
+                ),
+                ("every system_id exactly once", "yes" if ok_ids else "NO"),
+                ("relaxed to fmax", f"{int(conv.sum())} / {n_store}"),
+                ("wall s", f"{wall:.1f}"),
+                ("systems/s", f"{args.systems / wall:.1f}"),
+                ("atom-steps/s", f"{atom_steps / wall:,.0f}"),
+                ("steps / forward calls", f"{res.stats['steps']} / {res.stats['forward_calls']}"),
+                ("mean atom occupancy", f"{res.stats['atom_occupancy']:.3f}"),
+                ("RSS before run (after warm-up) MiB", f"{rss_before:.1f}"),
+                ("RSS at 25 % of systems MiB", f"{quarter[3]:.1f}"),
+                ("RSS at end MiB", f"{rss_end:.1f}"),
+                ("RSS growth 25 % -> end MiB", f"{rss_end - quarter[3]:+.1f}"),
+                ("peak RSS (VmHWM) MiB", f"{peak_rss_mb():.1f}"),
+            ],
+        )
+    )
     print()
     print(f"* 1-min load average at start {load:.2f}; {gate.status_line()}")
     if not (ok_count and ok_ids):

@@ -135,7 +135,9 @@ def mixed_noise_argon(
     return out
 
 
-def small_argon(n_systems: int = 20_000, min_atoms: int = 8, max_atoms: int = 32, seed: int = 0) -> list[Any]:
+def small_argon(
+    n_systems: int = 20_000, min_atoms: int = 8, max_atoms: int = 32, seed: int = 0
+) -> list[Any]:
     """Many small argon systems (clusters and small periodic crystals) for the soak test:
     :func:`alchemi_lit.data.mixed_argon` with sizes between ``min_atoms`` and ``max_atoms``."""
     from alchemi_lit.data import mixed_argon
@@ -178,12 +180,18 @@ class LoadGate:
     ``wait()`` polls every ``poll`` s until the 1-minute load average is below
     ``max_load`` *and* other processes use less than 0.5 core over a 3 s window, or --
     since our own previous measurement keeps the 1-minute average up for a minute after
-    it ends -- until other processes use less than 0.3 core.  All waits of one process share a budget of ``max_wait`` s; once it is
-    spent, measurements go ahead at once and :attr:`under_load` marks the results.
+    it ends -- until other processes use less than 0.3 core.  All waits of one process
+    share a budget of ``max_wait`` s; once it is spent, measurements go ahead at once
+    and :attr:`under_load` marks the results.
     """
 
-    def __init__(self, max_load: float = 1.5, poll: float = 10.0, max_wait: float = 600.0,
-                 enabled: bool = True) -> None:
+    def __init__(
+        self,
+        max_load: float = 1.5,
+        poll: float = 10.0,
+        max_wait: float = 600.0,
+        enabled: bool = True,
+    ) -> None:
         self.max_load, self.poll, self.budget, self.enabled = max_load, poll, max_wait, enabled
         self.under_load = False
         self.loads: list[float] = []  # 1-min load average at each measurement
@@ -208,9 +216,11 @@ class LoadGate:
                 break
             if time.perf_counter() - t0 + self.poll > self.budget:
                 break
-            print(f"  [waiting for a quiet machine{': ' + label if label else ''}: load "
-                  f"{load:.2f}, others use {ext if ext is not None else float('nan'):.2f} cores]",
-                  flush=True)
+            print(
+                f"  [waiting for a quiet machine{': ' + label if label else ''}: load "
+                f"{load:.2f}, others use {ext if ext is not None else float('nan'):.2f} cores]",
+                flush=True,
+            )
             time.sleep(self.poll)
         self.budget = max(0.0, self.budget - (time.perf_counter() - t0))
         if self.enabled and not quiet:
@@ -227,10 +237,18 @@ class LoadGate:
 
 def gate_arguments(parser: Any) -> None:
     """Add the shared --max-load / --max-wait / --no-wait options to an argparse parser."""
-    parser.add_argument("--max-load", type=float, default=1.5,
-                        help="wait until the 1-min load average is below this (default 1.5)")
-    parser.add_argument("--max-wait", type=float, default=600.0,
-                        help="seconds of waiting for a quiet machine, all measurements together")
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        default=1.5,
+        help="wait until the 1-min load average is below this (default 1.5)",
+    )
+    parser.add_argument(
+        "--max-wait",
+        type=float,
+        default=600.0,
+        help="seconds of waiting for a quiet machine, all measurements together",
+    )
     parser.add_argument("--no-wait", action="store_true", help="measure at once, whatever the load")
 
 
@@ -305,8 +323,10 @@ class HostSyncCounter:
                 frame = sys._getframe(1)
                 while frame is not None and "/torch/" in frame.f_code.co_filename:
                     frame = frame.f_back
-                where = "?" if frame is None else (
-                    f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno} ({name})"
+                where = (
+                    "?"
+                    if frame is None
+                    else (f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno} ({name})")
                 )
                 counter.sites[where] = counter.sites.get(where, 0) + 1
             return orig(tensor, *args, **kwargs)

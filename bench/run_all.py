@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     extra: list[str] = []
     if "--" in argv:
         k = argv.index("--")
-        argv, extra = argv[:k], argv[k + 1:]
+        argv, extra = argv[:k], argv[k + 1 :]
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", choices=list(BENCHES), default=list(BENCHES))
     p.add_argument("--quick", action="store_true", help="soak with 2 000 systems")
@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n===== {name}: {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()
         with open(out_dir / f"{name}.txt", "w") as log:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
             assert proc.stdout is not None
             for line in proc.stdout:
                 sys.stdout.write(line)
