@@ -10,8 +10,8 @@ stages in a row (or a stage re-entered) never replay the same noise, and a run
 split into consecutive ``Simulator.run`` calls (the batch carries ``total_steps``)
 draws exactly what one fused run draws.
 
-Philox is implemented with int64 tensor arithmetic (32-bit halves, 16-bit split
-multiplies so nothing overflows), so it runs on any device and under torch.compile.
+Philox is implemented with int64 tensor arithmetic (uint32 values, products taken
+modulo 2**64), so it runs on any device and under torch.compile.
 """
 
 from __future__ import annotations
@@ -31,11 +31,15 @@ PURPOSE_THERMOSTAT = 3
 
 
 def _mulhilo(a: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """High and low 32 bits of ``a * m`` for ``a, m < 2**32`` without int64 overflow."""
-    p_lo = a * (m & 0xFFFF)
-    p_hi = a * (m >> 16)
-    t = p_lo + ((p_hi & 0xFFFF) << 16)
-    return ((p_hi >> 16) + (t >> 32)) & _MASK32, t & _MASK32
+    """High and low 32 bits of ``a * m`` for ``a, m < 2**32``.
+
+    The product is below ``2**64``; int64 multiplication wraps modulo ``2**64`` on
+    every torch backend, so its bit pattern *is* the unsigned product, and an
+    arithmetic shift plus a mask recovers the high word.  (Checked against the
+    Random123 known-answer vectors in ``tests/test_random.py``.)
+    """
+    p = a * m
+    return (p >> 32) & _MASK32, p & _MASK32
 
 
 def philox4x32(
@@ -47,14 +51,28 @@ def philox4x32(
     k1: torch.Tensor,
     rounds: int = 10,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Philox4x32 bijection of (counter, key); all inputs int64 holding uint32 values."""
-    for _ in range(rounds):
+    """Philox4x32 bijection of (counter, key); all inputs int64 holding uint32 values.
+
+    ``k0``/``k1`` may also be ``[..., rounds]`` key schedules (see :func:`key_schedule`),
+    which saves the per-round key bumps when many counters share a key.
+    """
+    if k0.dim() == c0.dim() + 1:
+        ks0, ks1 = k0, k1
+    else:
+        ks0, ks1 = key_schedule(k0, k1, rounds)
+    for r in range(rounds):
         hi0, lo0 = _mulhilo(c0, _M0)
         hi1, lo1 = _mulhilo(c2, _M1)
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-        k0 = (k0 + _W0) & _MASK32
-        k1 = (k1 + _W1) & _MASK32
+        c0, c1, c2, c3 = hi1 ^ c1 ^ ks0[..., r], lo1, hi0 ^ c3 ^ ks1[..., r], lo0
     return c0, c1, c2, c3
+
+
+def key_schedule(
+    k0: torch.Tensor, k1: torch.Tensor, rounds: int = 10
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The round keys ``[..., rounds]`` of Philox (Weyl sequence of the key)."""
+    r = torch.arange(rounds, dtype=torch.int64, device=k0.device)
+    return (k0.unsqueeze(-1) + r * _W0) & _MASK32, (k1.unsqueeze(-1) + r * _W1) & _MASK32
 
 
 def _uniform(x: torch.Tensor) -> torch.Tensor:
@@ -76,15 +94,16 @@ def atom_normals(
     ``system_id``/``step`` are per system ``[B]``; ``system_idx``/``local_index`` per
     atom (index of the atom inside its own system).
     """
-    sid = system_id[system_idx]
+    # keys and their round schedule per system, then one gather per atom
+    k0 = (system_id ^ (seed & _MASK32)) & _MASK32
+    k1 = ((system_id >> 32) ^ ((seed >> 32) & _MASK32) ^ 0x5BD1E995) & _MASK32
+    ks0, ks1 = key_schedule(k0, k1)
     st = step[system_idx]
-    k0 = (sid ^ (seed & _MASK32)) & _MASK32
-    k1 = ((sid >> 32) ^ ((seed >> 32) & _MASK32) ^ 0x5BD1E995) & _MASK32
     c0 = local_index & _MASK32
     c1 = st & _MASK32
     c2 = (st >> 32) & _MASK32
     c3 = torch.full_like(c0, purpose & _MASK32)
-    x0, x1, x2, x3 = philox4x32(c0, c1, c2, c3, k0, k1)
+    x0, x1, x2, x3 = philox4x32(c0, c1, c2, c3, ks0[system_idx], ks1[system_idx])
     u0, u1, u2, u3 = _uniform(x0), _uniform(x1), _uniform(x2), _uniform(x3)
     r0 = torch.sqrt(-2.0 * torch.log(u0))
     r1 = torch.sqrt(-2.0 * torch.log(u2))

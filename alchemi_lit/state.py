@@ -23,6 +23,7 @@ import torch
 from loguru import logger
 
 from .errors import StructureError
+from .tensor_ops import row_dot
 
 FieldKind = Literal["atom", "system"]
 
@@ -220,7 +221,7 @@ class Batch:
     def kinetic_energy(self) -> torch.Tensor:
         """Kinetic energy per system ``[B]`` in eV."""
         v = self.atom["velocities"]
-        per_atom = 0.5 * self.atom["masses"] * (v * v).sum(-1)
+        per_atom = 0.5 * self.atom["masses"] * row_dot(v)
         return torch.zeros(self.num_systems, dtype=self.dtype, device=self.device).index_add_(
             0, self.atom["system_idx"], per_atom
         )

@@ -99,14 +99,14 @@ def bench_alchemi(atoms_list, repeats: int, check) -> tuple[dict, dict]:
 
     rows = list(range(batch.num_systems))
     radius = model.neighbors.cutoff + model.neighbors.skin
-    i, j, shift, _ = _build_rows(batch, rows, radius)
+    i, j, _shift, _system, ishift = _build_rows(batch, rows, radius)
     split = {
         "neighbour-list build, full (all systems)": median(time_call(nl_build, repeats)),
         "  of which vesin + host->tensor, per system": median(
             time_call(lambda: _build_rows(batch, rows, radius), repeats)
         ),
         "  of which canonical (i, j, shift) sort": median(
-            time_call(lambda: _canonical_order(i, j, shift, batch.num_atoms), repeats)
+            time_call(lambda: _canonical_order(i, j, ishift, batch.num_atoms), repeats)
         ),
         "skin check (displacements, 1 sync)": median(time_call(skin_check, 3 * repeats)),
         "edge vectors r_j - r_i + S": median(

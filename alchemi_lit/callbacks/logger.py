@@ -24,6 +24,7 @@ from loguru import logger
 
 from ..hooks import Callback, StepContext
 from ..state import EXIT_QUARANTINED, EXIT_REASONS, EXIT_RUNNING
+from ..tensor_ops import row_dot
 
 
 def stage_codes(ctx: StepContext) -> tuple[list[int], list[str]]:
@@ -107,7 +108,7 @@ class Logger(Callback):
         counts = (b.status.unsqueeze(1) == all_codes).sum(0).to(b.dtype)
         active = active_mask(ctx)
         epa = b.energy / b.n_atoms.to(b.dtype)
-        f2 = b.forces.square().sum(-1)
+        f2 = row_dot(b.forces)
         f2_sys = f2.new_zeros(b.num_systems).scatter_reduce(
             0, b.system_idx, f2, "amax", include_self=True
         )

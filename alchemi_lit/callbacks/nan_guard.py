@@ -15,6 +15,7 @@ import torch
 from ..hooks import Callback, StepContext
 from ..integrators.base import system_sum
 from ..state import EXIT_QUARANTINED
+from ..tensor_ops import row_dot
 
 NAN_ENERGY, NAN_FORCES, NAN_POSITIONS = 1, 2, 4
 
@@ -46,8 +47,11 @@ class NaNGuard(Callback):
         if self._saved is None or self._saved[0].shape != b.positions.shape:
             return
         bad_e = ~torch.isfinite(b.energy)
-        bad_f = system_sum(b, (~torch.isfinite(b.forces)).any(-1).to(b.dtype)) > 0
-        bad_r = system_sum(b, (~torch.isfinite(b.positions)).any(-1).to(b.dtype)) > 0
+        # a NaN or inf anywhere in a system makes its sum of squares non-finite: two
+        # products and two per-system sums instead of element-wise isfinite/any passes
+        # (a component above ~1e154 overflows the square and counts as broken, too)
+        bad_f = ~torch.isfinite(system_sum(b, row_dot(b.forces)))
+        bad_r = ~torch.isfinite(system_sum(b, row_dot(b.positions)))
         flags = bad_e.long() * NAN_ENERGY + bad_f.long() * NAN_FORCES + bad_r.long() * NAN_POSITIONS
         bad = (flags > 0) & (b.status != ctx.state["exit_code"])  # already out: leave as is
         am = b.atom_mask(bad).unsqueeze(-1)

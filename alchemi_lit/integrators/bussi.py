@@ -24,6 +24,7 @@ import torch
 
 from .. import random as rng
 from ..state import Batch
+from ..tensor_ops import row_dot
 from ..units import fs, kB
 from .base import MDIntegrator, Param, _check_param, as_param, system_sum
 from .langevin import _fmt
@@ -65,7 +66,7 @@ class Bussi(MDIntegrator):
         free = ~batch.fixed
         nf = 3.0 * system_sum(batch, free.to(batch.dtype))
         kt = kB * self.per_system(batch, self.temperature) * ones
-        ke = system_sum(batch, 0.5 * batch.masses * (batch.velocities**2).sum(-1) * free)
+        ke = system_sum(batch, 0.5 * batch.masses * row_dot(batch.velocities) * free)
         r1, s = bussi_noise(batch, self.seed)
         ok = (ke > 0) & (nf > 0)
         term = (1.0 - c) * (0.5 * nf * kt) / (nf * torch.where(ok, ke, ones)).clamp_min(1e-300)

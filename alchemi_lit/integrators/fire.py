@@ -20,6 +20,7 @@ import torch
 
 from ..convergence import Criterion, ForceMax
 from ..state import Batch
+from ..tensor_ops import row_dot
 from ..units import fs
 from .base import FieldSpec, Integrator, _check_param, system_sum
 
@@ -88,9 +89,9 @@ class FIRE(Integrator):
 
         # velocity mixing (skipped on a system's first step in the stage, as ASE does)
         first = batch.step == 0
-        power = system_sum(batch, (v * f).sum(-1))
-        f_norm = system_sum(batch, (f * f).sum(-1)).sqrt()
-        v_norm = system_sum(batch, (v * v).sum(-1)).sqrt()
+        power = system_sum(batch, row_dot(v, f))
+        f_norm = system_sum(batch, row_dot(f)).sqrt()
+        v_norm = system_sum(batch, row_dot(v)).sqrt()
         downhill = mask & ~first & (power > 0)
         uphill = mask & ~first & ~(power > 0)
         scale = torch.where(
@@ -112,7 +113,7 @@ class FIRE(Integrator):
         if self.mode == "ase":
             v = v + dt_atom * f
             dr = dt_atom * v
-            norm = system_sum(batch, (dr * dr).sum(-1)).sqrt()
+            norm = system_sum(batch, row_dot(dr)).sqrt()
             shrink = torch.where(
                 norm > self.maxstep, self.maxstep / norm.clamp_min(1e-300), torch.ones_like(norm)
             )

@@ -29,6 +29,7 @@ import torch
 
 from ..convergence import Criterion, ForceMax
 from ..state import Batch
+from ..tensor_ops import row_dot
 from ..units import fs
 from .base import FieldSpec, Integrator, _check_param, system_sum
 
@@ -108,7 +109,7 @@ class FIRE2(Integrator):
 
         # 1. power check (not on the first step, nor right after a half step back)
         check = mask & (batch.step > 0) & ~back
-        power = system_sum(batch, (f * v).sum(-1))
+        power = system_sum(batch, row_dot(f, v))
         downhill = check & (power > 0)
         uphill = check & ~(power > 0)
         n = torch.where(downhill, n + 1, n)
@@ -126,8 +127,8 @@ class FIRE2(Integrator):
         euler = mask & ~uphill
         dt_atom = dt[sidx].unsqueeze(-1)
         v_new = v + dt_atom * f
-        f_norm = system_sum(batch, (f * f).sum(-1)).sqrt()
-        v_norm = system_sum(batch, (v_new * v_new).sum(-1)).sqrt()
+        f_norm = system_sum(batch, row_dot(f)).sqrt()
+        v_norm = system_sum(batch, row_dot(v_new)).sqrt()
         unit_f = f / f_norm.clamp_min(1e-300)[sidx].unsqueeze(-1)
         v_mix = (1.0 - a)[sidx].unsqueeze(-1) * v_new + (a * v_norm)[sidx].unsqueeze(-1) * unit_f
         if self.use_abc:
@@ -143,7 +144,7 @@ class FIRE2(Integrator):
         else:
             v_new = v_mix
             dr = dt_atom * v_new
-            norm = system_sum(batch, (dr * dr).sum(-1)).sqrt()
+            norm = system_sum(batch, row_dot(dr)).sqrt()
             shrink = torch.where(norm > self.maxstep, self.maxstep / norm.clamp_min(1e-300), 1.0)
             dr = dr * shrink[sidx].unsqueeze(-1)
         e_atoms = euler[sidx].unsqueeze(-1)

@@ -30,6 +30,7 @@ from typing import ClassVar
 import torch
 
 from ..state import Batch
+from ..tensor_ops import row_dot
 from ..units import fs, kB
 from .base import FieldSpec, MDIntegrator, Param, _check_param, as_param, system_sum
 from .langevin import _fmt
@@ -138,7 +139,7 @@ class NoseHooverChain(MDIntegrator):
         v = batch.velocities
         scale = torch.ones(batch.num_systems, dtype=batch.dtype, device=batch.device)
         # 2 KE is tracked as a number and rescaled with the velocities (MTK)
-        mv2 = system_sum(batch, (batch.masses * (v * v).sum(-1)) * am)
+        mv2 = system_sum(batch, (batch.masses * row_dot(v)) * am)
         delta = delta * torch.ones_like(kt)
         for _ in range(self.chain_steps):
             for w in _SY_WEIGHTS[self.suzuki_yoshida]:

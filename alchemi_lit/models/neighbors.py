@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..state import Batch
+from ..tensor_ops import row_dot
 
 
 @dataclass
@@ -38,6 +39,11 @@ class Edges:
     ``vec = positions[j] - positions[i] + shift`` points from i to j.  Pairs with
     ``|vec| > cutoff`` are present and must be masked by the model (they are what
     makes the skin work).
+
+    ``atom_counts``/``system_counts``/``j_flat`` are set by :class:`NeighborList` on CPU,
+    where its edges are sorted by ``i`` (hence by system): they let the reductions below
+    use segment sums and a flat bincount, 2-3x faster there than ``index_add_``.  On GPU
+    they stay None and the reductions use ``index_add_`` (no host sync).
     """
 
     i: torch.Tensor
@@ -45,6 +51,9 @@ class Edges:
     vec: torch.Tensor
     system: torch.Tensor
     cutoff: float
+    atom_counts: torch.Tensor | None = None  # edges per atom i  [N]
+    system_counts: torch.Tensor | None = None  # edges per system  [B]
+    j_flat: torch.Tensor | None = None  # 3 j + (0, 1, 2)  [3 P]
 
     def directed(self) -> Edges:
         """Both directions of every pair (for message-passing models)."""
@@ -55,6 +64,23 @@ class Edges:
             torch.cat([self.system, self.system]),
             self.cutoff,
         )
+
+    def system_sum(self, values: torch.Tensor, num_systems: int) -> torch.Tensor:
+        """Sum per-edge ``values`` ``[P]`` or ``[P, k]`` into systems ``[B]`` / ``[B, k]``."""
+        if self.system_counts is not None:
+            return torch.segment_reduce(values, "sum", lengths=self.system_counts, axis=0)
+        out = values.new_zeros((num_systems, *values.shape[1:]))
+        return out.index_add_(0, self.system, values)
+
+    def forces(self, grad: torch.Tensor, num_atoms: int) -> torch.Tensor:
+        """``F_i = sum_j dE/dvec_ij - sum_k dE/dvec_ki`` from the edge gradient ``[P, 3]``."""
+        if self.atom_counts is not None and self.j_flat is not None:
+            out = torch.segment_reduce(grad, "sum", lengths=self.atom_counts, axis=0)
+            pulled = torch.bincount(self.j_flat, weights=grad.reshape(-1), minlength=3 * num_atoms)
+            return out.sub_(pulled.view(num_atoms, 3))
+        out = grad.new_zeros((num_atoms, 3))
+        # (-grad, not alpha=-1: index_add_ with alpha takes a ~4x slower path on CPU)
+        return out.index_add_(0, self.i, grad).index_add_(0, self.j, -grad)
 
 
 class NeighborList:
@@ -73,6 +99,7 @@ class NeighborList:
         self._ref_cell: torch.Tensor | None = None
         self._i = self._j = self._system = self._shift = None  # type: ignore[assignment]
         self._ishift: torch.Tensor | None = None  # integer cell shifts, for the edge order
+        self._aids: tuple[Any, Any, Any] = (None, None, None)  # see Edges
 
     def reset(self) -> None:
         self._layout = None
@@ -81,7 +108,7 @@ class NeighborList:
         """Per-system boolean ``[B]``: must this system's list be rebuilt?"""
         if self._layout is not batch.layout or self._ref_positions is None:
             return torch.ones(batch.num_systems, dtype=torch.bool, device=batch.device)
-        disp2 = (batch.positions - self._ref_positions).square().sum(-1)
+        disp2 = row_dot(batch.positions - self._ref_positions)
         max_disp2 = torch.zeros(batch.num_systems, dtype=disp2.dtype, device=disp2.device)
         max_disp2 = max_disp2.scatter_reduce(0, batch.system_idx, disp2, "amax", include_self=True)
         moved = max_disp2 > (0.5 * self.skin) ** 2
@@ -92,9 +119,9 @@ class NeighborList:
         need = self.needs_rebuild(batch)
         if bool(need.any()):  # the one host sync of a model call
             self._rebuild(batch, need)
-        pos = batch.positions
-        vec = pos[self._j] - pos[self._i] + self._shift
-        return Edges(self._i, self._j, vec, self._system, self.cutoff)
+        pos = batch.positions  # index_select + in-place: ~2x faster than pos[j] - pos[i]
+        vec = pos.index_select(0, self._j).sub_(pos.index_select(0, self._i)).add_(self._shift)
+        return Edges(self._i, self._j, vec, self._system, self.cutoff, *self._aids)
 
     def remap(self, old_ptr: torch.Tensor, old_rows: torch.Tensor, new_batch: Batch) -> None:
         """Carry the list over to ``new_batch`` after systems left or joined.
@@ -133,6 +160,9 @@ class NeighborList:
         ref_cell[kept] = self._ref_cell[old_rows[kept]]
         self._ref_positions, self._ref_cell = ref_pos, ref_cell
         self._layout = new_batch.layout
+        if len(self._i) > 1 and not bool((self._i[1:] >= self._i[:-1]).all()):
+            self._sort(new_batch.num_atoms)  # rows were reordered: restore the canonical order
+        self._set_aids(new_batch)
 
     # ------------------------------------------------------------------ build
     def _rebuild(self, batch: Batch, need: torch.Tensor) -> None:
@@ -154,9 +184,8 @@ class NeighborList:
             ishift = torch.cat([self._ishift[keep], new[4]])
         if full:
             ishift = new[4]
-        order = _canonical_order(i, j, ishift, batch.num_atoms)
-        self._i, self._j, self._system = i[order], j[order], system[order]
-        self._shift, self._ishift = shift[order], ishift[order]
+        self._i, self._j, self._system, self._shift, self._ishift = i, j, system, shift, ishift
+        self._sort(batch.num_atoms)
         if full:
             self._ref_positions = batch.positions.detach().clone()
             self._ref_cell = batch.cell.detach().clone()
@@ -165,7 +194,23 @@ class NeighborList:
             self._ref_positions[amask] = batch.positions.detach()[amask]
             self._ref_cell[need] = batch.cell.detach()[need]
         self._layout = batch.layout
+        self._set_aids(batch)
         self.num_builds += len(rows)
+
+    def _sort(self, num_atoms: int) -> None:
+        order = _canonical_order(self._i, self._j, self._ishift, num_atoms)
+        self._i, self._j, self._system = self._i[order], self._j[order], self._system[order]
+        self._shift, self._ishift = self._shift[order], self._ishift[order]
+
+    def _set_aids(self, batch: Batch) -> None:
+        """Reduction aids of :class:`Edges` (CPU; edges are sorted by i here)."""
+        if batch.device.type != "cpu":
+            self._aids = (None, None, None)
+            return
+        atom_counts = torch.bincount(self._i, minlength=batch.num_atoms)
+        system_counts = torch.bincount(self._system, minlength=batch.num_systems)
+        j_flat = (3 * self._j).unsqueeze(-1) + torch.arange(3)
+        self._aids = (atom_counts, system_counts, j_flat.reshape(-1))
 
 
 def count_pairs(positions: Any, cell: Any, pbc: Any, radius: float) -> int:

@@ -1,0 +1,22 @@
+"""Small tensor kernels used in every step, written for speed on both CPU and GPU.
+
+Why a module for this: on CPU, torch's reduction over a length-3 last dimension
+(``(a * b).sum(-1)`` on ``[N, 3]``) runs about 8x slower than the same sum written as
+a matrix-vector product (measured on 300k float64 rows: 4.7 ms vs 0.56 ms), and an
+MD step does several of these per atom or per edge.  On GPU both forms are equally
+fast, so the product form is used everywhere.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def row_dot(a: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """Row-wise dot product ``sum_k a[:, k] * b[:, k]`` of ``[N, k]`` tensors (``b=a``
+    by default: squared row norms)."""
+    prod = a * a if b is None else a * b
+    return prod @ prod.new_ones(prod.shape[-1])
+
+
+__all__ = ["row_dot"]
