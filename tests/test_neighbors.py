@@ -280,6 +280,12 @@ def test_partial_rebuild_equals_fresh_build() -> None:
         # the stored list stays sorted by (i, j) (then by integer cell shift)
         keys = list(zip(edges.i.tolist(), edges.j.tolist()))
         assert keys == sorted(keys)
+        # the CPU reduction aids describe the spliced list
+        assert torch.equal(edges.atom_counts, torch.bincount(edges.i, minlength=batch.num_atoms))
+        assert torch.equal(
+            edges.system_counts, torch.bincount(edges.system, minlength=batch.num_systems)
+        )
+        assert torch.equal(edges.j_flat.view(-1, 3)[:, 2], 3 * edges.j + 2)
     assert builds > batch.num_systems  # some partial rebuilds actually happened
 
 
