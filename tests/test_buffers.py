@@ -227,3 +227,40 @@ def test_bad_config_and_digest():
     other = rich_batch()
     other.atom["aux_f32"] = other.aux_f32.double()
     assert a != schema_digest(schema_of(other), BufferConfig(4, 16))
+
+
+def test_info_roundtrip_only_for_the_systems_sent():
+    import numpy as np
+
+    batch = rich_batch()
+    ids = batch.system_id.tolist()
+    batch.info[ids[0]] = {"label": "first", "arr": np.arange(5)}
+    batch.info[ids[2]] = {"error": "RuntimeError: boom"}
+    batch.info[10**12] = {"label": "not in this batch"}
+    _, out = _roundtrip(batch, BufferConfig(num_systems=4, num_atoms=16))
+    assert set(out.info) == {ids[0], ids[2]}
+    assert out.info[ids[0]]["label"] == "first"
+    assert np.array_equal(out.info[ids[0]]["arr"], np.arange(5))
+    assert out.info[ids[2]] == {"error": "RuntimeError: boom"}
+    # a message without info leaves none behind from the previous one in the buffer
+    plain = rich_batch()
+    _, out = _roundtrip(plain, BufferConfig(num_systems=4, num_atoms=16))
+    assert out.info == {}
+
+
+def test_info_room_is_checked():
+    from alchemi_lit.strategies.buffers import check_info_fits, info_size
+
+    batch = rich_batch()
+    batch.info[batch.system_id.tolist()[1]] = {"blob": "z" * 3000}
+    config = BufferConfig(num_systems=4, num_atoms=16, info_bytes=1024)
+    layout = MessageLayout(schema_of(batch), config)
+    buf = layout.new_buffer(torch.device("cpu"))
+    with pytest.raises(ValueError, match="info does not fit"):
+        layout.pack(buf, batch)
+    with pytest.raises(ConfigError, match=r"system 5 carries \d+ bytes of info.*raise info_bytes"):
+        check_info_fits({"blob": "z" * 3000}, 5, config)
+    assert check_info_fits(None, 5, config) == 0 == info_size({})
+    assert 0 < check_info_fits({"a": 1}, 5, config) < 100
+    with pytest.raises(ConfigError, match="info_bytes must be an integer >= 0"):
+        BufferConfig(info_bytes=-1)

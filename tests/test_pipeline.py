@@ -364,16 +364,22 @@ def test_zarr_sink_replicas_merged(tmp_path):
 # ============================================================== quarantine
 class SickLJ(LennardJones):
     """Lennard-Jones that gives system ``nan_id`` NaN forces from its 3rd step on, and
-    raises on any batch holding system ``error_id`` once that one made 3 MD steps."""
+    raises on any batch holding system ``error_id`` once that one made 3 MD steps (with
+    ``error_in_relax``: 3 relaxation steps)."""
 
-    def __init__(self, nan_id: int = 7, error_id: int = 11, **kwargs) -> None:
+    def __init__(
+        self, nan_id: int = 7, error_id: int = 11, error_in_relax: bool = False, **kwargs
+    ) -> None:
         super().__init__(epsilon=0.0104, sigma=3.40, cutoff=6.0, **kwargs)
-        self.nan_id, self.error_id = nan_id, error_id
+        self.nan_id, self.error_id, self.error_in_relax = nan_id, error_id, error_in_relax
 
     def forward(self, batch, *args, **kwargs):
         md_steps = batch.total_steps - batch.stage_steps[:, 0]
         relaxed = batch.stage_exit[:, 0] != EXIT_RUNNING
-        sick = (batch.system_id == self.error_id) & relaxed & (md_steps >= 3)
+        if self.error_in_relax:
+            sick = (batch.system_id == self.error_id) & ~relaxed & (batch.total_steps >= 3)
+        else:
+            sick = (batch.system_id == self.error_id) & relaxed & (md_steps >= 3)
         if bool(sick.any()):
             raise RuntimeError(f"cannot evaluate system {self.error_id}")
         out = super().forward(batch, *args, **kwargs)
@@ -410,6 +416,67 @@ def test_quarantined_systems_pass_through_once():
     nan7 = [got.select([7]), ref.select([7])]
     assert torch.equal(nan7[0].positions, nan7[1].positions)
     assert torch.equal(nan7[0].total_steps, nan7[1].total_steps)
+
+
+def test_info_travels_with_its_system():
+    """``ase.Atoms.info`` of the input and the error text of a system the model failed
+    on at rank 0 both reach the results on the last rank (they stayed behind before),
+    and a message carries fewer systems when their info would overflow its room."""
+    import numpy as np
+
+    items = []
+    for k, a in enumerate(data(30)):
+        a = a.copy()
+        a.info.update(label=f"sys{k}", weights=np.arange(k % 4, dtype=np.float64))
+        if k % 5 == 0:
+            a.info["notes"] = "x" * 700  # a few large ones: ~1 system per message fits
+        items.append(a)
+    sick = dict(nan_id=7, error_id=11, error_in_relax=True)
+    ref = al.Simulator(model=SickLJ(**sick), stages=relax() + md(), sync_every=SYNC_EVERY)
+    ref = ref.run(SizeAwareSampler(items, max_atoms=MAX_ATOMS)).batch
+    assert "cannot evaluate system 11" in ref.info[11]["error"]
+    sim = al.Simulator(
+        model=SickLJ(**sick),
+        stages=relax() | md(),
+        strategy="pipeline",
+        devices=2,
+        start_method="fork",
+        sync_every=SYNC_EVERY,
+        timeout=TIMEOUT,
+        buffer=BufferConfig(16, MAX_ATOMS, info_bytes=1500),
+    )
+    got = sim.run(SizeAwareSampler(items, max_atoms=MAX_ATOMS)).batch
+    assert got.system_id.tolist() == list(range(30))
+    assert int(got.exit_code[11]) == EXIT_MODEL_ERROR
+    assert got.info[11]["error"] == ref.info[11]["error"]
+    for k, a in enumerate(items):
+        assert got.info[k]["label"] == a.info["label"]
+        assert np.array_equal(got.info[k]["weights"], a.info["weights"])
+        assert got.info[k].get("notes") == a.info.get("notes")
+    healthy = [k for k in range(30) if k not in (7, 11)]
+    assert_same(got.select(healthy), ref.select(healthy), ids=healthy)
+
+
+def test_info_larger_than_buffer_rejected_before_launch(monkeypatch):
+    import alchemi_lit.strategies.distributed as distributed
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("launched despite an invalid configuration")
+
+    monkeypatch.setattr(distributed, "launch", no_launch)
+    items = [a.copy() for a in data(10)]
+    items[4].info["blob"] = "y" * 5000
+    sim = al.Simulator(
+        model=model(),
+        stages=relax() | md(),
+        devices=2,
+        start_method="fork",
+        buffer=BufferConfig(num_systems=8, num_atoms=MAX_ATOMS, info_bytes=4096),
+    )
+    with pytest.raises(ConfigError) as info:
+        sim.run(SizeAwareSampler(items, max_atoms=MAX_ATOMS))
+    text = str(info.value)
+    assert "system 4 carries" in text and "raise info_bytes" in text
 
 
 # ============================================================== failures

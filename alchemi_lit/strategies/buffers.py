@@ -15,6 +15,7 @@ cost (~80 µs per message on gloo here) independent of the number of fields.
 from __future__ import annotations
 
 import hashlib
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..state import Batch
 
 # header words (int64)
 H_MAGIC, H_KIND, H_FLAGS, H_SYSTEMS, H_ATOMS, H_ROUND, H_ERR_RANK, H_ERR_LEN = range(8)
-H_CREDIT_ATOMS, H_CREDIT_SYSTEMS = 8, 9
+H_CREDIT_ATOMS, H_CREDIT_SYSTEMS, H_INFO_LEN = 8, 9, 10
 HEADER_WORDS = 16
 ERROR_BYTES = 2048
 MAGIC = 0x616C6368656D69  # "alchemi"
@@ -43,22 +44,33 @@ class BufferConfig:
     not fit wait upstream for the next exchange (back-pressure), never dropped.
     ``num_edges`` (0: unbounded) bounds the summed neighbour pairs of a message's
     systems, for models with a fixed edge budget; edges themselves are not sent --
-    the receiving rank rebuilds its neighbour lists.
+    the receiving rank rebuilds its neighbour lists.  ``info_bytes`` is the room for
+    the systems' ``info`` (``ase.Atoms.info`` of the input, error texts of quarantined
+    systems), pickled; a message carries fewer systems when their info would not fit.
     """
 
     num_systems: int = 64
     num_atoms: int = 4096
     num_edges: int = 0
+    info_bytes: int = 65536
 
     def __post_init__(self) -> None:
-        for name, minimum in (("num_systems", 1), ("num_atoms", 1), ("num_edges", 0)):
+        for name, minimum in (
+            ("num_systems", 1),
+            ("num_atoms", 1),
+            ("num_edges", 0),
+            ("info_bytes", 0),
+        ):
             value = getattr(self, name)
             try:
                 ok = not isinstance(value, bool) and int(value) == value and value >= minimum
             except (TypeError, ValueError):
                 ok = False
             if not ok:
-                what = "0: unbounded" if name == "num_edges" else "capacity of one transfer message"
+                what = {
+                    "num_edges": "0: unbounded",
+                    "info_bytes": "room for the systems' info in one message",
+                }.get(name, "capacity of one transfer message")
                 raise ConfigError(
                     f"BufferConfig: {name} must be an integer >= {minimum}, got {value!r} ({what})"
                 )
@@ -107,7 +119,8 @@ class MessageLayout:
             self.offsets[s.name] = offset
             cap = config.num_atoms if s.kind == "atom" else config.num_systems
             offset = _align(offset + cap * s.item_bytes)
-        self.nbytes = offset
+        self.info_offset = offset
+        self.nbytes = _align(offset + config.info_bytes)
         self.header_bytes = _align(HEADER_WORDS * 8 + ERROR_BYTES)
 
     def new_buffer(
@@ -169,6 +182,15 @@ class MessageLayout:
             raw = src.detach().contiguous().reshape(-1).view(torch.uint8)
             start = self.offsets[s.name]
             buf[start : start + raw.numel()].copy_(raw, non_blocking=True)
+        blob = encode_info(batch)
+        if len(blob) > self.config.info_bytes:  # _route keeps messages within the room
+            raise ValueError("the systems' info does not fit the transfer buffer")
+        self.header(buf)[H_INFO_LEN] = len(blob)
+        if blob:
+            start = self.info_offset
+            buf[start : start + len(blob)].copy_(
+                torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+            )
 
     def unpack(self, buf: torch.Tensor, device: torch.device) -> Batch:
         """The systems of a data message as a Batch on ``device``."""
@@ -185,7 +207,42 @@ class MessageLayout:
         atom["system_idx"] = torch.repeat_interleave(
             torch.arange(n_sys, device=device), system["n_atoms"], output_size=n_atoms
         )
-        return Batch(atom, system)
+        n_info = int(h[H_INFO_LEN])
+        info = {}
+        if n_info:
+            raw = buf[self.info_offset : self.info_offset + n_info].cpu().numpy().tobytes()
+            info = pickle.loads(raw)  # written by a rank of this same job
+        return Batch(atom, system, info)
+
+
+def info_size(info: dict[str, Any] | None) -> int:
+    """Bytes one system's ``info`` takes in a message (0 when it has none)."""
+    return len(pickle.dumps(info, protocol=pickle.HIGHEST_PROTOCOL)) + _INFO_ENTRY if info else 0
+
+
+_INFO_ENTRY = 16  # per-system framing in the pickled dict (upper bound)
+INFO_OVERHEAD = 32  # the dict's own framing in a message (upper bound)
+
+
+def check_info_fits(info: dict[str, Any] | None, system: int, config: BufferConfig) -> int:
+    """Size of one system's info; :class:`ConfigError` naming the fix if no message
+    could ever carry it."""
+    n = info_size(info)
+    if n and n + INFO_OVERHEAD > config.info_bytes:
+        raise ConfigError(
+            f"system {system} carries {n} bytes of info (ase.Atoms.info, pickled) but a "
+            f"transfer message has room for {config.info_bytes - INFO_OVERHEAD} "
+            f"(BufferConfig.info_bytes={config.info_bytes}); raise info_bytes to at least "
+            f"{n + INFO_OVERHEAD} or drop large entries from atoms.info"
+        )
+    return n
+
+
+def encode_info(batch: Batch) -> bytes:
+    """The info of ``batch``'s systems, pickled (empty when none has any)."""
+    ids = set(batch.system_id.tolist()) if batch.info else set()
+    entries = {sid: v for sid, v in batch.info.items() if sid in ids and v}
+    return pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL) if entries else b""
 
 
 def split_to_fit(batch: Batch, config: BufferConfig, edges: list[int] | None = None) -> int:

@@ -84,7 +84,8 @@ class DistributedStrategy:
                 buffer = BufferConfig(**buffer)
             except TypeError as exc:
                 raise ConfigError(
-                    f"buffer: {exc}; BufferConfig takes num_systems, num_atoms, num_edges"
+                    f"buffer: {exc}; BufferConfig takes num_systems, num_atoms, num_edges, "
+                    "info_bytes"
                 ) from None
         if not isinstance(buffer, BufferConfig):
             raise ConfigError(f"buffer must be a BufferConfig, got {type(buffer).__name__}")
@@ -118,6 +119,11 @@ class DistributedStrategy:
                         f"holds {self.buffer.num_edges} (BufferConfig.num_edges); raise num_edges "
                         f"or set it to 0 (unbounded)"
                     )
+        from .buffers import check_info_fits
+
+        for k in sampler.order:  # each system's info must fit one message's info room
+            atoms = sampler.dataset[int(k)]
+            check_info_fits(getattr(atoms, "info", None), int(k), self.buffer)
         if (
             len(self.pipeline.edges) == 0
             and self.pipeline.num_ranks > 1

@@ -59,11 +59,13 @@ from .buffers import (
     H_FLAGS,
     H_KIND,
     H_MAGIC,
+    INFO_OVERHEAD,
     KIND_CREDIT,
     KIND_DATA,
     MAGIC,
     BufferConfig,
     MessageLayout,
+    check_info_fits,
     schema_digest,
     schema_of,
 )
@@ -473,9 +475,19 @@ class PipelineWorker:
             return {}
         credit = {d: list(self.down_credit[d]) for d in self.downs}
         room = {
-            d: [self.buffer.num_atoms, self.buffer.num_systems, self.buffer.num_edges]
+            d: [
+                self.buffer.num_atoms,
+                self.buffer.num_systems,
+                self.buffer.num_edges,
+                self.buffer.info_bytes - INFO_OVERHEAD,
+            ]
             for d in self.downs
         }
+        ids = self.outbox.system_id.tolist()
+        info = [  # raises, naming the fix, for a system no message could carry
+            check_info_fits(self.outbox.info.get(sid), sid, self.buffer) if self.outbox.info else 0
+            for sid in ids
+        ]
         edges = (  # a message's summed neighbour pairs are bounded too (0: unbounded)
             batch_pair_counts(self.outbox, self.sim.model.cutoff + self.sim.model.neighbors.skin)
             if self.buffer.num_edges
@@ -493,6 +505,7 @@ class PipelineWorker:
                 and room[d][0] >= n
                 and room[d][1] >= 1
                 and (not self.buffer.num_edges or room[d][2] >= e)
+                and room[d][3] >= info[row]
             ]
             if not fits or left:  # keep FIFO order: once one waits, later ones wait too
                 left.append(row)
@@ -504,6 +517,7 @@ class PipelineWorker:
             room[d][0] -= n
             room[d][1] -= 1
             room[d][2] -= e
+            room[d][3] -= info[row]
         parts = {d: self.outbox.select(rows) for d, rows in chosen.items() if rows}
         self.outbox = self.outbox.select(left) if left else None
         return parts
