@@ -273,6 +273,7 @@ def _to_numpy(batch: Batch) -> dict[str, Any]:
     return {
         "atom": {k: v.detach().cpu().numpy() for k, v in batch.atom.items()},
         "system": {k: v.detach().cpu().numpy() for k, v in batch.system.items()},
+        "info": batch.info,
     }
 
 
@@ -280,6 +281,7 @@ def _from_numpy(data: dict[str, Any]) -> Batch:
     return Batch(
         {k: torch.from_numpy(v) for k, v in data["atom"].items()},
         {k: torch.from_numpy(v) for k, v in data["system"].items()},
+        data.get("info"),
     )
 
 
