@@ -200,33 +200,39 @@ class NeighborList:
         order = _canonical_order(i, j, ishift, batch.num_atoms)
         i, j, shift, system, ishift = i[order], j[order], shift[order], system[order], ishift[order]
         n_sys = batch.num_systems
-        old_counts = torch.bincount(self._system, minlength=n_sys)
+        cpu_aids = self._aids[0] is not None and batch.device.type == "cpu"
+        old_counts = self._aids[1] if cpu_aids else torch.bincount(self._system, minlength=n_sys)
         new_counts = torch.bincount(system, minlength=n_sys)
-        old_start = (torch.cumsum(old_counts, 0) - old_counts).tolist()
-        new_start = (torch.cumsum(new_counts, 0) - new_counts).tolist()
-        old_counts_l, new_counts_l = old_counts.tolist(), new_counts.tolist()
-        cuts: list[tuple[str, int, int]] = []  # (which list, start, stop)
+        table = torch.stack(
+            [old_counts, new_counts, torch.cumsum(old_counts, 0), torch.cumsum(new_counts, 0)]
+        )
+        old_n, new_n, old_end, new_end = table.tolist()  # the one host copy of the splice
+        cuts: list[tuple[int, int, int]] = []  # (0: old list | 1: new list, start, stop)
         pos = 0
         for r in rows:
-            cuts.append(("old", pos, old_start[r]))
-            cuts.append(("new", new_start[r], new_start[r] + new_counts_l[r]))
-            pos = old_start[r] + old_counts_l[r]
-        cuts.append(("old", pos, len(self._i)))
+            cuts.append((0, pos, old_end[r] - old_n[r]))
+            cuts.append((1, new_end[r] - new_n[r], new_end[r]))
+            pos = old_end[r]
+        cuts.append((0, pos, len(self._i)))
+        cuts = [c for c in cuts if c[2] > c[1]]
+
+        def merge(old: torch.Tensor, new: torch.Tensor, width: int = 1) -> torch.Tensor:
+            parts = [(new if src else old)[a * width : b * width] for src, a, b in cuts]
+            return torch.cat(parts) if parts else old[:0]
+
         olds = (self._i, self._j, self._shift, self._system, self._ishift)
         news = (i, j, shift, system, ishift)
-        merged = [
-            torch.cat([(o if src == "old" else n)[a:b] for src, a, b in cuts if b > a] or [o[:0]])
-            for o, n in zip(olds, news)
-        ]
-        self._i, self._j, self._shift, self._system, self._ishift = merged
-        if self._aids[0] is not None and batch.device.type == "cpu":
-            atom_counts, system_counts, _ = self._aids
+        self._i, self._j, self._shift, self._system, self._ishift = (
+            merge(o, n) for o, n in zip(olds, news)
+        )
+        if cpu_aids:
+            atom_counts, system_counts, j_flat = self._aids
             amask = need[batch.system_idx]
             atom_counts = torch.where(
                 amask, torch.bincount(i, minlength=batch.num_atoms), atom_counts
             )
             system_counts = torch.where(need, new_counts, system_counts)
-            self._aids = (atom_counts, system_counts, _flat3(self._j))
+            self._aids = (atom_counts, system_counts, merge(j_flat, _flat3(j), 3))
         else:
             self._set_aids(batch)
 
