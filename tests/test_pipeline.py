@@ -10,6 +10,7 @@ against where there is one (REFERENCE.md section 1).
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -545,6 +546,39 @@ def test_failing_rank_stops_every_rank_and_keeps_results(tmp_path, monkeypatch, 
         assert torch.equal(stored.positions, ref.positions)
         assert torch.equal(stored.velocities, ref.velocities)
         assert torch.equal(stored.energy, ref.energy)
+
+
+def test_failure_with_several_writer_ranks_merges_what_they_finished(tmp_path):
+    """Fan-out 1 -> 2 with a ZarrSink: when one MD rank fails, what both MD ranks had
+    committed is merged into the store the user named (the per-rank stores go away:
+    there is no checkpoint to resume from) and the error says so."""
+    path = tmp_path / "results.zarr"
+    plan = Pipeline(stages={0: relax(), 1: md(), 2: md()}, edges=[(0, 1), (0, 2)])
+    sim = al.Simulator(
+        model=FailingLJ(2, 15, epsilon=0.0104, sigma=3.40, cutoff=6.0),
+        stages=plan,
+        strategy="pipeline",
+        devices=3,
+        start_method="fork",
+        sync_every=SYNC_EVERY,
+        timeout=TIMEOUT,
+        buffer=BufferConfig(16, MAX_ATOMS),
+        sinks=[ZarrSink(path)],
+    )
+    with pytest.raises(PipelineError, match=r"rank 2 failed: RuntimeError: boom") as info:
+        sim.run(SizeAwareSampler(data(40), max_atoms=MAX_ATOMS))
+    match = re.search(
+        r"the (\d+) systems finished before the failure were merged into", str(info.value)
+    )
+    assert match, str(info.value)
+    stored = ZarrSink(path).read_batch()
+    assert stored is not None and stored.num_systems == int(match.group(1)) > 0
+    ids = stored.system_id.tolist()
+    assert ids == sorted(set(ids))  # each once, in system_id order
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.zarr"]
+    ref = fused(("relax", "md"), n=40).select(stored.system_id)
+    assert torch.equal(stored.positions, ref.positions)
+    assert torch.equal(stored.energy, ref.energy)
 
 
 class StallingLJ(LennardJones):

@@ -30,7 +30,7 @@ from ..stages import Pipeline
 from ..state import Batch
 from .buffers import BufferConfig
 from .launch import StartMethod, launch, rank_device
-from .pipeline import CommMode, HistoryLayout, PipelineWorker
+from .pipeline import CommMode, HistoryLayout, PipelineError, PipelineWorker
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
@@ -157,14 +157,43 @@ class DistributedStrategy:
         the newest exchange round all ranks have a checkpoint of."""
         self.validate(sampler, sim.model.cutoff + sim.model.neighbors.skin)
         world = self.pipeline.num_ranks
-        out = launch(
-            lambda rank, local: self._rank_main(sim, sampler, rank, local, resume),
-            world,
-            self.accelerator,
-            self.start_method,
-            self.timeout_s,
-        )
+        try:
+            out = launch(
+                lambda rank, local: self._rank_main(sim, sampler, rank, local, resume),
+                world,
+                self.accelerator,
+                self.start_method,
+                self.timeout_s,
+            )
+        except PipelineError as exc:
+            note = self._salvage(sim)
+            if not note:
+                raise
+            raise PipelineError(exc.rank, f"{exc.message}; {note}") from exc
         return _results_from(out, sim)
+
+    def _salvage(self, sim: Simulator) -> str:
+        """After a failed run with several writing ranks, merge what each committed to its
+        own store into the store the user named, so finished systems are where they are
+        expected.  The per-rank stores stay when a Checkpoint callback can resume the run
+        (a resume continues them); otherwise they are removed.  Returns a note for the
+        error message (empty when there was nothing to merge)."""
+        sink_ranks = self.pipeline.sinks()
+        if len(sink_ranks) < 2 or not sim.sinks:
+            return ""
+        from ..callbacks import Checkpoint
+
+        resumable = any(isinstance(cb, Checkpoint) for cb in sim.callbacks)
+        notes = []
+        for s in sim.sinks:
+            if not isinstance(s, ZarrSink):
+                continue
+            parts = [
+                str(s.path.with_name(f"{s.path.stem}.rank{r}{s.path.suffix}")) for r in sink_ranks
+            ]
+            n = _merge_parts(sim, s.path, s.mode, parts, remove=not resumable)
+            notes.append(f"the {n} systems finished before the failure were merged into {s.path}")
+        return "; ".join(notes)
 
     # ---------------------------------------------------------------- per rank
     def _rank_main(
@@ -252,21 +281,29 @@ def _merge_stores(sim: Simulator, gathered: list[Any], several_writers: bool) ->
                 if Path(p).name.startswith(s.final_path.stem + ".rank")
             }
         )
-        batches = [
-            b
-            for p in parts
-            if Path(p).exists()
-            for b in [ZarrSink(p).read_batch()]
-            if b is not None
-        ]
-        final = ZarrSink(s.final_path, mode=s.final_mode)
-        final.open(sim.run_info())
-        if batches:
-            merged = Batch.concatenate(batches)
-            final.write(merged.select(torch.argsort(merged.system_id, stable=True)))
-        final.close()
+        _merge_parts(sim, s.final_path, s.final_mode, parts, remove=True)
+
+
+def _merge_parts(
+    sim: Simulator, final_path: Path, mode: str, parts: list[str], remove: bool
+) -> int:
+    """Write the committed systems of the per-rank ``parts`` into one store at
+    ``final_path`` (``system_id`` order); returns how many systems it holds."""
+    batches = [
+        b for p in parts if Path(p).exists() for b in [ZarrSink(p).read_batch()] if b is not None
+    ]
+    final = ZarrSink(final_path, mode=mode)
+    final.open(sim.run_info())
+    n = 0
+    if batches:
+        merged = Batch.concatenate(batches)
+        final.write(merged.select(torch.argsort(merged.system_id, stable=True)))
+        n = merged.num_systems
+    final.close()
+    if remove:
         for p in parts:
             shutil.rmtree(p, ignore_errors=True)
+    return n
 
 
 def _to_numpy(batch: Batch) -> dict[str, Any]:
