@@ -11,7 +11,10 @@ ZarrSink layout (zarr v3, one store for all systems; ragged per-atom data kept f
     atoms/{positions, forces, velocities, masses, atomic_numbers, tags, fixed}   [A, ...]
     systems/{system_id, energy, stress, cell, pbc, n_atoms, atom_offset, status,
              steps, converged, exit_code, stage_steps, stage_exit, nan_flags}    [S, ...]
-    attrs: n_systems, n_atoms (the commit marker), schema, config, versions, stages
+    systems/info   [S] strings: each system's info as JSON (input ase.Atoms.info,
+                   error texts; "" when none -- see alchemi_lit.info_codec)
+    attrs: n_systems, n_atoms (the commit marker), schema, config, versions, stages,
+           errors (system_id -> why it was quarantined)
 
 Rows beyond ``attrs["n_systems"]`` / ``attrs["n_atoms"]`` are uncommitted (a write
 interrupted mid-way); readers ignore them and the next write overwrites them, so a
@@ -30,6 +33,7 @@ import torch
 from loguru import logger
 
 from .errors import ConfigError
+from .info_codec import info_from_json, info_to_json
 from .state import Batch
 
 ATOM_COLUMNS = ("positions", "forces", "velocities", "masses", "atomic_numbers", "tags", "fixed")
@@ -208,6 +212,8 @@ class ZarrSink(Sink):
             self._put(group, f"atoms/{name}", data, n_atom0)
         for name, data in systems.items():
             self._put(group, f"systems/{name}", data, n_sys0)
+        infos = [info_to_json(host.info.get(sid)) for sid in systems["system_id"].tolist()]
+        self._put(group, "systems/info", np.array(infos, dtype=object), n_sys0)
         errors = {
             str(sid): host.info[sid]["error"]
             for sid in systems["system_id"].tolist()
@@ -234,9 +240,8 @@ class ZarrSink(Sink):
                 arr.resize((end, *arr.shape[1:]))
         else:
             chunk = (max(1024, len(data)), *data.shape[1:])
-            arr = group.create_array(
-                name, shape=(end, *data.shape[1:]), dtype=data.dtype, chunks=chunk
-            )
+            dtype = str if data.dtype == object else data.dtype  # object: JSON strings
+            arr = group.create_array(name, shape=(end, *data.shape[1:]), dtype=dtype, chunks=chunk)
         if len(data):
             arr[start:end] = data
 
@@ -275,8 +280,14 @@ def read_results(path: str | Path) -> Batch | None:
     index = np.concatenate([np.arange(o, o + c) for o, c in zip(offsets, counts)]) if n_sys else []
     atom = {k: v[torch.as_tensor(index, dtype=torch.long)] for k, v in atom.items()}
     atom["system_idx"] = torch.repeat_interleave(torch.arange(n_sys), system["n_atoms"])
-    errors = dict(group.attrs.get("errors", {}))
-    info = {int(k): {"error": v} for k, v in errors.items()}
+    info: dict[int, dict[str, Any]] = {}
+    if "systems/info" in group:  # stores written before info was kept have none
+        texts = np.asarray(group["systems/info"][:n_sys]).tolist()
+        for sid, text in zip(system["system_id"].tolist(), texts):
+            if text:
+                info[int(sid)] = info_from_json(str(text))
+    for k, v in dict(group.attrs.get("errors", {})).items():
+        info.setdefault(int(k), {})["error"] = v
     batch = Batch(atom, system, info)
     return batch.select(torch.argsort(batch.system_id, stable=True))
 
@@ -286,11 +297,13 @@ def batch_state(batch: Batch) -> dict[str, Any]:
     return {
         "atom": {k: v.detach().cpu() for k, v in batch.atom.items()},
         "system": {k: v.detach().cpu() for k, v in batch.system.items()},
+        "info": {str(sid): info_to_json(v) for sid, v in batch.info.items() if v},
     }
 
 
 def batch_from_state(state: dict[str, Any]) -> Batch:
-    return Batch(dict(state["atom"]), dict(state["system"]))
+    info = {int(sid): info_from_json(text) for sid, text in state.get("info", {}).items()}
+    return Batch(dict(state["atom"]), dict(state["system"]), info)
 
 
 class SinkChain:

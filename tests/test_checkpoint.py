@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -24,6 +25,8 @@ from alchemi_lit.models import LennardJones
 from alchemi_lit.sinks import HostMemory, ZarrSink
 
 DATA = mixed_argon(24, 8, 50, seed=2)
+for _k, _a in enumerate(DATA):  # user metadata must survive stores and resumes
+    _a.info.update(material_id=f"m-{_k}", weights=np.arange(3, dtype=np.float32) * _k)
 
 
 class Crash(Exception):
@@ -60,6 +63,15 @@ def assert_batches_equal(a: al.Batch, b: al.Batch) -> None:
                 x.is_floating_point() and torch.equal(x.nan_to_num(7.0), y.nan_to_num(7.0))
             )
             assert same, key
+    assert sorted(a.info) == sorted(b.info)
+    for sid, info in a.info.items():
+        other = b.info[sid]
+        assert sorted(info) == sorted(other), sid
+        for key, value in info.items():
+            if isinstance(value, np.ndarray):
+                assert value.dtype == other[key].dtype and np.array_equal(value, other[key])
+            else:
+                assert value == other[key], (sid, key)
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +101,10 @@ def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step):
     assert_batches_equal(ref.batch, resumed.batch)
     total = len(ZarrSink(tmp_path / "res.zarr")) + len(resumed)
     assert total == len(DATA)
+    stored = ZarrSink(tmp_path / "res.zarr").read_batch()
+    for sid in stored.system_id.tolist():
+        assert stored.info[sid]["material_id"] == f"m-{sid}"
+        assert stored.info[sid]["weights"].tolist() == [0.0, sid, 2.0 * sid]
     for sid in (0, 11, 23):
         frames_a = read_trajectory(ref_dir / "traj.zarr", sid)
         frames_b = read_trajectory(tmp_path / "traj.zarr", sid)

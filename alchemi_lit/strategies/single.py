@@ -152,7 +152,6 @@ class SingleDeviceStrategy:
             "precision": sim.precision,
             "model": type(sim.model).__name__,
             "batch": batch_state(ctx.batch),
-            "info": json.dumps({str(k): v for k, v in ctx.batch.info.items()}, default=str),
             "sampler": None
             if sampler is None
             else {**sampler.state_dict(), "digest": sampler_digest(sampler)},
@@ -215,7 +214,8 @@ class SingleDeviceStrategy:
         restore_callback_states(hooks.callbacks, state["callbacks"])
         self.inflight_edges = int(state["inflight_edges"])
         batch = batch_from_state(state["batch"]).to(device=self.device)
-        batch.info.update({int(k): v for k, v in json.loads(state["info"]).items()})
+        if "info" not in state["batch"] and "info" in state:  # checkpoints before info_codec
+            batch.info.update({int(k): v for k, v in json.loads(state["info"]).items()})
         return batch
 
     # ---------------------------------------------------------------- loop
