@@ -19,4 +19,21 @@ def row_dot(a: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     return prod @ prod.new_ones(prod.shape[-1])
 
 
-__all__ = ["row_dot"]
+def row_sum(a: torch.Tensor) -> torch.Tensor:
+    """Row sums of an ``[N, k]`` tensor (see the module docstring for why not ``sum(-1)``)."""
+    return a @ a.new_ones(a.shape[-1])
+
+
+def may_be_set(mask: torch.Tensor) -> bool:
+    """False only when ``mask`` is known to hold no True element at no cost.
+
+    On CPU reading a tensor costs nothing, so masked work whose mask is empty (an MD
+    stage initialising systems when none entered it, a NaN guard restoring no system)
+    can be skipped: that work is a sizeable share of a cheap model's step there.  On an
+    accelerator the read would be a host sync, so this returns True and the caller
+    takes its branch-free path -- the results are the same either way.
+    """
+    return mask.device.type != "cpu" or bool(mask.any())
+
+
+__all__ = ["may_be_set", "row_dot", "row_sum"]

@@ -15,7 +15,7 @@ import torch
 from ..hooks import Callback, StepContext
 from ..integrators.base import system_sum
 from ..state import EXIT_QUARANTINED
-from ..tensor_ops import row_dot
+from ..tensor_ops import may_be_set, row_dot
 
 NAN_ENERGY, NAN_FORCES, NAN_POSITIONS = 1, 2, 4
 
@@ -54,6 +54,8 @@ class NaNGuard(Callback):
         bad_r = ~torch.isfinite(system_sum(b, row_dot(b.positions)))
         flags = bad_e.long() * NAN_ENERGY + bad_f.long() * NAN_FORCES + bad_r.long() * NAN_POSITIONS
         bad = (flags > 0) & (b.status != ctx.state["exit_code"])  # already out: leave as is
+        if not may_be_set(bad):
+            return
         am = b.atom_mask(bad).unsqueeze(-1)
         pos, vel, frc, en = self._saved
         b.positions = torch.where(am, pos, b.positions)

@@ -29,6 +29,7 @@ import torch
 from .. import random as rng
 from ..convergence import Criterion
 from ..state import Batch
+from ..tensor_ops import row_sum
 from ..units import fs, kB
 
 if TYPE_CHECKING:
@@ -188,7 +189,7 @@ class MDIntegrator(Integrator):
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
         super().init_systems(batch, mask)
         if self.temperature is not None:
-            still = system_sum(batch, batch.velocities.abs().sum(-1)) == 0
+            still = system_sum(batch, row_sum(batch.velocities.abs())) == 0
             maxwell_boltzmann(batch, mask & still, self.temperature, self.seed)
 
     # building blocks shared by the MD integrators -----------------------------

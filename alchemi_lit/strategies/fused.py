@@ -38,6 +38,7 @@ from ..state import (
     EXIT_RUNNING,
     Batch,
 )
+from ..tensor_ops import may_be_set
 
 H = HookStageEnum
 
@@ -139,10 +140,16 @@ class FusedLoop:
             forces = forces.masked_fill(batch.fixed.unsqueeze(-1), 0.0)
         # systems that left the plan keep the results they left with until they graduate
         done = batch.status == self.plan.exit
-        batch.forces = torch.where(batch.atom_mask(done).unsqueeze(-1), batch.forces, forces)
-        batch.energy = torch.where(done, batch.energy, out["energy"])
-        if "stress" in out:
-            batch.stress = torch.where(done.view(-1, 1, 1), batch.stress, out["stress"])
+        if may_be_set(done):
+            forces = torch.where(batch.atom_mask(done).unsqueeze(-1), batch.forces, forces)
+            energy = torch.where(done, batch.energy, out["energy"])
+            if "stress" in out:
+                batch.stress = torch.where(done.view(-1, 1, 1), batch.stress, out["stress"])
+        else:
+            energy = out["energy"]
+            if "stress" in out:
+                batch.stress = out["stress"]
+        batch.forces, batch.energy = forces, energy
         ctx.outputs = out
 
     def _isolate_failure(
@@ -259,11 +266,13 @@ class FusedLoop:
             if stage.criterion is not None:
                 stage.criterion.update(batch, mask & ~leave)
             reason = torch.full_like(batch.exit_code, EXIT_COMPLETED)
+            someone_leaves = may_be_set(leave)  # False: nothing below changes a value
             if stage.is_optimizer:
                 reason = torch.where(done_conv, EXIT_CONVERGED, EXIT_MAX_STEPS)
-                batch.velocities = batch.velocities.masked_fill(
-                    batch.atom_mask(leave).unsqueeze(-1), 0.0
-                )
+                if someone_leaves:
+                    batch.velocities = batch.velocities.masked_fill(
+                        batch.atom_mask(leave).unsqueeze(-1), 0.0
+                    )
             col = self.offset + i
             batch.stage_exit[:, col] = torch.where(leave, reason, batch.stage_exit[:, col])
             batch.stage_steps[:, col] = torch.where(leave, batch.step, batch.stage_steps[:, col])
@@ -275,7 +284,7 @@ class FusedLoop:
             if ctx is not None:
                 ctx.exited = leave if ctx.exited is None else ctx.exited | leave
                 ctx.converged = done_conv if ctx.converged is None else ctx.converged | done_conv
-            if i + 1 < len(plan):
+            if i + 1 < len(plan) and someone_leaves:
                 plan.stages[i + 1].init_systems(batch, leave)
 
     def _all_optimizers_converged(
