@@ -98,12 +98,13 @@ def atom_normals(
     k0 = (system_id ^ (seed & _MASK32)) & _MASK32
     k1 = ((system_id >> 32) ^ ((seed >> 32) & _MASK32) ^ 0x5BD1E995) & _MASK32
     ks0, ks1 = key_schedule(k0, k1)
-    st = step[system_idx]
+    st = step.index_select(0, system_idx)  # index_select: 2-3x faster than step[idx] on CPU
     c0 = local_index & _MASK32
     c1 = st & _MASK32
     c2 = (st >> 32) & _MASK32
     c3 = torch.full_like(c0, purpose & _MASK32)
-    x0, x1, x2, x3 = philox4x32(c0, c1, c2, c3, ks0[system_idx], ks1[system_idx])
+    ks0, ks1 = ks0.index_select(0, system_idx), ks1.index_select(0, system_idx)
+    x0, x1, x2, x3 = philox4x32(c0, c1, c2, c3, ks0, ks1)
     u0, u1, u2, u3 = _uniform(x0), _uniform(x1), _uniform(x2), _uniform(x3)
     r0 = torch.sqrt(-2.0 * torch.log(u0))
     r1 = torch.sqrt(-2.0 * torch.log(u2))
@@ -120,4 +121,6 @@ def atom_normals(
 
 def local_atom_index(system_idx: torch.Tensor, ptr: torch.Tensor) -> torch.Tensor:
     """Index of each atom inside its own system (0..n_atoms-1)."""
-    return torch.arange(system_idx.shape[0], device=system_idx.device) - ptr[system_idx]
+    return torch.arange(system_idx.shape[0], device=system_idx.device) - ptr.index_select(
+        0, system_idx
+    )

@@ -134,7 +134,7 @@ class Integrator:
     def per_atom(batch: Batch, value: Param) -> Param:
         """Like :meth:`per_system` but broadcast to atoms ``[N, 1]``."""
         if isinstance(value, torch.Tensor):
-            return value[batch.system_idx].unsqueeze(-1) if value.dim() else value
+            return value.index_select(0, batch.system_idx).unsqueeze(-1) if value.dim() else value
         return value
 
 
@@ -221,7 +221,7 @@ def maxwell_boltzmann(batch: Batch, mask: torch.Tensor, temperature: Param, seed
     """
     am = batch.atom_mask(mask) & ~batch.fixed
     t = Integrator.per_system(batch, temperature)
-    t_atom = t[batch.system_idx] if isinstance(t, torch.Tensor) else t
+    t_atom = t.index_select(0, batch.system_idx) if isinstance(t, torch.Tensor) else t
     z = rng.atom_normals(
         seed,
         batch.system_id,
@@ -239,5 +239,7 @@ def maxwell_boltzmann(batch: Batch, mask: torch.Tensor, temperature: Param, seed
     m = batch.masses.unsqueeze(-1) * am.unsqueeze(-1)
     p_tot = system_sum(batch, m * v)
     m_tot = system_sum(batch, m[:, 0]).clamp_min(1e-30)
-    v = torch.where(am.unsqueeze(-1), v - (p_tot / m_tot.unsqueeze(-1))[batch.system_idx], v)
+    v = torch.where(
+        am.unsqueeze(-1), v - (p_tot / m_tot.unsqueeze(-1)).index_select(0, batch.system_idx), v
+    )
     batch.velocities = torch.where(batch.atom_mask(mask).unsqueeze(-1), v, batch.velocities)

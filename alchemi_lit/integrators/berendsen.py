@@ -45,14 +45,14 @@ class Berendsen(MDIntegrator):
         am3 = am.unsqueeze(-1)
         dt = self.dt_tensor(batch)
         lam = self.scale_factor(batch)
-        scaled = batch.velocities * lam[batch.system_idx].unsqueeze(-1)
+        scaled = batch.velocities * lam.index_select(0, batch.system_idx).unsqueeze(-1)
         batch.velocities = torch.where(am3, scaled, batch.velocities)
         self.kick(batch, am, 0.5 * dt)
         if self.fixcm:  # ASE: p -= sum(p) / N over the (free) atoms
             m = batch.masses.unsqueeze(-1)
             p_sum = system_sum(batch, torch.where(am3, m * batch.velocities, 0.0))
             n = system_sum(batch, am.to(batch.dtype)).clamp_min(1.0)
-            v = batch.velocities - (p_sum / n.unsqueeze(-1))[batch.system_idx] / m
+            v = batch.velocities - (p_sum / n.unsqueeze(-1)).index_select(0, batch.system_idx) / m
             batch.velocities = torch.where(am3, v, batch.velocities)
         self.drift(batch, am, dt)
 

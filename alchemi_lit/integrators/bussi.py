@@ -51,7 +51,7 @@ class Bussi(MDIntegrator):
         am = self.atom_mask(batch, mask)
         dt = self.dt_tensor(batch)
         alpha = self.alpha(batch)
-        scaled = batch.velocities * alpha[batch.system_idx].unsqueeze(-1)
+        scaled = batch.velocities * alpha.index_select(0, batch.system_idx).unsqueeze(-1)
         batch.velocities = torch.where(am.unsqueeze(-1), scaled, batch.velocities)
         self.kick(batch, am, 0.5 * dt)
         self.drift(batch, am, dt)
@@ -86,7 +86,7 @@ def bussi_noise(batch: Batch, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     first = torch.full_like(batch.n_atoms, big).scatter_reduce(
         0, batch.system_idx, torch.where(free, local, big), "amin", include_self=True
     )
-    is_first = free & (local == first[batch.system_idx])
+    is_first = free & (local == first.index_select(0, batch.system_idx))
     r1 = system_sum(batch, torch.where(is_first, z[:, 0], torch.zeros_like(z[:, 0])))
     sq = z * z
     sq[:, 0] = torch.where(is_first, torch.zeros_like(sq[:, 0]), sq[:, 0])

@@ -97,9 +97,11 @@ class FIRE(Integrator):
         scale = torch.where(
             f_norm > 0, alpha * v_norm / f_norm.clamp_min(1e-300), torch.zeros_like(f_norm)
         )
-        v_mixed = (1.0 - alpha)[sidx].unsqueeze(-1) * v + scale[sidx].unsqueeze(-1) * f
-        v = torch.where(downhill[sidx].unsqueeze(-1), v_mixed, v)
-        v = torch.where(uphill[sidx].unsqueeze(-1), torch.zeros_like(v), v)
+        v_mixed = (1.0 - alpha).index_select(0, sidx).unsqueeze(-1) * v + scale.index_select(
+            0, sidx
+        ).unsqueeze(-1) * f
+        v = torch.where(downhill.index_select(0, sidx).unsqueeze(-1), v_mixed, v)
+        v = torch.where(uphill.index_select(0, sidx).unsqueeze(-1), torch.zeros_like(v), v)
         grow = downhill & (n > self.n_min)
         dt = torch.where(grow, (dt * self.finc).clamp_max(self.dtmax), dt)
         alpha = torch.where(grow, alpha * self.fa, alpha)
@@ -109,7 +111,7 @@ class FIRE(Integrator):
         n = torch.where(uphill, torch.zeros_like(n), n)
 
         # Euler step and step-length control
-        dt_atom = dt[sidx].unsqueeze(-1)
+        dt_atom = dt.index_select(0, sidx).unsqueeze(-1)
         if self.mode == "ase":
             v = v + dt_atom * f
             dr = dt_atom * v
@@ -117,7 +119,7 @@ class FIRE(Integrator):
             shrink = torch.where(
                 norm > self.maxstep, self.maxstep / norm.clamp_min(1e-300), torch.ones_like(norm)
             )
-            dr = dr * shrink[sidx].unsqueeze(-1)
+            dr = dr * shrink.index_select(0, sidx).unsqueeze(-1)
         else:
             v = v + dt_atom * f / batch.masses.unsqueeze(-1)
             dr = dt_atom * v

@@ -119,35 +119,39 @@ class FIRE2(Integrator):
         n = torch.where(uphill, torch.zeros_like(n), n)
         dt = torch.where(uphill, (dt * self.fdec).clamp_min(self.dtmin), dt)
         a = torch.where(uphill, torch.full_like(a, self.astart), a)
-        up_atoms = uphill[sidx].unsqueeze(-1)
-        x = torch.where(up_atoms, x - 0.5 * dt[sidx].unsqueeze(-1) * v, x)
+        up_atoms = uphill.index_select(0, sidx).unsqueeze(-1)
+        x = torch.where(up_atoms, x - 0.5 * dt.index_select(0, sidx).unsqueeze(-1) * v, x)
         v = torch.where(up_atoms, torch.zeros_like(v), v)
 
         # 2. semi-implicit Euler with velocity mixing, for systems not stepping back
         euler = mask & ~uphill
-        dt_atom = dt[sidx].unsqueeze(-1)
+        dt_atom = dt.index_select(0, sidx).unsqueeze(-1)
         v_new = v + dt_atom * f
         f_norm = system_sum(batch, row_dot(f)).sqrt()
         v_norm = system_sum(batch, row_dot(v_new)).sqrt()
-        unit_f = f / f_norm.clamp_min(1e-300)[sidx].unsqueeze(-1)
-        v_mix = (1.0 - a)[sidx].unsqueeze(-1) * v_new + (a * v_norm)[sidx].unsqueeze(-1) * unit_f
+        unit_f = f / f_norm.clamp_min(1e-300).index_select(0, sidx).unsqueeze(-1)
+        v_mix = (1.0 - a).index_select(0, sidx).unsqueeze(-1) * v_new + (a * v_norm).index_select(
+            0, sidx
+        ).unsqueeze(-1) * unit_f
         if self.use_abc:
             a_c = a.clamp_min(1e-10)
             a = torch.where(euler, a_c, a)
-            v_mix = (1.0 - a_c)[sidx].unsqueeze(-1) * v_new + (a_c * v_norm)[sidx].unsqueeze(
-                -1
-            ) * unit_f
+            v_mix = (1.0 - a_c).index_select(0, sidx).unsqueeze(-1) * v_new + (
+                a_c * v_norm
+            ).index_select(0, sidx).unsqueeze(-1) * unit_f
             bias = 1.0 / (1.0 - (1.0 - a_c) ** (n + 1).to(a_c.dtype))
-            vmax = (self.maxstep / dt)[sidx].unsqueeze(-1)
-            v_new = torch.minimum(torch.maximum(bias[sidx].unsqueeze(-1) * v_mix, -vmax), vmax)
+            vmax = (self.maxstep / dt).index_select(0, sidx).unsqueeze(-1)
+            v_new = torch.minimum(
+                torch.maximum(bias.index_select(0, sidx).unsqueeze(-1) * v_mix, -vmax), vmax
+            )
             dr = dt_atom * v_new
         else:
             v_new = v_mix
             dr = dt_atom * v_new
             norm = system_sum(batch, row_dot(dr)).sqrt()
             shrink = torch.where(norm > self.maxstep, self.maxstep / norm.clamp_min(1e-300), 1.0)
-            dr = dr * shrink[sidx].unsqueeze(-1)
-        e_atoms = euler[sidx].unsqueeze(-1)
+            dr = dr * shrink.index_select(0, sidx).unsqueeze(-1)
+        e_atoms = euler.index_select(0, sidx).unsqueeze(-1)
         v = torch.where(e_atoms, v_new, v)
         x = torch.where(e_atoms, x + dr, x)
 

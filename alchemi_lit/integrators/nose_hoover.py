@@ -156,7 +156,7 @@ class NoseHooverChain(MDIntegrator):
         m2 = mask.unsqueeze(-1)
         setattr(batch, self.eta_field, torch.where(m2, torch.stack(eta, -1), old_eta))
         setattr(batch, self.p_eta_field, torch.where(m2, torch.stack(p, -1), old_p))
-        scaled = v * scale[batch.system_idx].unsqueeze(-1)
+        scaled = v * scale.index_select(0, batch.system_idx).unsqueeze(-1)
         batch.velocities = torch.where(am.unsqueeze(-1), scaled, v)
 
     def thermostat_energy(self, batch: Batch) -> torch.Tensor:

@@ -182,7 +182,7 @@ class NeighborList:
             self._set_aids(batch)
         else:
             self._splice(batch, need, rows.tolist(), new)
-            amask = need[batch.system_idx]
+            amask = need.index_select(0, batch.system_idx)
             self._ref_positions[amask] = batch.positions.detach()[amask]
             self._ref_cell[need] = batch.cell.detach()[need]
         self.num_builds += len(rows)
@@ -227,7 +227,7 @@ class NeighborList:
         )
         if cpu_aids:
             atom_counts, system_counts, j_flat = self._aids
-            amask = need[batch.system_idx]
+            amask = need.index_select(0, batch.system_idx)
             atom_counts = torch.where(
                 amask, torch.bincount(i, minlength=batch.num_atoms), atom_counts
             )
