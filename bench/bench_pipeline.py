@@ -10,7 +10,8 @@ Workload: 96 fcc argon crystals of 108 atoms (noise 0.1 Å, seed 0), LJ (ε 0.01
 FIRE steps then the MD steps in every mode, so the total work is the same.
 
 * **pipeline, 2 ranks**: ``stages=relax | md``, ``strategy="pipeline"``, ``devices=2``,
-  gloo, ``start_method="fork"`` (each rank one torch thread, as forked ranks must),
+  gloo, ``comm_mode="async_recv"`` (``--comm-mode`` to compare the others),
+  ``start_method="fork"`` (each rank one torch thread, as forked ranks must),
   ``BufferConfig(num_systems=16, num_atoms=1728)``, each rank's batch budget
   ``SizeAwareSampler(max_atoms=1728)``.  Rank 0 relaxes and streams relaxed systems to
   rank 1, which runs MD.
@@ -73,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fmax", type=float, default=0.01)
     p.add_argument("--batch-systems", type=int, default=16, help="systems per rank's batch")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--comm-mode", default="sync", choices=["sync", "async_recv", "fully_async"])
+    p.add_argument(
+        "--comm-mode", default="async_recv", choices=["sync", "async_recv", "fully_async"]
+    )
     gate_arguments(p)
     args = p.parse_args(argv)
     setup_threads(2)

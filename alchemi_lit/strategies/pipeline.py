@@ -333,12 +333,14 @@ class PipelineWorker:
 
     def _flush_sends(self, e: _Edge, keep_last: bool) -> None:
         keep = 1 if keep_last else 0
+        t0 = time.perf_counter()
         while len(e.pending_send) > keep:
             req = e.pending_send.pop(0)
             try:
-                req.wait()
+                req.wait()  # a send completes when the peer receives: idle time, too
             except Exception as exc:
                 raise PipelineError(e.peer, f"rank {e.peer} stopped responding ({exc})") from exc
+        self.stats.wait_s += time.perf_counter() - t0
 
     # ================================================================ exchange round
     def exchange(self, batch: Batch) -> bool:
