@@ -24,6 +24,7 @@ store stays valid whatever happens to the process.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -229,8 +230,6 @@ class ZarrSink(Sink):
 
     # ---------------------------------------------------------------- write
     def write(self, batch: Batch) -> None:
-        import time
-
         if not self._pending:
             self._pending_since = time.monotonic()
         self._pending.append(batch.to(device="cpu"))

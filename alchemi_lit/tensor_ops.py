@@ -15,8 +15,7 @@ import torch
 def row_dot(a: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     """Row-wise dot product ``sum_k a[:, k] * b[:, k]`` of ``[N, k]`` tensors (``b=a``
     by default: squared row norms)."""
-    prod = a * a if b is None else a * b
-    return prod @ prod.new_ones(prod.shape[-1])
+    return row_sum(a * a if b is None else a * b)
 
 
 def row_sum(a: torch.Tensor) -> torch.Tensor:

@@ -215,13 +215,13 @@ class MessageLayout:
         return Batch(atom, system, info)
 
 
+_INFO_ENTRY = 16  # per-system framing in the pickled dict (upper bound)
+INFO_OVERHEAD = 32  # the dict's own framing in a message (upper bound)
+
+
 def info_size(info: dict[str, Any] | None) -> int:
     """Bytes one system's ``info`` takes in a message (0 when it has none)."""
     return len(pickle.dumps(info, protocol=pickle.HIGHEST_PROTOCOL)) + _INFO_ENTRY if info else 0
-
-
-_INFO_ENTRY = 16  # per-system framing in the pickled dict (upper bound)
-INFO_OVERHEAD = 32  # the dict's own framing in a message (upper bound)
 
 
 def check_info_fits(info: dict[str, Any] | None, system: int, config: BufferConfig) -> int:

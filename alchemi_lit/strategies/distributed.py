@@ -28,7 +28,7 @@ from ..results import Results
 from ..sinks import HostMemory, ZarrSink
 from ..stages import Pipeline
 from ..state import Batch
-from .buffers import BufferConfig
+from .buffers import BufferConfig, check_info_fits
 from .launch import StartMethod, launch, rank_device
 from .pipeline import CommMode, HistoryLayout, PipelineError, PipelineWorker
 
@@ -119,8 +119,6 @@ class DistributedStrategy:
                         f"holds {self.buffer.num_edges} (BufferConfig.num_edges); raise num_edges "
                         f"or set it to 0 (unbounded)"
                     )
-        from .buffers import check_info_fits
-
         for k in sampler.order:  # each system's info must fit one message's info room
             atoms = sampler.dataset[int(k)]
             check_info_fits(getattr(atoms, "info", None), int(k), self.buffer)
@@ -188,9 +186,7 @@ class DistributedStrategy:
         for s in sim.sinks:
             if not isinstance(s, ZarrSink):
                 continue
-            parts = [
-                str(s.path.with_name(f"{s.path.stem}.rank{r}{s.path.suffix}")) for r in sink_ranks
-            ]
+            parts = [str(_part_path(s.path, r)) for r in sink_ranks]
             n = _merge_parts(sim, s.path, s.mode, parts, remove=not resumable)
             notes.append(f"the {n} systems finished before the failure were merged into {s.path}")
         return "; ".join(notes)
@@ -245,6 +241,11 @@ class DistributedStrategy:
         return gathered
 
 
+def _part_path(path: Path, rank: int) -> Path:
+    """The store rank ``rank`` writes when several ranks write ``path``."""
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
 def _rank_sinks(
     sinks: list[Any] | None, rank: int, several_writers: bool, keep: bool = False
 ) -> list[Any] | None:
@@ -254,7 +255,7 @@ def _rank_sinks(
     out = []
     for s in sinks:
         if isinstance(s, ZarrSink) and several_writers:
-            part = s.path.with_name(f"{s.path.stem}.rank{rank}{s.path.suffix}")
+            part = _part_path(s.path, rank)
             if part.exists() and not keep:  # on resume the part holds committed results
                 shutil.rmtree(part)
             z = ZarrSink(part, mode="w")

@@ -140,16 +140,15 @@ class FusedLoop:
             forces = forces.masked_fill(batch.fixed.unsqueeze(-1), 0.0)
         # systems that left the plan keep the results they left with until they graduate
         done = batch.status == self.plan.exit
+        energy, stress = out["energy"], out.get("stress")
         if may_be_set(done):
             forces = torch.where(batch.atom_mask(done).unsqueeze(-1), batch.forces, forces)
-            energy = torch.where(done, batch.energy, out["energy"])
-            if "stress" in out:
-                batch.stress = torch.where(done.view(-1, 1, 1), batch.stress, out["stress"])
-        else:
-            energy = out["energy"]
-            if "stress" in out:
-                batch.stress = out["stress"]
+            energy = torch.where(done, batch.energy, energy)
+            if stress is not None:
+                stress = torch.where(done.view(-1, 1, 1), batch.stress, stress)
         batch.forces, batch.energy = forces, energy
+        if stress is not None:
+            batch.stress = stress
         ctx.outputs = out
 
     def _isolate_failure(
@@ -265,14 +264,14 @@ class FusedLoop:
             leave = done_conv | out_of_steps
             if stage.criterion is not None:
                 stage.criterion.update(batch, mask & ~leave)
+            if not may_be_set(leave):  # nobody leaves: nothing below would change a value
+                continue
             reason = torch.full_like(batch.exit_code, EXIT_COMPLETED)
-            someone_leaves = may_be_set(leave)  # False: nothing below changes a value
             if stage.is_optimizer:
                 reason = torch.where(done_conv, EXIT_CONVERGED, EXIT_MAX_STEPS)
-                if someone_leaves:
-                    batch.velocities = batch.velocities.masked_fill(
-                        batch.atom_mask(leave).unsqueeze(-1), 0.0
-                    )
+                batch.velocities = batch.velocities.masked_fill(
+                    batch.atom_mask(leave).unsqueeze(-1), 0.0
+                )
             col = self.offset + i
             batch.stage_exit[:, col] = torch.where(leave, reason, batch.stage_exit[:, col])
             batch.stage_steps[:, col] = torch.where(leave, batch.step, batch.stage_steps[:, col])
@@ -284,7 +283,7 @@ class FusedLoop:
             if ctx is not None:
                 ctx.exited = leave if ctx.exited is None else ctx.exited | leave
                 ctx.converged = done_conv if ctx.converged is None else ctx.converged | done_conv
-            if i + 1 < len(plan) and someone_leaves:
+            if i + 1 < len(plan):
                 plan.stages[i + 1].init_systems(batch, leave)
 
     def _all_optimizers_converged(

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -214,8 +213,6 @@ class SingleDeviceStrategy:
         restore_callback_states(hooks.callbacks, state["callbacks"])
         self.inflight_edges = int(state["inflight_edges"])
         batch = batch_from_state(state["batch"]).to(device=self.device)
-        if "info" not in state["batch"] and "info" in state:  # checkpoints before info_codec
-            batch.info.update({int(k): v for k, v in json.loads(state["info"]).items()})
         return batch
 
     # ---------------------------------------------------------------- loop
