@@ -23,6 +23,7 @@ import torch
 from loguru import logger
 
 from .errors import StructureError
+from .segments import Segments
 from .tensor_ops import row_dot
 
 FieldKind = Literal["atom", "system"]
@@ -85,7 +86,7 @@ class Batch:
     attributes (``batch.positions``, ``batch.energy``, ``batch.fire_dt`` ...).
     """
 
-    __slots__ = ("atom", "info", "layout", "system")
+    __slots__ = ("_segments", "atom", "info", "layout", "system")
 
     def __init__(
         self,
@@ -99,6 +100,7 @@ class Batch:
         # A fresh token whenever the set of atoms changes: caches (neighbour lists)
         # compare it by identity to know whether they still describe this batch.
         object.__setattr__(self, "layout", object())
+        object.__setattr__(self, "_segments", None)
 
     # ------------------------------------------------------------------ access
     def __getattr__(self, name: str) -> torch.Tensor:
@@ -109,6 +111,8 @@ class Batch:
         raise AttributeError(f"Batch has no field {name!r}")
 
     def __setattr__(self, name: str, value: torch.Tensor) -> None:
+        if name in ("system_idx", "n_atoms"):
+            object.__setattr__(self, "_segments", None)  # built from these two
         if name in self.atom:
             self._check_shape(name, value, self.num_atoms)
             self.atom[name] = value
@@ -195,6 +199,15 @@ class Batch:
         """Offsets ``[B+1]``: atoms of system row b are ``ptr[b]:ptr[b+1]``."""
         n = self.system["n_atoms"]
         return torch.cat([n.new_zeros(1), torch.cumsum(n, 0)])
+
+    @property
+    def segments(self) -> Segments:
+        """Per-system sums and broadcasts for this batch's atoms (built once, cached)."""
+        if self._segments is None:
+            object.__setattr__(
+                self, "_segments", Segments(self.atom["system_idx"], self.system["n_atoms"])
+            )
+        return self._segments
 
     def atom_mask(self, system_mask: torch.Tensor) -> torch.Tensor:
         """Broadcast a per-system boolean mask ``[B]`` to atoms ``[N]``."""

@@ -35,4 +35,14 @@ def may_be_set(mask: torch.Tensor) -> bool:
     return mask.device.type != "cpu" or bool(mask.any())
 
 
-__all__ = ["may_be_set", "row_dot", "row_sum"]
+def all_set(mask: torch.Tensor) -> bool:
+    """True only when ``mask`` is known to be all True at no cost (on CPU).
+
+    The counterpart of :func:`may_be_set`: an update that covers every row can skip
+    its ``torch.where`` on CPU; on an accelerator this returns False and the caller
+    keeps the masked path.
+    """
+    return mask.device.type == "cpu" and bool(mask.all())
+
+
+__all__ = ["all_set", "may_be_set", "row_dot", "row_sum"]

@@ -29,13 +29,6 @@ def test_philox_matches_random123_known_answers(counter, key, expected):
     assert [int(x) for x in out] == list(expected)
 
 
-@pytest.mark.parametrize(("counter", "key", "expected"), KAT)
-def test_precomputed_key_schedule_gives_the_same_bits(counter, key, expected):
-    ks0, ks1 = rng.key_schedule(*_t(*key))
-    out = rng.philox4x32(*_t(*counter), ks0, ks1)
-    assert [int(x) for x in out] == list(expected)
-
-
 def test_atom_normals_are_standard_normal_and_keyed_per_system():
     n_sys, per = 50, 200
     system_idx = torch.arange(n_sys).repeat_interleave(per)

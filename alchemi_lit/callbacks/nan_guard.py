@@ -13,9 +13,8 @@ from __future__ import annotations
 import torch
 
 from ..hooks import Callback, StepContext
-from ..integrators.base import system_sum
 from ..state import EXIT_QUARANTINED
-from ..tensor_ops import may_be_set, row_dot
+from ..tensor_ops import may_be_set
 
 NAN_ENERGY, NAN_FORCES, NAN_POSITIONS = 1, 2, 4
 
@@ -46,16 +45,21 @@ class NaNGuard(Callback):
         b = ctx.batch
         if self._saved is None or self._saved[0].shape != b.positions.shape:
             return
-        bad_e = ~torch.isfinite(b.energy)
-        # a NaN or inf anywhere in a system makes its sum of squares non-finite: two
-        # products and two per-system sums instead of element-wise isfinite/any passes
-        # (a component above ~1e154 overflows the square and counts as broken, too)
-        bad_f = ~torch.isfinite(system_sum(b, row_dot(b.forces)))
-        bad_r = ~torch.isfinite(system_sum(b, row_dot(b.positions)))
-        flags = bad_e.long() * NAN_ENERGY + bad_f.long() * NAN_FORCES + bad_r.long() * NAN_POSITIONS
-        bad = (flags > 0) & (b.status != ctx.state["exit_code"])  # already out: leave as is
+        # A NaN or inf anywhere in a system makes its sum of squares non-finite, so one
+        # sum over forces and positions (plus the energy) finds every broken system;
+        # which quantity broke is worked out only when one did.  (A component above
+        # ~1e154 overflows the square and counts as broken, too.)
+        seg = b.segments
+        squares = torch.addcmul(b.forces * b.forces, b.positions, b.positions)
+        bad = ~torch.isfinite(seg.sum_xyz(squares) + b.energy)
+        bad &= b.status != ctx.state["exit_code"]  # already out: leave as is
         if not may_be_set(bad):
             return
+        flags = (
+            (~torch.isfinite(b.energy)).long() * NAN_ENERGY
+            + (~torch.isfinite(seg.sum_xyz(b.forces * b.forces))).long() * NAN_FORCES
+            + (~torch.isfinite(seg.sum_xyz(b.positions * b.positions))).long() * NAN_POSITIONS
+        )
         am = b.atom_mask(bad).unsqueeze(-1)
         pos, vel, frc, en = self._saved
         b.positions = torch.where(am, pos, b.positions)

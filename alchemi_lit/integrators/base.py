@@ -29,7 +29,7 @@ import torch
 from .. import random as rng
 from ..convergence import Criterion
 from ..state import Batch
-from ..tensor_ops import row_sum
+from ..tensor_ops import all_set, may_be_set, row_sum
 from ..units import fs, kB
 
 if TYPE_CHECKING:
@@ -51,8 +51,7 @@ class FieldSpec:
 
 def system_sum(batch: Batch, per_atom: torch.Tensor) -> torch.Tensor:
     """Sum per-atom values ``[N]`` (or ``[N, k]``) into systems ``[B]`` (``[B, k]``)."""
-    out = per_atom.new_zeros((batch.num_systems, *per_atom.shape[1:]))
-    return out.index_add_(0, batch.system_idx, per_atom)
+    return batch.segments.sum(per_atom)
 
 
 class Integrator:
@@ -124,17 +123,38 @@ class Integrator:
         return batch.atom_mask(mask) & ~batch.fixed
 
     @staticmethod
+    def moving_atoms(batch: Batch, mask: torch.Tensor) -> torch.Tensor | None:
+        """``[N, 1]`` mask of the atoms a stage moves (for :meth:`masked`), or None
+        when it moves every atom of the batch.
+
+        None is only returned on CPU, where checking is free: an update of the whole
+        batch then needs no ``torch.where``.  On an accelerator the mask is always built.
+        """
+        if all_set(mask) and not may_be_set(batch.fixed):
+            return None
+        return Integrator.atom_mask(batch, mask).unsqueeze(-1)
+
+    @staticmethod
+    def masked(moving: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+        """``new`` for moving atoms (see :meth:`moving_atoms`; an ``[N]`` mask from
+        :meth:`atom_mask` works too), ``old`` elsewhere."""
+        if moving is None:
+            return new
+        return torch.where(moving.unsqueeze(-1) if moving.dim() == 1 else moving, new, old)
+
+    @staticmethod
+    def per_xyz(batch: Batch, value: Param) -> Param:
+        """A :meth:`per_system` value as a contiguous ``[N, 3]`` tensor (numbers pass
+        through): elementwise with positions and forces, no broadcast."""
+        if isinstance(value, torch.Tensor) and value.dim():
+            return batch.segments.to_xyz(value)[0]
+        return value
+
+    @staticmethod
     def per_system(batch: Batch, value: Param) -> Param:
         """A parameter as a Python number, or a ``[B]`` tensor gathered by ``system_id``."""
         if isinstance(value, torch.Tensor):
             return value.to(device=batch.device, dtype=batch.dtype)[batch.system_id]
-        return value
-
-    @staticmethod
-    def per_atom(batch: Batch, value: Param) -> Param:
-        """Like :meth:`per_system` but broadcast to atoms ``[N, 1]``."""
-        if isinstance(value, torch.Tensor):
-            return value.index_select(0, batch.system_idx).unsqueeze(-1) if value.dim() else value
         return value
 
 
@@ -193,20 +213,16 @@ class MDIntegrator(Integrator):
             maxwell_boltzmann(batch, mask & still, self.temperature, self.seed)
 
     # building blocks shared by the MD integrators -----------------------------
-    def kick(self, batch: Batch, am: torch.Tensor, dt: Param) -> None:
-        """``v += dt F / m`` for atoms ``am``."""
-        a = batch.forces / batch.masses.unsqueeze(-1)
-        batch.velocities = torch.where(
-            am.unsqueeze(-1), batch.velocities + self.per_atom(batch, dt) * a, batch.velocities
-        )
+    def kick(self, batch: Batch, moving: torch.Tensor | None, dt: Param) -> None:
+        """``v += dt F / m`` for the atoms ``moving`` (see :meth:`moving_atoms`)."""
+        accel = batch.forces / batch.segments.atom_xyz(batch.masses)
+        v = batch.velocities + self.per_xyz(batch, dt) * accel
+        batch.velocities = self.masked(moving, v, batch.velocities)
 
-    def drift(self, batch: Batch, am: torch.Tensor, dt: Param) -> None:
-        """``r += dt v`` for atoms ``am``."""
-        batch.positions = torch.where(
-            am.unsqueeze(-1),
-            batch.positions + self.per_atom(batch, dt) * batch.velocities,
-            batch.positions,
-        )
+    def drift(self, batch: Batch, moving: torch.Tensor | None, dt: Param) -> None:
+        """``r += dt v`` for the atoms ``moving`` (see :meth:`moving_atoms`)."""
+        r = batch.positions + self.per_xyz(batch, dt) * batch.velocities
+        batch.positions = self.masked(moving, r, batch.positions)
 
     def dt_tensor(self, batch: Batch) -> Param:
         return self.per_system(batch, self.dt)

@@ -20,9 +20,9 @@ import torch
 
 from ..convergence import Criterion, ForceMax
 from ..state import Batch
-from ..tensor_ops import row_dot
+from ..tensor_ops import all_set, may_be_set
 from ..units import fs
-from .base import FieldSpec, Integrator, _check_param, system_sum
+from .base import FieldSpec, Integrator, _check_param
 
 #: ASE's FIRE defaults expressed in femtoseconds.
 ASE_FIRE_DT_FS = 0.1 / fs
@@ -82,26 +82,26 @@ class FIRE(Integrator):
         batch.velocities.masked_fill_(batch.atom_mask(mask).unsqueeze(-1), 0.0)
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        am = self.atom_mask(batch, mask).unsqueeze(-1)
-        sidx = batch.system_idx
+        # Written as per-system coefficients: v' = a v + c F and r' = r + s v', with
+        # a = 1, c = s = 0 for systems outside the stage.  Every per-atom operation is
+        # then one elementwise pass, and the three per-system sums (v.F, F.F, v.v) are
+        # all the reductions needed: |v'|^2 follows from them.  See ``Segments``.
+        seg = batch.segments
         f, v = batch.forces, batch.velocities
         dt, alpha, n = batch.fire_dt, batch.fire_alpha, batch.fire_n
+        vf, ff, vv = seg.sum_xyz(v * f), seg.sum_xyz(f * f), seg.sum_xyz(v * v)
 
         # velocity mixing (skipped on a system's first step in the stage, as ASE does)
-        first = batch.step == 0
-        power = system_sum(batch, row_dot(v, f))
-        f_norm = system_sum(batch, row_dot(f)).sqrt()
-        v_norm = system_sum(batch, row_dot(v)).sqrt()
-        downhill = mask & ~first & (power > 0)
-        uphill = mask & ~first & ~(power > 0)
+        moving = mask & (batch.step != 0)
+        downhill = moving & (vf > 0)
+        uphill = moving & ~(vf > 0)
+        f_norm = ff.sqrt()
         scale = torch.where(
-            f_norm > 0, alpha * v_norm / f_norm.clamp_min(1e-300), torch.zeros_like(f_norm)
+            f_norm > 0, alpha * vv.sqrt() / f_norm.clamp_min(1e-300), torch.zeros_like(f_norm)
         )
-        v_mixed = (1.0 - alpha).index_select(0, sidx).unsqueeze(-1) * v + scale.index_select(
-            0, sidx
-        ).unsqueeze(-1) * f
-        v = torch.where(downhill.index_select(0, sidx).unsqueeze(-1), v_mixed, v)
-        v = torch.where(uphill.index_select(0, sidx).unsqueeze(-1), torch.zeros_like(v), v)
+        one, zero = torch.ones_like(vf), torch.zeros_like(vf)
+        a = torch.where(downhill, 1.0 - alpha, torch.where(uphill, zero, one))
+        b = torch.where(downhill, scale, zero)
         grow = downhill & (n > self.n_min)
         dt = torch.where(grow, (dt * self.finc).clamp_max(self.dtmax), dt)
         alpha = torch.where(grow, alpha * self.fa, alpha)
@@ -109,25 +109,34 @@ class FIRE(Integrator):
         dt = torch.where(uphill, dt * self.fdec, dt)
         alpha = torch.where(uphill, torch.full_like(alpha, self.astart), alpha)
         n = torch.where(uphill, torch.zeros_like(n), n)
-
-        # Euler step and step-length control
-        dt_atom = dt.index_select(0, sidx).unsqueeze(-1)
-        if self.mode == "ase":
-            v = v + dt_atom * f
-            dr = dt_atom * v
-            norm = system_sum(batch, row_dot(dr)).sqrt()
-            shrink = torch.where(
-                norm > self.maxstep, self.maxstep / norm.clamp_min(1e-300), torch.ones_like(norm)
-            )
-            dr = dr * shrink.index_select(0, sidx).unsqueeze(-1)
-        else:
-            v = v + dt_atom * f / batch.masses.unsqueeze(-1)
-            dr = dt_atom * v
-            norm = dr.norm(dim=-1, keepdim=True)
-            dr = torch.where(norm > self.maxstep, dr * (self.maxstep / norm.clamp_min(1e-300)), dr)
-
-        batch.velocities = torch.where(am, v, batch.velocities)
-        batch.positions = torch.where(am, batch.positions + dr, batch.positions)
         batch.fire_dt = torch.where(mask, dt, batch.fire_dt)
         batch.fire_alpha = torch.where(mask, alpha, batch.fire_alpha)
         batch.fire_n = torch.where(mask, n, batch.fire_n)
+
+        # Euler step v' = a v + (b + dt) F, dr = dt v', with step-length control
+        step_dt = torch.where(mask, dt, zero)
+        if self.mode == "ase":
+            c = b + step_dt
+            # |dr| over the system from the sums above (every term >= 0 but round-off)
+            v2 = (a * a * vv + 2.0 * a * c * vf + c * c * ff).clamp_min(0.0)
+            norm = step_dt * v2.sqrt()
+            s = step_dt * torch.where(
+                norm > self.maxstep, self.maxstep / norm.clamp_min(1e-300), one
+            )
+            a3, c3, s3 = seg.to_xyz(a, c, s)
+            v_new = torch.addcmul(a3 * v, c3, f)
+            r_new = torch.addcmul(batch.positions, s3, v_new)
+        else:
+            a3, b3, dt3 = seg.to_xyz(a, b, step_dt)
+            v_new = a3 * v + (b3 + dt3 / batch.masses.unsqueeze(-1)) * f
+            dr = dt3 * v_new
+            norm = dr.norm(dim=-1, keepdim=True)
+            dr = torch.where(norm > self.maxstep, dr * (self.maxstep / norm.clamp_min(1e-300)), dr)
+            r_new = batch.positions + dr
+
+        if all_set(mask) and not may_be_set(batch.fixed):
+            batch.velocities, batch.positions = v_new, r_new  # every atom moves
+        else:
+            am = self.atom_mask(batch, mask).unsqueeze(-1)
+            batch.velocities = torch.where(am, v_new, batch.velocities)
+            batch.positions = torch.where(am, r_new, batch.positions)

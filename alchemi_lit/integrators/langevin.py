@@ -21,6 +21,8 @@ move and get no noise.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import random as rng
@@ -51,30 +53,35 @@ class Langevin(MDIntegrator):
         return f"Langevin(dt={_fmt(self.dt_fs)}, T={_fmt(self.temperature)}, steps={self.steps})"
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        am = self.atom_mask(batch, mask)
+        moving = self.moving_atoms(batch, mask)
         dt = self.dt_tensor(batch)
-        self.kick(batch, am, 0.5 * dt)  # B
-        self.drift(batch, am, 0.5 * dt)  # A
-        self.ornstein_uhlenbeck(batch, am, dt)  # O
-        self.drift(batch, am, 0.5 * dt)  # A
+        self.kick(batch, moving, 0.5 * dt)  # B
+        self.drift(batch, moving, 0.5 * dt)  # A
+        self.ornstein_uhlenbeck(batch, moving, dt)  # O
+        self.drift(batch, moving, 0.5 * dt)  # A
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        self.kick(batch, self.atom_mask(batch, mask), 0.5 * self.dt_tensor(batch))  # B
+        self.kick(batch, self.moving_atoms(batch, mask), 0.5 * self.dt_tensor(batch))  # B
 
-    def ornstein_uhlenbeck(self, batch: Batch, am: torch.Tensor, dt: Param) -> None:
-        """Exact OU update ``v = c1 v + c2 ξ`` over ``dt`` for atoms ``am``."""
+    def ornstein_uhlenbeck(self, batch: Batch, moving: torch.Tensor | None, dt: Param) -> None:
+        """Exact OU update ``v = c1 v + c2 ξ`` over ``dt`` for the atoms ``moving``."""
         gamma = self.per_system(batch, self.gamma)
         kt = kB * self.per_system(batch, self.temperature)
-        c1 = torch.exp(-torch.as_tensor(gamma * dt, dtype=batch.dtype, device=batch.device))
-        c1_atom = self.per_atom(batch, c1) if c1.dim() else c1
-        kt_atom = self.per_atom(batch, kt)
-        sigma = torch.sqrt((1.0 - c1_atom * c1_atom) * kt_atom / batch.masses.unsqueeze(-1))
+        # per system (numbers when every parameter is one): c1 and sqrt((1 - c1^2) kT)
+        if isinstance(gamma * dt * kt, torch.Tensor):
+            c1 = torch.exp(-gamma * dt * torch.ones_like(batch.energy))
+            spread = torch.sqrt((1.0 - c1 * c1) * kt)
+        else:
+            c1 = math.exp(-gamma * dt)
+            spread = math.sqrt((1.0 - c1 * c1) * kt)
+        c1, spread = self.per_xyz(batch, c1), self.per_xyz(batch, spread)
+        sigma = spread * batch.segments.atom_xyz(batch.masses).rsqrt()  # per atom: / sqrt(m)
         xi = rng.atom_normals(
             self.seed, batch.system_id, batch.total_steps, batch.system_idx,
             rng.local_atom_index(batch.system_idx, batch.ptr), rng.PURPOSE_NOISE, batch.dtype,
         )  # fmt: skip
-        v = c1_atom * batch.velocities + sigma * xi
-        batch.velocities = torch.where(am.unsqueeze(-1), v, batch.velocities)
+        v = torch.addcmul(c1 * batch.velocities, sigma, xi)
+        batch.velocities = self.masked(moving, v, batch.velocities)
 
 
 def _fmt(value: Param | None) -> str:

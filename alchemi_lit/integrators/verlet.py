@@ -25,10 +25,10 @@ class VelocityVerlet(MDIntegrator):
         return f"VelocityVerlet(dt={self.dt_fs}, steps={self.steps})"
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        am = self.atom_mask(batch, mask)
+        moving = self.moving_atoms(batch, mask)
         dt = self.dt_tensor(batch)
-        self.kick(batch, am, 0.5 * dt)
-        self.drift(batch, am, dt)
+        self.kick(batch, moving, 0.5 * dt)
+        self.drift(batch, moving, dt)
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        self.kick(batch, self.atom_mask(batch, mask), 0.5 * self.dt_tensor(batch))
+        self.kick(batch, self.moving_atoms(batch, mask), 0.5 * self.dt_tensor(batch))

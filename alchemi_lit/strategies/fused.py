@@ -82,7 +82,6 @@ class FusedLoop:
         self.needs_stress = any(getattr(s, "requires_stress", False) for s in plan.stages) or any(
             getattr(cb, "requires_stress", False) for cb in hooks.callbacks
         )
-        self.state_changing_hooks = any(cb.modifies_state for cb in hooks.callbacks)
 
     # ----------------------------------------------------------------- setup
     def declare(self, batch: Batch) -> None:
@@ -220,7 +219,9 @@ class FusedLoop:
 
     def step(self, batch: Batch, ctx: StepContext) -> None:
         hooks, stages = self.hooks, self.plan.stages
-        masks = [batch.status == code for code in self.plan.codes]
+        status = batch.status
+        version = status._version
+        masks = [status == code for code in self.plan.codes]
         ctx.stage_masks = masks
         hooks(H.BEFORE_STEP, ctx)
         hooks(H.BEFORE_PRE_UPDATE, ctx)
@@ -230,7 +231,10 @@ class FusedLoop:
         hooks(H.BEFORE_COMPUTE, ctx)
         self.compute(batch, ctx)
         hooks(H.AFTER_COMPUTE, ctx)
-        if self.state_changing_hooks:  # e.g. NaNGuard may have moved systems to the exit
+        # A hook that moves systems (NaNGuard quarantining one), or a model failure,
+        # writes a new status tensor or writes into it: checked by identity, without
+        # reading a value.
+        if batch.status is not status or status._version != version:
             kept = [m & (batch.status == c) for m, c in zip(masks, self.plan.codes)]
             left = torch.stack([m & ~k for m, k in zip(masks, kept)]).any(0)
             ctx.exited = left if ctx.exited is None else ctx.exited | left  # for ON_CONVERGE
@@ -240,9 +244,9 @@ class FusedLoop:
         for stage, mask in zip(stages, masks):
             stage.post_update(batch, mask)
         hooks(H.AFTER_POST_UPDATE, ctx)
-        moving = torch.zeros_like(masks[0])
-        for mask in masks:
-            moving |= mask
+        moving = masks[0]
+        for mask in masks[1:]:
+            moving = moving | mask
         inc = moving.to(batch.step.dtype)
         batch.step = batch.step + inc
         batch.total_steps = batch.total_steps + inc

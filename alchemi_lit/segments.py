@@ -1,0 +1,112 @@
+"""Per-system reductions and broadcasts over a batch's atoms, built once per layout.
+
+Why a class: every integrator step sums per-atom values into their systems (FIRE's
+power and norms, kinetic energies, centre-of-mass momenta) and spreads per-system
+coefficients back onto atoms.  Done with generic kernels, these small operations cost
+more than the arithmetic around them on CPU:
+
+* ``index_add_``/``segment_reduce`` over ~20k values take 30-60 µs there; a sparse
+  CSR matrix of ones (row b = the atoms of system b) times the values does the same
+  sum in 10-25 µs, and 3-4x faster than both at 200k values.  On GPU ``index_add_``
+  is as fast as anything and needs no set-up, so it is kept there.
+* multiplying ``[N, 3]`` by a broadcast ``[N, 1]`` coefficient runs ~7x slower on CPU
+  than an elementwise product of two ``[N, 3]`` tensors, so coefficients are gathered
+  straight to ``[N, 3]`` with a per-component system index (:meth:`to_xyz`).
+
+The helpers are exact sums (no cumulative-sum tricks), so results agree with
+``index_add_`` to rounding.  A :class:`~alchemi_lit.state.Batch` keeps one instance
+per atom layout (``batch.segments``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+
+class Segments:
+    """Sums over, and broadcasts onto, the atoms of each system of one batch layout."""
+
+    def __init__(self, system_idx: torch.Tensor, n_atoms: torch.Tensor) -> None:
+        self.system_idx = system_idx
+        self.num_systems = int(n_atoms.shape[0])
+        self.num_atoms = int(system_idx.shape[0])
+        self.on_cpu = system_idx.device.type == "cpu"
+        self._n_atoms = n_atoms
+        self._xyz_idx: torch.Tensor | None = None
+        self._csr: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        self._xyz_of: tuple[torch.Tensor, int, torch.Tensor] | None = None
+
+    # ----------------------------------------------------------------- sums
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-atom ``[N]`` or ``[N, k]`` values summed into systems ``[B]`` / ``[B, k]``."""
+        if self.on_cpu and values.is_floating_point():
+            return self._ones(1, values.dtype) @ values
+        out = values.new_zeros((self.num_systems, *values.shape[1:]))
+        return out.index_add_(0, self.system_idx, values)
+
+    def sum_xyz(self, values: torch.Tensor) -> torch.Tensor:
+        """All components of per-atom ``[N, 3]`` values summed into systems ``[B]``.
+
+        ``sum_xyz(v * f)`` is the per-system dot product of two ``[N, 3]`` fields,
+        without the row sum in between.
+        """
+        if self.on_cpu and values.is_floating_point():
+            return self._ones(3, values.dtype) @ values.reshape(-1)
+        flat = values.reshape(-1)
+        return flat.new_zeros(self.num_systems).index_add_(0, self.xyz_index, flat)
+
+    # ----------------------------------------------------------- broadcasts
+    def to_atoms(self, per_system: torch.Tensor) -> torch.Tensor:
+        """``[B, ...]`` per-system values gathered onto atoms ``[N, ...]``."""
+        return per_system.index_select(0, self.system_idx)
+
+    def to_xyz(self, *per_system: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``[B]`` per-system values, each as a contiguous ``[N, 3]`` tensor, for
+        elementwise products with positions, velocities or forces."""
+        idx = self.xyz_index  # (one 1-D gather each: 15x faster than along a 2-D tensor's dim 1)
+        return tuple(c.index_select(0, idx).view(self.num_atoms, 3) for c in per_system)
+
+    def atom_xyz(self, per_atom: torch.Tensor) -> torch.Tensor:
+        """A per-atom ``[N]`` field (masses) as a contiguous ``[N, 3]`` tensor.
+
+        Kept for the last field asked for, until that tensor is replaced or written
+        to, so an MD step divides forces by masses without a broadcast.
+        """
+        memo = self._xyz_of
+        if memo is None or memo[0] is not per_atom or memo[1] != per_atom._version:
+            spread = per_atom.unsqueeze(-1).expand(-1, 3).contiguous()
+            memo = self._xyz_of = (per_atom, per_atom._version, spread)
+        return memo[2]
+
+    @property
+    def xyz_index(self) -> torch.Tensor:
+        """System row of each component of a flattened ``[N, 3]`` field, ``[3 N]``."""
+        if self._xyz_idx is None:
+            self._xyz_idx = self.system_idx.repeat_interleave(3)
+        return self._xyz_idx
+
+    # ------------------------------------------------------------ internals
+    def _ones(self, width: int, dtype: torch.dtype) -> torch.Tensor:
+        """CSR ``[B, width * N]`` of ones, row b covering system b's atoms (components)."""
+        key = (width, dtype)
+        if key not in self._csr:
+            size = width * self.num_atoms
+            # int32 indices: with int64 ones the CPU kernel converts them on every call
+            index = torch.int32 if size < 2**31 else torch.int64
+            n = self._n_atoms.to(index) * width
+            crow = torch.cat([n.new_zeros(1), torch.cumsum(n, 0, dtype=index)])
+            with warnings.catch_warnings():  # torch flags CSR as "beta" once per process
+                warnings.simplefilter("ignore", UserWarning)
+                self._csr[key] = torch.sparse_csr_tensor(
+                    crow,
+                    torch.arange(size, dtype=index),
+                    torch.ones(size, dtype=dtype),
+                    size=(self.num_systems, size),
+                    check_invariants=False,
+                )
+        return self._csr[key]
+
+
+__all__ = ["Segments"]

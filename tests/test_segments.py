@@ -1,0 +1,68 @@
+"""Per-system sums and broadcasts (``Batch.segments``) against plain index_add_/gather."""
+
+from __future__ import annotations
+
+import torch
+from ase.build import bulk, molecule
+
+from alchemi_lit import Batch
+
+
+def ragged_batch() -> Batch:
+    systems = [
+        bulk("Cu", "fcc", a=3.6).repeat((2, 1, 1)),
+        molecule("H2O"),
+        bulk("Si", "diamond", a=5.43),
+        molecule("CH4"),
+    ]
+    return Batch.from_atoms(systems, dtype=torch.float64)
+
+
+def test_sums_match_index_add_reference():
+    b = ragged_batch()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(b.num_atoms, dtype=torch.float64, generator=g)
+    x3 = torch.randn(b.num_atoms, 3, dtype=torch.float64, generator=g)
+    idx = b.system_idx
+    ref = torch.zeros(b.num_systems, dtype=x.dtype).index_add_(0, idx, x)
+    ref3 = torch.zeros(b.num_systems, 3, dtype=x.dtype).index_add_(0, idx, x3)
+    seg = b.segments
+    torch.testing.assert_close(seg.sum(x), ref, rtol=0, atol=1e-13)
+    torch.testing.assert_close(seg.sum(x3), ref3, rtol=0, atol=1e-13)
+    torch.testing.assert_close(seg.sum_xyz(x3), ref3.sum(-1), rtol=0, atol=1e-13)
+    # integers take the index_add_ path and stay integers
+    counts = seg.sum(torch.ones(b.num_atoms, dtype=torch.int64))
+    assert counts.tolist() == b.n_atoms.tolist()
+    # non-finite values stay in their own system
+    x[0] = float("nan")
+    out = seg.sum(x)
+    assert torch.isnan(out[0]) and torch.isfinite(out[1:]).all()
+
+
+def test_broadcasts_and_masses_cache():
+    b = ragged_batch()
+    seg = b.segments
+    per_system = torch.arange(b.num_systems, dtype=torch.float64) + 0.5
+    (spread,) = seg.to_xyz(per_system)
+    assert spread.shape == (b.num_atoms, 3) and spread.is_contiguous()
+    torch.testing.assert_close(spread, per_system[b.system_idx].unsqueeze(-1).expand(-1, 3))
+    assert torch.equal(seg.to_atoms(per_system), per_system[b.system_idx])
+    m3 = seg.atom_xyz(b.masses)
+    assert torch.equal(m3, b.masses.unsqueeze(-1).expand(-1, 3))
+    assert seg.atom_xyz(b.masses) is m3  # kept while the masses are unchanged
+    b.masses.mul_(2.0)  # written in place: rebuilt
+    assert torch.equal(seg.atom_xyz(b.masses)[:, 0], b.masses)
+    b.masses = b.masses * 0.5  # replaced: rebuilt
+    assert torch.equal(seg.atom_xyz(b.masses)[:, 2], b.masses)
+
+
+def test_cache_follows_the_layout():
+    b = ragged_batch()
+    first = b.segments
+    assert b.segments is first
+    sub = b.select([3, 0])
+    assert sub.segments is not first
+    x = torch.ones(sub.num_atoms, dtype=torch.float64)
+    assert sub.segments.sum(x).tolist() == sub.n_atoms.to(torch.float64).tolist()
+    b.system_idx = b.system_idx.clone()  # reassigning the index drops the cache
+    assert b.segments is not first
