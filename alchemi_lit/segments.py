@@ -92,21 +92,26 @@ class Segments:
         """CSR ``[B, width * N]`` of ones, row b covering system b's atoms (components)."""
         key = (width, dtype)
         if key not in self._csr:
-            size = width * self.num_atoms
-            # int32 indices: with int64 ones the CPU kernel converts them on every call
-            index = torch.int32 if size < 2**31 else torch.int64
-            n = self._n_atoms.to(index) * width
-            crow = torch.cat([n.new_zeros(1), torch.cumsum(n, 0, dtype=index)])
-            with warnings.catch_warnings():  # torch flags CSR as "beta" once per process
-                warnings.simplefilter("ignore", UserWarning)
-                self._csr[key] = torch.sparse_csr_tensor(
-                    crow,
-                    torch.arange(size, dtype=index),
-                    torch.ones(size, dtype=dtype),
-                    size=(self.num_systems, size),
-                    check_invariants=False,
-                )
+            self._csr[key] = ones_rows(self._n_atoms * width, dtype)
         return self._csr[key]
 
 
-__all__ = ["Segments"]
+def ones_rows(counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Sparse CSR matrix ``[R, sum(counts)]`` of ones whose row r covers the r-th run
+    of ``counts[r]`` consecutive columns: ``ones_rows(c) @ x`` sums ``x`` in runs."""
+    size = int(counts.sum())
+    # int32 indices: with int64 ones the CPU kernel converts them on every call
+    index = torch.int32 if size < 2**31 else torch.int64
+    crow = torch.cat([counts.new_zeros(1, dtype=index), torch.cumsum(counts, 0, dtype=index)])
+    with warnings.catch_warnings():  # torch flags CSR as "beta" once per process
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(
+            crow,
+            torch.arange(size, dtype=index, device=counts.device),
+            torch.ones(size, dtype=dtype, device=counts.device),
+            size=(int(counts.shape[0]), size),
+            check_invariants=False,
+        )
+
+
+__all__ = ["Segments", "ones_rows"]

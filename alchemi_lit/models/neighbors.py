@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..segments import ones_rows
 from ..state import Batch
 from ..tensor_ops import row_dot
 
@@ -40,10 +41,15 @@ class Edges:
     ``|vec| > cutoff`` are present and must be masked by the model (they are what
     makes the skin work).
 
-    ``atom_counts``/``system_counts``/``j_flat`` are set by :class:`NeighborList` on CPU,
-    where its edges are sorted by ``i`` (hence by system): they let the reductions below
-    use segment sums and a flat bincount, 2-3x faster there than ``index_add_``.  On GPU
-    they stay None and the reductions use ``index_add_`` (no host sync).
+    ``atom_counts``/``system_counts``/``j_flat``/``atom_rows`` are set by
+    :class:`NeighborList` on CPU, where its edges are sorted by ``i`` (hence by system).
+    There the sum over each atom's run of edges is a product with a sparse CSR matrix
+    of ones (3x faster than ``segment_reduce``, itself 2-3x faster than ``index_add_``),
+    the pull on atoms j a flat bincount, and per-system sums use ``segment_reduce``:
+    it adds in order, so edges beyond the cutoff (exact zeros) never change a sum,
+    while the CSR product over a long row groups its terms by position (tested:
+    results do not depend on the list's history).  On GPU they stay None and the
+    reductions use ``index_add_`` (no host sync).
     """
 
     i: torch.Tensor
@@ -54,6 +60,7 @@ class Edges:
     atom_counts: torch.Tensor | None = None  # edges per atom i  [N]
     system_counts: torch.Tensor | None = None  # edges per system  [B]
     j_flat: torch.Tensor | None = None  # 3 j + (0, 1, 2)  [3 P]
+    atom_rows: torch.Tensor | None = None  # CSR [N, P]: the edges of each atom i
 
     def directed(self) -> Edges:
         """Both directions of every pair (for message-passing models)."""
@@ -75,7 +82,10 @@ class Edges:
     def forces(self, grad: torch.Tensor, num_atoms: int) -> torch.Tensor:
         """``F_i = sum_j dE/dvec_ij - sum_k dE/dvec_ki`` from the edge gradient ``[P, 3]``."""
         if self.atom_counts is not None and self.j_flat is not None:
-            out = torch.segment_reduce(grad, "sum", lengths=self.atom_counts, axis=0)
+            if self.atom_rows is not None and grad.dtype == self.atom_rows.dtype:
+                out = self.atom_rows @ grad
+            else:
+                out = torch.segment_reduce(grad, "sum", lengths=self.atom_counts, axis=0)
             pulled = torch.bincount(self.j_flat, weights=grad.reshape(-1), minlength=3 * num_atoms)
             return out.sub_(pulled.view(num_atoms, 3))
         out = grad.new_zeros((num_atoms, 3))
@@ -100,6 +110,7 @@ class NeighborList:
         self._i = self._j = self._system = self._shift = None  # type: ignore[assignment]
         self._ishift: torch.Tensor | None = None  # integer cell shifts, for the edge order
         self._aids: tuple[Any, Any, Any] = (None, None, None)  # see Edges
+        self._csr: dict[torch.dtype, tuple[Any]] = {}  # see _rows
 
     def reset(self) -> None:
         self._layout = None
@@ -121,7 +132,18 @@ class NeighborList:
             self._rebuild(batch, need)
         pos = batch.positions  # index_select + in-place: ~2x faster than pos[j] - pos[i]
         vec = pos.index_select(0, self._j).sub_(pos.index_select(0, self._i)).add_(self._shift)
-        return Edges(self._i, self._j, vec, self._system, self.cutoff, *self._aids)
+        return Edges(
+            self._i, self._j, vec, self._system, self.cutoff, *self._aids, *self._rows(vec.dtype)
+        )
+
+    def _rows(self, dtype: torch.dtype) -> tuple[Any]:
+        """``Edges.atom_rows`` for the current aids (built once per list and dtype)."""
+        atom_counts = self._aids[0]
+        if atom_counts is None:
+            return (None,)
+        if dtype not in self._csr:
+            self._csr[dtype] = (ones_rows(atom_counts, dtype),)
+        return self._csr[dtype]
 
     def remap(self, old_ptr: torch.Tensor, old_rows: torch.Tensor, new_batch: Batch) -> None:
         """Carry the list over to ``new_batch`` after systems left or joined.
@@ -233,6 +255,7 @@ class NeighborList:
             )
             system_counts = torch.where(need, new_counts, system_counts)
             self._aids = (atom_counts, system_counts, merge(j_flat, _flat3(j), 3))
+            self._csr = {}
         else:
             self._set_aids(batch)
 
@@ -243,6 +266,7 @@ class NeighborList:
 
     def _set_aids(self, batch: Batch) -> None:
         """Reduction aids of :class:`Edges` (CPU; edges are sorted by i here)."""
+        self._csr = {}
         if batch.device.type != "cpu":
             self._aids = (None, None, None)
             return
