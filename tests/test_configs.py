@@ -1,15 +1,19 @@
 """Every ``configs/*.yaml`` runs end to end through the CLI, on tiny inputs.
 
-The configs are discovered by glob, so a new config is tested without touching this
-file.  The shrinking overrides are derived from each config's own content: a few
-systems (built-in sets) or frames (files), a few steps per stage, and every output
-path (sinks' ``store``, callbacks' ``path``) moved into ``tmp_path``.
+The configs are discovered by glob (``configs/*.yaml`` and any ``plugins/*/configs/*.yaml``),
+so a new config is tested without touching this file.  The shrinking overrides are
+derived from each config's own content: a few systems (built-in sets) or frames (files),
+a few steps per stage, and every output path (sinks' ``store``, callbacks' ``path``)
+moved into ``tmp_path``.  A config whose model comes from a plugin of ``plugins/`` is
+listed in ``NEEDS_PLUGIN`` and skipped, with the install command as reason, only when
+that plugin is not installed (``make test`` installs them).
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +25,21 @@ from alchemi_lit import registry
 from alchemi_lit.cli import main
 from alchemi_lit.sinks import read_results
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted(ROOT.glob("configs/*.yaml")) + sorted(ROOT.glob("plugins/*/configs/*.yaml"))
 TINY_BUILTIN = {
     "argon": {"n_systems": 2, "repeat": 2},
     "mixed_argon": {"n_systems": 4, "min_atoms": 8, "max_atoms": 40},
 }
 TINY_FRAMES = ":3"
 TINY_STEPS = {"steps": 6, "max_steps": 25}
+#: configs whose model is slow on a CPU: fewer frames and steps (an MLIP forward costs
+#: ~0.3 s here where a built-in potential costs milliseconds)
+TINY_SLOW = {"sevennet_relax": {"frames": ":2", "steps": {"steps": 3, "max_steps": 5}}}
+#: config -> (distribution of the plugin it needs, how to install it)
+NEEDS_PLUGIN = {
+    "sevennet_relax": ("alchemi-lit-sevenn", "pip install -e plugins/alchemi_lit_sevenn"),
+}
 
 
 def _params(class_path: str) -> set[str]:
@@ -46,8 +58,13 @@ def _component(item: Any) -> dict[str, Any]:
     return {"class_path": item} if isinstance(item, str) else item
 
 
-def shrink(config: dict[str, Any], tmp_path: Path) -> tuple[list[str], int, list[Path], list[Path]]:
-    """(overrides, expected systems, result stores, trajectory stores) for a tiny run."""
+def shrink(
+    config: dict[str, Any], tmp_path: Path, name: str = ""
+) -> tuple[list[str], int, list[Path], list[Path]]:
+    """(overrides, expected systems, result stores, trajectory stores) for a tiny run of
+    the config called ``name``."""
+    tiny_steps = TINY_SLOW.get(name, {}).get("steps", TINY_STEPS)
+    tiny_frames = TINY_SLOW.get(name, {}).get("frames", TINY_FRAMES)
     args: list[str] = []
     sim = config["simulator"]
     stages = sim["stages"] if isinstance(sim["stages"], list) else [sim["stages"]]
@@ -60,9 +77,9 @@ def shrink(config: dict[str, Any], tmp_path: Path) -> tuple[list[str], int, list
         )
         for key, item in inner:
             params = _params(_component(item)["class_path"])
-            for name, value in TINY_STEPS.items():
-                if name in params:
-                    args += [f"--simulator.stages.{key}.init_args.{name}", str(value)]
+            for param, value in tiny_steps.items():
+                if param in params:
+                    args += [f"--simulator.stages.{key}.init_args.{param}", str(value)]
     if sim.get("strategy") in ("pipeline", "replicas"):
         # in-process under pytest: fork the ranks (popen would re-run pytest's command)
         args += ["--simulator.start_method", "fork", "--simulator.timeout", "120"]
@@ -83,8 +100,9 @@ def shrink(config: dict[str, Any], tmp_path: Path) -> tuple[list[str], int, list
             args += [f"--data.builtin_args.{name}", str(value)]
         expected = tiny["n_systems"]
     else:
-        args += ["--data.index", TINY_FRAMES]
-        expected = 3
+        args += ["--data.index", tiny_frames]
+        start, _, stop = tiny_frames.partition(":")
+        expected = int(stop) - int(start or 0)
     args += ["--output.dir", str(tmp_path / "output")]
     return args, expected, stores, trajectories
 
@@ -92,6 +110,16 @@ def shrink(config: dict[str, Any], tmp_path: Path) -> tuple[list[str], int, list
 def test_configs_exist() -> None:
     names = {p.stem for p in CONFIGS}
     assert {"quickstart", "relax", "nvt", "relax_heat_cool", "screening"} <= names
+    assert "sevennet_relax" in names  # the real-MLIP example (needs the SevenNet plugin)
+    assert set(NEEDS_PLUGIN) <= names and set(TINY_SLOW) <= names  # no stale entries
+
+
+def _plugin_installed(dist: str) -> bool:
+    try:
+        metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[p.stem for p in CONFIGS])
@@ -101,9 +129,12 @@ def test_config_runs(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    if config.stem in NEEDS_PLUGIN and not _plugin_installed(NEEDS_PLUGIN[config.stem][0]):
+        dist, install = NEEDS_PLUGIN[config.stem]
+        pytest.skip(f"{config.name} needs the {dist} plugin, which is not installed ({install})")
     monkeypatch.chdir(tmp_path)  # anything written relative to the cwd stays in tmp_path
     conf = yaml.safe_load(config.read_text())
-    args, expected, stores, trajectories = shrink(conf, tmp_path)
+    args, expected, stores, trajectories = shrink(conf, tmp_path, config.stem)
     assert main(["run", "--config", str(config), *args]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "systems" in out and "atom-steps/s" in out

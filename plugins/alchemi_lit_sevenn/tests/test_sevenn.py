@@ -12,9 +12,11 @@ eV/atom, forces 5.1e-7 eV/Å, stress 9.8e-9 eV/Å^3; float32 batch, 4.8e-7 eV/at
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pickle
 import warnings
+from importlib import metadata
 
 import numpy as np
 import pytest
@@ -22,14 +24,29 @@ import torch
 from ase import Atoms
 from ase.build import bulk, fcc111, molecule
 
-sevenn = pytest.importorskip("sevenn", reason="sevenn is not installed (pip install sevenn)")
+# Skipped, with the reason, unless both sevenn and this plugin are installed (a plugin
+# that is only importable, without its entry point, is not installed: the registry
+# would never see it).
+if importlib.util.find_spec("sevenn") is None:
+    pytest.skip(
+        "sevenn is not installed (pip install -e plugins/alchemi_lit_sevenn pulls it)",
+        allow_module_level=True,
+    )
+try:
+    metadata.distribution("alchemi-lit-sevenn")
+except metadata.PackageNotFoundError:
+    pytest.skip(
+        "the alchemi-lit-sevenn plugin is not installed "
+        "(pip install -e plugins/alchemi_lit_sevenn)",
+        allow_module_level=True,
+    )
 
-from alchemi_lit_sevenn import SevenNet, checkpoint_path, load_checkpoint  # noqa: E402
+from alchemi_lit_sevenn import SevenNet, checkpoint_path, load_checkpoint
 
-from alchemi_lit import Simulator  # noqa: E402
-from alchemi_lit.integrators import FIRE  # noqa: E402
-from alchemi_lit.registry import get  # noqa: E402
-from alchemi_lit.state import Batch  # noqa: E402
+from alchemi_lit import Simulator
+from alchemi_lit.integrators import FIRE
+from alchemi_lit.registry import get
+from alchemi_lit.state import Batch
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 

@@ -1,15 +1,18 @@
-"""Regenerate ``crystals.extxyz``: small perturbed crystals for ``relax_crystals.yaml``.
+"""Regenerate ``configs/data/sevennet_crystals.extxyz`` for ``configs/sevennet_relax.yaml``.
 
 Si, Ge (diamond), GaAs (zincblende), NaCl, MgO (rocksalt), Cu, Al (fcc): conventional
-cubic cells at experimental lattice constants, a 2x1x1 supercell of each as well, all
-rattled (0.05 Å) and slightly strained so that there are forces and stress to relax.
+cubic cells at experimental lattice constants, a 2x1x1 supercell of each as well, 14
+structures in all.  Each is slightly strained (1 %) and its atoms rattled (0.05 Å), so
+there are forces to relax.  The config relaxes atomic positions only: FIRE keeps every
+cell fixed, so the strain (and the stress it causes) stays and is reported, not relaxed.
 Deterministic (fixed seed); run from anywhere::
 
-    python plugins/alchemi_lit_sevenn/configs/make_crystals.py
+    python plugins/alchemi_lit_sevenn/scripts/make_crystals.py [OUTPUT]
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -43,8 +46,13 @@ def structures(seed: int = 11) -> list[Atoms]:
     return out
 
 
+#: the repository's configs/data/, next to the config that reads the file
+DEFAULT_OUTPUT = (
+    Path(__file__).resolve().parents[3] / "configs" / "data" / "sevennet_crystals.extxyz"
+)
+
 if __name__ == "__main__":
-    path = Path(__file__).with_name("crystals.extxyz")
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_OUTPUT
     atoms = structures()
     write(path, atoms, format="extxyz")
     print(f"wrote {len(atoms)} structures, {sum(len(a) for a in atoms)} atoms to {path}")
