@@ -85,6 +85,17 @@ class Results:
         return self.batch.total_steps
 
     @property
+    def stage_steps(self) -> torch.Tensor:
+        """Steps each system spent in each stage ``[S, k]`` (one column per stage)."""
+        return self.batch.stage_steps
+
+    @property
+    def stage_energy(self) -> torch.Tensor:
+        """Potential energy (eV) of each system when it left each stage ``[S, k]``; NaN
+        for a stage it did not leave (quarantined before, or never reached)."""
+        return self.batch.stage_energy
+
+    @property
     def exit_reasons(self) -> list[str]:
         return [EXIT_REASONS.get(int(c), "unknown") for c in self.batch.exit_code.tolist()]
 

@@ -10,10 +10,14 @@ ZarrSink layout (zarr v3, one store for all systems; ragged per-atom data kept f
 
     atoms/{positions, forces, velocities, masses, atomic_numbers, tags, fixed}   [A, ...]
     systems/{system_id, energy, stress, cell, pbc, n_atoms, atom_offset, status,
-             steps, converged, exit_code, stage_steps, stage_exit, nan_flags}    [S, ...]
+             steps, converged, exit_code, stage_steps, stage_exit, stage_energy,
+             nan_flags}                                                          [S, ...]
     systems/info   [S] strings: each system's info as JSON (input ase.Atoms.info,
                    error texts; "" when none -- see alchemi_lit.info_codec)
-    attrs: n_systems, n_atoms (the commit marker), schema, config, versions, stages,
+    attrs: n_systems, n_atoms (the commit marker), schema,
+           runs (one entry per run that wrote here: plan, stage_names, model, config,
+                 versions, first_row -- its first system row -- and, once it finished,
+                 stats: wall_time_s, systems, steps, forward_calls, started, ended),
            errors (system_id -> why it was quarantined)
 
 Rows beyond ``attrs["n_systems"]`` / ``attrs["n_atoms"]`` are uncommitted (a write
@@ -51,6 +55,7 @@ SYSTEM_COLUMNS = (
     "exit_code",
     "stage_steps",
     "stage_exit",
+    "stage_energy",
     "nan_flags",
 )
 SCHEMA = "alchemi_lit.results/1"
@@ -192,11 +197,13 @@ class ZarrSink(Sink):
                     f"{str(self.path)!r} is not an alchemi_lit results store (schema "
                     f"{group.attrs.get('schema')!r}); choose another path"
                 )
+            self._run_info["first_row"] = int(group.attrs.get("n_systems", 0))
             runs = list(group.attrs.get("runs", []))
             runs.append(self._run_info)
             group.attrs["runs"] = runs
         else:
             group = zarr.open_group(str(self.path), mode="w")
+            self._run_info["first_row"] = 0
             group.attrs.update(schema=SCHEMA, n_systems=0, n_atoms=0, runs=[self._run_info])
         self._group = group
 
@@ -290,7 +297,11 @@ class ZarrSink(Sink):
         else:
             chunk = (max(1024, len(data)), *data.shape[1:])
             dtype = str if data.dtype == object else data.dtype  # object: JSON strings
-            arr = group.create_array(name, shape=(end, *data.shape[1:]), dtype=dtype, chunks=chunk)
+            # rows of earlier runs that lacked this column read as NaN, not as 0 eV
+            fill = {"fill_value": np.nan} if data.dtype == np.float64 else {}
+            arr = group.create_array(
+                name, shape=(end, *data.shape[1:]), dtype=dtype, chunks=chunk, **fill
+            )
         if len(data):
             arr[start:end] = data
 
@@ -306,6 +317,27 @@ class ZarrSink(Sink):
     def read_batch(self) -> Batch | None:
         self.flush()
         return read_results(self.path)
+
+    def record_run(self, stats: dict[str, Any]) -> None:
+        """Add a finished run's statistics (wall time, systems, steps ...) to its entry in
+        the store's ``runs`` attribute.  Per-rank copies of a pipeline record into the
+        store they are merged into."""
+        record_run_stats(getattr(self, "final_path", self.path), stats)
+
+
+def record_run_stats(path: str | Path, stats: dict[str, Any]) -> None:
+    """Set ``stats`` on the last entry of the ``runs`` attribute of the store at ``path``
+    (the run that just wrote it).  A failure is logged: the results themselves are safe."""
+    import zarr
+
+    try:
+        group = zarr.open_group(str(path), mode="r+")
+        runs = list(group.attrs.get("runs", []))
+        if runs:
+            runs[-1] = {**runs[-1], "stats": dict(stats)}
+            group.attrs["runs"] = runs
+    except Exception as exc:
+        logger.warning(f"could not record the run statistics in {path}: {exc}")
 
 
 class SinkFlushError(RuntimeError):

@@ -423,7 +423,8 @@ class Batch:
         With ``results`` each system whose energy was computed gets a
         ``SinglePointCalculator`` holding energy, forces and (3-D cells) stress, and
         ``info`` gains ``system_id``, ``status``, ``steps``, ``converged`` and
-        ``exit_reason`` -- so ASE tools work on the results directly.
+        ``exit_reason`` (and ``stage_energy``: the energy in eV when the system left each
+        stage, NaN for stages it did not leave) -- so ASE tools work on the results directly.
         """
         from ase import Atoms
         from ase.calculators.singlepoint import SinglePointCalculator
@@ -462,6 +463,8 @@ class Batch:
                     converged=bool(s["converged"][b]),
                     exit_reason=EXIT_REASONS.get(int(s["exit_code"][b]), "unknown"),
                 )
+                if "stage_energy" in s:
+                    atoms.info["stage_energy"] = s["stage_energy"][b].tolist()
                 energy = float(s["energy"][b])
                 if np.isfinite(energy):
                     props: dict[str, Any] = {"energy": energy, "forces": a["forces"][lo:hi].copy()}

@@ -97,6 +97,7 @@ class RankStats:
     systems_in: int = 0
     systems_out: int = 0
     steps: int = 0
+    forward_calls: int = 0
     rounds: int = 0
     busy_s: float = 0.0
     wait_s: float = 0.0
@@ -113,6 +114,7 @@ class RankStats:
             "systems_in": self.systems_in,
             "systems_out": self.systems_out,
             "steps": self.steps,
+            "forward_calls": self.forward_calls,
             "rounds": self.rounds,
             "wall_s": self.wall_s,
             "peak_atoms": self.peak_atoms,
@@ -616,6 +618,7 @@ class PipelineWorker:
             self._abort(self.rank, text)
             raise PipelineError(self.rank, text) from exc
         self.sinks.close()
+        self.stats.forward_calls = self.loop.num_forward_calls
         self.stats.wall_s = time.perf_counter() - t_start
         return {"stats": self.stats.summary(), "sinks": self.sinks}
 
