@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from ase import Atoms
 from ase.geometry import complete_cell
 from conftest import (
     cluster_argon,
@@ -300,3 +301,47 @@ def test_partial_rebuild_forces_are_bitwise_identical() -> None:
         fresh = LennardJones(epsilon=0.0104, sigma=3.4, cutoff=6.0, skin=1.0)(batch)
         for key in ("energy", "forces", "stress"):
             assert torch.equal(out[key], fresh[key]), key
+
+
+def _pair_set(i, j, shift) -> set[tuple[int, int, int, int, int]]:
+    """Unordered pairs with their cell shift, oriented canonically."""
+    out = set()
+    for a, b, s in zip(i.tolist(), j.tolist(), shift.tolist()):
+        if (a, b) > (b, a) or (a == b and tuple(s) < (0, 0, 0)):
+            a, b, s = b, a, [-x for x in s]
+        out.add((a, b, *s))
+    return out
+
+
+def test_device_builder_matches_cpu_builder() -> None:
+    """The vesin-torch path (what GPU batches use) finds the same pairs as the CPU path.
+
+    It runs on CPU tensors here; on a GPU the same code runs on CUDA tensors
+    (``test_lennard_jones_on_cuda_matches_cpu`` below, skipped without one).
+    """
+    from alchemi_lit.models.neighbors import _build_rows, _build_rows_on_device
+
+    rng = np.random.default_rng(5)
+    systems = []
+    for k, pbc in enumerate(([True] * 3, [True, False, True], [False] * 3, [True, True, False])):
+        cell = np.diag([5.0, 6.0, 7.0]) + rng.normal(0, 0.6, (3, 3))
+        pos = rng.uniform(0, 1, (12 + k, 3)) @ cell
+        systems.append(Atoms("Ar" * (12 + k), positions=pos, cell=cell, pbc=pbc))
+    batch = Batch.from_atoms(systems, dtype=DT, validate=False)
+    rows = list(range(batch.num_systems))
+    for radius in (3.0, 7.5):
+        i, j, _, system, ishift = _build_rows(batch, rows, radius)
+        di, dj, _, dsystem, dishift = _build_rows_on_device(batch, rows, radius)
+        for b in rows:
+            m, dm = system == b, dsystem == b
+            assert _pair_set(di[dm], dj[dm], dishift[dm]) == _pair_set(i[m], j[m], ishift[m])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_lennard_jones_on_cuda_matches_cpu() -> None:
+    batch = Batch.from_atoms(perturbed_argon(4, 2, 0.1, seed=3), dtype=DT)
+    model = LennardJones(epsilon=0.0104, sigma=3.4, cutoff=6.0, skin=1.0)
+    ref = model(batch)
+    out = LennardJones(epsilon=0.0104, sigma=3.4, cutoff=6.0, skin=1.0)(batch.to("cuda"))
+    for key in ("energy", "forces", "stress"):
+        torch.testing.assert_close(out[key].cpu(), ref[key], atol=1e-10, rtol=0)

@@ -312,36 +312,51 @@ def batch_pair_counts(batch: Batch, radius: float) -> list[int]:
 def _build_rows(batch: Batch, rows: list[int], radius: float):
     """Pairs of the given system rows: (i, j, cartesian shift, system row)."""
     device, dtype = batch.device, batch.dtype
+    if device.type != "cpu":
+        return _build_rows_on_device(batch, rows, radius)
+    ptr = batch.ptr.tolist()
+    cells = batch.cell.detach()
+    pbcs = batch.pbc.tolist()
+    import vesin
+
+    # one thread: vesin's thread pool costs more than it saves on batch-sized systems
+    calc = vesin.NeighborList(cutoff=radius, full_list=False, n_threads=1)
+    pos_np = batch.positions.detach().to(torch.float64).numpy()
+    cell_np = cells.to(torch.float64).numpy()
+    ii, jj, ss, sys_ = [], [], [], []
+    for b in rows:
+        lo, hi = ptr[b], ptr[b + 1]
+        if not np.isfinite(pos_np[lo:hi]).all():
+            continue  # a diverged system gets no edges; NaNGuard quarantines it
+        i, j, sh = calc.compute(pos_np[lo:hi], cell_np[b], pbcs[b], "ijS")
+        ii.append(i.astype(np.int64) + lo)
+        jj.append(j.astype(np.int64) + lo)
+        ss.append(sh)
+        sys_.append(np.full(len(i), b, dtype=np.int64))
+    if not ii:
+        return _no_edges(device, dtype)
+    system = torch.from_numpy(np.concatenate(sys_))
+    ishift = torch.from_numpy(np.concatenate(ss).astype(np.int64))
+    cart = torch.bmm(ishift.to(dtype).unsqueeze(1), cells[system]).squeeze(1)
+    i_all = torch.from_numpy(np.concatenate(ii))
+    return i_all, torch.from_numpy(np.concatenate(jj)), cart, system, ishift
+
+
+def _build_rows_on_device(batch: Batch, rows: list[int], radius: float):
+    """:func:`_build_rows` with ``vesin-torch``, on the batch's own device (GPU path;
+    it runs on CPU tensors too, which is how the tests check it against the CPU path)."""
+    device, dtype = batch.device, batch.dtype
     ptr = batch.ptr.tolist()
     pos_all = batch.positions.detach()
     cells = batch.cell.detach()
     pbcs = batch.pbc.tolist()
-    parts_i, parts_j, parts_s, parts_sys = [], [], [], []
-    if device.type == "cpu":
-        import vesin
-
-        # one thread: vesin's thread pool costs more than it saves on batch-sized systems
-        calc = vesin.NeighborList(cutoff=radius, full_list=False, n_threads=1)
-        pos_np = pos_all.to(torch.float64).numpy()
-        cell_np = cells.to(torch.float64).numpy()
-        ii, jj, ss, sys_ = [], [], [], []
-        for b in rows:
-            lo, hi = ptr[b], ptr[b + 1]
-            if not np.isfinite(pos_np[lo:hi]).all():
-                continue  # a diverged system gets no edges; NaNGuard quarantines it
-            i, j, sh = calc.compute(pos_np[lo:hi], cell_np[b], pbcs[b], "ijS")
-            ii.append(i.astype(np.int64) + lo)
-            jj.append(j.astype(np.int64) + lo)
-            ss.append(sh)
-            sys_.append(np.full(len(i), b, dtype=np.int64))
-        if not ii:
-            return _no_edges(device, dtype)
-        system = torch.from_numpy(np.concatenate(sys_))
-        ishift = torch.from_numpy(np.concatenate(ss).astype(np.int64))
-        cart = torch.bmm(ishift.to(dtype).unsqueeze(1), cells[system]).squeeze(1)
-        i_all = torch.from_numpy(np.concatenate(ii))
-        return i_all, torch.from_numpy(np.concatenate(jj)), cart, system, ishift
-    from vesin.torch import NeighborList as TorchNL
+    try:
+        from vesin_torch import NeighborList as TorchNL
+    except ImportError as exc:  # pragma: no cover - vesin-torch is a dependency
+        raise ImportError(
+            "neighbour lists on an accelerator need the vesin-torch package: "
+            "pip install 'vesin-torch>=0.6'"
+        ) from exc
 
     calc = TorchNL(cutoff=radius, full_list=False)
     finite = torch.isfinite(pos_all).all(-1).to(torch.int32)
