@@ -7,6 +7,7 @@ owns no physics: integrators, models and strategies do.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -206,20 +207,78 @@ class Simulator:
         refilled as systems finish).  ``resume``: a checkpoint file or directory
         written by the :class:`~alchemi_lit.callbacks.Checkpoint` callback; the run
         continues from there with the same ``data`` and configuration.
+
+        The run's statistics (wall time, systems, steps, forward calls, start and end
+        times) are recorded in the ``runs`` attribute of every results store it wrote.
         """
+        started = time.time()
         if isinstance(self.strategy, DistributedStrategy):
             if not isinstance(data, SizeAwareSampler):
                 atoms = list(data.to_atoms(results=False) if isinstance(data, Batch) else data)
                 data = SizeAwareSampler(atoms, max_atoms=max(sum(len(a) for a in atoms), 1))
-            return self.strategy.run(self, data, resume=resume)
-        self.model.to(self.device)
-        source = data if isinstance(data, SizeAwareSampler) else self.prepare(data)
-        state = None
-        if resume is not None:
-            from .callbacks.checkpoint import load_checkpoint
+            results = self.strategy.run(self, data, resume=resume)
+        else:
+            self.model.to(self.device)
+            source = data if isinstance(data, SizeAwareSampler) else self.prepare(data)
+            state = None
+            if resume is not None:
+                from .callbacks.checkpoint import load_checkpoint
 
-            state = load_checkpoint(resume)
-        return self.strategy.run(self, source, self.plan, resume=state)
+                state = load_checkpoint(resume)
+            results = self.strategy.run(self, source, self.plan, resume=state)
+        self._record_run(results, started, resumed=resume is not None)
+        return results
+
+    def _record_run(self, results: Results, started: float, resumed: bool) -> None:
+        """Write the run's statistics into ``runs[-1]`` of each results store it wrote
+        (once, from the main process; pipeline ranks record nothing themselves)."""
+        from datetime import datetime, timezone
+
+        from .sinks import ZarrSink
+
+        stores = [s for s in self.sinks or [] if isinstance(s, ZarrSink)]
+        dist = torch.distributed
+        if not stores or (dist.is_available() and dist.is_initialized() and dist.get_rank()):
+            return
+        ended = time.time()
+        st, ranks = results.stats, results.stats.get("ranks") or []
+
+        def total(key: str) -> int | None:
+            if st.get(key) is not None:
+                return int(st[key])
+            values = [r.get(key) for r in ranks]
+            return sum(values) if values and None not in values else None
+
+        def iso(t: float) -> str:
+            return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+
+        wall = st.get("wall_time_s")
+        record = {
+            "wall_time_s": float(wall) if wall is not None else ended - started,
+            "systems": total("systems"),
+            "steps": total("steps"),  # pipelines: summed over ranks
+            "forward_calls": total("forward_calls"),
+            "started": iso(started),
+            "ended": iso(ended),
+            "strategy": self.strategy_name,
+            "resumed": resumed,
+        }
+        for sink in stores:
+            sink.record_run(record)
+
+    def stage_names(self) -> list[str]:
+        """Labels of the per-stage history columns (``stage_steps``, ``stage_exit``,
+        ``stage_energy``): ``"code:Name"`` for a fused plan, ``"column:Name"`` across a
+        pipeline's ranks (whose status codes each restart at 0); replicas share the
+        columns of their base plan."""
+        plan = self.plan
+        if isinstance(plan, Fused):
+            return [f"{c}:{type(s).__name__}" for c, s in zip(plan.codes, plan.stages)]
+        strategy = self.strategy
+        period = strategy.replica_period() if isinstance(strategy, DistributedStrategy) else None
+        ranks = sorted(plan.stages)[: period or len(plan.stages)]
+        names = [type(s).__name__ for r in ranks for s in plan.stages[r].stages]
+        return [f"{c}:{n}" for c, n in enumerate(names)]
 
     def run_info(self) -> dict[str, Any]:
         """What produced the results: plan, model, settings and package versions."""
@@ -230,6 +289,7 @@ class Simulator:
 
         return {
             "plan": repr(self.plan),
+            "stage_names": self.stage_names(),
             "model": type(self.model).__name__,
             "precision": self.precision,
             "device": str(self.device),
