@@ -2,9 +2,21 @@
 
 Everything here works from *per-system* arrays (``systems/*`` of a results store, or
 the ``system`` fields of an in-memory batch): energies, atom counts, exit codes and
-the per-stage history ``stage_steps`` / ``stage_exit`` (``[S, k]``, one column per
-stage of the plan).  Per-atom data is never read, so a report of a store with
-millions of atoms stays cheap.
+the per-stage history ``stage_steps`` / ``stage_exit`` / ``stage_energy`` (``[S, k]``,
+one column per stage of the plan: steps spent, why it was left, energy when it was
+left).  Per-atom data is never read, so a report of a store with millions of atoms
+stays cheap.
+
+Per stage the summary gives the steps and exit reasons, and the energy per atom at
+stage exit (mean, standard deviation, min, max) over the systems that left the stage
+(quarantined systems never leave theirs).  Stage labels come from the ``stage_names``
+each run records in the store (``"code:Name"`` for fused plans, ``"column:Name"``
+across a pipeline's ranks); older stores fall back to parsing the stored plan.
+
+Wall time and throughput come from the ``stats`` the Simulator records in each run's
+entry of the store's ``runs`` attribute (API and CLI runs alike).  A store several runs
+appended to reports each run (its rows start at the run's ``first_row``) and the totals:
+the summed wall time and the throughput over the runs whose wall time is known.
 
 Plots need matplotlib (optional dependency ``alchemi_lit[plots]``); it is imported
 only when plots are asked for, with the Agg backend (no display needed):
@@ -28,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ConfigError
-from .state import EXIT_QUARANTINED, EXIT_REASONS
+from .state import EXIT_QUARANTINED, EXIT_REASONS, EXIT_RUNNING
 
 #: Per-system arrays a summary uses (others are ignored).
 SUMMARY_COLUMNS = (
@@ -40,16 +52,33 @@ SUMMARY_COLUMNS = (
     "total_steps",
     "stage_steps",
     "stage_exit",
+    "stage_energy",
 )
 
 
 # ---------------------------------------------------------------------- reading
 def stage_names_from_plan(plan: str | None, k: int) -> list[str]:
-    """Stage labels (``"0:FIRE"``) from a stored plan repr; ``stage i`` if unknown."""
+    """Stage labels (``"0:FIRE"``) from a stored plan repr; ``stage i`` if unknown.
+
+    For stores written before runs recorded ``stage_names``.  A fused plan's labels
+    carry its status codes; a pipeline's ranks each number their codes from 0, so its
+    labels are history columns (replicas repeat the base plan: its first ``k`` stages).
+    """
     found = re.findall(r"(\d+):(\w+)", plan or "")
+    if (plan or "").startswith("Pipeline(") and k and found and len(found) % k == 0:
+        return [f"{c}:{n}" for c, (_, n) in enumerate(found[:k])]
     if len(found) == k:
         return [f"{c}:{n}" for c, n in found]
     return [f"stage {i}" for i in range(k)]
+
+
+def stage_names_of_run(run: Mapping[str, Any], k: int) -> list[str]:
+    """Labels of the ``k`` history columns of a stored run (its ``stage_names``, else
+    parsed from its plan)."""
+    names = run.get("stage_names")
+    if isinstance(names, list) and len(names) == k:
+        return [str(n) for n in names]
+    return stage_names_from_plan(run.get("plan"), k)
 
 
 def read_store_systems(path: str | Path, start: int = 0) -> dict[str, np.ndarray]:
@@ -84,6 +113,20 @@ def read_store_runs(path: str | Path) -> list[dict[str, Any]]:
     import zarr
 
     return list(zarr.open_group(str(path), mode="r").attrs.get("runs", []))
+
+
+def _spread(values: np.ndarray) -> dict[str, Any]:
+    """Count, mean, standard deviation, min and max of finite ``values`` (None if none)."""
+    v = values[np.isfinite(values)]
+    if not len(v):
+        return {"n": 0, "mean": None, "std": None, "min": None, "max": None}
+    return {
+        "n": len(v),
+        "mean": float(v.mean()),
+        "std": float(v.std()),
+        "min": float(v.min()),
+        "max": float(v.max()),
+    }
 
 
 # ---------------------------------------------------------------------- summary
@@ -122,6 +165,7 @@ def summarize(
         stages = []
         steps2d = arr.get("stage_steps")
         exits2d = arr.get("stage_exit")
+        energy2d = arr.get("stage_energy")
         if steps2d is not None and steps2d.ndim == 2:
             k = steps2d.shape[1]
             names = (
@@ -133,15 +177,19 @@ def summarize(
                 col = steps2d[:, j].astype(np.int64)
                 ex = exits2d[:, j] if exits2d is not None else np.zeros(n, dtype=np.int64)
                 counts = Counter(EXIT_REASONS.get(int(c), f"code {int(c)}") for c in ex)
-                stages.append(
-                    {
-                        "name": names[j],
-                        "steps_mean": float(col.mean()),
-                        "steps_max": int(col.max()),
-                        "steps_total": int(col.sum()),
-                        "exits": dict(sorted(counts.items())),
-                    }
-                )
+                stage = {
+                    "name": names[j],
+                    "steps_mean": float(col.mean()),
+                    "steps_max": int(col.max()),
+                    "steps_total": int(col.sum()),
+                    "exits": dict(sorted(counts.items())),
+                }
+                if energy2d is not None and energy2d.shape == steps2d.shape:
+                    # only systems that left the stage have an energy at its exit
+                    left = ex != EXIT_RUNNING if exits2d is not None else np.ones(n, bool)
+                    e = energy2d[:, j].astype(np.float64) / np.maximum(n_atoms, 1)
+                    stage["energy_per_atom"] = _spread(e[left])
+                stages.append(stage)
         out["stages"] = stages
         if "total_steps" in arr:
             out["atom_steps"] = int((n_atoms * arr["total_steps"].astype(np.int64)).sum())
@@ -151,6 +199,8 @@ def summarize(
             out["wall_time_s"] = float(wall)
             if out.get("atom_steps"):
                 out["atom_steps_per_s"] = out["atom_steps"] / float(wall)
+            if n:
+                out["systems_per_s"] = n / float(wall)
         for key in ("steps", "forward_calls"):
             if stats.get(key) is not None:
                 out[f"loop_{key}"] = int(stats[key])
@@ -189,6 +239,15 @@ def summary_table(
             escape(f"steps {st['name']}"),
             f"mean {st['steps_mean']:.1f}, max {st['steps_max']} | {_fmt_reasons(st['exits'])}",
         )
+        e = st.get("energy_per_atom")
+        if e is not None:
+            table.add_row(
+                escape(f"E/atom at exit {st['name']}"),
+                "no system left this stage"
+                if not e["n"]
+                else f"mean {e['mean']:.6f} eV, std {e['std']:.6f} (min {e['min']:.6f}, "
+                f"max {e['max']:.6f}; {e['n']} systems)",
+            )
     if summary.get("loop_steps") is not None:
         calls = summary.get("loop_forward_calls")
         table.add_row(
@@ -199,13 +258,96 @@ def summary_table(
         table.add_row(
             "temperature", f"{summary['temperature_K']:.1f} K (ThermoMonitor, last records)"
         )
+    runs = summary.get("runs")
+    if isinstance(runs, list) and len(runs) > 1:
+        for r in runs:
+            table.add_row(f"run {r['index']}", escape(_fmt_run(r)))
     if summary.get("wall_time_s") is not None:
-        table.add_row("wall time", f"{summary['wall_time_s']:.2f} s")
+        total = " in total" if isinstance(runs, list) and len(runs) > 1 else ""
+        note = summary.get("wall_time_note")
+        table.add_row(
+            "wall time", f"{summary['wall_time_s']:.2f} s{total}" + (f" ({note})" if note else "")
+        )
     if summary.get("atom_steps_per_s") is not None:
-        table.add_row("throughput", f"{summary['atom_steps_per_s']:.3g} atom-steps/s")
+        rate = f"{summary['atom_steps_per_s']:.3g} atom-steps/s"
+        if summary.get("systems_per_s") is not None:
+            rate += f", {summary['systems_per_s']:.3g} systems/s"
+        table.add_row("throughput", rate)
     for line in where:
         table.add_row("output", escape(line))
     return table
+
+
+def _fmt_run(r: Mapping[str, Any]) -> str:
+    parts = [f"{r['systems']} systems" if r.get("systems") is not None else "? systems"]
+    if r.get("wall_time_s") is not None:
+        parts.append(f"{r['wall_time_s']:.2f} s")
+    else:
+        parts.append("wall time not recorded")
+    if r.get("atom_steps_per_s") is not None:
+        parts.append(f"{r['atom_steps_per_s']:.3g} atom-steps/s")
+    if r.get("resumed"):
+        parts.append("resumed")
+    head = ", ".join(parts)
+    tail = [x for x in (r.get("started"), r.get("stages")) if x]
+    return head + (" | " + " | ".join(tail) if tail else "")
+
+
+def summarize_runs(
+    runs: Sequence[Mapping[str, Any]], systems: Mapping[str, np.ndarray]
+) -> dict[str, Any]:
+    """Per-run statistics of a store's ``runs`` and the campaign totals.
+
+    Returns ``{"runs": [...], "wall_time_s", "atom_steps_per_s", "systems_per_s",
+    "wall_time_note"}`` (totals only where known).  Each run's rows are
+    ``first_row`` up to the next run's; its wall time comes from ``stats`` (recorded by
+    the Simulator) or, for older stores, the CLI's ``summary``.  Throughput is summed
+    over runs with a wall time and known rows, not resumed ones (whose interrupted part
+    has no recorded time).
+    """
+    n_rows = len(systems.get("energy", ()))
+    starts = [r.get("first_row") for r in runs]
+    n_atoms = systems.get("n_atoms")
+    total_steps = systems.get("total_steps")
+    per_run: list[dict[str, Any]] = []
+    for i, run in enumerate(runs):
+        stats = run.get("stats") or run.get("summary") or {}
+        wall = stats.get("wall_time_s")
+        lo = 0 if i == 0 else starts[i]  # the first run starts the store
+        hi = n_rows if i + 1 == len(runs) else starts[i + 1]
+        rows = (int(lo), int(hi)) if lo is not None and hi is not None else None
+        rec: dict[str, Any] = {
+            "index": i,
+            "plan": run.get("plan"),
+            "stages": " / ".join(run["stage_names"]) if run.get("stage_names") else None,
+            "model": run.get("model"),
+            "started": stats.get("started"),
+            "ended": stats.get("ended"),
+            "wall_time_s": float(wall) if wall else None,
+            "resumed": bool(stats.get("resumed", False)),
+            "rows": list(rows) if rows else None,
+            "systems": rows[1] - rows[0] if rows else stats.get("systems"),
+        }
+        if rows and n_atoms is not None and total_steps is not None:
+            sl = slice(*rows)
+            rec["atom_steps"] = int(
+                (n_atoms[sl].astype(np.int64) * total_steps[sl].astype(np.int64)).sum()
+            )
+            if rec["wall_time_s"] and not rec["resumed"]:
+                rec["atom_steps_per_s"] = rec["atom_steps"] / rec["wall_time_s"]
+        per_run.append(rec)
+    out: dict[str, Any] = {"runs": per_run}
+    timed = [r for r in per_run if r["wall_time_s"]]
+    if timed:
+        out["wall_time_s"] = sum(r["wall_time_s"] for r in timed)
+        if len(timed) < len(per_run):
+            out["wall_time_note"] = f"{len(per_run) - len(timed)} run(s) without a recorded time"
+    rated = [r for r in timed if "atom_steps_per_s" in r]
+    if rated:
+        wall = sum(r["wall_time_s"] for r in rated)
+        out["atom_steps_per_s"] = sum(r["atom_steps"] for r in rated) / wall
+        out["systems_per_s"] = sum(r["systems"] for r in rated) / wall
+    return out
 
 
 # ---------------------------------------------------------------------- plots
@@ -338,21 +480,20 @@ def report(
     runs = read_store_runs(store)
     last = runs[-1] if runs else {}
     k = systems["stage_steps"].shape[1] if "stage_steps" in systems else 0
-    names = stage_names_from_plan(last.get("plan"), k)
-    stats = last.get("summary") or {}
-    summary = summarize(
-        systems, names, {"wall_time_s": stats.get("wall_time_s")} if len(runs) == 1 else None
-    )
-    if len(runs) > 1:
-        summary["runs"] = len(runs)
-    where = [
-        f"{store} ({len(runs)} run(s); last: plan {last.get('plan', '?')}, "
-        f"model {last.get('model', '?')})"
-    ]
+    names = stage_names_of_run(last, k)
+    summary = summarize(systems, names)
+    summary.update(summarize_runs(runs, systems))
+    plan = " / ".join(names) if names else last.get("plan", "?")
+    where = [f"{store} ({len(runs)} run(s); last: stages {plan}, model {last.get('model', '?')})"]
     if plots is not None:
-        for png in make_plots(systems, plots, names, trajectory):
-            where.append(str(png))
+        where.append(f"plots: {plots}")
     elif trajectory is not None:
         where.append(f"trajectory {trajectory}: pass --plots DIR to plot it")
+    # the table first: a missing matplotlib fails only the plots
     console.print(summary_table(summary, title=f"alchemi-lit report: {store}", where=where))
+    if plots is not None:
+        written = make_plots(systems, plots, names, trajectory)
+        summary["plots"] = [str(p) for p in written]
+        for png in written:
+            console.print(f"wrote {png}")
     return summary

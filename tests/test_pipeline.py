@@ -130,15 +130,25 @@ def assert_same(
         assert torch.equal(got.atom[name], ref.atom[name]), f"{name} differs from the fused run"
     for name in ("energy", "total_steps", "converged", "exit_code", "cell", "pbc", "n_atoms"):
         assert torch.equal(got.system[name], ref.system[name]), f"{name} differs from the fused run"
-    steps, exits = got.stage_steps, got.stage_exit
+    steps, exits, energies = got.stage_steps, got.stage_exit, got.stage_energy
     if columns is not None:
         steps = torch.stack([steps[:, c].sum(1) for c in columns], 1)
         visited = [exits[:, c] for c in columns]
         for v in visited:  # exactly one of the equivalent ranks saw each system
             assert ((v != EXIT_RUNNING).sum(1) <= 1).all()
+        energies = torch.stack(  # the energy of the rank that saw it (NaN if none did)
+            [
+                energies[:, c].nansum(1).where((v != EXIT_RUNNING).any(1), float("nan"))
+                for c, v in zip(columns, visited)
+            ],
+            1,
+        )
         exits = torch.stack([v.max(1).values for v in visited], 1)
     assert torch.equal(steps, ref.stage_steps), "stage_steps differ from the fused run"
     assert torch.equal(exits, ref.stage_exit), "stage_exit differ from the fused run"
+    torch.testing.assert_close(  # energy at each stage exit: bitwise, NaN where not left
+        energies, ref.stage_energy, rtol=0, atol=0, equal_nan=True, msg="stage_energy differ"
+    )
     expected = ref.status if status is None else status
     assert torch.equal(got.status, expected), "status differs"
 
