@@ -37,6 +37,7 @@ class Segments:
         self._xyz_idx: torch.Tensor | None = None
         self._csr: dict[tuple[int, torch.dtype], torch.Tensor] = {}
         self._xyz_of: tuple[torch.Tensor, int, torch.Tensor] | None = None
+        self._local: torch.Tensor | None = None
 
     # ----------------------------------------------------------------- sums
     def sum(self, values: torch.Tensor) -> torch.Tensor:
@@ -79,6 +80,15 @@ class Segments:
             spread = per_atom.unsqueeze(-1).expand(-1, 3).contiguous()
             memo = self._xyz_of = (per_atom, per_atom._version, spread)
         return memo[2]
+
+    @property
+    def local_index(self) -> torch.Tensor:
+        """Index of each atom inside its own system, ``[N]`` (keys its random draws)."""
+        if self._local is None:
+            starts = torch.cumsum(self._n_atoms, 0) - self._n_atoms
+            n = self.num_atoms
+            self._local = torch.arange(n, device=self.system_idx.device) - self.to_atoms(starts)
+        return self._local
 
     @property
     def xyz_index(self) -> torch.Tensor:

@@ -66,3 +66,11 @@ def test_cache_follows_the_layout():
     assert sub.segments.sum(x).tolist() == sub.n_atoms.to(torch.float64).tolist()
     b.system_idx = b.system_idx.clone()  # reassigning the index drops the cache
     assert b.segments is not first
+
+
+def test_local_index_counts_atoms_within_each_system():
+    from alchemi_lit.random import local_atom_index
+
+    b = ragged_batch()
+    assert torch.equal(b.segments.local_index, local_atom_index(b.system_idx, b.ptr))
+    assert b.segments.local_index[b.ptr[:-1]].tolist() == [0] * b.num_systems

@@ -243,7 +243,7 @@ def maxwell_boltzmann(batch: Batch, mask: torch.Tensor, temperature: Param, seed
         batch.system_id,
         batch.total_steps,
         batch.system_idx,
-        rng.local_atom_index(batch.system_idx, batch.ptr),
+        batch.segments.local_index,
         rng.PURPOSE_VELOCITY_INIT,
         batch.dtype,
     )

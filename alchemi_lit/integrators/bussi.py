@@ -76,7 +76,7 @@ class Bussi(MDIntegrator):
 
 def bussi_noise(batch: Batch, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(R1, S)`` per system ``[B]`` for the current step (see module docstring)."""
-    local = rng.local_atom_index(batch.system_idx, batch.ptr)
+    local = batch.segments.local_index
     z = rng.atom_normals(
         seed, batch.system_id, batch.total_steps, batch.system_idx, local,
         rng.PURPOSE_THERMOSTAT, batch.dtype,

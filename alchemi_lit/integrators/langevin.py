@@ -78,7 +78,7 @@ class Langevin(MDIntegrator):
         sigma = spread * batch.segments.atom_xyz(batch.masses).rsqrt()  # per atom: / sqrt(m)
         xi = rng.atom_normals(
             self.seed, batch.system_id, batch.total_steps, batch.system_idx,
-            rng.local_atom_index(batch.system_idx, batch.ptr), rng.PURPOSE_NOISE, batch.dtype,
+            batch.segments.local_index, rng.PURPOSE_NOISE, batch.dtype,
         )  # fmt: skip
         v = torch.addcmul(c1 * batch.velocities, sigma, xi)
         batch.velocities = self.masked(moving, v, batch.velocities)
