@@ -21,5 +21,5 @@ fi
 # MIT-licensed weights ship inside the sevenn wheel; its parity tests run in CI).
 # torch is already satisfied, so nothing CUDA comes in.
 "$PY" -m pip install -q -e ".[test]" -e plugins/alchemi_lit_sevenn
-# The MACE plugin is optional (mace-torch is large and pins an old e3nn): tests skip
-# without it.  Install it yourself with: pip install -e plugins/alchemi_lit_mace
+# The MACE plugin is not needed to run: `make test` adds it with scripts/install_mace.sh
+# (mace-torch pins an old e3nn, so it goes in with --no-deps); its tests skip without it.

@@ -18,6 +18,7 @@ import copy
 import importlib.util
 import os
 import pickle
+from importlib import metadata
 
 import numpy as np
 import pytest
@@ -27,8 +28,20 @@ from ase.build import bulk, molecule
 
 # find_spec, not importorskip: importing mace here, unguarded, would set the very
 # environment variable the tests below check.
+# (make test installs both; the commands are in scripts/install_mace.sh and the README)
 if importlib.util.find_spec("mace") is None:
-    pytest.skip("mace-torch is not installed (pip install mace-torch)", allow_module_level=True)
+    pytest.skip(
+        "mace-torch is not installed (see plugins/alchemi_lit_mace/README.md, Install)",
+        allow_module_level=True,
+    )
+try:
+    metadata.distribution("alchemi-lit-mace")
+except metadata.PackageNotFoundError:
+    pytest.skip(
+        "the alchemi-lit-mace plugin is not installed "
+        "(pip install --no-deps -e plugins/alchemi_lit_mace)",
+        allow_module_level=True,
+    )
 
 from alchemi_lit_mace import (
     MACE,

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install the MACE plugin (plugins/alchemi_lit_mace) next to the SevenNet plugin, for the
+# test-suite (`make test` runs this after scripts/install.sh; `make run` does not need it).
+#
+# mace-torch 0.3.16 pins e3nn==0.4.4, but sevenn >= 0.12 (the MIT releases the SevenNet
+# plugin requires) needs e3nn >= 0.5.  A plain `pip install -e plugins/alchemi_lit_mace`
+# would make pip resolve that conflict by downgrading sevenn to a GPL-3.0 release.  So
+# mace-torch and the plugin go in with --no-deps, keeping sevenn's e3nn 0.6 (mace runs on
+# it: the plugin's tests pass), and mace-torch's other runtime dependencies are listed
+# here explicitly.  None of them depends on torch's build or on e3nn, so the installed
+# (CPU) torch and e3nn stay; `pip check` will report mace-torch's e3nn pin, as expected.
+set -euo pipefail
+PY=${PYTHON:-python3}
+cd "$(dirname "$0")/.."
+
+"$PY" -c "import torch, e3nn" 2>/dev/null || {
+  echo "install_mace.sh: run scripts/install.sh first (torch and sevenn's e3nn are needed)" >&2
+  exit 1
+}
+# mace-torch 0.3.16's requirements, less torch and e3nn (already installed)
+"$PY" -m pip install -q ConfigArgParse GitPython h5py lmdb matplotlib matscipy numpy \
+  opt_einsum orjson pandas prettytable python-hostlist pyyaml torch-ema torchmetrics tqdm ase
+"$PY" -m pip install -q --no-deps "mace-torch==0.3.16" -e plugins/alchemi_lit_mace
