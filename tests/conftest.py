@@ -11,7 +11,15 @@ Argon conventions: fcc, a = 5.26 Å (nearest neighbours 3.72 Å), LJ ε = 0.0104
 
 from __future__ import annotations
 
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator, Sequence
+from importlib import metadata
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -158,3 +166,88 @@ def log_messages() -> Iterator[list[tuple[str, str]]]:
         yield records
     finally:
         logger.remove(sink_id)
+
+
+# ------------------------------------------------------ the toy plugin distribution
+# ``tests/plugin_pkg`` is a real distribution, ``alchemi-lit-toy``, with an
+# ``alchemi_lit.plugins`` entry point.  For the tests that use it (those requesting the
+# ``toy_plugin`` fixture of test_registry.py, or ``toy_plugin_site`` below), pip installs
+# THIS checkout's copy with ``--target`` into a temporary directory, which goes first on
+# ``sys.path`` and on ``PYTHONPATH`` (so subprocesses see it too) for the session and is
+# removed afterwards.  importlib.metadata finds its ``.dist-info`` there, so entry-point
+# discovery runs exactly as for a user's plugin, and nothing stays in the environment.
+TOY_SRC = Path(__file__).resolve().parent / "plugin_pkg"
+TOY_DIST = "alchemi-lit-toy"
+TOY_FIXTURES = ("toy_plugin", "toy_plugin_site")
+_toy: dict[str, object] = {}
+
+
+def _install_toy_plugin() -> Path:
+    """Install tests/plugin_pkg into a fresh temporary site (once per session)."""
+    if "site" in _toy:
+        return _toy["site"]  # type: ignore[return-value]
+    tmp = Path(tempfile.mkdtemp(prefix="alchemi-lit-toy-"))
+    src, site = tmp / "src", tmp / "site"
+    # build from a copy: an in-tree build would leave build/ and *.egg-info in tests/
+    shutil.copytree(
+        TOY_SRC, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    )
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
+    cmd += ["--no-build-isolation", "--target", str(site), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"installing {TOY_SRC} failed:\n{proc.stdout}\n{proc.stderr}")
+    _toy.update(tmp=tmp, site=site, pythonpath=os.environ.get("PYTHONPATH"))
+    sys.path.insert(0, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(site), os.environ.get("PYTHONPATH")) if p
+    )
+    importlib.invalidate_caches()
+    check_toy_plugin_is_ours(site)
+    return site
+
+
+def check_toy_plugin_is_ours(site: Path) -> None:
+    """The ``alchemi-lit-toy`` that importlib.metadata resolves is the one in ``site``,
+    built from this checkout (not one installed elsewhere, e.g. from another clone)."""
+    dist = metadata.distribution(TOY_DIST)
+    init = Path(str(dist.locate_file("alchemi_lit_toy/__init__.py"))).resolve()
+    assert init.is_relative_to(site.resolve()), f"{TOY_DIST} resolves to {init}, not {site}"
+    ours = (TOY_SRC / "alchemi_lit_toy" / "__init__.py").read_bytes()
+    assert init.read_bytes() == ours, f"{init} differs from this checkout's {TOY_SRC}"
+    module = sys.modules.get("alchemi_lit_toy")
+    if module is not None:  # imported already (by the registry): from the same place
+        assert Path(module.__file__).resolve() == init, (module.__file__, init)
+
+
+def _uninstall_toy_plugin() -> None:
+    site = _toy.pop("site", None)
+    if site is None:
+        return
+    if str(site) in sys.path:
+        sys.path.remove(str(site))
+    old = _toy.pop("pythonpath")
+    if old is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old  # type: ignore[assignment]
+    sys.modules.pop("alchemi_lit_toy", None)
+    importlib.invalidate_caches()
+    shutil.rmtree(_toy.pop("tmp"), ignore_errors=True)  # type: ignore[arg-type]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # before any fixture runs: test_registry.py's session fixture then finds it installed
+    if any(set(TOY_FIXTURES) & set(getattr(item, "fixturenames", ())) for item in items):
+        _install_toy_plugin()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _uninstall_toy_plugin()
+
+
+@pytest.fixture(scope="session")
+def toy_plugin_site() -> Path:
+    """The temporary site directory holding this checkout's ``alchemi-lit-toy``."""
+    return _install_toy_plugin()
