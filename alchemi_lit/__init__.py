@@ -1,13 +1,35 @@
-"""alchemi_lit: relax and simulate thousands of atomic structures at once."""
+"""alchemi_lit: relax and simulate thousands of atomic structures at once.
+
+The public names are imported on first use (PEP 562): ``import alchemi_lit`` and
+``alchemi-lit --help`` then start without importing torch (over a second on a laptop).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .errors import AlchemiError, ConfigError, ModelError, StructureError
-from .hooks import Callback, HookStageEnum
-from .results import Results
-from .simulator import Simulator
-from .stages import Fused, Pipeline
-from .state import Batch
+
+if TYPE_CHECKING:
+    from .hooks import Callback, HookStageEnum
+    from .results import Results
+    from .simulator import Simulator
+    from .stages import Fused, Pipeline
+    from .state import Batch
 
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it
+_LAZY = {
+    "Batch": ".state",
+    "Callback": ".hooks",
+    "Fused": ".stages",
+    "HookStageEnum": ".hooks",
+    "Pipeline": ".stages",
+    "Results": ".results",
+    "Simulator": ".simulator",
+}
 
 __all__ = [
     "AlchemiError",
@@ -23,3 +45,16 @@ __all__ = [
     "StructureError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'alchemi_lit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -50,6 +50,7 @@ not need it and it costs seconds to import).
 
 from __future__ import annotations
 
+import copy
 import difflib
 import inspect
 import json
@@ -57,6 +58,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,7 +86,8 @@ class CLIError(Exception):
 # ---------------------------------------------------------------------- config sections
 @dataclass
 class SamplerConfig:
-    """Inflight batching budgets (:class:`~alchemi_lit.data.SizeAwareSampler`).
+    """Inflight batching budgets: the shorthand ``sampler: {max_atoms: ...}`` for
+    :class:`~alchemi_lit.data.SizeAwareSampler` with these arguments.
 
     Args:
         max_atoms: most atoms in flight at once.
@@ -110,14 +113,18 @@ class DataConfig:
         builtin_args: keyword arguments of the built-in set (``n_systems``, ``repeat`` ...).
         format: ASE format name when the file extension does not tell it.
         index: which frames of the file to read (ASE syntax, ``":"`` = all).
-        sampler: inflight batching budgets; without it all structures run as one batch.
+        sampler: inflight batching: budgets for the built-in SizeAwareSampler
+            (``{max_atoms: 20000, max_systems: 512, max_edges: null, skip_invalid: false}``)
+            or a registered sampler (``{class_path: NAME, init_args: {...}}``, see
+            ``alchemi-lit plugins --kind sampler``); without it all structures run as one
+            batch.
     """
 
     structures: str
     builtin_args: dict[str, Any] = field(default_factory=dict)
     format: str | None = None
     index: str | int = ":"
-    sampler: SamplerConfig | None = None
+    sampler: dict[str, Any] | None = None
 
 
 @dataclass
@@ -145,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
     try:
-        return _dispatch(args)
+        with warnings.catch_warnings():  # restores showwarning when main returns
+            warnings.showwarning = _log_warning
+            return _dispatch(args)
     except SystemExit as exc:  # --help, --print_config, argparse
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
@@ -162,6 +171,16 @@ def main(argv: list[str] | None = None) -> int:
         if code != EXIT_USAGE and not debug:
             print("(run again with --debug for the traceback)", file=sys.stderr)
         return code
+
+
+def _log_warning(
+    message: Warning | str, category: type[Warning], *_args: Any, **_kwargs: Any
+) -> None:
+    """Python warnings (a StructureWarning about close atoms ...) go to the run's log,
+    one line each, like everything else the CLI reports."""
+    from loguru import logger
+
+    logger.warning(f"{category.__name__}: {message}")
 
 
 def _classify(exc: BaseException) -> tuple[int, str]:
@@ -237,6 +256,7 @@ class _Request:
     overrides: list[tuple[str, str, bool]] = field(default_factory=list)  # key, raw value, append
     passthrough: list[str] = field(default_factory=list)  # handled by jsonargparse
     resume: str | bool | None = None  # --resume [PATH]
+    help: tuple[str, str | None] | None = None  # --KEY.help [NAME]: (KEY, NAME)
 
 
 def _split_argv(args: list[str]) -> _Request:
@@ -265,6 +285,7 @@ def _split_argv(args: list[str]) -> _Request:
         if not eq:
             if name.endswith(".help") and (i + 1 >= len(args) or args[i + 1].startswith("--")):
                 req.passthrough.append(tok)  # --simulator.model.help (no class): list them
+                req.help = (name[: -len(".help")], None)
                 i += 1
                 continue
             if i + 1 >= len(args):
@@ -277,6 +298,7 @@ def _split_argv(args: list[str]) -> _Request:
             req.configs.append(value)
         elif name.endswith(".help"):
             req.passthrough.append(f"--{name}={_help_target(value)}")
+            req.help = (name[: -len(".help")], value)
         elif name.endswith("+"):
             req.overrides.append((name[:-1], value, True))
         else:
@@ -289,6 +311,70 @@ def _help_target(value: str) -> str:
 
     entry = registry.find(value) if "." not in value else None
     return entry.import_path if entry is not None else value
+
+
+#: option keys holding plugins -> registry kind (``--KEY.help [NAME]``)
+_HELP_KINDS = {
+    "simulator.model": "model",
+    "simulator.stages": "integrator",
+    "simulator.callbacks": "callback",
+    "simulator.sinks": "sink",
+    "simulator.strategy": "strategy",
+    "data.sampler": "sampler",
+}
+
+
+def _help_kind(key: str) -> str | None:
+    """The plugin kind an option key holds: ``simulator.stages.0`` -> integrator,
+    ``...init_args.criterion`` -> criterion."""
+    parts = [p for p in key.split(".") if p and not _is_index(p) and p != "init_args"]
+    if parts and parts[-1] == "criterion":
+        return "criterion"
+    return _HELP_KINDS.get(".".join(parts))
+
+
+def _class_help(command: str, key: str, name: str | None) -> int | None:
+    """``--KEY.help NAME``: the parameters of one plugin, with a preset's bound values as
+    the defaults; ``--KEY.help`` alone: the registered plugins that fit KEY.  None when
+    KEY holds no plugin (jsonargparse answers then)."""
+    from jsonargparse import ArgumentParser
+    from rich.console import Console
+
+    from . import registry
+
+    kind = _help_kind(key)
+    option = f"--{key}.help"
+    if name is None:
+        if kind is None:
+            return None
+        table = _plugin_table(kind, f"{option} NAME: {_plural(kind)}")
+        Console(width=_width() and 200).print(table)
+        print(f"parameters of one: alchemi-lit {command} {option} NAME")
+        return 0
+    path, preset = _lookup(name, option, kind)
+    cls = _import_class(path, option)
+    entry = registry.find(name) if "." not in name else None
+    given = ("dataset",) if kind == "sampler" else ()
+    if preset:
+        bound = ", ".join(f"{k}={v!r}" for k, v in preset.items())
+        description = (
+            f"{name}: preset of {path} binding {bound} (shown as the defaults below). "
+            f"Use it as `class_path: {name}`; any parameter can be changed under init_args."
+        )
+    else:
+        source = f" from package {entry.source}" if entry is not None else ""
+        description = f"{path}{source}; use it as `class_path: {entry.name if entry else path}`."
+    parser = ArgumentParser(
+        prog=f"alchemi-lit {command} {option} {name}",
+        description=description,
+        exit_on_error=False,
+    )
+    nested = f"{key}.init_args"
+    parser.add_class_arguments(cls, nested, fail_untyped=False, skip=set(given))
+    if preset:
+        parser.set_defaults({f"{nested}.{k}": v for k, v in preset.items()})
+    parser.print_help()
+    return 0
 
 
 def _parse_value(raw: str) -> Any:
@@ -513,8 +599,8 @@ def _lookup(name: str, key: str, kind: str | None) -> tuple[str, dict[str, Any]]
         if other is not None:
             raise CLIError(
                 key,
-                f"{name!r} is a registered {other.kind}, not a {kind}; "
-                f"`alchemi-lit plugins --kind {kind}` lists the {kind}s",
+                f"{name!r} is a registered {other.kind}, not {_a(kind)}; "
+                f"`alchemi-lit plugins --kind {kind}` lists the {_plural(kind)}",
             )
         try:
             registry.get(kind, name)  # raises with the close matches of this kind
@@ -522,13 +608,17 @@ def _lookup(name: str, key: str, kind: str | None) -> tuple[str, dict[str, Any]]
             raise CLIError(key, str(exc)) from None
     entry = registry.find(name)
     if entry is None:
-        names = sorted({e.name for e in registry.all_entries()}, key=str.lower)
-        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise CLIError(
-            key, f"unknown plugin {name!r}.{hint} Run `alchemi-lit plugins` to list every plugin."
-        )
+        raise CLIError(key, str(registry.unknown_name_error(name)))
     return entry.import_path, dict(entry.preset_args)
+
+
+def _plural(kind: str) -> str:
+    return {"strategy": "strategies", "criterion": "criteria"}.get(kind, f"{kind}s")
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "an integrator", "a model"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _import_class(path: str, key: str) -> type:
@@ -579,13 +669,14 @@ def _init_params(cls: type) -> set[str] | None:
 
 
 def _resolve_component(
-    value: Any, key: str, kind: str | None, base_path: str | None
+    value: Any, key: str, kind: str | None, base_path: str | None, given: tuple[str, ...] = ()
 ) -> dict[str, Any]:
-    """Normalise one plugin entry to ``{class_path: import.path, init_args: {...}}``."""
+    """Normalise one plugin entry to ``{class_path: import.path, init_args: {...}}``.
+    ``given``: constructor parameters the CLI passes itself (a sampler's ``dataset``)."""
     if isinstance(value, str):
         value = {"class_path": value}
     if not isinstance(value, dict):
-        what = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}" if kind else "a plugin"
+        what = _a(kind) if kind else "a plugin"
         raise CLIError(key, f"expected {what} as class_path/init_args, got {value!r}")
     if "class_path" not in value or value["class_path"] in (None, ""):
         hint = (
@@ -610,11 +701,11 @@ def _resolve_component(
         if not issubclass(cls, base):
             raise CLIError(
                 f"{key}.class_path",
-                f"{cls.__name__} is not a {kind} (not a subclass of {base.__name__})",
+                f"{cls.__name__} is not {_a(kind or 'plugin')} (not a subclass of {base.__name__})",
             )
     init = {**preset, **init}
     init = {k: _resolve_nested(v, f"{key}.init_args.{k}") for k, v in init.items()}
-    _check_init_args(cls, init, f"{key}.init_args")
+    _check_init_args(cls, init, f"{key}.init_args", given)
     out: dict[str, Any] = {"class_path": path, "init_args": init}
     if value.get("dict_kwargs") is not None and not isinstance(value["dict_kwargs"], dict):
         raise CLIError(
@@ -637,12 +728,22 @@ def _resolve_nested(value: Any, key: str) -> Any:
     return value
 
 
-def _check_init_args(cls: type, init: dict[str, Any], key: str) -> None:
-    """Type-check ``init`` against the signature of ``cls`` (one jsonargparse parser per class)."""
+def _check_init_args(
+    cls: type, init: dict[str, Any], key: str, given: tuple[str, ...] = ()
+) -> None:
+    """Type-check ``init`` against the signature of ``cls`` (one jsonargparse parser per
+    class).  ``given``: parameters the CLI passes itself, not accepted from the config."""
     from jsonargparse import ArgumentError, ArgumentParser
 
+    for name in given:
+        if name in init:
+            raise CLIError(
+                f"{key}.{name}",
+                "set by alchemi-lit itself (the structures of data.structures); remove it",
+            )
     params = _init_params(cls)
     if params is not None:
+        params -= set(given)
         for name in init:
             if name not in params:
                 close = difflib.get_close_matches(str(name), sorted(params), n=2)
@@ -654,11 +755,11 @@ def _check_init_args(cls: type, init: dict[str, Any], key: str) -> None:
                 )
     parser = ArgumentParser(exit_on_error=False)
     try:
-        parser.add_class_arguments(cls, fail_untyped=False)
+        parser.add_class_arguments(cls, fail_untyped=False, skip=set(given))
     except Exception:  # a signature jsonargparse cannot describe: leave it to the constructor
         return
     try:
-        parser.parse_object(init)
+        parser.parse_object(copy.deepcopy(init))  # it converts nested dicts in place
     except ArgumentError as exc:
         raise CLIError(None, _explain_jsonargparse(str(exc), key, cls.__name__)) from None
 
@@ -785,14 +886,38 @@ def _assemble(req: _Request) -> dict[str, Any]:
             ]
         else:
             sim[name] = _resolve_component(value, key, kind, base)
+    _check_strategy(sim)
     for k in sim:
-        if k not in _COMPONENTS:
+        if k not in _COMPONENTS and k != "strategy":
             sim[k] = _resolve_nested(sim[k], f"simulator.{k}")
     _check_dataclass_args(sim)
     _check_data(conf)
     _check_output(conf)
     _check_finite(conf, "")
     return conf
+
+
+def _check_strategy(sim: dict[str, Any]) -> None:
+    """``simulator.strategy``: ``auto`` or a registered name (a closed set: anything else
+    is an error listing the valid names), or a registered class as class_path/init_args."""
+    from .errors import ConfigError
+    from .strategies.base import check_strategy_name
+
+    value = sim.get("strategy")
+    if value is None:
+        return
+    key = "simulator.strategy"
+    if isinstance(value, dict):
+        sim["strategy"] = _resolve_component(
+            value, key, "strategy", "alchemi_lit.strategies.base.Strategy"
+        )
+        return
+    if not isinstance(value, str):
+        raise CLIError(key, f"expected a strategy name (auto, single, pipeline ...), got {value!r}")
+    try:
+        check_strategy_name(value)
+    except ConfigError as exc:
+        raise CLIError(key, _one_line(str(exc))) from None
 
 
 def _check_dataclass_args(sim: dict[str, Any]) -> None:
@@ -872,9 +997,42 @@ def _check_data(conf: dict[str, Any]) -> None:
             "data.builtin_args",
             f"expected a mapping of keyword arguments, got {data['builtin_args']!r}",
         )
-    _check_keys(data.get("sampler"), SamplerConfig, "data.sampler")
-    if isinstance(data.get("sampler"), dict) and data["sampler"].get("max_atoms") is None:
+    _check_sampler(data)
+    structures = data["structures"]
+    if not structures.startswith(BUILTIN_PREFIX) and Path(structures).expanduser().exists():
+        # absolute, so that the saved config re-runs from any working directory
+        data["structures"] = os.path.abspath(Path(structures).expanduser())
+
+
+_SAMPLER_BASE = "alchemi_lit.data.sampler.SizeAwareSampler"
+
+
+def _check_sampler(data: dict[str, Any]) -> None:
+    """``data.sampler``: budgets for SizeAwareSampler (a mapping) or a registered sampler
+    (``class_path``: a SizeAwareSampler subclass; the CLI passes the structures as its
+    first argument, ``dataset``)."""
+    from .data import SizeAwareSampler
+
+    spec = data.get("sampler")
+    if spec is None:
+        return
+    if isinstance(spec, str):
+        spec = {"class_path": spec}
+    if not isinstance(spec, dict):
+        raise CLIError(
+            "data.sampler",
+            f"expected budgets as a mapping (e.g. {{max_atoms: 20000, max_systems: 512}}) or a "
+            f"registered sampler ({{class_path: NAME, init_args: {{...}}}}), got {spec!r}",
+        )
+    if "class_path" in spec:
+        data["sampler"] = _resolve_component(
+            spec, "data.sampler", "sampler", _SAMPLER_BASE, given=("dataset",)
+        )
+        return
+    _check_keys(spec, SamplerConfig, "data.sampler")
+    if spec.get("max_atoms") is None:
         raise CLIError("data.sampler.max_atoms", "required: the most atoms in flight at once")
+    _check_init_args(SizeAwareSampler, spec, "data.sampler", given=("dataset",))
 
 
 def _check_output(conf: dict[str, Any]) -> None:
@@ -1005,16 +1163,23 @@ def _build(resolved: dict[str, Any]) -> _Built:
     data = resolved["data"]
     atoms = _read_structures(data)
     source: Any = atoms
-    if data.get("sampler"):
+    spec = data.get("sampler")
+    if spec:
         from .data import SizeAwareSampler
 
-        sampler_args = {k: v for k, v in data["sampler"].items()}
+        if "class_path" in spec:  # a registered sampler: its init_args (may hold plugins)
+            cls = _import_class(spec["class_path"], "data.sampler.class_path")
+            prefix = "data.sampler.init_args"
+            args = {
+                k: _instantiate(v, f"{prefix}.{k}") for k, v in (spec["init_args"] or {}).items()
+            }
+        else:  # the budgets shorthand
+            cls, prefix, args = SizeAwareSampler, "data.sampler", dict(spec)
         try:
-            source = SizeAwareSampler(atoms, **sampler_args)
+            source = cls(atoms, **args)
         except Exception as exc:
             raise CLIError(
-                _key_for(exc, "data.sampler", list(sampler_args), "data.sampler"),
-                _one_line(str(exc)),
+                _key_for(exc, prefix, list(args), "data.sampler"), _one_line(str(exc))
             ) from exc
     _check_sinks(sim, resolved)
     return _Built(sim, atoms, source, data, resolved.get("output") or {})
@@ -1098,7 +1263,7 @@ def _check_function_args(fn: Any, args: dict[str, Any], key: str) -> None:
     except Exception:  # a signature jsonargparse cannot describe: leave it to the call
         return
     try:
-        parser.parse_object(args)
+        parser.parse_object(copy.deepcopy(args))
     except ArgumentError as exc:
         raise CLIError(None, _explain_jsonargparse(str(exc), key, fn.__name__)) from None
 
@@ -1116,16 +1281,40 @@ def _sink_keys(resolved: dict[str, Any]) -> list[str]:
 
 
 def _check_sinks(sim: Any, resolved: dict[str, Any]) -> None:
-    """Refuse, before anything runs, to write into an existing store that mode 'w-' protects."""
+    """Refuse, before anything runs, to write into an existing store that mode 'w-'
+    protects, or where no store can be created (a file in the way, no permission)."""
     from .sinks import ZarrSink
 
+    out = resolved.get("output") or {}
+    if out.get("dir") is not None:
+        _check_writable(Path(out["dir"]), "output.dir", "output directory")
     for key, sink in zip(_sink_keys(resolved), sim.sinks or []):
+        if isinstance(sink, ZarrSink):
+            _check_writable(sink.path, f"{key}.init_args.store", "results store")
         if isinstance(sink, ZarrSink) and sink.mode == "w-" and sink.path.exists():
             raise CLIError(
                 f"{key}.init_args.store",
                 f"results store {str(sink.path)!r} already exists and mode is 'w-'; set "
                 f"{key}.init_args.mode to 'a' (append) or 'w' (replace), or choose another path",
             )
+
+
+def _check_writable(path: Path, key: str, what: str) -> None:
+    """``path`` is (or can be created as) a writable directory; creates nothing."""
+    path = path.expanduser()
+    if path.exists() and not path.is_dir():
+        raise CLIError(key, f"{what} {str(path)!r} exists and is a file, not a directory")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if parent != path and not parent.is_dir():
+        raise CLIError(key, f"cannot create {what} {str(path)!r}: {str(parent)!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CLIError(
+            key,
+            f"cannot create {what} {str(path)!r}: no write permission in {str(parent)!r}; "
+            f"choose a writable location",
+        )
 
 
 def _check_structures(built: _Built, full: bool) -> dict[str, Any]:
@@ -1195,6 +1384,10 @@ def _check_transfer_buffer(built: _Built) -> None:
 # ---------------------------------------------------------------------- run / validate
 def _run_or_validate(command: str, args: list[str]) -> int:
     req = _split_argv(args)
+    if req.help is not None:
+        code = _class_help(command, *req.help)
+        if code is not None:
+            return code
     _parser, _cfg, resolved = _parse(command, req)
     built = _build(resolved)
     facts = _check_structures(built, full=command == "validate")
@@ -1306,14 +1499,13 @@ def _run(built: _Built, resolved: dict[str, Any], resume: str | None = None) -> 
         return 0
     config_path, summary_path = _output_paths(built)
     if config_path is not None:
-        config_path.parent.mkdir(parents=True, exist_ok=True)
         header = "# resolved by alchemi-lit; re-run with: alchemi-lit run --config THIS_FILE\n"
-        config_path.write_text(header + yaml.safe_dump(resolved, sort_keys=False))
+        _write_output(config_path, header + yaml.safe_dump(resolved, sort_keys=False), built)
     zarr_sinks = [s for s in (sim.sinks or []) if isinstance(s, ZarrSink)]
     start_rows = _store_rows(zarr_sinks[0]) if zarr_sinks else 0
     results = sim.run(built.source, resume=resume)
 
-    from .report import read_store_systems, stage_names_from_plan, summarize
+    from .report import read_store_systems, summarize
 
     in_memory = sim.sinks is None or any(
         isinstance(s, HostMemory) and s.capacity is None for s in sim.sinks
@@ -1326,7 +1518,10 @@ def _run(built: _Built, resolved: dict[str, Any], resume: str | None = None) -> 
             {} if batch is None else {k: v.detach().cpu().numpy() for k, v in batch.system.items()}
         )
     k = int(systems["stage_steps"].shape[1]) if "stage_steps" in systems else len(sim.plan.stages)
-    summary = summarize(systems, stage_names_from_plan(_history_repr(sim.plan), k), results.stats)
+    names = sim.stage_names()
+    if len(names) != k:  # e.g. appended to a store an older plan wrote
+        names = [f"stage {i}" for i in range(k)]
+    summary = summarize(systems, names, results.stats)
     thermo = _thermo_temperature(sim)
     if thermo is not None:
         summary["temperature_K"] = thermo
@@ -1334,8 +1529,7 @@ def _run(built: _Built, resolved: dict[str, Any], resume: str | None = None) -> 
     if config_path is not None:
         where.append(f"{config_path} (resolved config)")
     if summary_path is not None:
-        summary_path.parent.mkdir(parents=True, exist_ok=True)
-        summary_path.write_text(json.dumps(summary, indent=2))
+        _write_output(summary_path, json.dumps(summary, indent=2), built)
         where.append(f"{summary_path} (summary)")
         for sink in zarr_sinks:
             _annotate_store(sink.path, summary)
@@ -1347,14 +1541,23 @@ def _run(built: _Built, resolved: dict[str, Any], resume: str | None = None) -> 
     return 0
 
 
-def _history_repr(plan: Any) -> str:
-    """A Fused-like repr of the stages in history-column order (pipelines: rank order)."""
-    from .stages import Pipeline
+def _write_output(path: Path, text: str, built: _Built) -> None:
+    """Write the resolved config or summary; a failure names the key that chose ``path``."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        from .sinks import ZarrSink
 
-    if not isinstance(plan, Pipeline):
-        return repr(plan)
-    names = [type(s).__name__ for r in sorted(plan.stages) for s in plan.stages[r].stages]
-    return ", ".join(f"{c}:{n}" for c, n in enumerate(names))
+        key = "output.dir"
+        if built.output.get("dir") is None:  # next to the first ZarrSink store
+            first = next(i for i, s in enumerate(built.sim.sinks) if isinstance(s, ZarrSink))
+            key = f"simulator.sinks.{first}.init_args.store"
+        raise CLIError(
+            key,
+            f"cannot write {str(path)!r} ({exc.strerror or exc}); choose a writable output.dir "
+            f"(or store location)",
+        ) from exc
 
 
 def _is_main_rank() -> bool:
@@ -1411,8 +1614,6 @@ def _thermo_temperature(sim: Any) -> float | None:
 def _plugins(args: list[str]) -> int:
     from jsonargparse import ArgumentError, ArgumentParser
     from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
 
     from . import registry
 
@@ -1432,17 +1633,42 @@ def _plugins(args: list[str]) -> int:
         raise CLIError(
             "--kind", f"unknown kind {cfg.kind!r}.{hint} Kinds: {', '.join(registry.KINDS)}"
         )
-    entries = registry.all_entries()
+    console = Console(width=_width() and 200)
+    console.print(_plugin_table(cfg.kind, "alchemi-lit plugins"))
+    if cfg.kind in (None, "strategy"):
+        console.print(
+            "strategy 'auto' (the default) picks pipeline for pipeline plans (a | b), else single",
+            highlight=False,
+        )
+    for failure in registry.failures():
+        print(
+            f"warning: {failure.describe()}; its plugins are unavailable. "
+            f"Fix, reinstall or uninstall that package.",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _plugin_table(kind: str | None, title: str) -> Any:
+    """Registered plugins (of ``kind``, or all) as a rich table; entry points that
+    failed to load are rows marked FAILED."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from . import registry
+
     order = {k: i for i, k in enumerate(registry.KINDS)}
-    entries = sorted(entries, key=lambda e: (order.get(e.kind, 99), e.is_preset, e.name.lower()))
-    table = Table(title="alchemi-lit plugins", title_justify="left")
+    entries = sorted(
+        registry.all_entries(), key=lambda e: (order.get(e.kind, 99), e.is_preset, e.name.lower())
+    )
+    table = Table(title=title, title_justify="left")
     table.add_column("kind", no_wrap=True)
     table.add_column("name", style="bold", no_wrap=True)
     table.add_column("source", no_wrap=True)
     table.add_column("class / binds", overflow="fold")
     table.add_column("description", overflow="fold")
     for e in entries:
-        if cfg.kind is not None and e.kind != cfg.kind:
+        if kind is not None and e.kind != kind:
             continue
         if e.is_preset:
             bound = ", ".join(f"{k}={v!r}" for k, v in e.preset_args.items())
@@ -1450,8 +1676,16 @@ def _plugins(args: list[str]) -> int:
         else:
             target = e.import_path
         table.add_row(e.kind, e.name, escape(e.source), escape(target), escape(e.doc))
-    Console(width=_width() and 200).print(table)
-    return 0
+    for f in registry.failures():
+        table.add_row(
+            "FAILED",
+            escape(f.entry_point),
+            escape(f.package),
+            escape(f.target),
+            escape(f"failed to load: {f.error}"),
+            style="red",
+        )
+    return table
 
 
 def _report(args: list[str]) -> int:

@@ -1,13 +1,16 @@
 """Per-system convergence criteria as batched tensor operations.
 
 A criterion maps the batch to a ``[B]`` boolean tensor with no host sync.  Criteria
-combine with ``&`` and ``|``.  The step budget is not a criterion: a stage that runs
-out of steps exits with reason ``max_steps`` and the system is reported as not
-converged, which keeps "converged" meaning what users expect.
+combine with ``&`` and ``|`` (or ``All(parts=[...])`` / ``Any(parts=[...])`` in a
+config, where they are registered plugins of kind ``criterion``: ``criterion:
+{class_path: ForceMax, init_args: {fmax: 0.01}}``).  The step budget is not a
+criterion: a stage that runs out of steps exits with reason ``max_steps`` and the
+system is reported as not converged, which keeps "converged" meaning what users expect.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -44,7 +47,11 @@ class Criterion:
 
 
 class ForceMax(Criterion):
-    """Largest per-atom force norm below ``fmax`` (eV/Å), as ``ase.optimize`` checks it."""
+    """Largest per-atom force norm below ``fmax`` (eV/Å), as ``ase.optimize`` checks it.
+
+    Args:
+        fmax: force threshold in eV/Å (> 0).
+    """
 
     def __init__(self, fmax: float) -> None:
         if not fmax > 0:
@@ -62,7 +69,12 @@ class ForceMax(Criterion):
 
 
 class EnergyChange(Criterion):
-    """Energy changed by less than ``tol`` eV (per atom with ``per_atom``) since the last step."""
+    """Energy changed by less than ``tol`` eV (per atom with ``per_atom``) since the last step.
+
+    Args:
+        tol: energy tolerance in eV (eV/atom with ``per_atom``; > 0).
+        per_atom: compare the change per atom instead of per system.
+    """
 
     def __init__(self, tol: float, per_atom: bool = False) -> None:
         if not tol > 0:
@@ -96,8 +108,14 @@ class EnergyChange(Criterion):
 
 
 class _Combined(Criterion):
-    def __init__(self, *parts: Criterion) -> None:
-        self.parts = parts
+    def __init__(self, *criteria: Criterion, parts: Sequence[Criterion] = ()) -> None:
+        self.parts = (*criteria, *parts)
+        name = "Any" if isinstance(self, Any_) else type(self).__name__
+        if not self.parts:
+            raise ValueError(f"{name} needs at least one criterion in parts, got none")
+        for p in self.parts:
+            if not isinstance(p, Criterion):
+                raise TypeError(f"{name}: parts must be criteria, got {type(p).__name__}")
 
     def bind(self, prefix: str) -> None:
         for k, p in enumerate(self.parts):
@@ -117,7 +135,11 @@ class _Combined(Criterion):
 
 
 class All(_Combined):
-    """Every part holds."""
+    """Every part holds (``a & b``).
+
+    Args:
+        parts: the criteria that must all hold.
+    """
 
     def __call__(self, batch: Batch) -> torch.Tensor:
         out = self.parts[0](batch)
@@ -130,7 +152,11 @@ class All(_Combined):
 
 
 class Any_(_Combined):
-    """At least one part holds."""
+    """At least one part holds (``a | b``); registered as ``Any``.
+
+    Args:
+        parts: the criteria of which one must hold.
+    """
 
     def __call__(self, batch: Batch) -> torch.Tensor:
         out = self.parts[0](batch)

@@ -7,6 +7,7 @@ everything, and so `alchemi-lit plugins` shows exactly this list plus entry poin
 from __future__ import annotations
 
 from .callbacks import Checkpoint, Logger, NaNGuard, ProgressBar, ThermoMonitor, TrajectoryWriter
+from .convergence import All, Any_, EnergyChange, ForceMax
 from .data import SizeAwareSampler
 from .integrators import (
     FIRE,
@@ -20,6 +21,8 @@ from .integrators import (
 from .models import EMT, LennardJones, Morse
 from .registry import register, register_preset
 from .sinks import HostMemory, ZarrSink
+from .strategies.distributed import PipelineStrategy, ReplicasStrategy
+from .strategies.single import SingleDeviceStrategy
 
 for _cls in (FIRE, FIRE2, VelocityVerlet, Langevin, NoseHooverChain, Berendsen, Bussi):
     register("integrator")(_cls)
@@ -35,3 +38,12 @@ for _cls in (NaNGuard, Logger, ProgressBar, TrajectoryWriter, ThermoMonitor, Che
 for _cls in (HostMemory, ZarrSink):
     register("sink")(_cls)
 register("sampler")(SizeAwareSampler)
+
+# strategy="auto" is not a class: the Simulator picks pipeline or single by the plan
+register("strategy", "single")(SingleDeviceStrategy)
+register("strategy", "pipeline")(PipelineStrategy)
+register("strategy", "replicas")(ReplicasStrategy)
+
+for _cls in (ForceMax, EnergyChange, All):
+    register("criterion")(_cls)
+register("criterion", "Any")(Any_)

@@ -9,6 +9,13 @@ from, so two packages claiming one name fail with an error naming both.
 Presets bind a name to a class plus arguments (``fire-ase`` -> ``FIRE(mode="ase")``)
 and are usable wherever a name is (CLI ``class_path: fire-ase``).
 
+A plugin package that fails to load (its import raises) does not take the others
+down: the failure is recorded per entry point (:func:`failures`), everything else
+stays usable, and the error is raised -- naming the package, the entry point and the
+original exception -- only when a name is looked up that is not registered and so
+could have come from the failed package.  Name conflicts stay an immediate error,
+raised again on every later query (the registry is never silently partial).
+
 This module imports nothing else of ours: any layer may register into it.
 """
 
@@ -22,7 +29,7 @@ from typing import Any, TypeVar
 
 from .errors import ConfigError
 
-KINDS = ("integrator", "model", "callback", "sink", "sampler", "strategy")
+KINDS = ("integrator", "model", "callback", "sink", "sampler", "strategy", "criterion")
 ENTRY_POINT_GROUP = "alchemi_lit.plugins"
 BUILTIN_SOURCE = "alchemi_lit"
 
@@ -31,6 +38,26 @@ T = TypeVar("T")
 
 class PluginConflictError(ConfigError):
     """Two packages registered the same name for the same plugin kind."""
+
+
+class PluginLoadError(ConfigError):
+    """A name was looked up that is not registered while a plugin package failed to load."""
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """One ``alchemi_lit.plugins`` entry point whose loading raised."""
+
+    package: str
+    entry_point: str  # its name
+    target: str  # what it points to: ``module`` or ``module:callable``
+    error: str  # ``ExceptionType: message`` of the original exception
+
+    def describe(self) -> str:
+        return (
+            f"plugin entry point {self.entry_point!r} ({self.target}) of package "
+            f"{self.package!r} failed to load ({self.error})"
+        )
 
 
 @dataclass(frozen=True)
@@ -84,14 +111,7 @@ class Registry:
         try:
             return self._entries[name.lower()]
         except KeyError:
-            import difflib
-
-            close = difflib.get_close_matches(name.lower(), self._entries, n=3)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise ConfigError(
-                f"unknown {self.kind} {name!r}.{hint} Known: {', '.join(sorted(self.names()))}. "
-                f"Run `alchemi-lit plugins` to list every plugin."
-            ) from None
+            raise unknown_name_error(name, self.kind) from None
 
     def __contains__(self, name: str) -> bool:
         _load_entry_points()
@@ -157,40 +177,99 @@ def all_entries() -> list[Entry]:
     return [e for reg in REGISTRIES.values() for e in reg]
 
 
+def failures() -> list[LoadFailure]:
+    """Entry points that failed to load (their packages' plugins are unavailable)."""
+    _load_entry_points()
+    return list(_failures)
+
+
+def unknown_name_error(name: str, kind: str | None = None) -> ConfigError:
+    """The error for a name no registry (of ``kind``, or of any kind) holds.
+
+    Did-you-mean hints come from the registered names; when plugin packages failed to
+    load, the name may be theirs, so the error is a :class:`PluginLoadError` that
+    leads with those failures (package, entry point, original exception)."""
+    import difflib
+
+    _load_entry_points()
+    if kind is not None:
+        pool = REGISTRIES[kind].names()
+        what = kind
+    else:
+        pool = sorted({e.name for reg in REGISTRIES.values() for e in reg._entries.values()})
+        what = "plugin"
+    spelled = {n.lower(): n for n in pool}
+    close = difflib.get_close_matches(name.lower(), list(spelled), n=3, cutoff=0.6)
+    hint = f" Did you mean {', '.join(spelled[c] for c in close)}?" if close else ""
+    known = f" Known: {', '.join(sorted(pool, key=str.lower))}." if kind is not None else ""
+    listing = (
+        f"`alchemi-lit plugins --kind {kind}`" if kind is not None else "`alchemi-lit plugins`"
+    )
+    if _failures:
+        broken = "; ".join(f.describe() for f in _failures)
+        return PluginLoadError(
+            f"{what} {name!r} is not registered, and it may come from a plugin package that "
+            f"failed to load: {broken}. Fix, reinstall or uninstall that package "
+            f"(`alchemi-lit plugins` lists failed plugins).{hint}"
+        )
+    return ConfigError(f"unknown {what} {name!r}.{hint}{known} Run {listing} to list them.")
+
+
 _entry_points_loaded = False
-_entry_point_lock = threading.Lock()
+_entry_points_loading = False  # re-entrant calls while a plugin loads see the partial registry
+_entry_point_lock = threading.RLock()
+_failures: list[LoadFailure] = []
+_conflict: PluginConflictError | None = None
 
 
 def _load_entry_points() -> None:
-    """Import built-ins and every ``alchemi_lit.plugins`` entry point, once."""
-    global _entry_points_loaded
+    """Import built-ins and every ``alchemi_lit.plugins`` entry point, once.
+
+    A failing entry point is recorded (:func:`failures`) and the others still load;
+    a name conflict is raised now and on every later query."""
+    global _entry_points_loaded, _entry_points_loading, _conflict
     if _entry_points_loaded:
+        if _conflict is not None:
+            raise _conflict
         return
     with _entry_point_lock:
-        if _entry_points_loaded:
+        if _entry_points_loaded or _entry_points_loading:
+            if _conflict is not None:
+                raise _conflict
             return
-        _entry_points_loaded = True
-        import alchemi_lit.plugins_builtin  # noqa: F401  (registers the built-ins)
+        _entry_points_loading = True
+        try:
+            import alchemi_lit.plugins_builtin  # noqa: F401  (registers the built-ins)
 
-        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            package = ep.dist.name if ep.dist is not None else ep.module
-            _loading_source.name = package
-            try:
-                target = ep.load()
-                if callable(target) and not isinstance(target, type):
-                    target()
-            except PluginConflictError:
-                raise
-            except Exception as exc:
-                raise ConfigError(
-                    f"plugin entry point {ep.name!r} of package {package!r} failed to load "
-                    f"({type(exc).__name__}: {exc}); reinstall or uninstall that package"
-                ) from exc
-            finally:
-                _loading_source.name = None
+            _failures.clear()
+            _conflict = None
+            for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+                package = ep.dist.name if ep.dist is not None else ep.module
+                _loading_source.name = package
+                try:
+                    target = ep.load()
+                    if callable(target) and not isinstance(target, type):
+                        target()
+                except PluginConflictError as exc:
+                    _conflict = exc
+                    break
+                except Exception as exc:
+                    _failures.append(
+                        LoadFailure(package, ep.name, ep.value, f"{type(exc).__name__}: {exc}")
+                    )
+                finally:
+                    _loading_source.name = None
+            _entry_points_loaded = True
+        finally:
+            _entry_points_loading = False
+    if _conflict is not None:
+        raise _conflict
 
 
 def reset_for_tests() -> None:
     """Forget entry points so a test can install a plugin and reload (tests only)."""
-    global _entry_points_loaded
-    _entry_points_loaded = False
+    global _entry_points_loaded, _conflict
+    with _entry_point_lock:
+        _entry_points_loaded = False
+        _conflict = None
+        _failures.clear()

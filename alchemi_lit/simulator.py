@@ -14,7 +14,6 @@ from typing import Any, Literal
 import torch
 
 from .callbacks.nan_guard import NaNGuard
-from .data.sampler import SizeAwareSampler
 from .errors import ConfigError
 from .hooks import Callback
 from .integrators.base import Integrator
@@ -23,11 +22,12 @@ from .results import Results
 from .sinks import Sink
 from .stages import Fused, Pipeline, as_plan
 from .state import Batch
+from .strategies.base import Strategy, create_strategy
 from .strategies.buffers import BufferConfig
-from .strategies.distributed import DistributedStrategy, StrategyName
+from .strategies.distributed import DistributedStrategy
 from .strategies.launch import StartMethod
 from .strategies.pipeline import CommMode
-from .strategies.single import SingleDeviceStrategy, resolve_device
+from .strategies.single import resolve_device
 
 Precision = Literal["64", "32", "64-true", "32-true"]
 _DTYPES = {
@@ -55,8 +55,10 @@ class Simulator:
         sync_every: steps between host bookkeeping (termination, graduation, refills,
             ON_CONVERGE callbacks, pipeline exchanges); the step loop never waits on the host.
         strategy: ``"auto"`` (pipeline plans -> ``"pipeline"``, else ``"single"``),
-            ``"single"``, ``"pipeline"`` (one rank per pipeline stage) or ``"replicas"``
-            (``devices`` copies of the plan, each on a shard of the data).
+            ``"single"``, ``"pipeline"`` (one rank per pipeline stage), ``"replicas"``
+            (``devices`` copies of the plan, each on a shard of the data), the name of
+            any registered strategy plugin, or a
+            :class:`~alchemi_lit.strategies.Strategy` instance.
         buffer: transfer-buffer capacity between pipeline ranks.
         comm_mode: ``"async_recv"`` (default: receives posted a round early, so a rank
             rarely waits on a send), ``"sync"`` (blocking, lockstep with neighbours;
@@ -82,7 +84,7 @@ class Simulator:
         precision: Precision = "64",
         seed: int = 0,
         sync_every: int = 10,
-        strategy: StrategyName = "auto",
+        strategy: str | Strategy = "auto",
         buffer: BufferConfig | None = None,
         comm_mode: CommMode = "async_recv",
         start_method: StartMethod = "popen",
@@ -97,50 +99,31 @@ class Simulator:
                 f"{type(model).__name__}; wrap other models by subclassing alchemi_lit.models.Model"
             )
         plan = as_plan(stages)
-        if strategy not in ("auto", "single", "pipeline", "replicas"):
-            raise ConfigError(
-                f"strategy must be 'auto', 'single', 'pipeline' or 'replicas', got {strategy!r}"
-            )
+        runner = create_strategy(strategy, plan)  # names: "auto" or registered (closed set)
         if comm_mode not in ("sync", "async_recv", "fully_async"):
             raise ConfigError(
                 f"comm_mode must be 'sync', 'async_recv' or 'fully_async', got {comm_mode!r}"
             )
-        if strategy == "auto":
-            strategy = "pipeline" if isinstance(plan, Pipeline) else "single"
-        if strategy == "single" and isinstance(plan, Pipeline):
-            raise ConfigError(
-                "a pipeline plan (a | b) runs one stage per rank: use strategy='pipeline' "
-                "(or combine stages with '+' to run them fused on one device)"
-            )
         n_devices = len(devices) if isinstance(devices, (list, tuple)) else int(devices)
         if n_devices < 1:
             raise ConfigError(f"devices must be >= 1, got {devices}")
-        if strategy == "single" and n_devices > 1:
-            raise ConfigError(
-                f"devices={devices} asks for {n_devices} ranks but the plan is fused and runs on "
-                f"one device; use devices=1, the 'replicas' strategy (copies of the plan on shards "
-                f"of the data) or a pipeline plan with one stage per device"
-            )
-        if strategy == "pipeline":
-            plan = Pipeline.of(plan)
-            if n_devices != plan.num_ranks:
-                raise ConfigError(
-                    f"the pipeline has {plan.num_ranks} stage rank(s) but devices={n_devices}; "
-                    f"the number of ranks must equal the number of pipeline stages"
-                )
-        elif strategy == "replicas":
-            base = Pipeline.of(plan)
-            if n_devices % base.num_ranks:
-                raise ConfigError(
-                    f"replicas need devices to be a multiple of the plan's {base.num_ranks} "
-                    f"rank(s), got devices={n_devices}"
-                )
-            plan = base.replicate(n_devices // base.num_ranks)
+        # the constructor's settings, for the strategy's setup
+        self.model = model
+        self.accelerator = accelerator
+        self.devices = devices
+        self.num_devices = n_devices
+        self.buffer = buffer
+        self.comm_mode = comm_mode
+        self.start_method = start_method
+        self.timeout = timeout
+        self.debug = debug
+        self.synchronized = synchronized
+        plan = runner.setup(self, plan)  # checks plan and devices; the plan it will run
         if float(timeout) <= 0:
             raise ConfigError(f"timeout must be > 0 seconds, got {timeout}")
         self.plan = plan
-        self.strategy_name = strategy
-        self.accelerator = accelerator
+        self.strategy: Strategy = runner
+        self.strategy_name = runner.name or type(runner).__name__
         if precision not in _DTYPES:
             raise ConfigError(f"precision must be one of {sorted(_DTYPES)}, got {precision!r}")
         if int(sync_every) < 1:
@@ -164,20 +147,6 @@ class Simulator:
                 raise ConfigError(
                     f"sinks must be Sink instances (HostMemory, ZarrSink), got {type(s).__name__}"
                 )
-        if strategy == "single":
-            self.strategy = SingleDeviceStrategy(self.device)
-        else:
-            self.strategy = DistributedStrategy(
-                plan,
-                strategy,
-                buffer or BufferConfig(),
-                comm_mode,
-                accelerator,
-                start_method,
-                float(timeout),
-                debug,
-                synchronized,
-            )
 
     def forward_fn(self) -> Callable[[Batch], dict[str, torch.Tensor]]:
         """The model call used in the step loop."""
@@ -212,20 +181,7 @@ class Simulator:
         times) are recorded in the ``runs`` attribute of every results store it wrote.
         """
         started = time.time()
-        if isinstance(self.strategy, DistributedStrategy):
-            if not isinstance(data, SizeAwareSampler):
-                atoms = list(data.to_atoms(results=False) if isinstance(data, Batch) else data)
-                data = SizeAwareSampler(atoms, max_atoms=max(sum(len(a) for a in atoms), 1))
-            results = self.strategy.run(self, data, resume=resume)
-        else:
-            self.model.to(self.device)
-            source = data if isinstance(data, SizeAwareSampler) else self.prepare(data)
-            state = None
-            if resume is not None:
-                from .callbacks.checkpoint import load_checkpoint
-
-                state = load_checkpoint(resume)
-            results = self.strategy.run(self, source, self.plan, resume=state)
+        results = self.strategy.run(self, data, resume=resume)
         self._record_run(results, started, resumed=resume is not None)
         return results
 

@@ -65,7 +65,7 @@ def _console_script() -> str:
     return exe
 
 
-def test_console_script_help_without_fabric() -> None:
+def test_console_script_help_without_fabric_or_torch() -> None:
     exe = _console_script()
     with open(exe, "rb") as fh:
         is_python = b"python" in fh.readline()
@@ -83,6 +83,7 @@ def test_console_script_help_without_fabric() -> None:
     imported = [ln.rsplit("|", 1)[-1].strip() for ln in proc.stderr.splitlines() if "|" in ln]
     assert imported, "python -X importtime printed nothing"
     assert not [m for m in imported if m.startswith(("lightning_fabric", "lightning"))]
+    assert "torch" not in imported, "`alchemi-lit --help` imported torch (slow start)"
 
 
 def test_run_writes_store_config_summary_without_fabric(

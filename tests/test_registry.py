@@ -2,8 +2,9 @@
 
 ``tests/plugin_pkg`` is a separate distribution, ``alchemi-lit-toy``, declaring an
 ``alchemi_lit.plugins`` entry point that registers the integrator ``ToyDamped`` and
-the model ``ToyHarmonic``.  The session fixture installs it (editable, no deps) when
-it is not installed yet, so the test exercises the same path a user's plugin takes.
+the model ``ToyHarmonic``.  conftest pip-installs this checkout's copy into a temporary
+site for the session (removed afterwards), so the test exercises the same path a
+user's plugin takes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import subprocess
 import sys
 import types
 from collections.abc import Iterator
@@ -39,33 +39,11 @@ def _installed() -> bool:
 
 
 @pytest.fixture(scope="session")
-def toy_plugin() -> Iterator[types.ModuleType]:
-    if not _installed():
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--no-deps",
-                "--no-build-isolation",
-                "-e",
-                str(PLUGIN_DIR),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert proc.returncode == 0, (
-            f"installing the test plugin failed:\n{proc.stdout}\n{proc.stderr}"
-        )
+def toy_plugin(toy_plugin_site: Path) -> Iterator[types.ModuleType]:
+    """This checkout's ``alchemi-lit-toy``, installed by conftest into a temporary site."""
+    assert _installed(), f"{DIST} is not visible to importlib.metadata"
     importlib.invalidate_caches()
-    try:
-        module = importlib.import_module("alchemi_lit_toy")
-    except ImportError:  # editable finders (.pth) are only read at interpreter start
-        sys.path.insert(0, str(PLUGIN_DIR))
-        importlib.invalidate_caches()
-        module = importlib.import_module("alchemi_lit_toy")
+    module = importlib.import_module("alchemi_lit_toy")
     registry.reset_for_tests()
     yield module
     registry.reset_for_tests()

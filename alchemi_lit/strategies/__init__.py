@@ -1,6 +1,7 @@
 """Strategies own devices and ranks: single-device fused runs, pipelines, replicas."""
 
+from .base import Strategy
 from .fused import FusedLoop
 from .single import SingleDeviceStrategy
 
-__all__ = ["FusedLoop", "SingleDeviceStrategy"]
+__all__ = ["FusedLoop", "SingleDeviceStrategy", "Strategy"]

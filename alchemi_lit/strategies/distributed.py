@@ -16,7 +16,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,16 +26,15 @@ from ..data.sampler import SizeAwareSampler
 from ..errors import ConfigError
 from ..results import Results
 from ..sinks import HostMemory, ZarrSink
-from ..stages import Pipeline
+from ..stages import Fused, Pipeline
 from ..state import Batch
+from .base import Strategy
 from .buffers import BufferConfig, check_info_fits
 from .launch import StartMethod, launch, rank_device
 from .pipeline import CommMode, HistoryLayout, PipelineError, PipelineWorker
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
-
-StrategyName = Literal["auto", "single", "pipeline", "replicas"]
 
 
 def shard(sampler: SizeAwareSampler, parts: int, index: int) -> SizeAwareSampler:
@@ -62,23 +61,25 @@ def shard(sampler: SizeAwareSampler, parts: int, index: int) -> SizeAwareSampler
     return sub
 
 
-class DistributedStrategy:
-    """Runs a pipeline (or replicas) over ranks; see module docstring."""
+class DistributedStrategy(Strategy):
+    """Runs a pipeline (or replicas) over ranks; see module docstring.
 
-    def __init__(
-        self,
-        pipeline: Pipeline,
-        name: str,
-        buffer: BufferConfig,
-        comm_mode: CommMode,
-        accelerator: str,
-        start_method: StartMethod,
-        timeout_s: float,
-        debug: bool,
-        synchronized: bool,
-    ) -> None:
-        self.pipeline = pipeline
-        self.name = name
+    Subclasses say how the plan maps to ranks (:meth:`rank_plan`); the settings
+    (transfer buffer, comm mode, launcher, timeout) come from the Simulator."""
+
+    #: "pipeline" or "replicas": how the ranks share the work
+    mode = "pipeline"
+
+    def __init__(self) -> None:
+        self.pipeline: Pipeline | None = None
+
+    def rank_plan(self, plan: Fused | Pipeline, num_devices: int) -> Pipeline:
+        """The pipeline of ranks that runs ``plan`` on ``num_devices`` devices."""
+        raise NotImplementedError
+
+    def setup(self, sim: Simulator, plan: Fused | Pipeline) -> Pipeline:
+        pipeline = self.rank_plan(plan, sim.num_devices)
+        buffer = sim.buffer if sim.buffer is not None else BufferConfig()
         if isinstance(buffer, Mapping):  # from a config file: {num_systems: .., num_atoms: ..}
             try:
                 buffer = BufferConfig(**buffer)
@@ -89,13 +90,15 @@ class DistributedStrategy:
                 ) from None
         if not isinstance(buffer, BufferConfig):
             raise ConfigError(f"buffer must be a BufferConfig, got {type(buffer).__name__}")
+        self.pipeline = pipeline
         self.buffer = buffer
-        self.comm_mode = comm_mode
-        self.accelerator = accelerator
-        self.start_method = start_method
-        self.timeout_s = timeout_s
-        self.debug = debug
-        self.synchronized = synchronized
+        self.comm_mode: CommMode = sim.comm_mode
+        self.accelerator = sim.accelerator
+        self.start_method: StartMethod = sim.start_method
+        self.timeout_s = float(sim.timeout)
+        self.debug = sim.debug
+        self.synchronized = sim.synchronized
+        return pipeline
 
     def validate(self, sampler: SizeAwareSampler, radius: float | None = None) -> None:
         """Checks every rank would make, done before launching anything.  ``radius``: the
@@ -125,7 +128,7 @@ class DistributedStrategy:
         if (
             len(self.pipeline.edges) == 0
             and self.pipeline.num_ranks > 1
-            and self.name == "pipeline"
+            and self.mode == "pipeline"
         ):
             raise ConfigError("a pipeline with several ranks needs edges between them")
 
@@ -133,7 +136,7 @@ class DistributedStrategy:
         """Ranks per replica when this runs replicas of one plan (``plan.replicate(n)``):
         replicas then share the base plan's stage-history columns and exit codes, so their
         results look exactly like one process's.  None otherwise."""
-        if self.name != "replicas":
+        if self.mode != "replicas":
             return None
         n = self.pipeline.num_ranks
         for p in range(1, n + 1):
@@ -148,11 +151,16 @@ class DistributedStrategy:
                 return p
         return None
 
-    def run(self, sim: Simulator, sampler: SizeAwareSampler, resume: str | None = None) -> Results:
+    def run(self, sim: Simulator, data: Any, resume: str | None = None) -> Results:
         """Launch the ranks and collect their results.
 
-        ``resume``: the directory of the Checkpoint callback; every rank continues from
-        the newest exchange round all ranks have a checkpoint of."""
+        ``data``: a SizeAwareSampler, or structures (all given to the source ranks at
+        once).  ``resume``: the directory of the Checkpoint callback; every rank continues
+        from the newest exchange round all ranks have a checkpoint of."""
+        sampler = data
+        if not isinstance(sampler, SizeAwareSampler):
+            atoms = list(data.to_atoms(results=False) if isinstance(data, Batch) else data)
+            sampler = SizeAwareSampler(atoms, max_atoms=max(sum(len(a) for a in atoms), 1))
         self.validate(sampler, sim.model.cutoff + sim.model.neighbors.skin)
         world = self.pipeline.num_ranks
         try:
@@ -239,6 +247,38 @@ class DistributedStrategy:
             _merge_stores(sim, gathered, len(sinks_ranks) > 1)
         dist.barrier()
         return gathered
+
+
+class PipelineStrategy(DistributedStrategy):
+    """One rank per stage of a pipeline plan (a | b); systems move downstream in buffers."""
+
+    name = "pipeline"
+    mode = "pipeline"
+
+    def rank_plan(self, plan: Fused | Pipeline, num_devices: int) -> Pipeline:
+        pipeline = Pipeline.of(plan)
+        if num_devices != pipeline.num_ranks:
+            raise ConfigError(
+                f"the pipeline has {pipeline.num_ranks} stage rank(s) but devices={num_devices}; "
+                f"the number of ranks must equal the number of pipeline stages"
+            )
+        return pipeline
+
+
+class ReplicasStrategy(DistributedStrategy):
+    """Copies of the plan on ``devices`` ranks, each over a shard of the data."""
+
+    name = "replicas"
+    mode = "replicas"
+
+    def rank_plan(self, plan: Fused | Pipeline, num_devices: int) -> Pipeline:
+        base = Pipeline.of(plan)
+        if num_devices % base.num_ranks:
+            raise ConfigError(
+                f"replicas need devices to be a multiple of the plan's {base.num_ranks} "
+                f"rank(s), got devices={num_devices}"
+            )
+        return base.replicate(num_devices // base.num_ranks)
 
 
 def _part_path(path: Path, rank: int) -> Path:

@@ -33,6 +33,7 @@ from ..results import Results
 from ..sinks import HostMemory, SinkChain, batch_from_state, batch_state
 from ..stages import Fused
 from ..state import Batch
+from .base import Strategy
 from .fused import FusedLoop
 
 if TYPE_CHECKING:
@@ -56,22 +57,39 @@ def sampler_digest(sampler: SizeAwareSampler) -> str:
     return h.hexdigest()[:16]
 
 
-class SingleDeviceStrategy:
-    """One process, one device; see module docstring."""
+class SingleDeviceStrategy(Strategy):
+    """One process, one device: a fused plan with inflight batching."""
 
     name = "single"
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.device = device  # None: the simulator's device (set when a run starts)
         self.loop: FusedLoop | None = None
 
-    def run(
+    def run(self, sim: Simulator, data: Any, resume: str | None = None) -> Results:
+        """Run ``data`` (a Batch, ase.Atoms, a list of them or a SizeAwareSampler) through
+        ``sim.plan`` on ``sim.device``; ``resume``: a Checkpoint file or directory."""
+        self.device = sim.device
+        sim.model.to(self.device)
+        source = data if isinstance(data, SizeAwareSampler) else sim.prepare(data)
+        state = None
+        if resume is not None:
+            from ..callbacks.checkpoint import load_checkpoint
+
+            state = load_checkpoint(resume)
+        return self.run_plan(sim, source, sim.plan, resume=state)
+
+    def run_plan(
         self,
         sim: Simulator,
         source: Batch | SizeAwareSampler,
         plan: Fused,
         resume: dict[str, Any] | None = None,
     ) -> Results:
+        """The step loop over a prepared batch or a sampler (``resume``: a loaded
+        checkpoint state)."""
+        if self.device is None:
+            self.device = sim.device
         hooks = HookDispatcher(sim.callbacks)
         loop = FusedLoop(sim.model, plan, hooks, seed=sim.seed, forward=sim.forward_fn())
         self.loop = loop
