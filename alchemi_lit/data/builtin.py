@@ -18,11 +18,20 @@ def argon_crystals(
     """Perturbed fcc argon supercells (``repeat``^3 cubic cells, 4 atoms each).
 
     The benchmark workload of the project (64 x 108 atoms, σ-noise 0.1 Å).
+
+    Args:
+        n_systems: number of crystals (>= 1).
+        repeat: cubic cells along each axis (>= 1).
+        lattice: fcc lattice constant in Å.
+        noise: standard deviation of the random displacements in Å.
+        seed: seed of the displacements.
     """
     from ase.build import bulk
 
-    if n_systems < 1 or repeat < 1:
-        raise ValueError("argon_crystals needs n_systems >= 1 and repeat >= 1")
+    if n_systems < 1:
+        raise ValueError(f"argon_crystals: n_systems must be >= 1, got {n_systems}")
+    if repeat < 1:
+        raise ValueError(f"argon_crystals: repeat must be >= 1, got {repeat}")
     rng = np.random.default_rng(seed)
     base = bulk("Ar", "fcc", a=lattice, cubic=True).repeat(repeat)
     out = []

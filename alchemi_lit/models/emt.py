@@ -90,6 +90,12 @@ class EMT(Model):
     each system instead of the largest in the table (ASAP's and older EMT's behaviour).
     The neighbour list always uses the largest ``rc_list`` any system can need; each
     system's own ``rc_list`` is applied per edge.
+
+    Args:
+        asap_cutoff: take each system's cutoff from its largest element (ASAP's
+            convention) instead of the largest in the parameter table.
+        skin: neighbour-list skin in Å (the list is rebuilt when an atom moved skin/2).
+        compute_stress: also compute the stress (eV/Å^3) of periodic systems.
     """
 
     supported_elements = frozenset(atomic_numbers[s] for s in _PARAMETERS)

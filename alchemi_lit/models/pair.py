@@ -43,6 +43,16 @@ class LennardJones(PairPotential):
     Like ASE: ``cutoff`` defaults to 3σ; with ``smooth=False`` the pair energy is shifted
     to zero at the cutoff (forces jump to zero there); with ``smooth=True`` it is
     multiplied by a C^1 switch between ``onset`` (default 0.66·cutoff) and the cutoff.
+
+    Args:
+        epsilon: well depth ε in eV (> 0).
+        sigma: zero-crossing distance σ in Å (> 0).
+        cutoff: interaction cutoff in Å (default 3σ, as ASE).
+        onset: start of the smooth switch in Å (``smooth`` only; default 0.66·cutoff).
+        smooth: switch the energy off smoothly between ``onset`` and ``cutoff`` instead
+            of shifting it to zero at the cutoff.
+        skin: neighbour-list skin in Å (the list is rebuilt when an atom moved skin/2).
+        compute_stress: also compute the stress (eV/Å^3) of periodic systems.
     """
 
     def __init__(
@@ -56,10 +66,10 @@ class LennardJones(PairPotential):
         compute_stress: bool = True,
     ) -> None:
         cutoff = 3.0 * sigma if cutoff is None else cutoff
-        if epsilon <= 0 or sigma <= 0:
-            raise ValueError(
-                f"LennardJones needs epsilon > 0 and sigma > 0, got {epsilon}, {sigma}"
-            )
+        if not epsilon > 0:
+            raise ValueError(f"LennardJones: epsilon must be > 0 eV, got {epsilon}")
+        if not sigma > 0:
+            raise ValueError(f"LennardJones: sigma must be > 0 Å, got {sigma}")
         super().__init__(cutoff, skin, compute_stress)
         self.epsilon = float(epsilon)
         self.sigma = float(sigma)
@@ -105,6 +115,15 @@ class Morse(PairPotential):
 
     The quintic switch runs from ``rcut1·r0`` to ``rcut2·r0`` exactly as in
     ``ase.calculators.morse.MorsePotential`` (same parameter names and defaults).
+
+    Args:
+        epsilon: well depth ε in eV (> 0).
+        rho0: dimensionless stiffness ρ0 (> 0).
+        r0: equilibrium distance in Å (> 0).
+        rcut1: start of the cutoff switch, in units of ``r0``.
+        rcut2: cutoff, in units of ``r0`` (> ``rcut1``).
+        skin: neighbour-list skin in Å (the list is rebuilt when an atom moved skin/2).
+        compute_stress: also compute the stress (eV/Å^3) of periodic systems.
     """
 
     def __init__(
@@ -117,10 +136,13 @@ class Morse(PairPotential):
         skin: float = 1.0,
         compute_stress: bool = True,
     ) -> None:
-        if epsilon <= 0 or rho0 <= 0 or r0 <= 0:
-            raise ValueError(f"Morse needs epsilon, rho0, r0 > 0, got {epsilon}, {rho0}, {r0}")
-        if not 0 < rcut1 < rcut2:
-            raise ValueError(f"Morse needs 0 < rcut1 < rcut2, got {rcut1}, {rcut2}")
+        for name, value in (("epsilon", epsilon), ("rho0", rho0), ("r0", r0)):
+            if not value > 0:
+                raise ValueError(f"Morse: {name} must be > 0, got {value}")
+        if not rcut1 > 0:
+            raise ValueError(f"Morse: rcut1 must be > 0, got {rcut1}")
+        if not rcut2 > rcut1:
+            raise ValueError(f"Morse: rcut2 must be larger than rcut1 ({rcut1}), got rcut2={rcut2}")
         super().__init__(rcut2 * r0, skin, compute_stress)
         self.epsilon, self.rho0, self.r0 = float(epsilon), float(rho0), float(r0)
         self.r_on, self.r_off = rcut1 * r0, rcut2 * r0
