@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -149,6 +150,26 @@ def mixed_structures(seed: int = 0) -> list[Atoms]:
         slab_argon(2, 2, 0.1, seed + 30),
         cluster_argon(6.0, 0.1, seed + 40),
     ]
+
+
+# ---------------------------------------------------------------------- README
+README = Path(__file__).resolve().parents[1] / "README.md"
+README_MARKER = re.compile(r"<!-- example: ([\w-]+) -->\n```python\n(.*?)```", re.S)
+
+
+def readme_blocks() -> dict[str, str]:
+    """README's marked Python examples: ``<!-- example: NAME -->`` on the line before
+    the fence; the tests run these blocks as written (no copies to drift)."""
+    return dict(README_MARKER.findall(README.read_text()))
+
+
+def readme_block(name: str) -> str:
+    blocks = readme_blocks()
+    if name not in blocks:
+        raise LookupError(
+            f"README.md has no block marked <!-- example: {name} --> (marked: {sorted(blocks)})"
+        )
+    return blocks[name]
 
 
 # ---------------------------------------------------------------------- fixtures
