@@ -26,3 +26,25 @@ class ConfigError(AlchemiError, ValueError):
 
 class ModelError(AlchemiError, ValueError):
     """A model cannot evaluate the given batch (unsupported element, ...)."""
+
+
+class BatchError(AlchemiError, ValueError):
+    """Batches cannot be combined or selected as asked (a repeated ``system_id``, a field
+    declared differently in two batches)."""
+
+
+class StructureWarning(UserWarning):
+    """An input structure that can be simulated but looks wrong (atoms closer than
+    ``min_distance``, momenta on fixed atoms ...).
+
+    A warning, not an error, because such structures are sometimes intended; filter it
+    with :mod:`warnings` (``warnings.simplefilter("error", StructureWarning)`` makes it
+    fatal).  ``system_index`` and ``system_id`` say which system it is about.
+    """
+
+    def __init__(
+        self, message: str, system_index: int | None = None, system_id: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.system_index = system_index
+        self.system_id = system_id

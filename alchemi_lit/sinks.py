@@ -37,9 +37,9 @@ import numpy as np
 import torch
 from loguru import logger
 
-from .errors import ConfigError
+from .errors import BatchError, ConfigError
 from .info_codec import info_from_json, info_to_json
-from .state import Batch
+from .state import MODEL_ERROR_KEY, Batch
 
 ATOM_COLUMNS = ("positions", "forces", "velocities", "masses", "atomic_numbers", "tags", "fixed")
 SYSTEM_COLUMNS = (
@@ -131,10 +131,20 @@ class HostMemory(Sink):
         self._parts = [] if batch is None else [batch_from_state(batch)]
         self._count = sum(b.num_systems for b in self._parts)
 
+    def clear(self) -> None:
+        """Forget every stored system (e.g. between runs that reuse system_ids)."""
+        self._parts, self._count = [], 0
+
     def read_batch(self) -> Batch | None:
         if not self._parts:
             return None
-        merged = Batch.concatenate(self._parts) if len(self._parts) > 1 else self._parts[0]
+        try:
+            merged = Batch.concatenate(self._parts) if len(self._parts) > 1 else self._parts[0]
+        except BatchError as exc:
+            raise BatchError(
+                f"HostMemory holds systems of several runs that share system_ids ({exc}); "
+                f"read it after each run and call clear(), or give each run its own HostMemory"
+            ) from exc
         self._parts = [merged]
         order = torch.argsort(merged.system_id, stable=True)
         return merged.select(order)
@@ -271,9 +281,9 @@ class ZarrSink(Sink):
         infos = [info_to_json(host.info.get(sid)) for sid in systems["system_id"].tolist()]
         self._put(group, "systems/info", np.array(infos, dtype=object), n_sys0)
         errors = {
-            str(sid): host.info[sid]["error"]
+            str(sid): host.info[sid][MODEL_ERROR_KEY]
             for sid in systems["system_id"].tolist()
-            if "error" in host.info.get(sid, {})
+            if MODEL_ERROR_KEY in host.info.get(sid, {})
         }
         if errors:  # why quarantined systems failed, keyed by system_id
             group.attrs["errors"] = {**group.attrs.get("errors", {}), **errors}
@@ -378,7 +388,7 @@ def read_results(path: str | Path) -> Batch | None:
             if text:
                 info[int(sid)] = info_from_json(str(text))
     for k, v in dict(group.attrs.get("errors", {})).items():
-        info.setdefault(int(k), {})["error"] = v
+        info.setdefault(int(k), {})[MODEL_ERROR_KEY] = v
     batch = Batch(atom, system, info)
     return batch.select(torch.argsort(batch.system_id, stable=True))
 

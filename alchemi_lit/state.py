@@ -14,15 +14,19 @@ that moves systems around carries it for free.
 
 from __future__ import annotations
 
+import copy
 import itertools
+import os
+import sys
+import warnings
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 import torch
-from loguru import logger
 
-from .errors import StructureError
+from .errors import BatchError, StructureError, StructureWarning
 from .segments import Segments
 from .tensor_ops import row_dot
 
@@ -73,6 +77,20 @@ EXIT_REASONS = {
 
 _ATOM_ONLY_CORE = set(ATOM_FIELDS)
 _SYSTEM_ONLY_CORE = set(SYSTEM_FIELDS)
+
+#: ``info`` key under which a system's other per-atom ``ase.Atoms.arrays``
+#: (``initial_magmoms``, ``initial_charges``, extxyz columns ...) travel, as numpy arrays:
+#: info already goes everywhere a system goes (transfer messages, checkpoints, zarr).
+ARRAYS_KEY = "__arrays__"
+#: ``ase.Atoms.arrays`` that are core batch fields rather than carried in info.
+_CORE_ARRAYS = frozenset({"numbers", "positions", "masses", "momenta", "tags"})
+#: ``info`` keys :meth:`Batch.to_atoms` writes with ``results=True`` (and ``stage_energy``
+#: where the batch has it); an input value under one of them moves to ``input_<key>``,
+#: never silently replaced.
+RESULT_INFO_KEYS = ("system_id", "status", "steps", "converged", "exit_reason")
+#: ``info`` key holding why a quarantined system failed (the model's exception); named
+#: so it cannot be mistaken for a user's own ``error`` key.
+MODEL_ERROR_KEY = "model_error"
 
 
 def _count_dtype(kind: str, float_dtype: torch.dtype) -> torch.dtype:
@@ -253,14 +271,14 @@ class Batch:
         return Batch(
             {k: move(v) for k, v in self.atom.items()},
             {k: move(v) for k, v in self.system.items()},
-            self.info,
+            copy.deepcopy(self.info),  # a copy must not share the (mutable) info dicts
         )
 
     def clone(self) -> Batch:
         return Batch(
             {k: v.clone() for k, v in self.atom.items()},
             {k: v.clone() for k, v in self.system.items()},
-            {k: dict(v) for k, v in self.info.items()},
+            copy.deepcopy(self.info),
         )
 
     def atom_index(self, rows: torch.Tensor) -> torch.Tensor:
@@ -288,17 +306,28 @@ class Batch:
         )
         system = {k: v[rows] for k, v in self.system.items()}
         ids = system["system_id"].tolist()
+        _require_unique_ids(ids, "select", "select each row once")
         info = {i: self.info[i] for i in ids if i in self.info}
         return Batch(atom, system, info)
 
     @staticmethod
     def concatenate(batches: Sequence[Batch]) -> Batch:
-        """Join batches system-wise; fields missing in some batch are filled with zeros."""
+        """Join batches system-wise; fields missing in some batch are filled with zeros.
+
+        A field must be declared alike (kind, trailing shape, dtype) in every batch that
+        has it, and a ``system_id`` may occur once: :class:`BatchError` otherwise.
+        """
         batches = [b for b in batches if b is not None]
         if not batches:
             raise ValueError("concatenate needs at least one batch")
         if len(batches) == 1:
             return batches[0].clone()
+        _require_same_fields(batches)
+        _require_unique_ids(
+            list(itertools.chain.from_iterable(b.system["system_id"].tolist() for b in batches)),
+            "concatenate",
+            "a system may be in one of the batches only; drop the copies or give them new ids",
+        )
         ref = batches[0]
         atom_keys = dict.fromkeys(itertools.chain.from_iterable(b.atom for b in batches))
         sys_keys = dict.fromkeys(itertools.chain.from_iterable(b.system for b in batches))
@@ -349,13 +378,17 @@ class Batch:
         """Build a batch from ``ase.Atoms`` objects.
 
         Kept: positions, atomic numbers, masses, momenta (as velocities), tags, cell,
-        pbc, ``FixAtoms`` constraints (as the ``fixed`` mask) and ``info``.  Other
-        constraints raise :class:`StructureError`, because silently dropping them would
-        change the physics.  ``system_ids`` default to ``0..B-1``; they are the systems'
-        global identity (result order, random streams).
+        pbc, ``FixAtoms`` constraints (and ``FixCartesian`` of x, y and z; as the
+        ``fixed`` mask), ``info`` and the other numeric per-atom ``arrays``
+        (``initial_magmoms``, ``initial_charges`` ...; carried in ``info`` under
+        :data:`ARRAYS_KEY`).  Other constraints raise :class:`StructureError`, because
+        silently dropping them would change the physics.  Momenta of fixed atoms are
+        zeroed (as ASE's ``set_momenta`` does), with a :class:`StructureWarning` if they
+        were not zero.  ``system_ids`` default to ``0..B-1``; they are the systems'
+        global identity (result order, random streams) and must be unique.
 
         With ``validate`` every system is checked (see :func:`validate_atoms`); atoms
-        closer than ``min_distance`` Å give a warning, not an error.
+        closer than ``min_distance`` Å give a :class:`StructureWarning`, not an error.
         """
         atoms = list(atoms)
         if not atoms:
@@ -364,25 +397,26 @@ class Batch:
             system_ids = list(range(len(atoms)))
         elif len(system_ids) != len(atoms):
             raise ValueError(f"got {len(system_ids)} system_ids for {len(atoms)} structures")
-        if len(set(int(s) for s in system_ids)) != len(system_ids):
-            raise ValueError("system_ids must be unique")
+        ids = [int(s) for s in system_ids]
+        _require_unique_ids(ids, "from_atoms", "give every structure its own id", StructureError)
 
         pos, num, mass, mom, tags, fixed = [], [], [], [], [], []
         cells, pbcs, counts, info = [], [], [], {}
-        for k, a in enumerate(atoms):
+        for k, (a, sid) in enumerate(zip(atoms, ids)):
             if validate:
-                validate_atoms(a, k, min_distance=min_distance)
-            fixed.append(_fixed_mask(a, k))
+                validate_atoms(a, k, min_distance=min_distance, system_id=sid)
+            fixed.append(_fixed_mask(a, k, sid))
             pos.append(np.asarray(a.positions, dtype=np.float64))
             num.append(np.asarray(a.numbers, dtype=np.int64))
             mass.append(np.asarray(a.get_masses(), dtype=np.float64))
-            mom.append(np.asarray(a.get_momenta(), dtype=np.float64))
+            mom.append(_free_momenta(a, fixed[-1], k, sid))
             tags.append(np.asarray(a.get_tags(), dtype=np.int64))
             cells.append(np.asarray(a.cell.array, dtype=np.float64))
             pbcs.append(np.asarray(a.pbc, dtype=bool))
             counts.append(len(a))
-            if a.info:
-                info[int(system_ids[k])] = dict(a.info)
+            entry = _info_of(a, k, sid)
+            if entry:
+                info[sid] = entry
 
         def t(x: Any, dt: torch.dtype) -> torch.Tensor:
             return torch.as_tensor(np.asarray(x), dtype=dt, device=device)
@@ -401,14 +435,13 @@ class Batch:
             "fixed": t(np.concatenate(fixed), torch.bool),
             "tags": t(np.concatenate(tags), torch.int64),
         }
-        atom["velocities"][atom["fixed"]] = 0.0
         system = {
             "cell": t(np.stack(cells), dtype),
             "pbc": t(np.stack(pbcs), torch.bool),
             "energy": torch.full((n_sys,), float("nan"), dtype=dtype, device=device),
             "stress": torch.zeros((n_sys, 3, 3), dtype=dtype, device=device),
             "n_atoms": n_atoms,
-            "system_id": t([int(s) for s in system_ids], torch.int64),
+            "system_id": t(ids, torch.int64),
             "status": torch.zeros(n_sys, dtype=torch.int64, device=device),
             "step": torch.zeros(n_sys, dtype=torch.int64, device=device),
             "total_steps": torch.zeros(n_sys, dtype=torch.int64, device=device),
@@ -420,24 +453,28 @@ class Batch:
     def to_atoms(self, results: bool = True) -> list[Any]:
         """Convert back to ``ase.Atoms``, sorted by ``system_id`` (input order).
 
-        With ``results`` each system whose energy was computed gets a
-        ``SinglePointCalculator`` holding energy, forces and (3-D cells) stress, and
-        ``info`` gains ``system_id``, ``status``, ``steps``, ``converged`` and
+        Everything :meth:`from_atoms` keeps comes back (``info`` and the carried per-atom
+        ``arrays`` included).  With ``results`` each system whose energy was computed
+        gets a ``SinglePointCalculator`` holding energy, forces and (3-D cells) stress,
+        and ``info`` gains ``system_id``, ``status``, ``steps``, ``converged`` and
         ``exit_reason`` (and ``stage_energy``: the energy in eV when the system left each
-        stage, NaN for stages it did not leave) -- so ASE tools work on the results directly.
+        stage, NaN for stages it did not leave) -- so ASE tools work on the results
+        directly.  An input ``info`` value under one of these keys is kept as
+        ``input_<key>`` (with a :class:`StructureWarning`), unless the input was itself
+        such a result, whose values are simply updated.
         """
         from ase import Atoms
         from ase.calculators.singlepoint import SinglePointCalculator
         from ase.constraints import FixAtoms
         from ase.stress import full_3x3_to_voigt_6_stress
 
-        host = self.to(device="cpu")
+        host = self.to(device="cpu")  # its info is a private deep copy
         a, s = (
             {k: v.numpy() for k, v in host.atom.items()},
             {k: v.numpy() for k, v in host.system.items()},
         )
         ptr = np.concatenate([[0], np.cumsum(s["n_atoms"])])
-        out = []
+        out, moved = [], {}
         for b in np.argsort(s["system_id"], kind="stable"):
             lo, hi = ptr[b], ptr[b + 1]
             sid = int(s["system_id"][b])
@@ -454,17 +491,22 @@ class Batch:
                 atoms.set_momenta(vel * a["masses"][lo:hi, None], apply_constraint=False)
             if a["fixed"][lo:hi].any():
                 atoms.set_constraint(FixAtoms(mask=a["fixed"][lo:hi]))
-            atoms.info.update(self.info.get(sid, {}))
+            atoms.info.update(host.info.get(sid, {}))
+            for name, values in atoms.info.pop(ARRAYS_KEY, {}).items():
+                atoms.set_array(name, values)
             if results:
-                atoms.info.update(
-                    system_id=sid,
-                    status=int(s["status"][b]),
-                    steps=int(s["total_steps"][b]),
-                    converged=bool(s["converged"][b]),
-                    exit_reason=EXIT_REASONS.get(int(s["exit_code"][b]), "unknown"),
-                )
+                values = {
+                    "system_id": sid,
+                    "status": int(s["status"][b]),
+                    "steps": int(s["total_steps"][b]),
+                    "converged": bool(s["converged"][b]),
+                    "exit_reason": EXIT_REASONS.get(int(s["exit_code"][b]), "unknown"),
+                }
                 if "stage_energy" in s:
-                    atoms.info["stage_energy"] = s["stage_energy"][b].tolist()
+                    values["stage_energy"] = s["stage_energy"][b].tolist()
+                clashes = _merge_results(atoms.info, values)
+                if clashes:
+                    moved[sid] = clashes
                 energy = float(s["energy"][b])
                 if np.isfinite(energy):
                     props: dict[str, Any] = {"energy": energy, "forces": a["forces"][lo:hi].copy()}
@@ -472,80 +514,348 @@ class Batch:
                         props["stress"] = full_3x3_to_voigt_6_stress(s["stress"][b])
                     atoms.calc = SinglePointCalculator(atoms, **props)
             out.append(atoms)
+        if moved:
+            keys = sorted(set(itertools.chain.from_iterable(moved.values())))
+            _warn(
+                f"to_atoms: the input info of system_id(s) {list(moved)[:10]} has key(s) "
+                f"{keys}, which hold this run's results; the input values were kept as "
+                f"{[f'input_{k}' for k in keys]}. Rename those keys in atoms.info to avoid "
+                f"this, or call to_atoms(results=False)"
+            )
         return out
 
 
-# ---------------------------------------------------------------------- validation
-def _fixed_mask(atoms: Any, index: int) -> np.ndarray:
-    from ase.constraints import FixAtoms
+# ---------------------------------------------------------------------- batch checks
+def _require_unique_ids(
+    ids: list[int], where: str, fix: str, error: type[ValueError] = BatchError
+) -> None:
+    """A ``system_id`` names one system; a repeated one would mix up results and info."""
+    repeated = [sid for sid, n in Counter(ids).items() if n > 1]
+    if repeated:
+        raise error(
+            f"{where}: system_id(s) {repeated[:10]} occur more than once, but system_ids "
+            f"must be unique; {fix}"
+        )
 
+
+def _require_same_fields(batches: Sequence[Batch]) -> None:
+    """Every batch having a field declares it alike: same kind, trailing shape, dtype."""
+    seen: dict[str, tuple[int, tuple[str, tuple[int, ...], torch.dtype]]] = {}
+    for k, b in enumerate(batches):
+        for kind in ("atom", "system"):
+            for name, value in getattr(b, kind).items():
+                spec = (kind, tuple(value.shape[1:]), value.dtype)
+                first, ref = seen.setdefault(name, (k, spec))
+                if ref != spec:
+                    raise BatchError(
+                        f"concatenate: field {name!r} is {_describe(ref)} in batch {first} "
+                        f"but {_describe(spec)} in batch {k}; declare it alike in every batch "
+                        f"(ensure_field with the same kind, shape and dtype; "
+                        f".to(dtype=...) for a different precision) or drop_field it"
+                    )
+
+
+def _describe(spec: tuple[str, tuple[int, ...], torch.dtype]) -> str:
+    kind, shape, dtype = spec
+    return f"a per-{kind} field of shape [n, {', '.join(map(str, shape))}] ({dtype})".replace(
+        ", ]", "]"
+    )
+
+
+# ---------------------------------------------------------------------- ASE conversion
+def _free_momenta(atoms: Any, fixed: np.ndarray, index: int, system_id: int) -> np.ndarray:
+    """The momenta with those of fixed atoms zeroed: integrators and the temperature
+    count fixed atoms as at rest, and ASE's ``set_momenta`` zeroes them too."""
+    momenta = np.array(atoms.get_momenta(), dtype=np.float64)
+    moving = np.flatnonzero(fixed & np.any(momenta != 0, axis=1))
+    if moving.size:
+        _warn(
+            f"{system_name(index, system_id)}: fixed atom(s) {_first(moving)} have nonzero "
+            f"momenta, which are set to zero (as atoms.set_momenta does); zero them, or set "
+            f"the momenta after the constraint, to avoid this warning",
+            index,
+            system_id,
+        )
+        momenta[fixed] = 0.0
+    return momenta
+
+
+def _info_of(atoms: Any, index: int, system_id: int) -> dict[str, Any]:
+    """A private copy of ``atoms.info``, plus the non-core numeric per-atom arrays."""
+    name = system_name(index, system_id)
+    if ARRAYS_KEY in atoms.info:
+        raise StructureError(
+            f"{name}: atoms.info key {ARRAYS_KEY!r} is reserved (per-atom arrays travel "
+            f"under it); rename that key",
+            index,
+        )
+    info = copy.deepcopy(atoms.info)
+    arrays = {k: v for k, v in atoms.arrays.items() if k not in _CORE_ARRAYS}
+    numeric = {k: np.array(v) for k, v in arrays.items() if np.asarray(v).dtype.kind in "biuf"}
+    if len(numeric) < len(arrays):
+        _warn(
+            f"{name}: per-atom array(s) {sorted(set(arrays) - set(numeric))} are not numeric "
+            f"and are not kept; store them in atoms.info if you need them back",
+            index,
+            system_id,
+        )
+    if numeric:
+        info[ARRAYS_KEY] = numeric
+    return info
+
+
+def _merge_results(info: dict[str, Any], values: dict[str, Any]) -> list[str]:
+    """Write a run's result ``values`` into ``info``; returns the keys whose input value
+    had to move to ``input_<key>``.  The info of an earlier run's result (it has every
+    result key) is updated in place: feeding results back in is normal."""
+    earlier_result = all(k in info for k in RESULT_INFO_KEYS)
+    moved = []
+    for key, value in values.items():
+        if key in info and not earlier_result and not _equal(info[key], value):
+            target = f"input_{key}"
+            while target in info:  # never replace a user's key either
+                target = f"input_{target}"
+            info[target] = info[key]
+            moved.append(key)
+        info[key] = value
+    return moved
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Value equality for info entries of any type (NaN equals NaN)."""
+    try:
+        return bool(np.array_equal(a, b, equal_nan=True))
+    except (TypeError, ValueError):
+        try:
+            return bool(a == b)
+        except Exception:
+            return False
+
+
+# ---------------------------------------------------------------------- validation
+#: Atoms closer than this (Å) are one atom given twice: an error whatever ``min_distance``.
+COINCIDENT_DISTANCE = 1e-4
+#: A periodic cell thinner than this (Å) along a periodic direction is (nearly) singular:
+#: the neighbour search would need about cutoff/thickness images of it.
+MIN_CELL_HEIGHT = 1e-3
+
+
+def system_name(index: int, system_id: int | None = None) -> str:
+    """How every message names a system: ``system 2 (system_id 30)``.
+
+    ``index`` is the position in the caller's input, ``system_id`` the global id; the id
+    is left out when unknown or equal to the index (the default ids): ``system 2``.
+    """
+    if system_id is None or int(system_id) == int(index):
+        return f"system {index}"
+    return f"system {index} (system_id {int(system_id)})"
+
+
+def _warn(message: str, index: int | None = None, system_id: int | None = None) -> None:
+    """A :class:`StructureWarning` (filterable, testable); the CLI routes warnings to
+    its log."""
+    warnings.warn(StructureWarning(message, index, system_id), stacklevel=_outside_level())
+
+
+def _outside_level() -> int:
+    """``stacklevel`` for :func:`_warn` that points at the first caller outside this
+    package (user code), wherever in alchemi_lit the warning came from."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(2), 2  # the caller of _warn
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _first(indices: np.ndarray) -> list[int]:
+    """The first few of ``indices`` for a message."""
+    return np.asarray(indices)[:10].tolist()
+
+
+def _fixed_mask(atoms: Any, index: int, system_id: int | None = None) -> np.ndarray:
+    """Atoms fixed by ``FixAtoms`` or by a ``FixCartesian`` of all three directions.
+
+    Any other constraint is a :class:`StructureError`: dropping it would silently change
+    the physics.
+    """
+    from ase.constraints import FixAtoms, FixCartesian
+
+    name = system_name(index, system_id)
     mask = np.zeros(len(atoms), dtype=bool)
     for c in atoms.constraints:
         if isinstance(c, FixAtoms):
             mask[c.index] = True
+        elif isinstance(c, FixCartesian):
+            mask[_fully_fixed(c, name, index)] = True
         else:
             raise StructureError(
-                f"system {index}: constraint {type(c).__name__} is not supported; only FixAtoms "
-                f"is. Remove it (atoms.set_constraint()) or express it with FixAtoms.",
+                f"{name}: constraint {type(c).__name__} is not supported; only FixAtoms (and "
+                f"FixCartesian of all of x, y, z) is. Remove it (atoms.set_constraint()) or "
+                f"express it with FixAtoms.",
                 index,
             )
     return mask
 
 
-def validate_atoms(atoms: Any, index: int, min_distance: float = 0.5) -> None:
-    """Check one structure; raise :class:`StructureError` naming ``index`` and the fix."""
-    n = len(atoms)
-    if n == 0:
-        raise StructureError(f"system {index} has no atoms: remove it from the input", index)
-    pos = np.asarray(atoms.positions, dtype=np.float64)
-    if not np.all(np.isfinite(pos)):
-        bad = np.flatnonzero(~np.isfinite(pos).all(axis=1))
+def _fully_fixed(constraint: Any, name: str, index: int) -> np.ndarray:
+    """Atoms a ``FixCartesian`` fixes in x, y and z; fixing only some directions raises."""
+    kwargs = constraint.todict()["kwargs"]  # True = fixed here in every ASE version
+    atoms = np.atleast_1d(np.asarray(kwargs["a"], dtype=np.int64))
+    mask = np.asarray(kwargs["mask"], dtype=bool).reshape(-1, 3)
+    mask = np.broadcast_to(mask, (len(atoms), 3))
+    partial = mask.any(axis=1) & ~mask.all(axis=1)
+    if partial.any():
         raise StructureError(
-            f"system {index}: non-finite (NaN/inf) coordinates at atom(s) {bad[:10].tolist()}; "
-            f"fix or drop this structure",
+            f"{name}: FixCartesian fixes only some of x, y, z of atom(s) "
+            f"{_first(atoms[partial])} (mask {mask[partial][0].tolist()}); partial fixing is "
+            f"not supported. Fix those atoms completely (FixAtoms, or FixCartesian with "
+            f"mask=(True, True, True)) or remove the constraint (atoms.set_constraint()).",
             index,
         )
+    return atoms[mask.all(axis=1)]
+
+
+def validate_atoms(
+    atoms: Any, index: int, min_distance: float = 0.5, system_id: int | None = None
+) -> None:
+    """Check one structure; raise :class:`StructureError` naming the system and the fix.
+
+    Errors: no atoms; non-finite coordinates, momenta or cell; zero, negative or
+    non-finite masses; a cell that is singular, or thinner than :data:`MIN_CELL_HEIGHT`,
+    along a periodic direction; unsupported constraints; two atoms (periodic images
+    count) within :data:`COINCIDENT_DISTANCE`.  Atoms closer than
+    ``min_distance`` Å (periodic images count; 0 turns this off) are only a
+    :class:`StructureWarning`: such structures are sometimes meant.
+    """
+    name = system_name(index, system_id)
+    if len(atoms) == 0:
+        raise StructureError(f"{name} has no atoms: remove it from the input", index)
+
+    def fail(problem: str) -> NoReturn:
+        raise StructureError(f"{name}: {problem}", index)
+
+    pos = np.asarray(atoms.positions, dtype=np.float64)
+    bad = _bad_rows(~np.isfinite(pos))
+    if bad.size:
+        fail(
+            f"non-finite (NaN/inf) coordinates at atom(s) {_first(bad)}; fix or drop this structure"
+        )
+    bad = _bad_rows(~np.isfinite(np.asarray(atoms.get_momenta(), dtype=np.float64)))
+    if bad.size:
+        fail(f"non-finite (NaN/inf) momenta at atom(s) {_first(bad)}; fix or zero them")
     masses = np.asarray(atoms.get_masses(), dtype=np.float64)
-    if not np.all(np.isfinite(masses)) or np.any(masses <= 0):
-        bad = np.flatnonzero(~(np.isfinite(masses) & (masses > 0)))
-        raise StructureError(
-            f"system {index}: zero, negative or non-finite mass at atom(s) {bad[:10].tolist()} "
-            f"(element X or atoms.set_masses); set positive masses",
-            index,
+    bad = np.flatnonzero(~(np.isfinite(masses) & (masses > 0)))
+    if bad.size:
+        fail(
+            f"zero, negative or non-finite mass at atom(s) {_first(bad)} (element X or "
+            f"atoms.set_masses); set positive masses"
         )
     cell = np.asarray(atoms.cell.array, dtype=np.float64)
     if not np.all(np.isfinite(cell)):
-        raise StructureError(f"system {index}: cell has non-finite entries; fix the cell", index)
+        fail("cell has non-finite entries; fix the cell")
     pbc = np.asarray(atoms.pbc, dtype=bool)
-    if pbc.any():
-        periodic = cell[pbc]
-        if np.linalg.matrix_rank(periodic, tol=1e-8 * max(1.0, np.abs(cell).max())) < pbc.sum():
-            raise StructureError(
-                f"system {index}: the cell is singular along periodic direction(s) "
-                f"{np.flatnonzero(pbc).tolist()} (pbc={pbc.tolist()}); give a full cell or set "
-                f"pbc=False along directions without a lattice vector",
-                index,
-            )
-    _fixed_mask(atoms, index)
-    if min_distance > 0 and n > 1:
-        dmin = _min_distance(pos, cell, pbc, min_distance)
-        if dmin is not None:
-            logger.warning(
-                f"system {index}: atoms {dmin[1]} and {dmin[2]} are only {dmin[0]:.3f} Å apart "
-                f"(< {min_distance} Å); check the structure (duplicate atoms?)"
-            )
+    heights = periodic_heights(cell, pbc)
+    thin = np.flatnonzero(heights < MIN_CELL_HEIGHT)
+    if thin.size:
+        fail(
+            f"the cell is singular or nearly so along periodic direction(s) "
+            f"{np.flatnonzero(pbc)[thin].tolist()} (thickness {heights[thin].min():.3g} Å < "
+            f"{MIN_CELL_HEIGHT} Å; pbc={pbc.tolist()}); give a full cell or set pbc=False "
+            f"along directions without a lattice vector (periodic directions need independent "
+            f"lattice vectors of sensible length)"
+        )
+    _fixed_mask(atoms, index, system_id)
+    _check_distances(pos, cell, pbc, heights, min_distance, name, index, system_id)
 
 
-def _min_distance(
+def _bad_rows(bad: np.ndarray) -> np.ndarray:
+    """Rows of an ``[n, 3]`` mask with any entry set."""
+    return np.flatnonzero(bad.any(axis=1))
+
+
+def periodic_heights(cell: np.ndarray, pbc: np.ndarray) -> np.ndarray:
+    """Thickness of the cell along each periodic direction (Å), in ``pbc`` order.
+
+    How far periodic lattice vector i reaches out of the span of the other periodic
+    vectors: the spacing of the lattice planes, 0 where the vectors are dependent.  A
+    periodic image of an atom is at least the smallest of these away, and a neighbour
+    search needs about cutoff/thickness images.
+    """
+    vectors = cell[np.asarray(pbc, dtype=bool)]
+    heights = np.empty(len(vectors))
+    for i, v in enumerate(vectors):
+        others = np.delete(vectors, i, axis=0).T
+        if others.size:
+            v = v - others @ np.linalg.lstsq(others, v, rcond=None)[0]
+        heights[i] = np.linalg.norm(v)
+    return heights
+
+
+def _check_distances(
+    pos: np.ndarray,
+    cell: np.ndarray,
+    pbc: np.ndarray,
+    heights: np.ndarray,
+    min_distance: float,
+    name: str,
+    index: int,
+    system_id: int | None,
+) -> None:
+    """Coincident atoms raise; atoms (or periodic images) closer than ``min_distance`` warn.
+
+    A cell much thinner than ``min_distance`` would make the pair search enumerate
+    thousands of images, so there only coincidence is searched and the thinness is
+    reported instead.
+    """
+    if len(pos) < 2 and not pbc.any():
+        return
+    thin = heights.size > 0 and heights.min() * 4 < min_distance
+    pair = _closest_pair(pos, cell, pbc, COINCIDENT_DISTANCE if thin else min_distance)
+    if pair is not None and pair[0] < COINCIDENT_DISTANCE:  # never an atom and its own
+        d, i, j, image = pair  # image: the cell is at least MIN_CELL_HEIGHT thick
+        raise StructureError(
+            f"{name}: atoms {i} and {j} coincide{' through a periodic image' if image else ''} "
+            f"(distance {d:.2g} Å); remove the duplicate atom (or fix the cell)",
+            index,
+        )
+    if thin:
+        _warn(
+            f"{name}: the cell is only {heights.min():.3f} Å thick along a periodic direction "
+            f"(< min_distance={min_distance} Å), so atoms may be that close to their own "
+            f"periodic images; use a larger cell (atoms.repeat), or pass a smaller "
+            f"min_distance= (0 turns this check off)",
+            index,
+            system_id,
+        )
+    elif pair is not None and pair[0] < min_distance:
+        d, i, j, image = pair
+        what = (
+            f"atom {i} is only {d:.3f} Å from its own periodic image"
+            if i == j
+            else f"atoms {i} and {j} are only {d:.3f} Å apart"
+            f"{' (through a periodic image)' if image else ''}"
+        )
+        _warn(
+            f"{name}: {what} (< min_distance={min_distance} Å); check the structure "
+            f"(duplicate atoms? a too small cell?), or pass a smaller min_distance= (0 turns "
+            f"this check off)",
+            index,
+            system_id,
+        )
+
+
+def _closest_pair(
     pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: float
-) -> tuple[float, int, int] | None:
-    """Closest pair below ``cutoff`` as (distance, i, j), or None."""
+) -> tuple[float, int, int, bool] | None:
+    """Closest pair within ``cutoff`` (an atom and its own periodic images included) as
+    (distance, i, j, through a periodic image), or None."""
     import vesin  # vesin accepts degenerate cell vectors along non-periodic axes
 
-    i, j, d = vesin.NeighborList(cutoff=cutoff, full_list=False, n_threads=1).compute(
-        pos, cell, pbc.tolist(), "ijd"
+    cutoff = max(cutoff, COINCIDENT_DISTANCE)
+    i, j, shifts, d = vesin.NeighborList(cutoff=cutoff, full_list=False, n_threads=1).compute(
+        pos, cell, pbc.tolist(), "ijSd"
     )
     if len(d) == 0:
         return None
     k = int(np.argmin(d))
-    return float(d[k]), int(i[k]), int(j[k])
+    return float(d[k]), int(i[k]), int(j[k]), bool(np.any(shifts[k]))

@@ -250,7 +250,7 @@ def run_nan_model(_: Path) -> str:
 def run_raising_model(_: Path) -> str:
     sim = Simulator(RaisesOnSystem1(), VelocityVerlet(dt=1.0, steps=6), accelerator="cpu")
     res = sim.run(argon(3))
-    error = res.batch.info[1]["error"]
+    error = res.batch.info[1]["model_error"]
     return f"{','.join(res.exit_reasons)} | {error}"
 
 
@@ -286,13 +286,13 @@ CASES: list[Case] = [
     ),
     Case(
         "unknown-callback",
-        r"unknown callback 'Loger'\. Did you mean logger",
+        r"unknown callback 'Loger'\. Did you mean Logger",
         sim(callbacks=[{"class_path": "Loger"}]),
         "simulator.callbacks.0.class_path",
     ),
     Case(
         "unknown-sink",
-        r"unknown sink 'ZarSink'\. Did you mean zarrsink",
+        r"unknown sink 'ZarSink'\. Did you mean ZarrSink",
         sim(sinks=[{"class_path": "ZarSink", "init_args": {"store": "x.zarr"}}]),
         "simulator.sinks.0.class_path",
     ),
@@ -531,7 +531,8 @@ CASES: list[Case] = [
     ),
     Case(
         "strategy-typo",
-        r"expected one of 'auto', 'single', 'pipeline', 'replicas', got 'pipline'",
+        r"unknown strategy 'pipline'\. Did you mean pipeline\? Strategies: auto, pipeline, "
+        r"replicas, single",
         sim(strategy="pipline"),
         "simulator.strategy",
     ),
@@ -709,7 +710,12 @@ CASES: list[Case] = [
         builtin(n_systems="x"),
         "data.builtin_args.n_systems",
     ),
-    Case("builtin-arg-zero", r"needs n_systems >= 1", builtin(n_systems=0), "data.builtin_args"),
+    Case(
+        "builtin-arg-zero",
+        r"n_systems must be >= 1, got 0",
+        builtin(n_systems=0),
+        "data.builtin_args.n_systems",
+    ),
     Case(
         "builtin-args-with-a-file",
         r"only applies to builtin: sets, not to the file",

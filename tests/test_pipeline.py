@@ -445,7 +445,7 @@ def test_info_travels_with_its_system():
     sick = dict(nan_id=7, error_id=11, error_in_relax=True)
     ref = al.Simulator(model=SickLJ(**sick), stages=relax() + md(), sync_every=SYNC_EVERY)
     ref = ref.run(SizeAwareSampler(items, max_atoms=MAX_ATOMS)).batch
-    assert "cannot evaluate system 11" in ref.info[11]["error"]
+    assert "cannot evaluate system 11" in ref.info[11]["model_error"]
     sim = al.Simulator(
         model=SickLJ(**sick),
         stages=relax() | md(),
@@ -459,7 +459,7 @@ def test_info_travels_with_its_system():
     got = sim.run(SizeAwareSampler(items, max_atoms=MAX_ATOMS)).batch
     assert got.system_id.tolist() == list(range(30))
     assert int(got.exit_code[11]) == EXIT_MODEL_ERROR
-    assert got.info[11]["error"] == ref.info[11]["error"]
+    assert got.info[11]["model_error"] == ref.info[11]["model_error"]
     for k, a in enumerate(items):
         assert got.info[k]["label"] == a.info["label"]
         assert np.array_equal(got.info[k]["weights"], a.info["weights"])

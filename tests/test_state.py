@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -19,6 +21,7 @@ from conftest import (
 )
 
 from alchemi_lit import Batch, StructureError
+from alchemi_lit.errors import StructureWarning
 from alchemi_lit.state import ATOM_FIELDS, EXIT_CONVERGED, EXIT_MAX_STEPS, SYSTEM_FIELDS
 
 DT = torch.float64
@@ -195,25 +198,25 @@ def test_input_list_errors() -> None:
         Batch.from_atoms(structures, system_ids=[5, 5])
 
 
-def test_close_atoms_warn_with_system_index(log_messages) -> None:
+def test_close_atoms_warn_with_system_index() -> None:
     structures = perturbed_argon(3, 1, 0.05, seed=6)
     structures[1].positions[2] = structures[1].positions[0] + [0.3, 0.0, 0.0]
-    batch = Batch.from_atoms(structures)  # a warning, not an error
+    with pytest.warns(StructureWarning) as record:
+        batch = Batch.from_atoms(structures)  # a warning, not an error
     assert batch.num_systems == 3
-    warnings = [m for level, m in log_messages if level == "WARNING"]
-    assert len(warnings) == 1
-    assert "system 1" in warnings[0] and "0.300" in warnings[0]
-    log_messages.clear()
-    Batch.from_atoms(structures, min_distance=0.2)  # threshold respected
-    Batch.from_atoms(structures, validate=False)
-    assert not [m for level, m in log_messages if level == "WARNING"]
+    assert len(record) == 1
+    assert "system 1" in str(record[0].message) and "0.300" in str(record[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StructureWarning)
+        Batch.from_atoms(structures, min_distance=0.2)  # threshold respected
+        Batch.from_atoms(structures, validate=False)
 
 
-def test_close_periodic_images_warn(log_messages) -> None:
+def test_close_periodic_images_warn() -> None:
     atoms = Atoms("Ar2", positions=[[0.1, 1, 1], [3.8, 1, 1]], cell=[4.0, 4.0, 4.0], pbc=True)
-    Batch.from_atoms([perturbed_argon(1, 1)[0], atoms])
-    warnings = [m for level, m in log_messages if level == "WARNING"]
-    assert len(warnings) == 1 and "system 1" in warnings[0]
+    with pytest.warns(StructureWarning) as record:
+        Batch.from_atoms([perturbed_argon(1, 1)[0], atoms])
+    assert len(record) == 1 and "system 1" in str(record[0].message)
 
 
 def test_slab_with_zero_third_vector_is_accepted(log_messages) -> None:

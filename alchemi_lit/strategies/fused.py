@@ -37,6 +37,7 @@ from ..state import (
     EXIT_MAX_STEPS,
     EXIT_MODEL_ERROR,
     EXIT_RUNNING,
+    MODEL_ERROR_KEY,
     Batch,
 )
 from ..tensor_ops import may_be_set
@@ -210,7 +211,7 @@ class FusedLoop:
         for row, err in bad.items():
             sid = int(batch.system_id[row])
             text = f"{type(err).__name__}: {err}"
-            batch.info.setdefault(sid, {})["error"] = text
+            batch.info.setdefault(sid, {})[MODEL_ERROR_KEY] = text
             logger.warning(f"system {sid} quarantined: the model raised on it ({text})")
         ctx.exited = mask if ctx.exited is None else ctx.exited | mask
         self.evict = True  # the strategy removes them before the next forward

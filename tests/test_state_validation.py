@@ -1,0 +1,359 @@
+"""Batch input validation and the ase.Atoms round trip, as the issue asks for them.
+
+Every input error raises the documented type with a message naming the system as
+``system 2 (system_id 30)`` and the fix; close atoms are a StructureWarning; the round
+trip keeps cell, pbc, masses, momenta, tags, constraints, info and per-atom arrays.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import ase.io
+import numpy as np
+import pytest
+import torch
+from ase import Atoms
+from ase.calculators.lj import LennardJones as AseLJ
+from ase.constraints import FixAtoms, FixBondLength, FixCartesian
+from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, triclinic_argon
+
+import alchemi_lit as al
+from alchemi_lit.data import read_structures
+from alchemi_lit.errors import BatchError, StructureError, StructureWarning
+from alchemi_lit.models import LennardJones
+from alchemi_lit.sinks import ZarrSink
+from alchemi_lit.state import ARRAYS_KEY, system_name, validate_atoms
+
+DT = torch.float64
+IDS = [10, 11, 30, 12]  # the bad structure goes to index 2: "system 2 (system_id 30)"
+
+
+def with_bad(bad: Atoms) -> list[Atoms]:
+    good = perturbed_argon(3, 1, 0.05, seed=1)
+    return [*good[:2], bad, good[2]]
+
+
+def argon4(**kw) -> Atoms:
+    a = perturbed_argon(1, 1, 0.05, seed=2)[0]
+    for k, v in kw.items():
+        getattr(a, f"set_{k}")(v)
+    return a
+
+
+def moved(atom: int, to: list[float] | None = None, by: float = 0.0) -> Atoms:
+    a = argon4()
+    a.positions[atom] = a.positions[0] + [by, 0.0, 0.0] if to is None else to
+    return a
+
+
+def nan_at(atom: int, value: float, attr: str = "positions") -> Atoms:
+    a = argon4()
+    arr = a.get_momenta() if attr == "momenta" else a.positions
+    arr[atom, 1] = value
+    if attr == "momenta":
+        a.set_momenta(arr)
+    return a
+
+
+def masses(*values: float) -> Atoms:
+    a = argon4()
+    m = a.get_masses()
+    m[: len(values)] = values
+    a.set_masses(m)
+    return a
+
+
+def cell(vectors, pbc=True) -> Atoms:
+    return Atoms("Ar2", positions=[[0, 0, 0], [1.9, 1.9, 0]], cell=vectors, pbc=pbc)
+
+
+def constrained(c) -> Atoms:
+    a = argon4()
+    a.set_constraint(c)
+    return a
+
+
+# (make the bad structure, exception type, fix named in the message)
+ERRORS: dict[str, tuple[Callable[[], Atoms], type[Exception], str]] = {
+    "empty": (Atoms, StructureError, "remove it from the input"),
+    "nan-position": (lambda: nan_at(1, np.nan), StructureError, "fix or drop"),
+    "inf-position": (lambda: nan_at(3, -np.inf), StructureError, "fix or drop"),
+    "nan-momentum": (lambda: nan_at(2, np.nan, "momenta"), StructureError, "zero them"),
+    "zero-mass": (lambda: masses(0.0), StructureError, "set positive masses"),
+    "negative-mass": (lambda: masses(39.9, -1.0), StructureError, "set positive masses"),
+    "nan-cell": (lambda: cell([[4, 0, 0], [0, np.nan, 0], [0, 0, 4]]), StructureError, "fix"),
+    "singular-cell": (lambda: cell(np.zeros((3, 3))), StructureError, "give a full cell"),
+    "nearly-singular-cell": (
+        lambda: cell([[4, 0, 0], [0, 4, 0], [0, 0, 1e-5]]),
+        StructureError,
+        "or set pbc=False",
+    ),
+    "nearly-parallel-vectors": (  # long vectors, but the cell is 1e-4 Å thick
+        lambda: cell([[4, 0, 0], [4, 1e-4, 0], [0, 0, 4]]),
+        StructureError,
+        "give a full cell",
+    ),
+    "thin-along-periodic-of-mixed": (
+        lambda: cell([[4, 0, 0], [0, 2e-4, 0], [0, 0, 4]], pbc=[True, True, False]),
+        StructureError,
+        "pbc=False",
+    ),
+    "coincident-atoms": (lambda: moved(2, by=0.0), StructureError, "remove the duplicate"),
+    "coincident-through-image": (
+        lambda: moved(1, to=argon4().positions[0] + [5.26, 0, 0]),
+        StructureError,
+        "remove the duplicate",
+    ),
+    "fix-bond-length": (lambda: constrained(FixBondLength(0, 1)), StructureError, "FixAtoms"),
+    "partial-fix-cartesian": (
+        lambda: constrained(FixCartesian([1, 3], mask=(True, True, False))),
+        StructureError,
+        "remove the constraint",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_every_input_error_names_the_system_and_the_fix(case: str) -> None:
+    make, exc, fix = ERRORS[case]
+    with pytest.raises(exc) as err:
+        al.Batch.from_atoms(with_bad(make()), system_ids=IDS)
+    assert isinstance(err.value, ValueError)
+    message = str(err.value)
+    assert message.startswith("system 2 (system_id 30)"), message
+    assert fix in message, message
+    assert err.value.system_index == 2
+    # the sampler's path (no ids): named by the dataset index alone
+    with pytest.raises(exc, match=r"^system 5\b"):
+        validate_atoms(make(), 5)
+
+
+def test_system_name_helper() -> None:
+    assert system_name(2, 30) == "system 2 (system_id 30)"
+    assert system_name(2, 2) == system_name(2) == "system 2"  # default ids: no repetition
+
+
+def test_coincident_atoms_are_an_error_even_with_the_warning_off() -> None:
+    with pytest.raises(
+        StructureError, match=r"^system 0: atoms 0 and 2 coincide \(distance 1e-06 Å\)"
+    ):
+        al.Batch.from_atoms([moved(2, by=1e-6)], min_distance=0.0)
+    al.Batch.from_atoms([moved(2, by=1e-6)], validate=False)  # unchecked on request
+
+
+def test_partial_fix_cartesian_names_atoms_and_what_to_do() -> None:
+    with pytest.raises(StructureError) as err:
+        al.Batch.from_atoms(with_bad(constrained(FixCartesian([1, 3], (True, False, True)))), IDS)
+    msg = str(err.value)
+    assert "atom(s) [1, 3]" in msg and "partial fixing is not supported" in msg
+    assert "FixAtoms" in msg and "mask=(True, True, True)" in msg
+
+
+def test_full_fix_cartesian_is_fix_atoms() -> None:
+    a = constrained([FixCartesian([1, 3]), FixAtoms([0])])  # mask (True, True, True)
+    batch = al.Batch.from_atoms([a], dtype=DT)
+    assert batch.fixed.tolist() == [True, True, False, True]
+    (back,) = batch.to_atoms(results=False)
+    assert sorted(back.constraints[0].index.tolist()) == [0, 1, 3]
+    assert isinstance(back.constraints[0], FixAtoms)
+
+
+# ---------------------------------------------------------------------- warnings
+def test_close_atoms_warn_naming_system_id_distance_pair_and_parameter() -> None:
+    with pytest.warns(StructureWarning) as record:
+        batch = al.Batch.from_atoms(with_bad(moved(2, by=0.3)), system_ids=IDS)
+    assert batch.num_systems == 4  # a warning, not an error
+    (w,) = record
+    msg = str(w.message)
+    assert msg.startswith("system 2 (system_id 30): atoms 0 and 2 are only 0.300 Å apart"), msg
+    assert "min_distance=0.5" in msg and "smaller min_distance=" in msg
+    assert (w.message.system_index, w.message.system_id) == (2, 30)
+    assert w.filename == __file__  # points at the caller, not into alchemi_lit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StructureWarning)
+        al.Batch.from_atoms(with_bad(moved(2, by=0.3)), system_ids=IDS, min_distance=0.2)
+
+
+@pytest.mark.parametrize(
+    ("edge", "expect"),
+    [
+        (2.0, None),  # self-image 2 Å away: fine
+        (0.3, "atom 0 is only 0.300 Å from its own periodic image"),
+        (0.05, "the cell is only 0.050 Å thick"),  # too thin to search pairs cheaply
+    ],
+)
+def test_one_atom_periodic_cell_checks_its_own_images(edge: float, expect: str | None) -> None:
+    a = Atoms("Ar", positions=[[0, 0, 0]], cell=[edge] * 3, pbc=True)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        al.Batch.from_atoms([argon4(), a], system_ids=[0, 7])
+    found = [str(w.message) for w in record if issubclass(w.category, StructureWarning)]
+    if expect is None:
+        assert not found
+    else:
+        assert len(found) == 1 and found[0].startswith("system 1 (system_id 7): ")
+        assert expect in found[0] and "min_distance=" in found[0]
+
+
+def test_momenta_of_fixed_atoms_are_zeroed_with_a_warning() -> None:
+    a = argon4()
+    p = np.arange(12.0).reshape(4, 3) - 5.0
+    a.set_momenta(p)
+    a.set_constraint(FixAtoms([1, 2]))  # after the momenta: fixed atoms still move
+    with pytest.warns(StructureWarning, match=r"system 0: fixed atom\(s\) \[1, 2\] have nonzero"):
+        batch = al.Batch.from_atoms([a], dtype=DT)
+    (back,) = batch.to_atoms(results=False)
+    expected = p.copy()
+    expected[[1, 2]] = 0.0
+    np.testing.assert_allclose(back.get_momenta(), expected, rtol=1e-15, atol=0)
+    assert batch.kinetic_energy().item() == pytest.approx(
+        0.5 * (expected**2 / a.get_masses()[:, None]).sum(), rel=1e-14
+    )
+
+
+# ---------------------------------------------------------------------- ids and fields
+def test_repeated_system_ids_name_the_ids() -> None:
+    structures = perturbed_argon(3, 1, 0.05, seed=3)
+    with pytest.raises(StructureError, match=r"system_id\(s\) \[5\] occur more than once"):
+        al.Batch.from_atoms(structures, system_ids=[5, 7, 5])
+    batch = al.Batch.from_atoms(structures, system_ids=[5, 7, 9])
+    with pytest.raises(BatchError, match=r"select: system_id\(s\) \[7\].*select each row once"):
+        batch.select([1, 0, 1])
+    with pytest.raises(BatchError, match=r"concatenate: system_id\(s\) \[9\].*new ids"):
+        al.Batch.concatenate([batch.select([2]), batch.select([0, 2])])
+    assert al.Batch.concatenate([batch.select([2]), batch.select([0])]).num_systems == 2
+
+
+@pytest.mark.parametrize(
+    ("declare", "match"),
+    [
+        (
+            lambda b: b.ensure_field("x", "system"),
+            r"'x' is a per-atom field of shape \[n\] \(torch.float64\) in batch 0 but a "
+            r"per-system field of shape \[n\] \(torch.float64\) in batch 1",
+        ),
+        (lambda b: b.ensure_field("x", "atom", shape=(3,)), r"shape \[n\] .* shape \[n, 3\]"),
+        (lambda b: b.ensure_field("x", "atom", dtype=torch.int64), r"float64.*int64"),
+    ],
+    ids=["kind", "shape", "dtype"],
+)
+def test_concatenate_rejects_fields_declared_differently(declare, match: str) -> None:
+    a = al.Batch.from_atoms(perturbed_argon(1, 1), system_ids=[0], dtype=DT)
+    b = al.Batch.from_atoms(perturbed_argon(1, 1), system_ids=[1], dtype=DT)
+    a.ensure_field("x", "atom")
+    declare(b)
+    with pytest.raises(BatchError, match=match) as err:
+        al.Batch.concatenate([a, b])
+    assert "declare it alike in every batch" in str(err.value)
+
+
+def test_copies_do_not_share_info() -> None:
+    a = argon4()
+    a.info["history"] = [1.0]
+    batch = al.Batch.from_atoms([a])
+    a.info["history"].append(2.0)  # the input changes afterwards
+    assert batch.info[0]["history"] == [1.0]
+    for copy in (batch.to(dtype=torch.float32), batch.clone()):
+        copy.info[0]["history"].append(3.0)
+        copy.info[0]["new"] = True
+        assert batch.info[0] == {"history": [1.0]}
+    (back,) = batch.to_atoms()
+    back.info["history"].append(4.0)
+    assert batch.info[0]["history"] == [1.0]
+
+
+# ---------------------------------------------------------------------- round trip
+def test_round_trip_keeps_per_atom_arrays(tmp_path: Path) -> None:
+    a, b = argon4(), triclinic_argon(1, 0.05, 0.05, seed=4)
+    a.set_initial_magnetic_moments([0.5, -0.5, 1.0, 0.0])
+    a.set_initial_charges([0.1, -0.1, 0.2, -0.2])
+    b.set_array("fragment", np.arange(len(b), dtype=np.int32))
+    b.set_array("dipole", np.random.default_rng(0).normal(size=(len(b), 3)))
+    b.set_array("label", np.array(["x"] * len(b)))  # not numeric: dropped, with a warning
+    with pytest.warns(StructureWarning, match=r"system 1 \(system_id 4\).*\['label'\]"):
+        batch = al.Batch.from_atoms([a, b], system_ids=[3, 4], dtype=DT)
+    sub = al.Batch.concatenate([batch.select([1]), batch.select([0])])  # moved around
+    sink = ZarrSink(tmp_path / "r.zarr")  # and through a results store
+    sink.open({})
+    sink.write(sub)
+    sink.close()
+    for out in (sub.to_atoms(results=False), sink.read_batch().to_atoms(results=False)):
+        np.testing.assert_array_equal(out[0].get_initial_magnetic_moments(), [0.5, -0.5, 1, 0])
+        np.testing.assert_array_equal(out[0].get_initial_charges(), [0.1, -0.1, 0.2, -0.2])
+        np.testing.assert_array_equal(out[1].arrays["fragment"], b.arrays["fragment"])
+        assert out[1].arrays["fragment"].dtype == np.int32
+        np.testing.assert_array_equal(out[1].arrays["dipole"], b.arrays["dipole"])
+        assert "label" not in out[1].arrays
+        assert ARRAYS_KEY not in out[0].info and out[0].info == a.info == {}
+
+
+def test_reserved_info_key_is_an_error() -> None:
+    a = argon4()
+    a.info[ARRAYS_KEY] = 1
+    with pytest.raises(StructureError, match=r"system 2 \(system_id 30\).*reserved.*rename"):
+        al.Batch.from_atoms(with_bad(a), system_ids=IDS)
+
+
+def test_to_atoms_keeps_a_users_info_under_result_keys() -> None:
+    a, b = argon4(), argon4()
+    a.info.update(system_id="sample-A", steps=3, name="a")
+    b.info.update(system_id=8)  # equals the id it gets: nothing to keep
+    batch = al.Batch.from_atoms([a, b], system_ids=[9, 8])
+    assert batch.to_atoms(results=False)[1].info == a.info  # nothing added, nothing moved
+    with pytest.warns(StructureWarning, match=r"system_id\(s\) \[9\].*\['steps', 'system_id'\]"):
+        out = batch.to_atoms()
+    got_b, got_a = out
+    assert got_a.info["system_id"] == 9 and got_a.info["input_system_id"] == "sample-A"
+    assert got_a.info["steps"] == 0 and got_a.info["input_steps"] == 3
+    assert got_a.info["name"] == "a"
+    assert got_b.info["system_id"] == 8 and "input_system_id" not in got_b.info
+    # results fed back in are simply updated: no warning, no input_* keys piling up
+    again = al.Batch.from_atoms([got_b], system_ids=[8])
+    again.total_steps = torch.tensor([5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StructureWarning)
+        (twice,) = again.to_atoms()
+    assert twice.info["steps"] == 5 and not any(k.startswith("input_") for k in twice.info)
+
+
+# ---------------------------------------------------------------------- the issue's snippet
+def test_headline_snippet_matches_ase_lennard_jones(tmp_path: Path) -> None:
+    """extxyz -> Batch -> LennardJones -> back to ASE, against ase's LennardJones."""
+    rng = np.random.default_rng(5)
+    structures = [
+        perturbed_argon(1, 2, 0.1, seed=6)[0],  # 32 atoms
+        perturbed_argon(1, 1, 0.1, seed=7)[0],  # 4
+        triclinic_argon(2, 0.1, 0.05, seed=8),  # 8
+        perturbed_argon(1, (2, 1, 1), 0.1, seed=9)[0],  # 8, cubic
+    ]
+    for atoms in structures:
+        atoms.set_momenta(rng.normal(size=(len(atoms), 3)))
+    path = tmp_path / "argon.extxyz"
+    ase.io.write(path, structures, format="extxyz")
+    read = read_structures(path)
+
+    batch = al.Batch.from_atoms(read)
+    assert batch.dtype == torch.float64
+    out = LennardJones(epsilon=0.0104, sigma=3.40, cutoff=8.5)(batch)
+    assert out["energy"].shape == (4,)
+    assert out["forces"].shape == (batch.num_atoms, 3)
+    assert out["stress"].shape == (4, 3, 3)
+    for row, atoms in enumerate(read):
+        ref = atoms.copy()
+        ref.calc = AseLJ(epsilon=AR_EPSILON, sigma=AR_SIGMA, rc=8.5)
+        lo, hi = int(batch.ptr[row]), int(batch.ptr[row + 1])
+        assert abs(float(out["energy"][row]) - ref.get_potential_energy()) < 1e-8
+        np.testing.assert_allclose(out["forces"][lo:hi].numpy(), ref.get_forces(), atol=1e-6)
+        np.testing.assert_allclose(
+            out["stress"][row].numpy(), ref.get_stress(voigt=False), atol=1e-6
+        )
+
+    back = batch.to_atoms()
+    assert [len(x) for x in back] == [32, 4, 8, 8]  # input (system_id) order
+    for got, ref in zip(back, read):
+        np.testing.assert_array_equal(got.positions, ref.positions)
+        np.testing.assert_array_equal(got.cell.array, ref.cell.array)
+        np.testing.assert_allclose(got.get_momenta(), ref.get_momenta(), rtol=1e-14)
