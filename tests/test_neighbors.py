@@ -345,3 +345,45 @@ def test_lennard_jones_on_cuda_matches_cpu() -> None:
     out = LennardJones(epsilon=0.0104, sigma=3.4, cutoff=6.0, skin=1.0)(batch.to("cuda"))
     for key in ("energy", "forces", "stress"):
         torch.testing.assert_close(out[key].cpu(), ref[key], atol=1e-10, rtol=0)
+
+
+def test_small_cell_path_reproduces_vesin_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small periodic cells are built by an all-pairs torch path instead of vesin
+    (faster where vesin's cell list degenerates to one bin).  It must give exactly
+    vesin's edges: same pairs, orientation, order, shifts and edge-vector bits, on
+    random triclinic cells with unwrapped positions and atoms seeing their own images."""
+    from alchemi_lit.models import neighbors
+
+    rng = np.random.default_rng(11)
+    systems = []
+    for _ in range(24):
+        length = rng.uniform(2.5, 9.0)
+        cell = np.diag(rng.uniform(0.7, 1.3, 3) * length) + rng.normal(0, 0.2 * length, (3, 3))
+        if abs(np.linalg.det(cell)) < 0.1 * length**3:
+            cell = np.eye(3) * length
+        frac = rng.uniform(-0.3, 1.3, (int(rng.integers(1, 40)), 3))
+        systems.append(Atoms(f"Ar{len(frac)}", positions=frac @ cell, cell=cell, pbc=True))
+    systems.append(Atoms("Ar4", positions=rng.uniform(0, 5, (4, 3)), cell=[5, 5, 5], pbc=False))
+    batch = Batch.from_atoms(systems, dtype=DT, validate=False)
+    rows = list(range(batch.num_systems))
+    radius = 6.5
+    pos = batch.positions.numpy()
+    plan = neighbors._small_cell_plan(
+        pos, batch.cell.numpy(), batch.pbc.numpy(), batch.ptr.tolist(), rows, radius
+    )
+    used = sum(p is not None and p != () for p in plan)
+    assert 5 <= used < len(rows), f"the small-cell path took {used} of {len(rows)} systems"
+    mixed = neighbors._build_rows(batch, rows, radius)
+    monkeypatch.setattr(neighbors, "_SMALL_CELL_MAX_CANDIDATES", -1)  # vesin for all
+    assert all(
+        p is None
+        for p in neighbors._small_cell_plan(
+            pos, batch.cell.numpy(), batch.pbc.numpy(), batch.ptr.tolist(), rows, radius
+        )
+    )
+    by_vesin = neighbors._build_rows(batch, rows, radius)
+    for got, want in zip(mixed, by_vesin):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got, want)
+    edges = NeighborList(cutoff=radius, skin=0.0)(batch)
+    assert_matches_reference(batch, edges, radius)
