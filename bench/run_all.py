@@ -1,10 +1,11 @@
 """Run every benchmark in this folder, one after the other, and keep their output.
 
-Run (from the repository root; ~20-30 minutes on 2 CPU cores, the soak test included)::
+Run (from the repository root; ~25-35 minutes on 2 CPU cores, the soak test included)::
 
     python bench/run_all.py                     # everything, soak with 20 000 systems
     python bench/run_all.py --quick             # smaller soak (2 000 systems)
     python bench/run_all.py --only dynamics fused
+    python bench/run_all.py --only lj_forces neighbors -- --no-wait
 
 Each benchmark runs as its own process (``python bench/<name>.py``, so thread
 settings and imports do not leak between them); its output is echoed and also written
@@ -23,11 +24,28 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHES = {
     "lj_forces": ["bench_lj_forces.py"],
+    "neighbors": ["bench_neighbors.py"],
     "dynamics": ["bench_dynamics.py"],
     "fused": ["bench_fused.py"],
     "pipeline": ["bench_pipeline.py"],
     "soak": ["bench_soak.py"],
 }
+
+
+def _gate_options(extra: list[str], flags: tuple[str, ...] = ()) -> list[str]:
+    """The load-gate options in ``extra`` (``--no-wait``, ``--max-wait X``,
+    ``--max-load X``, also as ``--opt=X``) and the given flags."""
+    out: list[str] = []
+    k = 0
+    while k < len(extra):
+        a = extra[k]
+        if a == "--no-wait" or a in flags or a.startswith(("--max-wait=", "--max-load=")):
+            out.append(a)
+        elif a in ("--max-wait", "--max-load") and k + 1 < len(extra):
+            out += [a, extra[k + 1]]
+            k += 1
+        k += 1
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,8 +65,14 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, str(HERE / BENCHES[name][0])]
         if name == "soak" and args.quick:
             cmd += ["--systems", "2000"]
-        # bench_lj_forces.py has no load gate; the others take the extra options
-        cmd += extra if name != "lj_forces" else [a for a in extra if a in ("--no-peers",)]
+        # bench_lj_forces.py and bench_neighbors.py take only the load-gate options
+        # (and lj_forces --no-peers); the others take every extra option
+        if name == "lj_forces":
+            cmd += _gate_options(extra, ("--no-peers",))
+        elif name == "neighbors":
+            cmd += _gate_options(extra)
+        else:
+            cmd += extra
         print(f"\n===== {name}: {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()
         with open(out_dir / f"{name}.txt", "w") as log:
