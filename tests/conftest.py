@@ -268,6 +268,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _uninstall_toy_plugin()
 
 
+def add_entry_point(monkeypatch: pytest.MonkeyPatch, name: str, target: str) -> None:
+    """Make ``importlib.metadata`` list one more ``alchemi_lit.plugins`` entry point
+    (``target``: ``module:callable``), as if a package declaring it were installed."""
+    from alchemi_lit import registry
+
+    real = metadata.entry_points
+
+    def entry_points(**kwargs: str) -> list[metadata.EntryPoint]:
+        eps = list(real(**kwargs))
+        if kwargs.get("group") == registry.ENTRY_POINT_GROUP:
+            eps.append(metadata.EntryPoint(name, target, registry.ENTRY_POINT_GROUP))
+        return eps
+
+    monkeypatch.setattr(registry.metadata, "entry_points", entry_points)
+
+
 @pytest.fixture(scope="session")
 def toy_plugin_site() -> Path:
     """The temporary site directory holding this checkout's ``alchemi-lit-toy``."""

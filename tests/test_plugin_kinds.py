@@ -7,7 +7,6 @@ Inputs are tiny (2 argon crystals of 32 atoms, a few dozen steps).
 from __future__ import annotations
 
 import json
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 import torch
 import yaml
 from ase.io import write
+from conftest import add_entry_point
 
 from alchemi_lit import Simulator, registry
 from alchemi_lit.cli import main
@@ -129,19 +129,7 @@ def test_third_party_strategy_by_name(
 @pytest.fixture
 def broken_plugin(monkeypatch: pytest.MonkeyPatch) -> Any:
     """An installed entry point whose module does not import."""
-    real = metadata.entry_points
-
-    def entry_points(**kwargs: str) -> list[metadata.EntryPoint]:
-        eps = list(real(**kwargs))
-        if kwargs.get("group") == registry.ENTRY_POINT_GROUP:
-            eps.append(
-                metadata.EntryPoint(
-                    "broken", "no_such_plugin_module_xyz:register", registry.ENTRY_POINT_GROUP
-                )
-            )
-        return eps
-
-    monkeypatch.setattr(registry.metadata, "entry_points", entry_points)
+    add_entry_point(monkeypatch, "broken", "no_such_plugin_module_xyz:register")
     registry.reset_for_tests()
     yield
     monkeypatch.undo()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import add_entry_point
 
 from alchemi_lit import registry
 from alchemi_lit.cli import main
@@ -116,19 +117,7 @@ def test_conflicting_entry_point_fails_loading(
     fake = types.ModuleType("fake_conflicting_plugin")
     fake.register_plugins = lambda: registry.register("integrator", "ToyDamped")(Impostor)
     monkeypatch.setitem(sys.modules, "fake_conflicting_plugin", fake)
-    real = metadata.entry_points
-
-    def entry_points(**kwargs: str) -> list[metadata.EntryPoint]:
-        eps = list(real(**kwargs))
-        if kwargs.get("group") == registry.ENTRY_POINT_GROUP:
-            eps.append(
-                metadata.EntryPoint(
-                    "fake", "fake_conflicting_plugin:register_plugins", kwargs["group"]
-                )
-            )
-        return eps
-
-    monkeypatch.setattr(registry.metadata, "entry_points", entry_points)
+    add_entry_point(monkeypatch, "fake", "fake_conflicting_plugin:register_plugins")
     registry.reset_for_tests()
     try:
         with pytest.raises(PluginConflictError, match=rf"{DIST}.*fake_conflicting_plugin"):
