@@ -22,7 +22,7 @@ This module imports nothing else of ours: any layer may register into it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, TypeVar
@@ -183,14 +183,21 @@ def failures() -> list[LoadFailure]:
     return list(_failures)
 
 
+def did_you_mean(name: str, pool: Iterable[str], n: int = 3) -> str:
+    """`` Did you mean X?`` with the closest names of ``pool`` (case-insensitive), or ""."""
+    import difflib
+
+    spelled = {p.lower(): p for p in pool}
+    close = difflib.get_close_matches(name.lower(), list(spelled), n=n, cutoff=0.6)
+    return f" Did you mean {', '.join(spelled[c] for c in close)}?" if close else ""
+
+
 def unknown_name_error(name: str, kind: str | None = None) -> ConfigError:
     """The error for a name no registry (of ``kind``, or of any kind) holds.
 
     Did-you-mean hints come from the registered names; when plugin packages failed to
     load, the name may be theirs, so the error is a :class:`PluginLoadError` that
     leads with those failures (package, entry point, original exception)."""
-    import difflib
-
     _load_entry_points()
     if kind is not None:
         pool = REGISTRIES[kind].names()
@@ -198,9 +205,7 @@ def unknown_name_error(name: str, kind: str | None = None) -> ConfigError:
     else:
         pool = sorted({e.name for reg in REGISTRIES.values() for e in reg._entries.values()})
         what = "plugin"
-    spelled = {n.lower(): n for n in pool}
-    close = difflib.get_close_matches(name.lower(), list(spelled), n=3, cutoff=0.6)
-    hint = f" Did you mean {', '.join(spelled[c] for c in close)}?" if close else ""
+    hint = did_you_mean(name, pool)
     known = f" Known: {', '.join(sorted(pool, key=str.lower))}." if kind is not None else ""
     listing = (
         f"`alchemi-lit plugins --kind {kind}`" if kind is not None else "`alchemi-lit plugins`"

@@ -118,9 +118,9 @@ class Simulator:
         self.timeout = timeout
         self.debug = debug
         self.synchronized = synchronized
-        plan = runner.setup(self, plan)  # checks plan and devices; the plan it will run
         if float(timeout) <= 0:
             raise ConfigError(f"timeout must be > 0 seconds, got {timeout}")
+        plan = runner.setup(self, plan)  # checks plan and devices; the plan it will run
         self.plan = plan
         self.strategy: Strategy = runner
         self.strategy_name = runner.name or type(runner).__name__
@@ -128,7 +128,6 @@ class Simulator:
             raise ConfigError(f"precision must be one of {sorted(_DTYPES)}, got {precision!r}")
         if int(sync_every) < 1:
             raise ConfigError(f"sync_every must be >= 1, got {sync_every}")
-        self.model = model
         self.callbacks = list(callbacks or [])
         if not any(isinstance(cb, NaNGuard) for cb in self.callbacks):
             self.callbacks.insert(0, NaNGuard())

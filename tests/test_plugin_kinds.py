@@ -124,6 +124,13 @@ def test_third_party_strategy_by_name(
     with pytest.raises(ConfigError, match=r"'bogus'.*bad-package.*not a subclass"):
         Simulator(model=lj(), stages=FIRE(), strategy="bogus")
 
+    class Incomplete(Strategy):
+        """A strategy that forgot run()."""
+
+    monkeypatch.setitem(entries, "incomplete", Entry("incomplete", "strategy", Incomplete, "pkg"))
+    with pytest.raises(ConfigError, match=r"'incomplete'.*does not implement run"):
+        Simulator(model=lj(), stages=FIRE(), strategy="incomplete")
+
 
 # ---------------------------------------------------------------------- broken plugins
 @pytest.fixture

@@ -34,7 +34,7 @@ into an instance (``Simulator(..., strategy=MyStrategy(chunk=64))``).
 
 from __future__ import annotations
 
-import difflib
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 AUTO = "auto"
 
 
-class Strategy:
+class Strategy(ABC):
     """Base of execution strategies (see the module docstring for the interface)."""
 
     #: the name it is known by (set to the registered name when built from one)
@@ -69,11 +69,9 @@ class Strategy:
             )
         return plan
 
+    @abstractmethod
     def run(self, sim: Simulator, data: Any, resume: str | None = None) -> Results:
         """Run every system of ``data`` through ``sim.plan``; see the module docstring."""
-        raise NotImplementedError(
-            f"strategy {type(self).__name__} does not implement run(sim, data, resume)"
-        )
 
 
 def strategy_names() -> list[str]:
@@ -93,9 +91,7 @@ def check_strategy_name(name: str) -> None:
     if registry.failures():  # perhaps a strategy of a plugin package that failed to load
         raise registry.unknown_name_error(name, "strategy")
     names = strategy_names()
-    spelled = {n.lower(): n for n in names}
-    close = difflib.get_close_matches(name.lower(), list(spelled), n=2, cutoff=0.6)
-    hint = f" Did you mean {', '.join(spelled[c] for c in close)}?" if close else ""
+    hint = registry.did_you_mean(name, names, n=2)
     raise ConfigError(
         f"unknown strategy {name!r}.{hint} Strategies: {', '.join(names)} "
         f"(`alchemi-lit plugins --kind strategy` lists them with their packages)"
@@ -122,6 +118,12 @@ def create_strategy(spec: str | Strategy, plan: Fused | Pipeline) -> Strategy:
         raise ConfigError(
             f"strategy {entry.name!r} ({entry.import_path}, package {entry.source!r}) is not a "
             f"subclass of alchemi_lit.strategies.Strategy; its package must fix the registration"
+        )
+    missing = sorted(getattr(entry.cls, "__abstractmethods__", ()))
+    if missing:
+        raise ConfigError(
+            f"strategy {entry.name!r} ({entry.import_path}, package {entry.source!r}) does not "
+            f"implement {', '.join(missing)}; its package must define them"
         )
     try:
         strategy = entry.create()

@@ -14,6 +14,7 @@ in-memory sinks the finished systems are gathered on rank 0 as numpy arrays.
 from __future__ import annotations
 
 import shutil
+from abc import abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,9 +74,9 @@ class DistributedStrategy(Strategy):
     def __init__(self) -> None:
         self.pipeline: Pipeline | None = None
 
+    @abstractmethod
     def rank_plan(self, plan: Fused | Pipeline, num_devices: int) -> Pipeline:
         """The pipeline of ranks that runs ``plan`` on ``num_devices`` devices."""
-        raise NotImplementedError
 
     def setup(self, sim: Simulator, plan: Fused | Pipeline) -> Pipeline:
         pipeline = self.rank_plan(plan, sim.num_devices)

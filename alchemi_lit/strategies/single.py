@@ -62,8 +62,8 @@ class SingleDeviceStrategy(Strategy):
 
     name = "single"
 
-    def __init__(self, device: torch.device | None = None) -> None:
-        self.device = device  # None: the simulator's device (set when a run starts)
+    def __init__(self) -> None:
+        self.device: torch.device | None = None  # the simulator's, set when a run starts
         self.loop: FusedLoop | None = None
 
     def run(self, sim: Simulator, data: Any, resume: str | None = None) -> Results:
@@ -88,8 +88,6 @@ class SingleDeviceStrategy(Strategy):
     ) -> Results:
         """The step loop over a prepared batch or a sampler (``resume``: a loaded
         checkpoint state)."""
-        if self.device is None:
-            self.device = sim.device
         hooks = HookDispatcher(sim.callbacks)
         loop = FusedLoop(sim.model, plan, hooks, seed=sim.seed, forward=sim.forward_fn())
         self.loop = loop
