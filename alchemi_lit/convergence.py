@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .tensor_ops import row_dot
-
 if TYPE_CHECKING:
     from .state import Batch
 
@@ -59,7 +57,7 @@ class ForceMax(Criterion):
         self.fmax = float(fmax)
 
     def __call__(self, batch: Batch) -> torch.Tensor:
-        f2 = row_dot(batch.forces)
+        f2 = batch.force_sq_norms()
         fmax2 = torch.zeros(batch.num_systems, dtype=f2.dtype, device=f2.device)
         fmax2 = fmax2.scatter_reduce(0, batch.system_idx, f2, "amax", include_self=True)
         return fmax2 < self.fmax**2

@@ -11,7 +11,9 @@ more than the arithmetic around them on CPU:
   is as fast as anything and needs no set-up, so it is kept there.
 * multiplying ``[N, 3]`` by a broadcast ``[N, 1]`` coefficient runs ~7x slower on CPU
   than an elementwise product of two ``[N, 3]`` tensors, so coefficients are gathered
-  straight to ``[N, 3]`` with a per-component system index (:meth:`to_xyz`).
+  straight to ``[N, 3]`` (:meth:`to_xyz`): on CPU by NumPy's ``repeat``, which copies
+  runs (3 coefficients for 6 912 atoms: 13 µs, against 45 µs for three gathers),
+  elsewhere by a gather with a per-component system index.
 
 The helpers are exact sums (no cumulative-sum tricks), so results agree with
 ``index_add_`` to rounding.  A :class:`~alchemi_lit.state.Batch` keeps one instance
@@ -21,7 +23,9 @@ per atom layout (``batch.segments``).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Hashable
 
+import numpy as np
 import torch
 
 
@@ -35,8 +39,10 @@ class Segments:
         self.on_cpu = system_idx.device.type == "cpu"
         self._n_atoms = n_atoms
         self._xyz_idx: torch.Tensor | None = None
+        self._xyz_counts: np.ndarray | None = None
         self._csr: dict[tuple[int, torch.dtype], torch.Tensor] = {}
         self._xyz_of: tuple[torch.Tensor, int, torch.Tensor] | None = None
+        self._derived: dict[Hashable, torch.Tensor] = {}
         self._local: torch.Tensor | None = None
 
     # ----------------------------------------------------------------- sums
@@ -66,8 +72,14 @@ class Segments:
     def to_xyz(self, *per_system: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """``[B]`` per-system values, each as a contiguous ``[N, 3]`` tensor, for
         elementwise products with positions, velocities or forces."""
+        n = self.num_atoms
+        if self.on_cpu and _same_plain_dtype(per_system):
+            # NumPy's repeat copies runs (3-4x faster than a gather here; one call for all)
+            rows = np.stack([c.numpy() for c in per_system])
+            spread = np.repeat(rows, self.xyz_counts, axis=1)
+            return tuple(torch.from_numpy(r).view(n, 3) for r in spread)
         idx = self.xyz_index  # (one 1-D gather each: 15x faster than along a 2-D tensor's dim 1)
-        return tuple(c.index_select(0, idx).view(self.num_atoms, 3) for c in per_system)
+        return tuple(c.index_select(0, idx).view(n, 3) for c in per_system)
 
     def atom_xyz(self, per_atom: torch.Tensor) -> torch.Tensor:
         """A per-atom ``[N]`` field (masses) as a contiguous ``[N, 3]`` tensor.
@@ -79,7 +91,20 @@ class Segments:
         if memo is None or memo[0] is not per_atom or memo[1] != per_atom._version:
             spread = per_atom.unsqueeze(-1).expand(-1, 3).contiguous()
             memo = self._xyz_of = (per_atom, per_atom._version, spread)
+            self._derived = {}
         return memo[2]
+
+    def derived_xyz(
+        self, per_atom: torch.Tensor, key: Hashable, make: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """``make(atom_xyz(per_atom))``, kept under ``key`` as long as :meth:`atom_xyz`
+        keeps its spread: an MD step's ``dt / 2m`` or ``sigma / sqrt(m)`` are then one
+        tensor for the whole run instead of one or two passes over the atoms a step."""
+        spread = self.atom_xyz(per_atom)
+        value = self._derived.get(key)
+        if value is None:
+            value = self._derived[key] = make(spread)
+        return value
 
     @property
     def local_index(self) -> torch.Tensor:
@@ -89,6 +114,13 @@ class Segments:
             n = self.num_atoms
             self._local = torch.arange(n, device=self.system_idx.device) - self.to_atoms(starts)
         return self._local
+
+    @property
+    def xyz_counts(self) -> np.ndarray:
+        """Components per system (``3 n_atoms``) as a NumPy array (CPU runs only)."""
+        if self._xyz_counts is None:
+            self._xyz_counts = (self._n_atoms * 3).numpy()
+        return self._xyz_counts
 
     @property
     def xyz_index(self) -> torch.Tensor:
@@ -104,6 +136,12 @@ class Segments:
         if key not in self._csr:
             self._csr[key] = ones_rows(self._n_atoms * width, dtype)
         return self._csr[key]
+
+
+def _same_plain_dtype(tensors: tuple[torch.Tensor, ...]) -> bool:
+    """True when the tensors share one dtype and none tracks gradients (NumPy-viewable)."""
+    dtype = tensors[0].dtype
+    return all(t.dtype == dtype and not t.requires_grad for t in tensors)
 
 
 def ones_rows(counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -28,7 +28,7 @@ import torch
 
 from .errors import BatchError, StructureError, StructureWarning
 from .segments import Segments
-from .tensor_ops import row_dot
+from .tensor_ops import may_be_set, row_dot
 
 FieldKind = Literal["atom", "system"]
 
@@ -104,7 +104,7 @@ class Batch:
     attributes (``batch.positions``, ``batch.energy``, ``batch.fire_dt`` ...).
     """
 
-    __slots__ = ("_segments", "atom", "info", "layout", "system")
+    __slots__ = ("_fixed_seen", "_force_sq", "_segments", "atom", "info", "layout", "system")
 
     def __init__(
         self,
@@ -119,6 +119,8 @@ class Batch:
         # compare it by identity to know whether they still describe this batch.
         object.__setattr__(self, "layout", object())
         object.__setattr__(self, "_segments", None)
+        object.__setattr__(self, "_fixed_seen", None)
+        object.__setattr__(self, "_force_sq", None)
 
     # ------------------------------------------------------------------ access
     def __getattr__(self, name: str) -> torch.Tensor:
@@ -226,6 +228,28 @@ class Batch:
                 self, "_segments", Segments(self.atom["system_idx"], self.system["n_atoms"])
             )
         return self._segments
+
+    def may_have_fixed_atoms(self) -> bool:
+        """False only when no atom is known to be fixed, at no cost: on CPU the answer
+        is read once per ``fixed`` tensor (and again if it is written to), on an
+        accelerator it is True (see :func:`~alchemi_lit.tensor_ops.may_be_set`)."""
+        fixed = self.atom["fixed"]
+        seen = self._fixed_seen
+        if seen is None or seen[0] is not fixed or seen[1] != fixed._version:
+            seen = (fixed, fixed._version, may_be_set(fixed))
+            object.__setattr__(self, "_fixed_seen", seen)
+        return seen[2]
+
+    def force_sq_norms(self) -> torch.Tensor:
+        """Per-atom squared force norms ``|F|^2`` ``[N]``, computed once per forces tensor
+        (again if it is written to): NaNGuard, the force criterion and FIRE all read them
+        in every step, on the same forces."""
+        forces = self.atom["forces"]
+        memo = self._force_sq
+        if memo is None or memo[0] is not forces or memo[1] != forces._version:
+            memo = (forces, forces._version, row_dot(forces))
+            object.__setattr__(self, "_force_sq", memo)
+        return memo[2]
 
     def atom_mask(self, system_mask: torch.Tensor) -> torch.Tensor:
         """Broadcast a per-system boolean mask ``[B]`` to atoms ``[N]``."""

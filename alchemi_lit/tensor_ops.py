@@ -9,7 +9,14 @@ fast, so the product form is used everywhere.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
 import torch
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def row_dot(a: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -45,4 +52,41 @@ def all_set(mask: torch.Tensor) -> bool:
     return mask.device.type == "cpu" and bool(mask.all())
 
 
-__all__ = ["all_set", "may_be_set", "row_dot", "row_sum"]
+def per_system(fn: F) -> F:
+    """Run ``fn(xp, *arrays, **params)`` -- arithmetic on per-system ``[B]`` values --
+    in NumPy on CPU and in torch elsewhere; tensors in, tensors out.
+
+    Why: an integrator's per-system bookkeeping (FIRE's power test and time step,
+    step-length control) is a chain of ~30 operations on a few dozen numbers, where
+    torch's dispatch (2-5 µs an operation on CPU) is the whole cost: NumPy's is 4x
+    smaller (a chain of ten 64-element operations: 28 µs vs 7 µs).  Written once with
+    operators, ``xp.where`` and ``xp.sqrt``, the function gives the same results in
+    both to an ulp (torch's vectorised CPU ``sqrt`` is not always correctly rounded,
+    NumPy's is; divide tensor by tensor, as torch computes ``number / tensor`` as a
+    reciprocal times the number), and on an accelerator the values never leave the
+    device.  Tensor arguments on CPU are viewed (no copy) as
+    arrays; array results come back as tensors sharing their memory.  Floating-point
+    warnings are silenced, as torch never raises them (a non-finite system is
+    NaNGuard's business).
+    """
+
+    @functools.wraps(fn)
+    def run(*args: Any, **params: Any) -> Any:
+        device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        if device.type != "cpu":
+            return fn(torch, *args, **params)
+        arrays = [a.numpy() if isinstance(a, torch.Tensor) else a for a in args]
+        with np.errstate(all="ignore"):
+            out = fn(np, *arrays, **params)
+        if isinstance(out, tuple):
+            return tuple(_as_tensor(o) for o in out)
+        return _as_tensor(out)
+
+    return run  # type: ignore[return-value]
+
+
+def _as_tensor(value: Any) -> Any:
+    return torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+
+
+__all__ = ["all_set", "may_be_set", "per_system", "row_dot", "row_sum"]

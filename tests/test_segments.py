@@ -74,3 +74,61 @@ def test_local_index_counts_atoms_within_each_system():
     b = ragged_batch()
     assert torch.equal(b.segments.local_index, local_atom_index(b.system_idx, b.ptr))
     assert b.segments.local_index[b.ptr[:-1]].tolist() == [0] * b.num_systems
+
+
+def test_to_xyz_numpy_path_equals_the_gather():
+    """On CPU ``to_xyz`` repeats runs with NumPy; it must equal the index gather exactly,
+    for several values at once, float32, and tensors that track gradients (gathered)."""
+    b = ragged_batch()
+    seg = b.segments
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float64, torch.float32):
+        values = [torch.randn(b.num_systems, generator=g).to(dtype) for _ in range(3)]
+        got = seg.to_xyz(*values)
+        for v, out in zip(values, got):
+            ref = v.index_select(0, seg.xyz_index).view(b.num_atoms, 3)
+            assert out.dtype == dtype and out.is_contiguous() and torch.equal(out, ref)
+    mixed = seg.to_xyz(torch.ones(b.num_systems), torch.ones(b.num_systems, dtype=torch.float64))
+    assert [t.dtype for t in mixed] == [torch.float32, torch.float64]
+    w = torch.randn(b.num_systems, dtype=torch.float64, requires_grad=True)
+    (spread,) = seg.to_xyz(w)
+    spread.sum().backward()  # still differentiable: 3 components per atom
+    assert torch.equal(w.grad, 3.0 * b.n_atoms.to(torch.float64))
+
+
+def test_derived_masses_kept_until_the_masses_change():
+    b = ragged_batch()
+    seg = b.segments
+    calls = []
+
+    def inverse(m3: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return 0.5 / m3
+
+    first = seg.derived_xyz(b.masses, ("dt/m", 0.5), inverse)
+    assert torch.equal(first[:, 1], 0.5 / b.masses)
+    assert seg.derived_xyz(b.masses, ("dt/m", 0.5), inverse) is first and len(calls) == 1
+    b.masses.mul_(2.0)  # written in place: recomputed
+    assert torch.equal(seg.derived_xyz(b.masses, ("dt/m", 0.5), inverse)[:, 0], 0.5 / b.masses)
+    assert len(calls) == 2
+
+
+def test_force_norms_computed_once_per_forces():
+    b = ragged_batch()
+    b.forces = torch.randn(b.num_atoms, 3, dtype=torch.float64)
+    f2 = b.force_sq_norms()
+    torch.testing.assert_close(f2, (b.forces**2).sum(-1), rtol=1e-15, atol=0)
+    assert b.force_sq_norms() is f2
+    b.forces.mul_(2.0)  # written in place
+    torch.testing.assert_close(b.force_sq_norms(), 4.0 * f2, rtol=1e-15, atol=0)
+    b.forces = torch.zeros_like(b.forces)  # replaced
+    assert float(b.force_sq_norms().sum()) == 0.0
+
+
+def test_fixed_atom_check_follows_the_fixed_field():
+    b = ragged_batch()
+    assert not b.may_have_fixed_atoms()
+    b.fixed[3] = True  # written in place
+    assert b.may_have_fixed_atoms()
+    b.fixed = torch.zeros_like(b.fixed)  # replaced
+    assert not b.may_have_fixed_atoms()

@@ -1,22 +1,32 @@
 """NaNGuard: quarantine systems whose energy, forces or positions turn non-finite.
 
-**Modifies state.**  Before every step it keeps a copy of positions, velocities,
-forces and energy; after the force call, a system with a non-finite value gets its
-last finite state back, its status set to the exit code (it stops moving and leaves
-with the next graduation) and ``exit_code = EXIT_QUARANTINED``.  ``nan_flags``
-records why: bit 1 energy, bit 2 forces, bit 4 positions.  Other systems are not
-touched and the step loop never waits on the host.
+**Modifies state.**  Before every step it keeps positions, velocities, forces and
+energy; after the force call, a system with a non-finite value gets its last finite
+state back, its status set to the exit code (it stops moving and leaves with the next
+graduation) and ``exit_code = EXIT_QUARANTINED``.  ``nan_flags`` records why: bit 1
+energy, bit 2 forces, bit 4 positions.  Other systems are not touched and the step
+loop never waits on the host.
+
+Why it costs almost nothing per step: integrators and models replace the batch's
+tensors rather than writing into them (the integrator contract), so the guard keeps
+*references* to the old tensors, not copies, and checks their version counters to
+know they are intact.  An integrator that does write in place is detected that way;
+from then on the guard copies the tensors every step instead (and says so once).
+On CPU one finiteness test of three sums clears a healthy batch before any
+per-system work; on an accelerator the per-system test runs every step, branch-free.
 """
 
 from __future__ import annotations
 
 import torch
+from loguru import logger
 
 from ..hooks import Callback, StepContext
-from ..state import EXIT_QUARANTINED
+from ..state import EXIT_QUARANTINED, Batch
 from ..tensor_ops import may_be_set
 
 NAN_ENERGY, NAN_FORCES, NAN_POSITIONS = 1, 2, 4
+_KEPT = ("positions", "velocities", "forces", "energy")
 
 
 class NaNGuard(Callback):
@@ -27,6 +37,8 @@ class NaNGuard(Callback):
     def __init__(self) -> None:
         super().__init__(frequency=1)
         self._saved: tuple[torch.Tensor, ...] | None = None
+        self._versions: tuple[int, ...] = ()
+        self._copy = False  # set once an in-place writer was seen
 
     def on_run_start(self, ctx: StepContext) -> None:
         ctx.batch.ensure_field("nan_flags", "system", dtype=torch.int64, fill=0)
@@ -34,17 +46,20 @@ class NaNGuard(Callback):
     def before_pre_update(self, ctx: StepContext) -> None:
         b = ctx.batch
         b.ensure_field("nan_flags", "system", dtype=torch.int64, fill=0)
-        self._saved = (
-            b.positions.clone(),
-            b.velocities.clone(),
-            b.forces.clone(),
-            b.energy.clone(),
-        )
+        kept = tuple(getattr(b, name) for name in _KEPT)
+        if self._copy:
+            kept = tuple(t.clone() for t in kept)
+        self._saved = kept
+        self._versions = tuple(t._version for t in kept)
 
     def after_compute(self, ctx: StepContext) -> None:
         b = ctx.batch
-        if self._saved is None or self._saved[0].shape != b.positions.shape:
+        saved = self._saved
+        if saved is None or saved[0].shape != b.positions.shape:
             return
+        intact = self._check_intact(saved)
+        if not _may_be_non_finite(b):
+            return  # CPU: a healthy batch costs three sums
         # A NaN or inf anywhere in a system makes its sum of squares non-finite, so one
         # sum over forces and positions (plus the energy) finds every broken system;
         # which quantity broke is worked out only when one did.  (A component above
@@ -60,15 +75,42 @@ class NaNGuard(Callback):
             + (~torch.isfinite(seg.sum_xyz(b.forces * b.forces))).long() * NAN_FORCES
             + (~torch.isfinite(seg.sum_xyz(b.positions * b.positions))).long() * NAN_POSITIONS
         )
-        am = b.atom_mask(bad).unsqueeze(-1)
-        pos, vel, frc, en = self._saved
-        b.positions = torch.where(am, pos, b.positions)
-        b.velocities = torch.where(am, vel, b.velocities)
-        b.forces = torch.where(am, frc, b.forces)
-        b.energy = torch.where(bad, en, b.energy)
+        if intact:  # otherwise the last finite state is gone: quarantined as they are
+            am = b.atom_mask(bad).unsqueeze(-1)
+            pos, vel, frc, en = saved
+            b.positions = torch.where(am, pos, b.positions)
+            b.velocities = torch.where(am, vel, b.velocities)
+            b.forces = torch.where(am, frc, b.forces)
+            b.energy = torch.where(bad, en, b.energy)
         b.nan_flags = torch.where(bad, flags, b.nan_flags)
         b.exit_code = torch.where(bad, EXIT_QUARANTINED, b.exit_code)
         b.status = torch.where(bad, ctx.state["exit_code"], b.status)
 
+    def _check_intact(self, saved: tuple[torch.Tensor, ...]) -> bool:
+        """Whether the kept tensors still hold the step's starting state; switches to
+        copying when something wrote into them."""
+        if all(t._version == v for t, v in zip(saved, self._versions)):
+            return True
+        names = [n for n, t, v in zip(_KEPT, saved, self._versions) if t._version != v]
+        logger.warning(
+            f"NaNGuard: {', '.join(names)} written in place during a step (an integrator "
+            f"or model not following the integrator contract); copying them every step "
+            f"from now on so non-finite systems can still be restored"
+        )
+        self._copy = True
+        return False
+
     def on_run_end(self, ctx: StepContext) -> None:
         self._saved = None
+
+
+def _may_be_non_finite(b: Batch) -> bool:
+    """False when every force, position and energy is known finite at no cost: on CPU
+    from one test of their sums (NaN and inf propagate through a sum; a force component
+    above ~1e154 overflows its square and is sent to the per-system test, which counts
+    it as broken); on an accelerator always True, and the per-system test runs
+    branch-free."""
+    if b.device.type != "cpu":
+        return True
+    total = b.force_sq_norms().sum() + b.positions.sum() + b.energy.sum()  # (|F|^2: shared)
+    return not bool(torch.isfinite(total))

@@ -29,7 +29,7 @@ import torch
 from .. import random as rng
 from ..convergence import Criterion
 from ..state import Batch
-from ..tensor_ops import all_set, may_be_set, row_sum
+from ..tensor_ops import all_set, row_sum
 from ..units import fs, kB
 
 if TYPE_CHECKING:
@@ -61,6 +61,8 @@ class Integrator:
     is_optimizer: ClassVar[bool] = False
     #: Fields this integrator keeps in the batch.
     fields: ClassVar[dict[str, FieldSpec]] = {}
+    #: Set by :meth:`compile` (``Simulator(compile=True)``): hot kernels run compiled.
+    compiled_kernels: bool = False
 
     def __init__(self, max_steps: int) -> None:
         if int(max_steps) < 0:
@@ -116,6 +118,24 @@ class Integrator:
         """Per-system convergence ``[B]`` on the current forces; None for MD."""
         return None if self.criterion is None else self.criterion(batch)
 
+    def compile(self) -> None:
+        """Run this integrator's compute-heavy kernels through ``torch.compile`` (the
+        per-atom random numbers; see :func:`~alchemi_lit.random.atom_normals_fn`).
+        Called for every stage by ``Simulator(compile=True)``; subclasses with kernels
+        of their own extend it.  Only a flag: the integrator stays a picklable
+        description, and compiled functions are looked up where they are used."""
+        self.compiled_kernels = True
+
+    def normals(self, batch: Batch, purpose: int) -> torch.Tensor:
+        """Standard normal ``[N, 3]`` per atom for this step, keyed by (run seed,
+        system_id, the system's total step count, ``purpose``, atom index): the same
+        for a system wherever and with whomever it runs (see :mod:`alchemi_lit.random`)."""
+        draw = rng.atom_normals_fn(self.compiled_kernels)
+        return draw(
+            self.seed, batch.system_id, batch.total_steps, batch.system_idx,
+            batch.segments.local_index, purpose, batch.dtype,
+        )  # fmt: skip
+
     # ----------------------------------------------------------------- helpers
     @staticmethod
     def atom_mask(batch: Batch, mask: torch.Tensor) -> torch.Tensor:
@@ -130,7 +150,7 @@ class Integrator:
         None is only returned on CPU, where checking is free: an update of the whole
         batch then needs no ``torch.where``.  On an accelerator the mask is always built.
         """
-        if all_set(mask) and not may_be_set(batch.fixed):
+        if all_set(mask) and not batch.may_have_fixed_atoms():
             return None
         return Integrator.atom_mask(batch, mask).unsqueeze(-1)
 
@@ -214,14 +234,24 @@ class MDIntegrator(Integrator):
 
     # building blocks shared by the MD integrators -----------------------------
     def kick(self, batch: Batch, moving: torch.Tensor | None, dt: Param) -> None:
-        """``v += dt F / m`` for the atoms ``moving`` (see :meth:`moving_atoms`)."""
-        accel = batch.forces / batch.segments.atom_xyz(batch.masses)
-        v = batch.velocities + self.per_xyz(batch, dt) * accel
+        """``v += dt F / m`` for the atoms ``moving`` (see :meth:`moving_atoms`).
+
+        One pass over the atoms: ``dt / m`` is kept for the run when ``dt`` is a number.
+        """
+        seg = batch.segments
+        if isinstance(dt, torch.Tensor):
+            step = self.per_xyz(batch, dt) / seg.atom_xyz(batch.masses)
+        else:
+            step = seg.derived_xyz(batch.masses, ("dt/m", dt), lambda m: dt / m)
+        v = torch.addcmul(batch.velocities, step, batch.forces)
         batch.velocities = self.masked(moving, v, batch.velocities)
 
     def drift(self, batch: Batch, moving: torch.Tensor | None, dt: Param) -> None:
         """``r += dt v`` for the atoms ``moving`` (see :meth:`moving_atoms`)."""
-        r = batch.positions + self.per_xyz(batch, dt) * batch.velocities
+        if isinstance(dt, torch.Tensor):
+            r = torch.addcmul(batch.positions, self.per_xyz(batch, dt), batch.velocities)
+        else:
+            r = torch.add(batch.positions, batch.velocities, alpha=dt)
         batch.positions = self.masked(moving, r, batch.positions)
 
     def dt_tensor(self, batch: Batch) -> Param:

@@ -20,6 +20,8 @@ of all the others -- so a system's noise depends on nothing outside it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .. import random as rng
@@ -67,17 +69,20 @@ class Bussi(MDIntegrator):
         nf = 3.0 * system_sum(batch, free.to(batch.dtype))
         kt = kB * self.per_system(batch, self.temperature) * ones
         ke = system_sum(batch, 0.5 * batch.masses * row_dot(batch.velocities) * free)
-        r1, s = bussi_noise(batch, self.seed)
+        r1, s = bussi_noise(batch, self.seed, rng.atom_normals_fn(self.compiled_kernels))
         ok = (ke > 0) & (nf > 0)
         term = (1.0 - c) * (0.5 * nf * kt) / (nf * torch.where(ok, ke, ones)).clamp_min(1e-300)
         a2 = c + term * (s + r1 * r1) + 2.0 * r1 * torch.sqrt(c * term)
         return torch.where(ok, torch.sqrt(a2.clamp_min(0.0)), ones)
 
 
-def bussi_noise(batch: Batch, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(R1, S)`` per system ``[B]`` for the current step (see module docstring)."""
+def bussi_noise(
+    batch: Batch, seed: int, draw: Callable[..., torch.Tensor] = rng.atom_normals
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(R1, S)`` per system ``[B]`` for the current step (see module docstring);
+    ``draw`` is :func:`~alchemi_lit.random.atom_normals` or its compiled twin."""
     local = batch.segments.local_index
-    z = rng.atom_normals(
+    z = draw(
         seed, batch.system_id, batch.total_steps, batch.system_idx, local,
         rng.PURPOSE_THERMOSTAT, batch.dtype,
     )  # fmt: skip

@@ -14,13 +14,13 @@ last uphill reset); velocities live in ``batch.velocities``.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
 from ..convergence import Criterion, ForceMax
 from ..state import Batch
-from ..tensor_ops import all_set, may_be_set
+from ..tensor_ops import per_system
 from ..units import fs
 from .base import FieldSpec, Integrator, _check_param
 
@@ -88,55 +88,79 @@ class FIRE(Integrator):
         # all the reductions needed: |v'|^2 follows from them.  See ``Segments``.
         seg = batch.segments
         f, v = batch.forces, batch.velocities
-        dt, alpha, n = batch.fire_dt, batch.fire_alpha, batch.fire_n
-        vf, ff, vv = seg.sum_xyz(v * f), seg.sum_xyz(f * f), seg.sum_xyz(v * v)
-
-        # velocity mixing (skipped on a system's first step in the stage, as ASE does)
-        moving = mask & (batch.step != 0)
-        downhill = moving & (vf > 0)
-        uphill = moving & ~(vf > 0)
-        f_norm = ff.sqrt()
-        scale = torch.where(
-            f_norm > 0, alpha * vv.sqrt() / f_norm.clamp_min(1e-300), torch.zeros_like(f_norm)
-        )
-        one, zero = torch.ones_like(vf), torch.zeros_like(vf)
-        a = torch.where(downhill, 1.0 - alpha, torch.where(uphill, zero, one))
-        b = torch.where(downhill, scale, zero)
-        grow = downhill & (n > self.n_min)
-        dt = torch.where(grow, (dt * self.finc).clamp_max(self.dtmax), dt)
-        alpha = torch.where(grow, alpha * self.fa, alpha)
-        n = torch.where(downhill, n + 1, n)
-        dt = torch.where(uphill, dt * self.fdec, dt)
-        alpha = torch.where(uphill, torch.full_like(alpha, self.astart), alpha)
-        n = torch.where(uphill, torch.zeros_like(n), n)
-        batch.fire_dt = torch.where(mask, dt, batch.fire_dt)
-        batch.fire_alpha = torch.where(mask, alpha, batch.fire_alpha)
-        batch.fire_n = torch.where(mask, n, batch.fire_n)
-
-        # Euler step v' = a v + (b + dt) F, dr = dt v', with step-length control
-        step_dt = torch.where(mask, dt, zero)
+        vf, vv, ff = seg.sum_xyz(v * f), seg.sum_xyz(v * v), seg.sum(batch.force_sq_norms())
+        a, c, s, batch.fire_dt, batch.fire_alpha, batch.fire_n = _fire_coefficients(
+            mask, batch.step, vf, ff, vv, batch.fire_dt, batch.fire_alpha, batch.fire_n,
+            n_min=self.n_min, finc=self.finc, fdec=self.fdec, dtmax=self.dtmax,
+            astart=self.astart, fa=self.fa, maxstep=self.maxstep, whole_step=self.mode == "ase",
+        )  # fmt: skip
+        a3, c3, s3 = seg.to_xyz(a, c, s)
         if self.mode == "ase":
-            c = b + step_dt
-            # |dr| over the system from the sums above (every term >= 0 but round-off)
-            v2 = (a * a * vv + 2.0 * a * c * vf + c * c * ff).clamp_min(0.0)
-            norm = step_dt * v2.sqrt()
-            s = step_dt * torch.where(
-                norm > self.maxstep, self.maxstep / norm.clamp_min(1e-300), one
-            )
-            a3, c3, s3 = seg.to_xyz(a, c, s)
             v_new = torch.addcmul(a3 * v, c3, f)
             r_new = torch.addcmul(batch.positions, s3, v_new)
-        else:
-            a3, b3, dt3 = seg.to_xyz(a, b, step_dt)
-            v_new = a3 * v + (b3 + dt3 / batch.masses.unsqueeze(-1)) * f
-            dr = dt3 * v_new
+        else:  # c = mixing scale, s = the system's dt: v' = a v + (c + dt / m) F
+            v_new = a3 * v + (c3 + s3 / seg.atom_xyz(batch.masses)) * f
+            dr = s3 * v_new
             norm = dr.norm(dim=-1, keepdim=True)
             dr = torch.where(norm > self.maxstep, dr * (self.maxstep / norm.clamp_min(1e-300)), dr)
             r_new = batch.positions + dr
+        moving = self.moving_atoms(batch, mask)
+        batch.velocities = self.masked(moving, v_new, batch.velocities)
+        batch.positions = self.masked(moving, r_new, batch.positions)
 
-        if all_set(mask) and not may_be_set(batch.fixed):
-            batch.velocities, batch.positions = v_new, r_new  # every atom moves
-        else:
-            am = self.atom_mask(batch, mask).unsqueeze(-1)
-            batch.velocities = torch.where(am, v_new, batch.velocities)
-            batch.positions = torch.where(am, r_new, batch.positions)
+
+@per_system
+def _fire_coefficients(
+    xp: Any,
+    mask: Any,
+    step: Any,
+    vf: Any,
+    ff: Any,
+    vv: Any,
+    dt: Any,
+    alpha: Any,
+    n: Any,
+    *,
+    n_min: int,
+    finc: float,
+    fdec: float,
+    dtmax: float,
+    astart: float,
+    fa: float,
+    maxstep: float,
+    whole_step: bool,
+) -> tuple[Any, ...]:
+    """FIRE's per-system update from the sums v.F, F.F, v.v: ``(a, c, s)`` of
+    ``v' = a v + c F``, ``r' = r + s v'`` (``whole_step``: ASE's step-length control over
+    the system) or ``(a, mixing scale, dt)``, then the new ``dt``, ``alpha``, ``n``
+    (unchanged outside ``mask``).  ``xp`` is NumPy or torch (see :func:`per_system`).
+    """
+    one, zero = xp.ones_like(vf), xp.zeros_like(vf)
+    # velocity mixing (skipped on a system's first step in the stage, as ASE does)
+    moving = mask & (step != 0)
+    downhill = moving & (vf > 0)
+    uphill = moving & ~(vf > 0)
+    f_norm = xp.sqrt(ff)
+    safe_norm = xp.where(f_norm > 1e-300, f_norm, 1e-300)  # clamp_min, in both namespaces
+    scale = xp.where(f_norm > 0, alpha * xp.sqrt(vv) / safe_norm, zero)
+    a = xp.where(downhill, 1.0 - alpha, xp.where(uphill, zero, one))
+    b = xp.where(downhill, scale, zero)
+    grow = downhill & (n > n_min)
+    dt_new = xp.where(grow, xp.where(dt * finc > dtmax, dtmax, dt * finc), dt)
+    alpha_new = xp.where(grow, alpha * fa, alpha)
+    n_new = xp.where(downhill, n + 1, n)
+    dt_new = xp.where(uphill, dt_new * fdec, dt_new)
+    alpha_new = xp.where(uphill, astart, alpha_new)
+    n_new = xp.where(uphill, 0, n_new)
+    kept = dt_new, alpha_new, n_new  # (downhill, uphill and grow imply mask: others keep theirs)
+    # Euler step v' = a v + (b + dt) F, dr = dt v', with step-length control
+    step_dt = xp.where(mask, dt_new, zero)
+    if not whole_step:
+        return (a, b, step_dt, *kept)
+    c = b + step_dt
+    # |dr| over the system from the sums above (every term >= 0 but round-off)
+    v2 = a * a * vv + 2.0 * a * c * vf + c * c * ff
+    norm = step_dt * xp.sqrt(xp.where(v2 > 0, v2, zero))
+    # (tensor / tensor: torch computes number / tensor as a reciprocal times the number)
+    s = xp.where(norm > maxstep, step_dt * maxstep / xp.where(norm > 0, norm, one), step_dt)
+    return (a, c, s, *kept)

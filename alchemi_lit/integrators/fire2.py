@@ -127,7 +127,7 @@ class FIRE2(Integrator):
         euler = mask & ~uphill
         dt_atom = dt.index_select(0, sidx).unsqueeze(-1)
         v_new = v + dt_atom * f
-        f_norm = system_sum(batch, row_dot(f)).sqrt()
+        f_norm = system_sum(batch, batch.force_sq_norms()).sqrt()
         v_norm = system_sum(batch, row_dot(v_new)).sqrt()
         unit_f = f / f_norm.clamp_min(1e-300).index_select(0, sidx).unsqueeze(-1)
         v_mix = (1.0 - a).index_select(0, sidx).unsqueeze(-1) * v_new + (a * v_norm).index_select(

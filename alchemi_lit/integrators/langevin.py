@@ -74,12 +74,14 @@ class Langevin(MDIntegrator):
         else:
             c1 = math.exp(-gamma * dt)
             spread = math.sqrt((1.0 - c1 * c1) * kt)
-        c1, spread = self.per_xyz(batch, c1), self.per_xyz(batch, spread)
-        sigma = spread * batch.segments.atom_xyz(batch.masses).rsqrt()  # per atom: / sqrt(m)
-        xi = rng.atom_normals(
-            self.seed, batch.system_id, batch.total_steps, batch.system_idx,
-            batch.segments.local_index, rng.PURPOSE_NOISE, batch.dtype,
-        )  # fmt: skip
+        c1 = self.per_xyz(batch, c1)
+        if isinstance(spread, torch.Tensor):  # per atom: / sqrt(m)
+            sigma = self.per_xyz(batch, spread) * batch.segments.atom_xyz(batch.masses).rsqrt()
+        else:  # kept for the run
+            sigma = batch.segments.derived_xyz(
+                batch.masses, ("sigma", spread), lambda m: spread * m.rsqrt()
+            )
+        xi = self.normals(batch, rng.PURPOSE_NOISE)
         v = torch.addcmul(c1 * batch.velocities, sigma, xi)
         batch.velocities = self.masked(moving, v, batch.velocities)
 

@@ -64,25 +64,17 @@ class Model(torch.nn.Module):
         count changes at every neighbour-list rebuild).  The first evaluation after this
         call tries it; if the compiler fails there, a warning is logged and the model
         stays eager.  Returns True once compilation is set up."""
-        options = {"dynamic": True, **options}
-        target = self.compile_target()
-        compiled = torch.compile(target, **options)
+        from ..compiling import compile_or_eager
 
-        def guarded(*args: Any) -> Any:
-            try:
-                return compiled(*args)
-            except Exception as exc:  # no compiler, unsupported op, recompilation failure
-                from loguru import logger
+        def stay_eager() -> None:
+            self._edge_fn = None
 
-                logger.warning(
-                    f"torch.compile failed for {type(self).__name__} "
-                    f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}); "
-                    f"running eagerly from now on"
-                )
-                self._edge_fn = None
-                return target(*args)
-
-        self._edge_fn = guarded
+        self._edge_fn = compile_or_eager(
+            self.compile_target(),
+            type(self).__name__,
+            on_fallback=stay_eager,
+            **{"dynamic": True, **options},
+        )
         return True
 
     def compile_target(self) -> Callable[..., Any]:

@@ -1,0 +1,126 @@
+"""NaNGuard: a system that turns non-finite gets its last finite state back and leaves;
+the others run on exactly as they would without it.  The guard keeps references to
+the step's starting tensors, so an integrator writing into them in place must be
+caught (it would otherwise "restore" the broken values)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from ase.build import bulk
+from loguru import logger
+
+from alchemi_lit import Simulator
+from alchemi_lit.callbacks.nan_guard import NAN_FORCES
+from alchemi_lit.hooks import HookStageEnum, LambdaCallback
+from alchemi_lit.integrators import VelocityVerlet
+from alchemi_lit.models import LennardJones
+from alchemi_lit.state import Batch
+
+POISONED = 1  # system_id whose forces turn NaN
+
+
+class PoisonedForces(LennardJones):
+    """LJ whose forces on one atom of system 1 are NaN at evaluation ``at``."""
+
+    def __init__(self, at: int | None) -> None:
+        super().__init__(epsilon=0.0104, sigma=3.40, cutoff=8.5)
+        self.at, self.calls = at, 0
+
+    def forward(self, batch: Batch, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+        out = super().forward(batch, *args, **kwargs)
+        self.calls += 1
+        if self.calls == self.at:
+            row = int((batch.system_id == POISONED).nonzero())
+            out["forces"] = out["forces"].clone()
+            out["forces"][int(batch.ptr[row])] = float("nan")
+        return out
+
+
+class InPlaceVerlet(VelocityVerlet):
+    """Velocity Verlet that first writes into the step's starting positions in place
+    (values unchanged): against the integrator contract, as a careless plugin might."""
+
+    def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        batch.positions.mul_(1.0)
+        super().pre_update(batch, mask)
+
+
+def argon(seed: int):
+    atoms = bulk("Ar", "fcc", a=5.26, cubic=True)
+    atoms.positions += np.random.default_rng(seed).normal(scale=0.05, size=(4, 3))
+    atoms.set_momenta(np.random.default_rng(seed + 10).normal(scale=0.2, size=(4, 3)))
+    return atoms
+
+
+def run(at: int | None, stage_cls=VelocityVerlet):
+    """Run 3 systems for 6 steps; returns results, each step's starting positions of
+    the poisoned system, and the warnings logged."""
+    before: list[torch.Tensor] = []
+
+    def keep(ctx) -> None:
+        b = ctx.batch
+        row = (b.system_id == POISONED).nonzero()
+        if len(row):
+            r = int(row)
+            before.append(b.positions[int(b.ptr[r]) : int(b.ptr[r + 1])].clone())
+
+    sim = Simulator(
+        model=PoisonedForces(at),
+        stages=stage_cls(dt=1.0, steps=6),
+        callbacks=[LambdaCallback(HookStageEnum.BEFORE_PRE_UPDATE, keep)],
+        accelerator="cpu",
+        precision="64",
+    )
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(m.record["message"]), level="WARNING")
+    try:
+        res = sim.run([argon(0), argon(1), argon(2)])
+    finally:
+        logger.remove(sink)
+    return res, before, warnings
+
+
+def rows(res, system_id: int) -> torch.Tensor:
+    b = res.batch
+    r = int((b.system_id == system_id).nonzero())
+    return b.positions[int(b.ptr[r]) : int(b.ptr[r + 1])]
+
+
+def test_non_finite_forces_restore_the_last_finite_state_others_unaffected():
+    clean, _, _ = run(at=None)
+    res, before, warnings = run(at=4)  # evaluation 4 = the force call of step 3
+    assert res.exit_reasons == ["completed", "non_finite", "completed"]
+    b = res.batch
+    assert int(b.nan_flags[b.system_id == POISONED]) == NAN_FORCES
+    # back to where step 3 started (positions move before the force call)
+    assert torch.equal(rows(res, POISONED), before[2])
+    assert torch.isfinite(b.forces).all() and torch.isfinite(b.energy).all()
+    for sid in (0, 2):  # the others: exactly as in a run without the NaN
+        assert torch.equal(rows(res, sid), rows(clean, sid))
+    assert not any("NaNGuard" in w for w in warnings)
+
+
+def test_in_place_writer_is_detected_and_guarded_by_copies():
+    res, before, warnings = run(at=4, stage_cls=InPlaceVerlet)
+    guard = [w for w in warnings if w.startswith("NaNGuard")]
+    assert len(guard) == 1 and "positions" in guard[0] and "in place" in guard[0]
+    assert res.exit_reasons == ["completed", "non_finite", "completed"]
+    assert torch.equal(rows(res, POISONED), before[2])  # copies kept since step 1
+    clean, _, _ = run(at=None)
+    for sid in (0, 2):
+        assert torch.equal(rows(res, sid), rows(clean, sid))
+
+
+def test_in_place_writer_in_the_failing_step_still_quarantines():
+    """Caught in the very step that fails: no copy of its start exists, so the system
+    leaves as it is -- quarantined, flagged, and the others unaffected."""
+    res, _, warnings = run(at=2, stage_cls=InPlaceVerlet)  # step 1's force call
+    assert any(w.startswith("NaNGuard") for w in warnings)
+    assert res.exit_reasons == ["completed", "non_finite", "completed"]
+    b = res.batch
+    assert int(b.nan_flags[b.system_id == POISONED]) == NAN_FORCES
+    clean, _, _ = run(at=None)
+    assert torch.equal(rows(res, 0), rows(clean, 0))
