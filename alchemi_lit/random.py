@@ -98,6 +98,74 @@ def atom_normals(
     return z.to(dtype)
 
 
+class NormalsAhead:
+    """:func:`atom_normals` for several coming steps in one draw, on CPU.
+
+    Why: for a few thousand atoms each of Philox's and Box-Muller's ~120 elementwise
+    passes costs more in fixed overhead than in arithmetic, so one draw covering the
+    next ``K`` steps costs ~3.4x one step's draw, not ``K`` times it (6 912 atoms: 0.86
+    ms for one step, 2.96 ms for eight).  Every value is a function of its key alone,
+    so the numbers are exactly :func:`atom_normals`'s and nothing about reproducibility
+    changes.  A draw is reused while the batch keeps its layout (the same ``system_id``
+    and ``system_idx`` tensors) and every system's step lies within the steps drawn;
+    anything else -- a refill, a system that skipped ahead -- draws afresh.  Checking
+    reads tensor values, free on CPU only: on an accelerator every call draws (compile
+    the kernel there: ``Simulator(compile=True)``).  One entry per purpose.
+    """
+
+    #: values drawn at once at most (steps ahead x atoms): K = 8 up to 32 768 atoms
+    MAX_VALUES = 2**18
+    MAX_AHEAD = 8
+
+    def __init__(self) -> None:
+        self._drawn: dict[int, tuple[tuple, torch.Tensor, int, torch.Tensor]] = {}
+
+    def __call__(
+        self,
+        seed: int,
+        system_id: torch.Tensor,
+        step: torch.Tensor,
+        system_idx: torch.Tensor,
+        local_index: torch.Tensor,
+        purpose: int,
+        dtype: torch.dtype,
+    ) -> torch.Tensor:
+        n = int(system_idx.shape[0])
+        ahead = min(self.MAX_AHEAD, self.MAX_VALUES // max(n, 1))
+        if system_idx.device.type != "cpu" or n == 0 or ahead < 2:
+            return atom_normals(seed, system_id, step, system_idx, local_index, purpose, dtype)
+        layout = (seed, system_id, system_id._version, system_idx, system_idx._version, dtype)
+        entry = self._drawn.get(purpose)
+        if entry is not None and _same(entry[0], layout):
+            _, base, k_max, values = entry
+            offset = step - base
+            if bool(((offset >= 0) & (offset < k_max)).all()):
+                k = offset[0]
+                if bool((offset == k).all()):  # every system at the same step: a view
+                    return values[int(k) * n : (int(k) + 1) * n]
+                rows = torch.arange(n) + n * offset.index_select(0, system_idx)
+                return values.index_select(0, rows)
+        # draw the next `ahead` steps of every system: block k holds step + k
+        b = int(system_id.shape[0])
+        ks = torch.arange(ahead)
+        values = atom_normals(
+            seed,
+            system_id.repeat(ahead),
+            (step.unsqueeze(0) + ks.unsqueeze(1)).reshape(-1),
+            (system_idx.unsqueeze(0) + b * ks.unsqueeze(1)).reshape(-1),
+            local_index.repeat(ahead),
+            purpose,
+            dtype,
+        )
+        self._drawn[purpose] = (layout, step.clone(), ahead, values)
+        return values[:n]
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    """Equal keys: tensors by identity, everything else by value."""
+    return all(x is y if isinstance(x, torch.Tensor) else x == y for x, y in zip(a, b))
+
+
 _compiled_atom_normals: Callable[..., torch.Tensor] | None = None
 
 

@@ -44,6 +44,7 @@ class Segments:
         self._xyz_of: tuple[torch.Tensor, int, torch.Tensor] | None = None
         self._derived: dict[Hashable, torch.Tensor] = {}
         self._local: torch.Tensor | None = None
+        self._starts: torch.Tensor | None = None
 
     # ----------------------------------------------------------------- sums
     def sum(self, values: torch.Tensor) -> torch.Tensor:
@@ -107,12 +108,20 @@ class Segments:
         return value
 
     @property
+    def starts(self) -> torch.Tensor:
+        """Index of each system's first atom, ``[B]``."""
+        if self._starts is None:
+            self._starts = torch.cumsum(self._n_atoms, 0) - self._n_atoms
+        return self._starts
+
+    @property
     def local_index(self) -> torch.Tensor:
         """Index of each atom inside its own system, ``[N]`` (keys its random draws)."""
         if self._local is None:
-            starts = torch.cumsum(self._n_atoms, 0) - self._n_atoms
             n = self.num_atoms
-            self._local = torch.arange(n, device=self.system_idx.device) - self.to_atoms(starts)
+            self._local = torch.arange(n, device=self.system_idx.device) - self.to_atoms(
+                self.starts
+            )
         return self._local
 
     @property

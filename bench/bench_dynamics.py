@@ -38,9 +38,11 @@ ASE-algorithm counts of alchemi_lit, the same algorithm step for step) / wall ti
 (includes converged systems a framework keeps stepping), systems/s, and ratios to
 alchemi_lit.
 
-Also measured for alchemi_lit: the per-step framework overhead, the median over timed
-steps of (step time − the model call inside that step) / the median model call, on the
-same 64-system batch (driving ``FusedLoop`` directly, default callbacks), and host syncs in the step
+Also measured for alchemi_lit: the per-step framework overhead, the mean over timed
+steps of (step time − the model call inside that step) / the mean model call (means,
+over whole multiples of the 8-step noise draws, so work done every few steps counts), on
+the same 64-system batch (driving ``FusedLoop`` directly, default callbacks), the same
+with the model's outputs replayed (the framework's operations alone), and host syncs in the step
 loop (``torch.Tensor.item/tolist/__bool__/__int__/__float__/__index__/numpy``
 calls inside ``FusedLoop.step`` during a real ``Simulator.run``; bookkeeping every
 ``sync_every`` steps excluded), with the code sites that made them.
@@ -56,6 +58,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import mean
 
 import numpy as np
 import torch
@@ -230,24 +233,76 @@ def sevennet_case():
     return SevenNet("sevennet-0"), "4 x 32 Cu", with_velocities(systems, 300.0), "32"
 
 
+def _timed_steps(loop, b, ctx, call_model, n: int) -> tuple[list[float], list[float]]:
+    """``n`` timed ``loop.step`` calls and the time of the model call inside each."""
+    in_step: list[float] = []
+
+    def timed_forward(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return call_model(*args, **kwargs)
+        finally:
+            in_step.append(time.perf_counter() - t0)
+
+    loop.forward = timed_forward
+    steps = []
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            loop.step(b, ctx)
+            steps.append(time.perf_counter() - t0)
+    finally:
+        loop.forward = loop.model
+    return steps, in_step
+
+
+def _replay(outputs: dict, pause: float = 0.0):
+    """A stand-in model returning fresh copies of ``outputs`` (so per-forces caches are
+    recomputed as after a real call), after busy-waiting ``pause`` seconds."""
+
+    def forward(*args, **kwargs):
+        end = time.perf_counter() + pause
+        while time.perf_counter() < end:
+            pass
+        return {k: v.clone() for k, v in outputs.items()}
+
+    return forward
+
+
 def overhead_and_syncs(atoms, md_atoms, repeats: int, gate) -> tuple[list[tuple], list[str]]:
-    """Per-step framework overhead vs the bare forward, and host syncs in the step loop."""
+    """Per-step framework overhead vs the model call, and host syncs in the step loop.
+
+    Per plan, three timings of the same steps: (1) in a real run, each step minus the
+    model call inside it; (2) the model replaced by a replay of its outputs, so the
+    framework's operations run back to back; (3) the replay after a busy-wait as long
+    as the model call, which shows what this machine charges the same code for running
+    after that long (on a shared VM, much: caches and predictors are cold again).
+    """
     from alchemi_lit.hooks import HookDispatcher, StepContext
     from alchemi_lit.strategies.fused import FusedLoop
 
     out, notes = [], []
     lj = lj_model()
-    nvt = Langevin(dt=MD_DT_FS, temperature=MD_T, friction=MD_FRICTION, steps=10**6)
+
+    def nvt(compiled: bool = False) -> Langevin:
+        stage = Langevin(dt=MD_DT_FS, temperature=MD_T, friction=MD_FRICTION, steps=10**6)
+        if compiled:
+            stage.compile()
+        return stage
+
     plans = [
         ("LJ FIRE", lj, al.Fused([FIRE(fmax=1e-9, max_steps=10**6)]), atoms, "64"),
-        ("LJ Langevin", lj, al.Fused([nvt]), md_atoms, "64"),
+        ("LJ Langevin", lj, al.Fused([nvt()]), md_atoms, "64"),
+        ("LJ Langevin, compiled noise", lj, al.Fused([nvt(compiled=True)]), md_atoms, "64"),
     ]  # fmax 1e-9: nobody converges while timed
-    n_timed = max(15, 5 * repeats)
+    # whole multiples of NormalsAhead's 8-step draws, averaged: a median would hide
+    # work done every few steps
+    n_timed = 8 * max(6, 2 * repeats)
     sevenn = sevennet_case()
     if sevenn is not None:
         plans += [
             (f"SevenNet-0 FIRE ({sevenn[1]})", sevenn[0], al.Fused([FIRE(fmax=1e-9)]), *sevenn[2:]),
-            (f"SevenNet-0 Langevin ({sevenn[1]})", sevenn[0], al.Fused([nvt]), *sevenn[2:]),
+            (f"SevenNet-0 Langevin ({sevenn[1]})", sevenn[0], al.Fused([nvt()]), *sevenn[2:]),
         ]
     for name, model, plan, systems, precision in plans:
         sim = al.Simulator(
@@ -260,47 +315,40 @@ def overhead_and_syncs(atoms, md_atoms, repeats: int, gate) -> tuple[list[tuple]
         ctx.state.update(has_fixed=False, exit_code=plan.exit)
         loop.compute(b, ctx)
         loop.start(b, torch.ones(len(b), dtype=torch.bool), ctx)
-        for _ in range(5 if model is lj else 2):
+        for _ in range(5 if model is lj else 2):  # (the first compiles, where compiled)
             loop.step(b, ctx)
         gate.wait(f"overhead {name}")
-        n = n_timed if model is lj else 5
+        n = n_timed if model is lj else 8
 
-        # Each timed step also times the model call inside it, so the overhead is that
-        # step's own non-model time (partial neighbour-list rebuilds count as model
-        # time, as in a bare call that needs them); a bare forward on the same batch
-        # is timed in between, for reference.
-        in_step: list[float] = []
-
-        def timed_forward(*args, model=model, in_step=in_step, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return model(*args, **kwargs)
-            finally:
-                in_step.append(time.perf_counter() - t0)
-
-        loop.forward = timed_forward
+        # (1) Each timed step also times the model call inside it, so the overhead is
+        # that step's own non-model time (partial neighbour-list rebuilds count as model
+        # time, as in a bare call that needs them); a bare forward for reference.
         builds0 = model.neighbors.num_builds
-        steps, bare, own = [], [], []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            loop.step(b, ctx)
-            steps.append(time.perf_counter() - t0)
-            own.append(steps[-1] - in_step[-1])
+        steps, in_step = _timed_steps(loop, b, ctx, model, n)
+        rebuilt = model.neighbors.num_builds - builds0
+        bare = []
+        for _ in range(3):
             t0 = time.perf_counter()
             model(b, compute_stress=False)
             bare.append(time.perf_counter() - t0)
-        loop.forward = model
-        rebuilt = model.neighbors.num_builds - builds0
+        own = [s_ - m for s_, m in zip(steps, in_step)]
+        # (2) and (3): the model's outputs replayed, at once and after a pause
+        outputs = {k: v for k, v in ctx.outputs.items() if isinstance(v, torch.Tensor)}
+        replayed = []
+        for pause in (0.0, mean(in_step)):
+            rs, rm = _timed_steps(loop, b, ctx, _replay(outputs, pause), n)
+            replayed.append(mean([s_ - m for s_, m in zip(rs, rm)]))
         out.append(
             (
                 name,
-                median(steps),
-                median(in_step),
-                median(own),
+                mean(steps),
+                mean(in_step),
+                mean(own),
                 median(bare),
                 b.num_atoms,
                 rebuilt,
                 n,
+                *replayed,
             )
         )
 
@@ -759,7 +807,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         "alchemi_lit per-step framework overhead (FusedLoop.step minus the model call inside "
-        "that step, medians over the timed steps; a bare forward on the same batch for reference):"
+        "that step, means over the timed steps; a bare forward on the same batch for "
+        "reference; then the framework's time with the model's outputs replayed at once, "
+        "and after a busy-wait as long as the model call):"
     )
     print(
         format_table(
@@ -770,6 +820,8 @@ def main(argv: list[str] | None = None) -> int:
                 "framework ms",
                 "overhead",
                 "bare forward ms",
+                "replayed ms",
+                "replayed after wait ms",
                 "step atom-steps/s",
                 "NL rebuilds in steps",
             ],
@@ -781,10 +833,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"{to * 1e3:.2f}",
                     f"{to / tm * 100:+.1f}%",
                     f"{tf * 1e3:.2f}",
+                    f"{r0 * 1e3:.2f} ({r0 / tm * 100:+.1f}%)",
+                    f"{rw * 1e3:.2f} ({rw / tm * 100:+.1f}%)",
                     f"{na / ts_:,.0f}",
                     f"{rb} systems / {nt} steps",
                 )
-                for n, ts_, tm, to, tf, na, rb, nt in over
+                for n, ts_, tm, to, tf, na, rb, nt, r0, rw in over
             ],
         )
     )

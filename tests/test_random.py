@@ -56,3 +56,45 @@ def test_atom_normals_are_standard_normal_and_keyed_per_system():
     assert not torch.equal(reseeded, z)
     velocity = rng.atom_normals(0, system_id, step, system_idx, local, 2, torch.float64)
     assert not torch.equal(velocity, z)
+
+
+def test_normals_drawn_ahead_are_exactly_the_keyed_draws():
+    """NormalsAhead serves several steps from one draw: every value must equal a fresh
+    atom_normals call, whether systems advance together, one is frozen, the draw runs
+    out, or the layout changes."""
+    from alchemi_lit.random import NormalsAhead, atom_normals
+
+    sizes = [5, 12, 1, 30]
+    sys_idx = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)])
+    local = torch.cat([torch.arange(n) for n in sizes])
+    ids = torch.tensor([7, 3, 11, 2**40 + 5])
+    ahead = NormalsAhead()
+    step = torch.tensor([0, 4, 9, 100])
+    for k in range(2 * NormalsAhead.MAX_AHEAD + 3):
+        if k % 5 == 4:
+            step = step + torch.tensor([1, 0, 1, 1])  # system 1 frozen this step
+        else:
+            step = step + 1
+        for purpose in (rng.PURPOSE_NOISE, rng.PURPOSE_THERMOSTAT):  # kept apart
+            got = ahead(9, ids, step, sys_idx, local, purpose, torch.float64)
+            want = atom_normals(9, ids, step, sys_idx, local, purpose, torch.float64)
+            assert torch.equal(got, want), (k, purpose)
+    # a new layout (other tensors) draws afresh
+    other = torch.tensor([1, 2])
+    idx2 = torch.cat([torch.zeros(3, dtype=torch.long), torch.ones(2, dtype=torch.long)])
+    local2 = torch.tensor([0, 1, 2, 0, 1])
+    step2 = torch.tensor([5, 6])
+    got = ahead(9, other, step2, idx2, local2, 1, torch.float64)
+    assert torch.equal(got, atom_normals(9, other, step2, idx2, local2, 1, torch.float64))
+
+
+def test_integrators_pickle_without_drawn_numbers():
+    import pickle
+
+    from alchemi_lit.integrators import Langevin
+
+    stage = Langevin(dt=1.0, temperature=300.0, steps=5)
+    source = stage.noise_source()
+    assert stage.noise_source() is source  # one per integrator
+    copy = pickle.loads(pickle.dumps(stage))
+    assert "_normals_ahead" not in copy.__dict__ and copy.noise_source() is not source

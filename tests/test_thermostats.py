@@ -153,3 +153,21 @@ def test_zero_kelvin_langevin_and_bussi_cool_down() -> None:
         sim = al.Simulator(model=model(), stages=integ, precision="64", seed=1, sync_every=50)
         t = sim.run(systems).batch.temperature()
         assert float(t.max()) < 0.5, (integ, t)
+
+
+def test_bussi_noise_shortcut_without_fixed_atoms_equals_the_general_count(monkeypatch):
+    """Without fixed atoms R1 is each system's first atom's first normal and S the sum of
+    all other squares (total minus R1^2); the general path finds the first free atom and
+    sums the others directly.  Both must agree."""
+    from alchemi_lit import Batch
+    from alchemi_lit.integrators.bussi import bussi_noise
+
+    batch = Batch.from_atoms(perturbed_argon(3, repeat=1, seed=4), system_ids=[4, 9, 2])
+    batch.total_steps = torch.tensor([3, 0, 17])
+    assert not batch.may_have_fixed_atoms()
+    r1, s = bussi_noise(batch, seed=5)
+    monkeypatch.setattr(Batch, "may_have_fixed_atoms", lambda self: True)
+    r1_general, s_general = bussi_noise(batch, seed=5)
+    assert torch.equal(r1, r1_general)
+    torch.testing.assert_close(s, s_general, rtol=1e-14, atol=0)
+    assert (s > 0).all()

@@ -20,7 +20,7 @@ per-system tensors indexed by ``system_id`` (see :meth:`Integrator.per_system`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -130,11 +130,27 @@ class Integrator:
         """Standard normal ``[N, 3]`` per atom for this step, keyed by (run seed,
         system_id, the system's total step count, ``purpose``, atom index): the same
         for a system wherever and with whomever it runs (see :mod:`alchemi_lit.random`)."""
-        draw = rng.atom_normals_fn(self.compiled_kernels)
-        return draw(
+        return self.noise_source()(
             self.seed, batch.system_id, batch.total_steps, batch.system_idx,
             batch.segments.local_index, purpose, batch.dtype,
         )  # fmt: skip
+
+    def noise_source(self) -> Callable[..., torch.Tensor]:
+        """What draws :meth:`normals`: the compiled kernel after :meth:`compile`, else
+        this integrator's :class:`~alchemi_lit.random.NormalsAhead` (on CPU, several
+        steps per draw; the same numbers)."""
+        if self.compiled_kernels:
+            return rng.atom_normals_fn(compiled=True)
+        ahead = self.__dict__.get("_normals_ahead")
+        if ahead is None:
+            ahead = self._normals_ahead = rng.NormalsAhead()
+        return ahead
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (sent to ranks, deep-copied) without drawn random numbers."""
+        state = self.__dict__.copy()
+        state.pop("_normals_ahead", None)
+        return state
 
     # ----------------------------------------------------------------- helpers
     @staticmethod

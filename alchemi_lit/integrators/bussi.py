@@ -21,12 +21,13 @@ of all the others -- so a system's noise depends on nothing outside it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from .. import random as rng
 from ..state import Batch
-from ..tensor_ops import row_dot
+from ..tensor_ops import per_system
 from ..units import fs, kB
 from .base import MDIntegrator, Param, _check_param, as_param, system_sum
 from .langevin import _fmt
@@ -50,42 +51,60 @@ class Bussi(MDIntegrator):
         return f"Bussi(dt={_fmt(self.dt_fs)}, T={_fmt(self.temperature)}, steps={self.steps})"
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        am = self.atom_mask(batch, mask)
+        moving = self.moving_atoms(batch, mask)
         dt = self.dt_tensor(batch)
-        alpha = self.alpha(batch)
-        scaled = batch.velocities * alpha.index_select(0, batch.system_idx).unsqueeze(-1)
-        batch.velocities = torch.where(am.unsqueeze(-1), scaled, batch.velocities)
-        self.kick(batch, am, 0.5 * dt)
-        self.drift(batch, am, dt)
+        (alpha,) = batch.segments.to_xyz(self.alpha(batch))
+        batch.velocities = self.masked(moving, batch.velocities * alpha, batch.velocities)
+        self.kick(batch, moving, 0.5 * dt)
+        self.drift(batch, moving, dt)
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
         self.kick(batch, self.moving_atoms(batch, mask), 0.5 * self.dt_tensor(batch))
 
     def alpha(self, batch: Batch) -> torch.Tensor:
         """Velocity scale factor ``[B]`` for this step (1 for systems without kinetic energy)."""
+        seg = batch.segments
         ones = torch.ones(batch.num_systems, dtype=batch.dtype, device=batch.device)
         c = torch.exp(-self.per_system(batch, self.dt) / self.per_system(batch, self.taut) * ones)
-        free = ~batch.fixed
-        nf = 3.0 * system_sum(batch, free.to(batch.dtype))
         kt = kB * self.per_system(batch, self.temperature) * ones
-        ke = system_sum(batch, 0.5 * batch.masses * row_dot(batch.velocities) * free)
-        r1, s = bussi_noise(batch, self.seed, rng.atom_normals_fn(self.compiled_kernels))
-        ok = (ke > 0) & (nf > 0)
-        term = (1.0 - c) * (0.5 * nf * kt) / (nf * torch.where(ok, ke, ones)).clamp_min(1e-300)
-        a2 = c + term * (s + r1 * r1) + 2.0 * r1 * torch.sqrt(c * term)
-        return torch.where(ok, torch.sqrt(a2.clamp_min(0.0)), ones)
+        mv = batch.velocities * batch.velocities * seg.atom_xyz(batch.masses)
+        if batch.may_have_fixed_atoms():
+            free = ~batch.fixed
+            nf = 3.0 * seg.sum(free.to(batch.dtype))
+            mv = torch.where(free.unsqueeze(-1), mv, 0.0)
+        else:
+            nf = 3.0 * batch.n_atoms.to(batch.dtype)
+        ke = 0.5 * seg.sum_xyz(mv)
+        r1, s = bussi_noise(batch, self.seed, self.noise_source())
+        return _bussi_alpha(c, kt, nf, ke, r1, s)
+
+
+@per_system
+def _bussi_alpha(xp: Any, c: Any, kt: Any, nf: Any, ke: Any, r1: Any, s: Any) -> Any:
+    """Eq. A7 per system; 1 where there is no kinetic energy or no free atom."""
+    ok = (ke > 0) & (nf > 0)
+    one = xp.ones_like(c)
+    denom = nf * xp.where(ok, ke, one)
+    term = (1.0 - c) * (0.5 * nf * kt) / xp.where(denom > 1e-300, denom, 1e-300)
+    a2 = c + term * (s + r1 * r1) + 2.0 * r1 * xp.sqrt(c * term)
+    return xp.where(ok, xp.sqrt(xp.where(a2 > 0, a2, 0.0)), one)
 
 
 def bussi_noise(
     batch: Batch, seed: int, draw: Callable[..., torch.Tensor] = rng.atom_normals
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(R1, S)`` per system ``[B]`` for the current step (see module docstring);
-    ``draw`` is :func:`~alchemi_lit.random.atom_normals` or its compiled twin."""
-    local = batch.segments.local_index
+    ``draw`` is :func:`~alchemi_lit.random.atom_normals` or a source of the same
+    numbers (:meth:`~alchemi_lit.integrators.base.Integrator.noise_source`)."""
+    seg = batch.segments
+    local = seg.local_index
     z = draw(
         seed, batch.system_id, batch.total_steps, batch.system_idx, local,
         rng.PURPOSE_THERMOSTAT, batch.dtype,
     )  # fmt: skip
+    if not batch.may_have_fixed_atoms():  # the first free atom is each system's first
+        r1 = z[:, 0].index_select(0, seg.starts)
+        return r1, seg.sum_xyz(z * z) - r1 * r1
     free = ~batch.fixed
     big = torch.iinfo(torch.int64).max
     first = torch.full_like(batch.n_atoms, big).scatter_reduce(

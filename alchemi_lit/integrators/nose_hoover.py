@@ -25,12 +25,12 @@ zero velocities Maxwell-Boltzmann velocities at the target temperature.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from ..state import Batch
-from ..tensor_ops import row_dot
+from ..tensor_ops import per_system
 from ..units import fs, kB
 from .base import FieldSpec, MDIntegrator, Param, _check_param, as_param, system_sum
 from .langevin import _fmt
@@ -104,17 +104,17 @@ class NoseHooverChain(MDIntegrator):
 
     # ----------------------------------------------------------------- step
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        am = self.atom_mask(batch, mask)
+        moving = self.moving_atoms(batch, mask)
         dt = self.dt_tensor(batch)
-        self.chain_half_step(batch, mask, am, 0.5 * dt)
-        self.kick(batch, am, 0.5 * dt)
-        self.drift(batch, am, dt)
+        self.chain_half_step(batch, mask, moving, 0.5 * dt)
+        self.kick(batch, moving, 0.5 * dt)
+        self.drift(batch, moving, dt)
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        am = self.atom_mask(batch, mask)
+        moving = self.moving_atoms(batch, mask)
         dt = self.dt_tensor(batch)
-        self.kick(batch, am, 0.5 * dt)
-        self.chain_half_step(batch, mask, am, 0.5 * dt)
+        self.kick(batch, moving, 0.5 * dt)
+        self.chain_half_step(batch, mask, moving, 0.5 * dt)
 
     # ----------------------------------------------------------------- chain
     def _constants(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -122,42 +122,32 @@ class NoseHooverChain(MDIntegrator):
         ones = torch.ones(batch.num_systems, dtype=batch.dtype, device=batch.device)
         kt = kB * self.per_system(batch, self.temperature) * ones
         tdamp = self.per_system(batch, self.tdamp) * ones
-        free = (~batch.fixed).to(batch.dtype)
-        nf = 3.0 * system_sum(batch, free)
+        if batch.may_have_fixed_atoms():
+            nf = 3.0 * system_sum(batch, (~batch.fixed).to(batch.dtype))
+        else:
+            nf = 3.0 * batch.n_atoms.to(batch.dtype)
         q = (kt * tdamp * tdamp).unsqueeze(-1).repeat(1, self.chain_length)
         q[:, 0] = q[:, 0] * nf
         return kt, nf, q.clamp_min(1e-300)
 
     def chain_half_step(
-        self, batch: Batch, mask: torch.Tensor, am: torch.Tensor, delta: Param
+        self, batch: Batch, mask: torch.Tensor, moving: torch.Tensor | None, delta: Param
     ) -> None:
-        """``exp(iL_NHC delta)`` for masked systems: update the chain, scale velocities."""
+        """``exp(iL_NHC delta)`` for masked systems: update the chain, scale velocities
+        (``moving``: the atoms' mask from :meth:`moving_atoms`, None for all)."""
         kt, nf, q = self._constants(batch)
-        old_eta, old_p = getattr(batch, self.eta_field), getattr(batch, self.p_eta_field)
-        eta, p = list(old_eta.unbind(-1)), list(old_p.unbind(-1))
-        m = self.chain_length
-        v = batch.velocities
-        scale = torch.ones(batch.num_systems, dtype=batch.dtype, device=batch.device)
+        seg, v = batch.segments, batch.velocities
         # 2 KE is tracked as a number and rescaled with the velocities (MTK)
-        mv2 = system_sum(batch, (batch.masses * row_dot(v)) * am)
-        delta = delta * torch.ones_like(kt)
-        for _ in range(self.chain_steps):
-            for w in _SY_WEIGHTS[self.suzuki_yoshida]:
-                d = w * delta / self.chain_steps
-                for j in reversed(range(m)):
-                    _p_eta_step(p, q, j, mv2 - nf * kt, kt, d)
-                for j in range(m):
-                    eta[j] = eta[j] + d * p[j] / q[:, j]
-                s = torch.exp(-d * p[0] / q[:, 0])
-                scale = scale * s
-                mv2 = mv2 * s * s
-                for j in range(m):
-                    _p_eta_step(p, q, j, mv2 - nf * kt, kt, d)
-        m2 = mask.unsqueeze(-1)
-        setattr(batch, self.eta_field, torch.where(m2, torch.stack(eta, -1), old_eta))
-        setattr(batch, self.p_eta_field, torch.where(m2, torch.stack(p, -1), old_p))
-        scaled = v * scale.index_select(0, batch.system_idx).unsqueeze(-1)
-        batch.velocities = torch.where(am.unsqueeze(-1), scaled, v)
+        mv = v * v * seg.atom_xyz(batch.masses)
+        mv2 = seg.sum_xyz(mv if moving is None else torch.where(moving, mv, 0.0))
+        eta, p, scale = _chain_half_step(
+            mask, getattr(batch, self.eta_field), getattr(batch, self.p_eta_field), q, kt, nf,
+            mv2, delta, weights=_SY_WEIGHTS[self.suzuki_yoshida], chain_steps=self.chain_steps,
+        )  # fmt: skip
+        setattr(batch, self.eta_field, eta)
+        setattr(batch, self.p_eta_field, p)
+        (scale3,) = seg.to_xyz(scale)
+        batch.velocities = self.masked(moving, v * scale3, v)
 
     def thermostat_energy(self, batch: Batch) -> torch.Tensor:
         """Energy of the chain ``[B]`` (eV); add E_pot + KE for the conserved quantity."""
@@ -170,14 +160,52 @@ class NoseHooverChain(MDIntegrator):
         return batch.energy + batch.kinetic_energy() + self.thermostat_energy(batch)
 
 
-def _p_eta_step(
-    p: list[torch.Tensor], q: torch.Tensor, j: int, g0: torch.Tensor, kt: torch.Tensor, d: Param
-) -> None:
+@per_system
+def _chain_half_step(
+    xp: Any,
+    mask: Any,
+    old_eta: Any,
+    old_p: Any,
+    q: Any,
+    kt: Any,
+    nf: Any,
+    mv2: Any,
+    delta: Any,
+    *,
+    weights: tuple[float, ...],
+    chain_steps: int,
+) -> tuple[Any, Any, Any]:
+    """The chain's half step per system (ASE's ``_integrate_nhc``): new ``eta``, ``p_eta``
+    (unchanged outside ``mask``) and the velocity scale.  ``xp``: NumPy or torch."""
+    eta = [old_eta[:, j] for j in range(old_eta.shape[1])]
+    p = [old_p[:, j] for j in range(old_p.shape[1])]
+    m = len(p)
+    scale = xp.ones_like(kt)
+    delta = delta * xp.ones_like(kt)
+    for _ in range(chain_steps):
+        for w in weights:
+            d = w * delta / chain_steps
+            for j in reversed(range(m)):
+                _p_eta_step(xp, p, q, j, mv2 - nf * kt, kt, d)
+            for j in range(m):
+                eta[j] = eta[j] + d * p[j] / q[:, j]
+            s = xp.exp(-d * p[0] / q[:, 0])
+            scale = scale * s
+            mv2 = mv2 * s * s
+            for j in range(m):
+                _p_eta_step(xp, p, q, j, mv2 - nf * kt, kt, d)
+    inside = mask[:, None]
+    new_eta = xp.where(inside, xp.stack(eta, -1), old_eta)
+    new_p = xp.where(inside, xp.stack(p, -1), old_p)
+    return new_eta, new_p, xp.where(mask, scale, xp.ones_like(scale))
+
+
+def _p_eta_step(xp: Any, p: list[Any], q: Any, j: int, g0: Any, kt: Any, d: Any) -> None:
     """ASE's ``_integrate_p_eta_j``: update chain momentum ``j`` over ``d/2`` in place."""
     m = len(p)
     if j < m - 1:
-        p[j] = p[j] * torch.exp(-0.25 * d * p[j + 1] / q[:, j + 1])
+        p[j] = p[j] * xp.exp(-0.25 * d * p[j + 1] / q[:, j + 1])
     g = g0 if j == 0 else p[j - 1] * p[j - 1] / q[:, j - 1] - kt
     p[j] = p[j] + 0.5 * d * g
     if j < m - 1:
-        p[j] = p[j] * torch.exp(-0.25 * d * p[j + 1] / q[:, j + 1])
+        p[j] = p[j] * xp.exp(-0.25 * d * p[j + 1] / q[:, j + 1])
