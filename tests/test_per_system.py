@@ -36,6 +36,18 @@ def fire_inputs(dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
     return mask, step, *floats[:3], *floats[3:], nn
 
 
+def assert_same_outputs(via_numpy: tuple, via_torch: tuple, ulps: int) -> None:
+    """Tensors of the same dtype and shape; integer and boolean outputs (counters,
+    branches taken) equal, floating ones within ``ulps`` ulps (NaN where NaN)."""
+    for a, b in zip(via_numpy, via_torch):
+        assert isinstance(a, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+        if a.is_floating_point():
+            eps = torch.finfo(a.dtype).eps
+            torch.testing.assert_close(a, b, rtol=ulps * eps, atol=0, equal_nan=True)
+        else:
+            assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("whole_step", [True, False])
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -48,13 +60,7 @@ def test_fire_coefficients_numpy_equals_torch(dtype, whole_step, seed):
     via_numpy = _fire_coefficients(*args, **params)  # CPU tensors: the NumPy path
     via_torch = _fire_coefficients.__wrapped__(torch, *args, **params)  # the GPU path
     assert len(via_numpy) == len(via_torch) == 6
-    for a, b in zip(via_numpy, via_torch):
-        assert isinstance(a, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
-        if a.is_floating_point():
-            ulp = torch.finfo(dtype).eps
-            torch.testing.assert_close(a, b, rtol=2 * ulp, atol=0, equal_nan=True)
-        else:
-            assert torch.equal(a, b)
+    assert_same_outputs(via_numpy, via_torch, ulps=2)
 
 
 def test_per_system_views_and_returns_tensors_without_warnings():
@@ -69,3 +75,21 @@ def test_per_system_views_and_returns_tensors_without_warnings():
     assert isinstance(q, torch.Tensor) and q.tolist()[0] == 0.5
     assert torch.isnan(q[1]) and q[2] == -float("inf")
     assert zero.dtype == torch.bool and zero.tolist() == [False, True, True]
+
+
+@pytest.mark.parametrize("use_abc", [False, True])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fire2_coefficients_numpy_equals_torch(use_abc, seed):
+    from alchemi_lit.integrators.fire2 import _fire2_coefficients
+
+    mask, step, vf, ff, vv, dt, alpha, n = fire_inputs(torch.float64, seed)
+    back = torch.rand(len(mask), generator=torch.Generator().manual_seed(seed)) < 0.2
+    args = (mask, step, back, vf, ff, vv, dt, alpha * 1e-3 ** (seed % 2), n)
+    params = dict(
+        n_min=2, finc=1.1, fdec=0.5, dtmax=0.4, dtmin=0.01, astart=0.25, fa=0.99,
+        maxstep=0.2, use_abc=use_abc,
+    )  # fmt: skip
+    via_numpy = _fire2_coefficients(*args, **params)
+    via_torch = _fire2_coefficients.__wrapped__(torch, *args, **params)
+    assert len(via_numpy) == len(via_torch) == 9
+    assert_same_outputs(via_numpy, via_torch, ulps=4)

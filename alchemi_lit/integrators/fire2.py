@@ -23,15 +23,15 @@ State per system: ``fire2_dt``, ``fire2_alpha``, ``fire2_n`` and ``fire2_back``.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from ..convergence import Criterion, ForceMax
 from ..state import Batch
-from ..tensor_ops import row_dot
+from ..tensor_ops import per_system
 from ..units import fs
-from .base import FieldSpec, Integrator, _check_param, system_sum
+from .base import FieldSpec, Integrator, _check_param
 
 #: ASE's FIRE2 defaults (ASE time units) expressed in femtoseconds.
 ASE_FIRE2_DT_FS = 0.1 / fs
@@ -102,62 +102,91 @@ class FIRE2(Integrator):
         return None if conv is None else conv & ~batch.fire2_back
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        am = self.atom_mask(batch, mask).unsqueeze(-1)
-        sidx = batch.system_idx
-        f, v, x = batch.forces, batch.velocities, batch.positions
-        dt, a, n, back = batch.fire2_dt, batch.fire2_alpha, batch.fire2_n, batch.fire2_back
+        # As per-system coefficients (see FIRE): v' = A v + C F, r' = r + P v + S v'.
+        # Uphill systems step back (P = -dt/2, A = C = S = 0), the others take the mixed
+        # Euler step (P = 0); outside the stage A = 1 and C = P = S = 0.  The norms the
+        # mixing and the step control need follow from the sums v.F, F.F and v.v.
+        seg = batch.segments
+        f, v = batch.forces, batch.velocities
+        vf, vv, ff = seg.sum_xyz(v * f), seg.sum_xyz(v * v), seg.sum(batch.force_sq_norms())
+        a_, c_, p_, s_, vmax, *state = _fire2_coefficients(
+            mask, batch.step, batch.fire2_back, vf, ff, vv,
+            batch.fire2_dt, batch.fire2_alpha, batch.fire2_n,
+            n_min=self.n_min, finc=self.finc, fdec=self.fdec, dtmax=self.dtmax,
+            dtmin=self.dtmin, astart=self.astart, fa=self.fa, maxstep=self.maxstep,
+            use_abc=self.use_abc,
+        )  # fmt: skip
+        batch.fire2_dt, batch.fire2_alpha, batch.fire2_n, batch.fire2_back = state
+        a3, c3, p3, s3, vmax3 = seg.to_xyz(a_, c_, p_, s_, vmax)
+        v_new = torch.addcmul(a3 * v, c3, f)
+        if self.use_abc:  # ABC-FIRE clips each Cartesian component
+            v_new = torch.minimum(torch.maximum(v_new, -vmax3), vmax3)
+        r_new = torch.addcmul(torch.addcmul(batch.positions, p3, v), s3, v_new)
+        moving = self.moving_atoms(batch, mask)
+        batch.velocities = self.masked(moving, v_new, v)
+        batch.positions = self.masked(moving, r_new, batch.positions)
 
-        # 1. power check (not on the first step, nor right after a half step back)
-        check = mask & (batch.step > 0) & ~back
-        power = system_sum(batch, row_dot(f, v))
-        downhill = check & (power > 0)
-        uphill = check & ~(power > 0)
-        n = torch.where(downhill, n + 1, n)
-        grow = downhill & (n > self.n_min)
-        dt = torch.where(grow, (dt * self.finc).clamp_max(self.dtmax), dt)
-        a = torch.where(grow, a * self.fa, a)
-        n = torch.where(uphill, torch.zeros_like(n), n)
-        dt = torch.where(uphill, (dt * self.fdec).clamp_min(self.dtmin), dt)
-        a = torch.where(uphill, torch.full_like(a, self.astart), a)
-        up_atoms = uphill.index_select(0, sidx).unsqueeze(-1)
-        x = torch.where(up_atoms, x - 0.5 * dt.index_select(0, sidx).unsqueeze(-1) * v, x)
-        v = torch.where(up_atoms, torch.zeros_like(v), v)
 
-        # 2. semi-implicit Euler with velocity mixing, for systems not stepping back
-        euler = mask & ~uphill
-        dt_atom = dt.index_select(0, sidx).unsqueeze(-1)
-        v_new = v + dt_atom * f
-        f_norm = system_sum(batch, batch.force_sq_norms()).sqrt()
-        v_norm = system_sum(batch, row_dot(v_new)).sqrt()
-        unit_f = f / f_norm.clamp_min(1e-300).index_select(0, sidx).unsqueeze(-1)
-        v_mix = (1.0 - a).index_select(0, sidx).unsqueeze(-1) * v_new + (a * v_norm).index_select(
-            0, sidx
-        ).unsqueeze(-1) * unit_f
-        if self.use_abc:
-            a_c = a.clamp_min(1e-10)
-            a = torch.where(euler, a_c, a)
-            v_mix = (1.0 - a_c).index_select(0, sidx).unsqueeze(-1) * v_new + (
-                a_c * v_norm
-            ).index_select(0, sidx).unsqueeze(-1) * unit_f
-            bias = 1.0 / (1.0 - (1.0 - a_c) ** (n + 1).to(a_c.dtype))
-            vmax = (self.maxstep / dt).index_select(0, sidx).unsqueeze(-1)
-            v_new = torch.minimum(
-                torch.maximum(bias.index_select(0, sidx).unsqueeze(-1) * v_mix, -vmax), vmax
-            )
-            dr = dt_atom * v_new
-        else:
-            v_new = v_mix
-            dr = dt_atom * v_new
-            norm = system_sum(batch, row_dot(dr)).sqrt()
-            shrink = torch.where(norm > self.maxstep, self.maxstep / norm.clamp_min(1e-300), 1.0)
-            dr = dr * shrink.index_select(0, sidx).unsqueeze(-1)
-        e_atoms = euler.index_select(0, sidx).unsqueeze(-1)
-        v = torch.where(e_atoms, v_new, v)
-        x = torch.where(e_atoms, x + dr, x)
-
-        batch.velocities = torch.where(am, v, batch.velocities)
-        batch.positions = torch.where(am, x, batch.positions)
-        batch.fire2_dt = torch.where(mask, dt, batch.fire2_dt)
-        batch.fire2_alpha = torch.where(mask, a, batch.fire2_alpha)
-        batch.fire2_n = torch.where(mask, n, batch.fire2_n)
-        batch.fire2_back = torch.where(mask, uphill, batch.fire2_back)
+@per_system
+def _fire2_coefficients(
+    xp: Any,
+    mask: Any,
+    step: Any,
+    back: Any,
+    vf: Any,
+    ff: Any,
+    vv: Any,
+    dt: Any,
+    a: Any,
+    n: Any,
+    *,
+    n_min: int,
+    finc: float,
+    fdec: float,
+    dtmax: float,
+    dtmin: float,
+    astart: float,
+    fa: float,
+    maxstep: float,
+    use_abc: bool,
+) -> tuple[Any, ...]:
+    """FIRE2's per-system step from the sums v.F, F.F, v.v (``ase.optimize.fire2``):
+    ``(A, C, P, S, vmax)`` of the update in :meth:`FIRE2.pre_update`, then the new
+    ``dt``, ``alpha``, ``n``, ``back`` (unchanged outside ``mask``).  ``xp``: NumPy or
+    torch (see :func:`~alchemi_lit.tensor_ops.per_system`)."""
+    one, zero = xp.ones_like(vf), xp.zeros_like(vf)
+    # 1. power check (not on the first step, nor right after a half step back)
+    check = mask & (step > 0) & ~back
+    downhill = check & (vf > 0)
+    uphill = check & ~(vf > 0)
+    n = xp.where(downhill, n + 1, n)
+    grow = downhill & (n > n_min)
+    dt = xp.where(grow, xp.where(dt * finc > dtmax, dtmax, dt * finc), dt)
+    a = xp.where(grow, a * fa, a)
+    n = xp.where(uphill, 0, n)
+    dt = xp.where(uphill, xp.where(dt * fdec < dtmin, dtmin, dt * fdec), dt)
+    a = xp.where(uphill, astart, a)
+    # 2. semi-implicit Euler with velocity mixing, for the systems not stepping back:
+    # v' = (1 - a)(v + dt F) + a |v + dt F| F/|F|
+    euler = mask & ~uphill
+    f_norm = xp.sqrt(ff)
+    vnew2 = vv + 2.0 * dt * vf + dt * dt * ff
+    v_norm = xp.sqrt(xp.where(vnew2 > 0, vnew2, zero))
+    toward_f = xp.where(f_norm > 0, v_norm / xp.where(f_norm > 0, f_norm, one), zero)
+    if use_abc:
+        a = xp.where(euler & (a < 1e-10), 1e-10, a)
+        bias = 1.0 / (1.0 - (1.0 - a) ** (n + 1))
+        coef_v, coef_f = bias * (1.0 - a), bias * ((1.0 - a) * dt + a * toward_f)
+        step_len = dt
+        vmax = xp.where(euler, maxstep / dt, float("inf"))
+    else:
+        coef_v, coef_f = 1.0 - a, (1.0 - a) * dt + a * toward_f
+        v2 = coef_v * coef_v * vv + 2.0 * coef_v * coef_f * vf + coef_f * coef_f * ff
+        norm = dt * xp.sqrt(xp.where(v2 > 0, v2, zero))
+        step_len = xp.where(norm > maxstep, dt * maxstep / xp.where(norm > 0, norm, one), dt)
+        vmax = xp.full_like(dt, float("inf"))
+    coef_v = xp.where(euler, coef_v, xp.where(uphill, zero, one))
+    coef_f = xp.where(euler, coef_f, zero)
+    back_step = xp.where(uphill, -0.5 * dt, zero)
+    step_len = xp.where(euler, step_len, zero)
+    return coef_v, coef_f, back_step, step_len, vmax, dt, a, n, uphill | (back & ~mask)
