@@ -78,7 +78,14 @@ from common import (
 
 import alchemi_lit as al
 from alchemi_lit import Batch
-from alchemi_lit.integrators import FIRE, Langevin
+from alchemi_lit.integrators import (
+    FIRE,
+    FIRE2,
+    Bussi,
+    Langevin,
+    NoseHooverChain,
+    VelocityVerlet,
+)
 from alchemi_lit.models import LennardJones
 
 DT = torch.float64
@@ -290,11 +297,17 @@ def overhead_and_syncs(atoms, md_atoms, repeats: int, gate) -> tuple[list[tuple]
             stage.compile()
         return stage
 
+    md = {"dt": MD_DT_FS, "steps": 10**6}
     plans = [
         ("LJ FIRE", lj, al.Fused([FIRE(fmax=1e-9, max_steps=10**6)]), atoms, "64"),
+        ("LJ FIRE2", lj, al.Fused([FIRE2(fmax=1e-9, max_steps=10**6)]), atoms, "64"),
         ("LJ Langevin", lj, al.Fused([nvt()]), md_atoms, "64"),
         ("LJ Langevin, compiled noise", lj, al.Fused([nvt(compiled=True)]), md_atoms, "64"),
-    ]  # fmax 1e-9: nobody converges while timed
+        ("LJ VelocityVerlet", lj, al.Fused([VelocityVerlet(**md)]), md_atoms, "64"),
+        ("LJ Bussi", lj, al.Fused([Bussi(temperature=MD_T, **md)]), md_atoms, "64"),
+        ("LJ NoseHooverChain", lj, al.Fused([NoseHooverChain(temperature=MD_T, **md)]),
+         md_atoms, "64"),
+    ]  # fmax 1e-9: nobody converges while timed  # fmt: skip
     # whole multiples of NormalsAhead's 8-step draws, averaged: a median would hide
     # work done every few steps
     n_timed = 8 * max(6, 2 * repeats)
