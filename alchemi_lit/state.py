@@ -20,7 +20,7 @@ import os
 import sys
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, NoReturn
 
 import numpy as np
@@ -233,22 +233,21 @@ class Batch:
         """False only when no atom is known to be fixed, at no cost: on CPU the answer
         is read once per ``fixed`` tensor (and again if it is written to), on an
         accelerator it is True (see :func:`~alchemi_lit.tensor_ops.may_be_set`)."""
-        fixed = self.atom["fixed"]
-        seen = self._fixed_seen
-        if seen is None or seen[0] is not fixed or seen[1] != fixed._version:
-            seen = (fixed, fixed._version, may_be_set(fixed))
-            object.__setattr__(self, "_fixed_seen", seen)
-        return seen[2]
+        return self._kept("_fixed_seen", self.atom["fixed"], may_be_set)
 
     def force_sq_norms(self) -> torch.Tensor:
         """Per-atom squared force norms ``|F|^2`` ``[N]``, computed once per forces tensor
         (again if it is written to): NaNGuard, the force criterion and FIRE all read them
         in every step, on the same forces."""
-        forces = self.atom["forces"]
-        memo = self._force_sq
-        if memo is None or memo[0] is not forces or memo[1] != forces._version:
-            memo = (forces, forces._version, row_dot(forces))
-            object.__setattr__(self, "_force_sq", memo)
+        return self._kept("_force_sq", self.atom["forces"], row_dot)
+
+    def _kept(self, slot: str, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Any]) -> Any:
+        """``compute(tensor)``, kept in ``slot`` while ``tensor`` is the same object at
+        the same version (a field replaced or written in place is computed again)."""
+        memo = getattr(self, slot)
+        if memo is None or memo[0] is not tensor or memo[1] != tensor._version:
+            memo = (tensor, tensor._version, compute(tensor))
+            object.__setattr__(self, slot, memo)
         return memo[2]
 
     def atom_mask(self, system_mask: torch.Tensor) -> torch.Tensor:

@@ -33,26 +33,34 @@ def test_compiled_run_matches_eager(tmp_path, monkeypatch):
     assert r2.steps.tolist() == r1.steps.tolist()
 
 
+def broken_compile(fn, **kwargs):
+    """Stands in for torch.compile where the compiler fails at the first call."""
+
+    def run(*args, **kw):
+        raise RuntimeError("no compiler here")
+
+    return run
+
+
+def run_logging_warnings(sim, data):
+    """``sim.run(data)`` and the warnings logged meanwhile."""
+    from loguru import logger
+
+    messages: list[str] = []
+    sink = logger.add(lambda m: messages.append(str(m)), level="WARNING")
+    try:
+        return sim.run(data), messages
+    finally:
+        logger.remove(sink)
+
+
 def test_compile_failure_falls_back_to_eager(monkeypatch):
-    def broken_compile(fn, **kwargs):
-        def run(*args):
-            raise RuntimeError("no compiler here")
-
-        return run
-
     monkeypatch.setattr(torch, "compile", broken_compile)
     data = argon_crystals(2, 2, seed=5)
     sim = al.Simulator(
         model=LennardJones(0.0104, 3.4, 8.5), stages=FIRE(fmax=0.05, max_steps=20), compile=True
     )
-    messages = []
-    from loguru import logger
-
-    sink = logger.add(lambda m: messages.append(str(m)), level="WARNING")
-    try:
-        res = sim.run(data)
-    finally:
-        logger.remove(sink)
+    res, messages = run_logging_warnings(sim, data)
     assert len(res) == 2 and sim.model._edge_fn is None
     assert any("torch.compile failed" in m and "eagerly" in m for m in messages)
 
@@ -103,12 +111,6 @@ def test_compiled_noise_matches_eager(tmp_path, monkeypatch):
 
 
 def test_noise_compile_failure_falls_back_to_eager(monkeypatch):
-    def broken_compile(fn, **kwargs):
-        def run(*args, **kw):
-            raise RuntimeError("no compiler here")
-
-        return run
-
     monkeypatch.setattr(rng, "_compiled_atom_normals", None)
     data = argon_crystals(2, 2, seed=5)
     eager = al.Simulator(model=LennardJones(0.0104, 3.4, 8.5), stages=noisy_plan(), seed=1)
@@ -118,14 +120,7 @@ def test_noise_compile_failure_falls_back_to_eager(monkeypatch):
         model=LennardJones(0.0104, 3.4, 8.5), stages=noisy_plan(), seed=1, compile=True
     )
     assert all(s.compiled_kernels for s in sim.plan.stages)
-    messages = []
-    from loguru import logger
-
-    sink = logger.add(lambda m: messages.append(str(m)), level="WARNING")
-    try:
-        res = sim.run(data)
-    finally:
-        logger.remove(sink)
+    res, messages = run_logging_warnings(sim, data)
     noise = [m for m in messages if "Philox noise kernel" in m]
     assert len(noise) == 1 and "eagerly" in noise[0]  # said once, then eager for good
     assert torch.equal(res.batch.positions, reference.batch.positions)  # eager = eager
