@@ -106,8 +106,9 @@ class NormalsAhead:
     next ``K`` steps costs ~3.4x one step's draw, not ``K`` times it (6 912 atoms: 0.86
     ms for one step, 2.96 ms for eight).  Every value is a function of its key alone,
     so the numbers are exactly :func:`atom_normals`'s and nothing about reproducibility
-    changes.  A draw is reused while the batch keeps its layout (the same ``system_id``
-    and ``system_idx`` tensors) and every system's step lies within the steps drawn;
+    changes.  A draw is reused while the batch keeps its layout (the same ``system_id``,
+    ``system_idx`` and ``local_index`` tensors) and every system's step lies within the
+    steps drawn;
     anything else -- a refill, a system that skipped ahead -- draws afresh.  Checking
     reads tensor values, free on CPU only: on an accelerator every call draws (compile
     the kernel there: ``Simulator(compile=True)``).  One entry per purpose.
@@ -134,7 +135,8 @@ class NormalsAhead:
         ahead = min(self.MAX_AHEAD, self.MAX_VALUES // max(n, 1))
         if system_idx.device.type != "cpu" or n == 0 or ahead < 2:
             return atom_normals(seed, system_id, step, system_idx, local_index, purpose, dtype)
-        layout = (seed, system_id, system_id._version, system_idx, system_idx._version, dtype)
+        layout = (seed, dtype, system_id, system_idx, local_index)
+        layout += tuple(t._version for t in layout[2:])
         entry = self._drawn.get(purpose)
         if entry is not None and _same(entry[0], layout):
             _, base, k_max, values = entry

@@ -104,6 +104,8 @@ class Segments:
         spread = self.atom_xyz(per_atom)
         value = self._derived.get(key)
         if value is None:
+            if len(self._derived) >= _MAX_DERIVED:  # e.g. a time step that changes each call
+                self._derived.clear()
             value = self._derived[key] = make(spread)
         return value
 
@@ -145,6 +147,10 @@ class Segments:
         if key not in self._csr:
             self._csr[key] = ones_rows(self._n_atoms * width, dtype)
         return self._csr[key]
+
+
+#: derived ``[N, 3]`` tensors kept per layout at most (a few per integrator in practice)
+_MAX_DERIVED = 8
 
 
 def _same_plain_dtype(tensors: tuple[torch.Tensor, ...]) -> bool:

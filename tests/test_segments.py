@@ -111,6 +111,9 @@ def test_derived_masses_kept_until_the_masses_change():
     b.masses.mul_(2.0)  # written in place: recomputed
     assert torch.equal(seg.derived_xyz(b.masses, ("dt/m", 0.5), inverse)[:, 0], 0.5 / b.masses)
     assert len(calls) == 2
+    for k in range(50):  # a time step changing every call keeps a bounded number
+        seg.derived_xyz(b.masses, ("dt/m", 0.01 * k), lambda m, k=k: 0.01 * k / m)
+    assert len(seg._derived) <= 8
 
 
 def test_force_norms_computed_once_per_forces():
