@@ -72,7 +72,7 @@ class Simulator:
         compile: ``True`` compiles the model's edge computation and the integrators'
             per-atom random numbers with ``torch.compile``; ``"model"`` or
             ``"integrators"`` only one of them (on CPU an LJ model runs slower
-            compiled, the noise 4x faster: see BENCHMARKS.md).  Falls back to eager
+            compiled, the noise ~2x faster: see BENCHMARKS.md).  Falls back to eager
             with a warning where the compiler fails; pays off for runs long enough to
             amortise the first compilation (seconds); noise agrees with eager to an ulp.
     """
