@@ -28,6 +28,8 @@ from collections.abc import Callable, Hashable
 import numpy as np
 import torch
 
+from .tensor_ops import numpy_viewable
+
 
 class Segments:
     """Sums over, and broadcasts onto, the atoms of each system of one batch layout."""
@@ -154,9 +156,9 @@ _MAX_DERIVED = 8
 
 
 def _same_plain_dtype(tensors: tuple[torch.Tensor, ...]) -> bool:
-    """True when the tensors share one dtype and none tracks gradients (NumPy-viewable)."""
+    """True when the tensors share one dtype and NumPy can view each of them."""
     dtype = tensors[0].dtype
-    return all(t.dtype == dtype and not t.requires_grad for t in tensors)
+    return all(t.dtype == dtype and numpy_viewable(t) for t in tensors)
 
 
 def ones_rows(counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -63,17 +63,17 @@ def per_system(fn: F) -> F:
     operators, ``xp.where`` and ``xp.sqrt``, the function gives the same results in
     both to an ulp (torch's vectorised CPU ``sqrt`` is not always correctly rounded,
     NumPy's is; divide tensor by tensor, as torch computes ``number / tensor`` as a
-    reciprocal times the number), and on an accelerator the values never leave the
-    device.  Tensor arguments on CPU are viewed (no copy) as
-    arrays; array results come back as tensors sharing their memory.  Floating-point
-    warnings are silenced, as torch never raises them (a non-finite system is
-    NaNGuard's business).
+    reciprocal times the number).  On an accelerator the values never leave the device,
+    and tensors that track gradients (or are bfloat16) stay in torch too.  Tensor
+    arguments on CPU are viewed (no copy) as arrays; array results come back as tensors
+    sharing their memory.  Floating-point warnings are silenced, as torch never raises
+    them (a non-finite system is NaNGuard's business).
     """
 
     @functools.wraps(fn)
     def run(*args: Any, **params: Any) -> Any:
-        device = next(a.device for a in args if isinstance(a, torch.Tensor))
-        if device.type != "cpu":
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if any(not numpy_viewable(t) for t in tensors):  # accelerator, autograd, bfloat16
             return fn(torch, *args, **params)
         arrays = [a.numpy() if isinstance(a, torch.Tensor) else a for a in args]
         with np.errstate(all="ignore"):
@@ -85,8 +85,13 @@ def per_system(fn: F) -> F:
     return run  # type: ignore[return-value]
 
 
+def numpy_viewable(t: torch.Tensor) -> bool:
+    """A CPU tensor NumPy can view as it is (no graph to keep, a dtype NumPy has)."""
+    return t.device.type == "cpu" and not t.requires_grad and t.dtype != torch.bfloat16
+
+
 def _as_tensor(value: Any) -> Any:
     return torch.from_numpy(value) if isinstance(value, np.ndarray) else value
 
 
-__all__ = ["all_set", "may_be_set", "per_system", "row_dot", "row_sum"]
+__all__ = ["all_set", "may_be_set", "numpy_viewable", "per_system", "row_dot", "row_sum"]

@@ -93,3 +93,20 @@ def test_fire2_coefficients_numpy_equals_torch(use_abc, seed):
     via_torch = _fire2_coefficients.__wrapped__(torch, *args, **params)
     assert len(via_numpy) == len(via_torch) == 9
     assert_same_outputs(via_numpy, via_torch, ulps=4)
+
+
+def test_per_system_stays_in_torch_for_autograd_and_bfloat16():
+    seen = []
+
+    @per_system
+    def double(xp, a):
+        seen.append(xp)
+        return 2.0 * a
+
+    w = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    out = double(w)
+    out.sum().backward()  # the graph survives
+    assert torch.equal(w.grad, torch.full((3,), 2.0, dtype=torch.float64))
+    assert double(torch.ones(3, dtype=torch.bfloat16)).dtype == torch.bfloat16
+    assert double(torch.ones(3)).dtype == torch.float32
+    assert seen == [torch, torch, np]
