@@ -108,10 +108,9 @@ class NormalsAhead:
     so the numbers are exactly :func:`atom_normals`'s and nothing about reproducibility
     changes.  A draw is reused while the batch keeps its layout (the same ``system_id``,
     ``system_idx`` and ``local_index`` tensors) and every system's step lies within the
-    steps drawn;
-    anything else -- a refill, a system that skipped ahead -- draws afresh.  Checking
-    reads tensor values, free on CPU only: on an accelerator every call draws (compile
-    the kernel there: ``Simulator(compile=True)``).  One entry per purpose.
+    steps drawn; anything else -- a refill, a system that skipped ahead -- draws afresh.
+    Checking reads tensor values, free on CPU only: on an accelerator every call draws
+    (compile the kernel there: ``Simulator(compile=True)``).  One entry per purpose.
     """
 
     #: values drawn at once at most (steps ahead x atoms): K = 8 up to 32 768 atoms
@@ -142,9 +141,9 @@ class NormalsAhead:
             _, base, k_max, values = entry
             offset = step - base
             if bool(((offset >= 0) & (offset < k_max)).all()):
-                k = offset[0]
+                k = int(offset[0])
                 if bool((offset == k).all()):  # every system at the same step: a view
-                    return values[int(k) * n : (int(k) + 1) * n]
+                    return values[k * n : (k + 1) * n]
                 rows = torch.arange(n) + n * offset.index_select(0, system_idx)
                 return values.index_select(0, rows)
         # draw the next `ahead` steps of every system: block k holds step + k
@@ -171,9 +170,9 @@ def _same(a: tuple, b: tuple) -> bool:
 _compiled_atom_normals: Callable[..., torch.Tensor] | None = None
 
 
-def atom_normals_fn(compiled: bool = False) -> Callable[..., torch.Tensor]:
-    """:func:`atom_normals`, or with ``compiled`` its ``torch.compile`` twin (one per
-    process, shared by every integrator; eager again if the compiler fails).
+def compiled_atom_normals() -> Callable[..., torch.Tensor]:
+    """:func:`atom_normals` compiled by ``torch.compile`` (one per process, shared by
+    every integrator; eager again if the compiler fails).
 
     Why compile it: Philox's ten rounds and Box-Muller are ~120 elementwise passes over
     the atoms, each a separate kernel in eager mode -- for 6 912 atoms 0.86 ms on CPU,
@@ -183,8 +182,6 @@ def atom_normals_fn(compiled: bool = False) -> Callable[..., torch.Tensor]:
     gives each atom the same numbers wherever it sits in the batch.
     """
     global _compiled_atom_normals
-    if not compiled:
-        return atom_normals
     if _compiled_atom_normals is None:
         from .compiling import compile_or_eager
 

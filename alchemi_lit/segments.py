@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable
 import numpy as np
 import torch
 
-from .tensor_ops import numpy_viewable
+from .tensor_ops import kept, numpy_viewable
 
 
 class Segments:
@@ -90,11 +90,9 @@ class Segments:
         Kept for the last field asked for, until that tensor is replaced or written
         to, so an MD step divides forces by masses without a broadcast.
         """
-        memo = self._xyz_of
-        if memo is None or memo[0] is not per_atom or memo[1] != per_atom._version:
-            spread = per_atom.unsqueeze(-1).expand(-1, 3).contiguous()
-            memo = self._xyz_of = (per_atom, per_atom._version, spread)
-            self._derived = {}
+        memo = kept(self._xyz_of, per_atom, lambda t: t.unsqueeze(-1).expand(-1, 3).contiguous())
+        if memo is not self._xyz_of:  # a new spread: what was derived from the old goes
+            self._xyz_of, self._derived = memo, {}
         return memo[2]
 
     def derived_xyz(

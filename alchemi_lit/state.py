@@ -28,7 +28,7 @@ import torch
 
 from .errors import BatchError, StructureError, StructureWarning
 from .segments import Segments
-from .tensor_ops import may_be_set, row_dot
+from .tensor_ops import kept, may_be_set, row_dot
 
 FieldKind = Literal["atom", "system"]
 
@@ -242,12 +242,9 @@ class Batch:
         return self._kept("_force_sq", self.atom["forces"], row_dot)
 
     def _kept(self, slot: str, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Any]) -> Any:
-        """``compute(tensor)``, kept in ``slot`` while ``tensor`` is the same object at
-        the same version (a field replaced or written in place is computed again)."""
-        memo = getattr(self, slot)
-        if memo is None or memo[0] is not tensor or memo[1] != tensor._version:
-            memo = (tensor, tensor._version, compute(tensor))
-            object.__setattr__(self, slot, memo)
+        """``compute(tensor)``, kept in ``slot`` (see :func:`~alchemi_lit.tensor_ops.kept`)."""
+        memo = kept(getattr(self, slot), tensor, compute)
+        object.__setattr__(self, slot, memo)
         return memo[2]
 
     def atom_mask(self, system_mask: torch.Tensor) -> torch.Tensor:
@@ -267,18 +264,22 @@ class Batch:
         """
         from .units import kB
 
-        ke = self.kinetic_energy()
-        free = (~self.atom["fixed"]).to(self.dtype)
-        dof = 3.0 * torch.zeros_like(ke).index_add_(0, self.atom["system_idx"], free)
-        return 2.0 * ke / (dof.clamp_min(1.0) * kB)
+        return 2.0 * self.kinetic_energy() / (self.degrees_of_freedom().clamp_min(1.0) * kB)
 
-    def kinetic_energy(self) -> torch.Tensor:
-        """Kinetic energy per system ``[B]`` in eV."""
-        v = self.atom["velocities"]
-        per_atom = 0.5 * self.atom["masses"] * row_dot(v)
-        return torch.zeros(self.num_systems, dtype=self.dtype, device=self.device).index_add_(
-            0, self.atom["system_idx"], per_atom
-        )
+    def kinetic_energy(self, atoms: torch.Tensor | None = None) -> torch.Tensor:
+        """Kinetic energy per system ``[B]`` in eV, of the atoms in the ``[N]`` or
+        ``[N, 1]`` mask ``atoms`` (all by default)."""
+        seg, v = self.segments, self.atom["velocities"]
+        mv2 = v * v * seg.atom_xyz(self.atom["masses"])
+        if atoms is not None:
+            mv2 = torch.where(atoms.view(-1, 1), mv2, 0.0)
+        return 0.5 * seg.sum_xyz(mv2)
+
+    def degrees_of_freedom(self) -> torch.Tensor:
+        """``3 x`` free (not fixed) atoms per system ``[B]``, as a float (ASE's count)."""
+        if self.may_have_fixed_atoms():
+            return 3.0 * self.segments.sum((~self.atom["fixed"]).to(self.dtype))
+        return 3.0 * self.system["n_atoms"].to(self.dtype)
 
     # ------------------------------------------------------------------ moving
     def to(

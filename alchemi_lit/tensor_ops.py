@@ -52,6 +52,19 @@ def all_set(mask: torch.Tensor) -> bool:
     return mask.device.type == "cpu" and bool(mask.all())
 
 
+def kept(
+    memo: tuple[torch.Tensor, int, Any] | None,
+    tensor: torch.Tensor,
+    compute: Callable[[torch.Tensor], Any],
+) -> tuple[torch.Tensor, int, Any]:
+    """A ``(tensor, version, compute(tensor))`` memo, the given one while ``tensor`` is
+    the same object at the same version, else a fresh one: values derived from a field
+    are recomputed when the field is replaced or written in place, and only then."""
+    if memo is None or memo[0] is not tensor or memo[1] != tensor._version:
+        return (tensor, tensor._version, compute(tensor))
+    return memo
+
+
 def per_system(fn: F) -> F:
     """Run ``fn(xp, *arrays, **params)`` -- arithmetic on per-system ``[B]`` values --
     in NumPy on CPU and in torch elsewhere; tensors in, tensors out.
@@ -94,4 +107,12 @@ def _as_tensor(value: Any) -> Any:
     return torch.from_numpy(value) if isinstance(value, np.ndarray) else value
 
 
-__all__ = ["all_set", "may_be_set", "numpy_viewable", "per_system", "row_dot", "row_sum"]
+__all__ = [
+    "all_set",
+    "kept",
+    "may_be_set",
+    "numpy_viewable",
+    "per_system",
+    "row_dot",
+    "row_sum",
+]

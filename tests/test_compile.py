@@ -83,8 +83,8 @@ def test_compiled_noise_matches_eager(tmp_path, monkeypatch):
     an ulp the eager numbers, the same for an atom wherever it sits in the batch."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.setattr(rng, "_compiled_atom_normals", None)
-    draw = rng.atom_normals_fn(compiled=True)
-    assert draw is rng.atom_normals_fn(compiled=True)  # one per process
+    draw = rng.compiled_atom_normals()
+    assert draw is rng.compiled_atom_normals()  # one per process
 
     def layout(sizes, ids):
         sys_idx = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)])

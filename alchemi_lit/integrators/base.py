@@ -120,7 +120,7 @@ class Integrator:
 
     def compile(self) -> None:
         """Run this integrator's compute-heavy kernels through ``torch.compile`` (the
-        per-atom random numbers; see :func:`~alchemi_lit.random.atom_normals_fn`).
+        per-atom random numbers; see :func:`~alchemi_lit.random.compiled_atom_normals`).
         Called for every stage by ``Simulator(compile=True)``; subclasses with kernels
         of their own extend it.  Only a flag: the integrator stays a picklable
         description, and compiled functions are looked up where they are used."""
@@ -140,7 +140,7 @@ class Integrator:
         this integrator's :class:`~alchemi_lit.random.NormalsAhead` (on CPU, several
         steps per draw; the same numbers)."""
         if self.compiled_kernels:
-            return rng.atom_normals_fn(compiled=True)
+            return rng.compiled_atom_normals()
         ahead = self.__dict__.get("_normals_ahead")
         if ahead is None:
             ahead = self._normals_ahead = rng.NormalsAhead()

@@ -63,18 +63,11 @@ class Bussi(MDIntegrator):
 
     def alpha(self, batch: Batch) -> torch.Tensor:
         """Velocity scale factor ``[B]`` for this step (1 for systems without kinetic energy)."""
-        seg = batch.segments
         ones = torch.ones(batch.num_systems, dtype=batch.dtype, device=batch.device)
         c = torch.exp(-self.per_system(batch, self.dt) / self.per_system(batch, self.taut) * ones)
         kt = kB * self.per_system(batch, self.temperature) * ones
-        mv = batch.velocities * batch.velocities * seg.atom_xyz(batch.masses)
-        if batch.may_have_fixed_atoms():
-            free = ~batch.fixed
-            nf = 3.0 * seg.sum(free.to(batch.dtype))
-            mv = torch.where(free.unsqueeze(-1), mv, 0.0)
-        else:
-            nf = 3.0 * batch.n_atoms.to(batch.dtype)
-        ke = 0.5 * seg.sum_xyz(mv)
+        nf = batch.degrees_of_freedom()
+        ke = batch.kinetic_energy(~batch.fixed if batch.may_have_fixed_atoms() else None)
         r1, s = bussi_noise(batch, self.seed, self.noise_source())
         return _bussi_alpha(c, kt, nf, ke, r1, s)
 

@@ -88,7 +88,7 @@ class FIRE(Integrator):
         # all the reductions needed: |v'|^2 follows from them.  See ``Segments``.
         seg = batch.segments
         f, v = batch.forces, batch.velocities
-        vf, vv, ff = seg.sum_xyz(v * f), seg.sum_xyz(v * v), seg.sum(batch.force_sq_norms())
+        vf, ff, vv = power_sums(batch)
         a, c, s, batch.fire_dt, batch.fire_alpha, batch.fire_n = _fire_coefficients(
             mask, batch.step, vf, ff, vv, batch.fire_dt, batch.fire_alpha, batch.fire_n,
             n_min=self.n_min, finc=self.finc, fdec=self.fdec, dtmax=self.dtmax,
@@ -107,6 +107,13 @@ class FIRE(Integrator):
         moving = self.moving_atoms(batch, mask)
         batch.velocities = self.masked(moving, v_new, batch.velocities)
         batch.positions = self.masked(moving, r_new, batch.positions)
+
+
+def power_sums(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-system ``v.F``, ``F.F`` and ``v.v`` ``[B]``: all the reductions a FIRE step needs
+    (the norms of its mixed velocity and step follow from them)."""
+    seg, f, v = batch.segments, batch.forces, batch.velocities
+    return seg.sum_xyz(v * f), seg.sum(batch.force_sq_norms()), seg.sum_xyz(v * v)
 
 
 @per_system

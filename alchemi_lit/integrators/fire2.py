@@ -32,6 +32,7 @@ from ..state import Batch
 from ..tensor_ops import per_system
 from ..units import fs
 from .base import FieldSpec, Integrator, _check_param
+from .fire import power_sums
 
 #: ASE's FIRE2 defaults (ASE time units) expressed in femtoseconds.
 ASE_FIRE2_DT_FS = 0.1 / fs
@@ -108,7 +109,7 @@ class FIRE2(Integrator):
         # mixing and the step control need follow from the sums v.F, F.F and v.v.
         seg = batch.segments
         f, v = batch.forces, batch.velocities
-        vf, vv, ff = seg.sum_xyz(v * f), seg.sum_xyz(v * v), seg.sum(batch.force_sq_norms())
+        vf, ff, vv = power_sums(batch)
         a_, c_, p_, s_, vmax, *state = _fire2_coefficients(
             mask, batch.step, batch.fire2_back, vf, ff, vv,
             batch.fire2_dt, batch.fire2_alpha, batch.fire2_n,
@@ -117,9 +118,10 @@ class FIRE2(Integrator):
             use_abc=self.use_abc,
         )  # fmt: skip
         batch.fire2_dt, batch.fire2_alpha, batch.fire2_n, batch.fire2_back = state
-        a3, c3, p3, s3, vmax3 = seg.to_xyz(a_, c_, p_, s_, vmax)
+        a3, c3, p3, s3 = seg.to_xyz(a_, c_, p_, s_)
         v_new = torch.addcmul(a3 * v, c3, f)
         if self.use_abc:  # ABC-FIRE clips each Cartesian component
+            (vmax3,) = seg.to_xyz(vmax)
             v_new = torch.minimum(torch.maximum(v_new, -vmax3), vmax3)
         r_new = torch.addcmul(torch.addcmul(batch.positions, p3, v), s3, v_new)
         moving = self.moving_atoms(batch, mask)
@@ -151,7 +153,8 @@ def _fire2_coefficients(
     use_abc: bool,
 ) -> tuple[Any, ...]:
     """FIRE2's per-system step from the sums v.F, F.F, v.v (``ase.optimize.fire2``):
-    ``(A, C, P, S, vmax)`` of the update in :meth:`FIRE2.pre_update`, then the new
+    ``(A, C, P, S, vmax)`` of the update in :meth:`FIRE2.pre_update` (``vmax``, the
+    per-component clip, is used with ``use_abc`` only), then the new
     ``dt``, ``alpha``, ``n``, ``back`` (unchanged outside ``mask``).  ``xp``: NumPy or
     torch (see :func:`~alchemi_lit.tensor_ops.per_system`)."""
     one, zero = xp.ones_like(vf), xp.zeros_like(vf)
@@ -184,7 +187,7 @@ def _fire2_coefficients(
         v2 = coef_v * coef_v * vv + 2.0 * coef_v * coef_f * vf + coef_f * coef_f * ff
         norm = dt * xp.sqrt(xp.where(v2 > 0, v2, zero))
         step_len = xp.where(norm > maxstep, dt * maxstep / xp.where(norm > 0, norm, one), dt)
-        vmax = xp.full_like(dt, float("inf"))
+        vmax = xp.full_like(dt, float("inf"))  # no clip
     coef_v = xp.where(euler, coef_v, xp.where(uphill, zero, one))
     coef_f = xp.where(euler, coef_f, zero)
     back_step = xp.where(uphill, -0.5 * dt, zero)

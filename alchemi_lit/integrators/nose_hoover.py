@@ -32,7 +32,7 @@ import torch
 from ..state import Batch
 from ..tensor_ops import per_system
 from ..units import fs, kB
-from .base import FieldSpec, MDIntegrator, Param, _check_param, as_param, system_sum
+from .base import FieldSpec, MDIntegrator, Param, _check_param, as_param
 from .langevin import _fmt
 
 #: Suzuki-Yoshida weights by order (number of sub-steps).
@@ -122,10 +122,7 @@ class NoseHooverChain(MDIntegrator):
         ones = torch.ones(batch.num_systems, dtype=batch.dtype, device=batch.device)
         kt = kB * self.per_system(batch, self.temperature) * ones
         tdamp = self.per_system(batch, self.tdamp) * ones
-        if batch.may_have_fixed_atoms():
-            nf = 3.0 * system_sum(batch, (~batch.fixed).to(batch.dtype))
-        else:
-            nf = 3.0 * batch.n_atoms.to(batch.dtype)
+        nf = batch.degrees_of_freedom()
         q = (kt * tdamp * tdamp).unsqueeze(-1).repeat(1, self.chain_length)
         q[:, 0] = q[:, 0] * nf
         return kt, nf, q.clamp_min(1e-300)
@@ -137,9 +134,7 @@ class NoseHooverChain(MDIntegrator):
         (``moving``: the atoms' mask from :meth:`moving_atoms`, None for all)."""
         kt, nf, q = self._constants(batch)
         seg, v = batch.segments, batch.velocities
-        # 2 KE is tracked as a number and rescaled with the velocities (MTK)
-        mv = v * v * seg.atom_xyz(batch.masses)
-        mv2 = seg.sum_xyz(mv if moving is None else torch.where(moving, mv, 0.0))
+        mv2 = 2.0 * batch.kinetic_energy(moving)  # tracked as a number and rescaled (MTK)
         eta, p, scale = _chain_half_step(
             mask, getattr(batch, self.eta_field), getattr(batch, self.p_eta_field), q, kt, nf,
             mv2, delta, weights=_SY_WEIGHTS[self.suzuki_yoshida], chain_steps=self.chain_steps,
