@@ -190,6 +190,23 @@ def test_two_stage_pipeline_equals_fused_run():
     assert res.stats["systems"] == N_SYSTEMS
 
 
+def test_a_batch_keeps_its_system_ids_through_a_pipeline():
+    """A Batch given to a pipeline run keeps its ids (they key the random streams and
+    the results), as in a fused run: ids given out of order, not 0..n-1."""
+    batch = Batch.from_atoms(data(6)[::-1], system_ids=[25, 24, 23, 22, 21, 20])
+    ref = al.Simulator(model=model(), stages=relax() + md(), sync_every=SYNC_EVERY).run(batch)
+    sim = al.Simulator(
+        model=model(),
+        stages=relax() | md(),
+        devices=2,
+        start_method="fork",
+        sync_every=SYNC_EVERY,
+        timeout=TIMEOUT,
+        buffer=BufferConfig(num_systems=16, num_atoms=MAX_ATOMS),
+    )
+    assert_same(sim.run(batch).batch, ref.batch, ids=[20, 21, 22, 23, 24, 25])
+
+
 def test_three_stage_pipeline_equals_fused_run():
     """Also: a 3-stage pipeline runs (the seed system crashed at its first iteration)."""
     res = run_distributed(relax() | md() | cool(), devices=3)

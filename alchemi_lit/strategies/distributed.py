@@ -161,7 +161,11 @@ class DistributedStrategy(Strategy):
         sampler = data
         if not isinstance(sampler, SizeAwareSampler):
             atoms = list(data.to_atoms(results=False) if isinstance(data, Batch) else data)
-            sampler = SizeAwareSampler(atoms, max_atoms=max(sum(len(a) for a in atoms), 1))
+            # to_atoms lists systems in system_id order: their ids, in that order, go along
+            ids = sorted(data.system_id.tolist()) if isinstance(data, Batch) else None
+            sampler = SizeAwareSampler(
+                atoms, max_atoms=max(sum(len(a) for a in atoms), 1), system_ids=ids
+            )
         self.validate(sampler, sim.model.cutoff + sim.model.neighbors.skin)
         world = self.pipeline.num_ranks
         try:
