@@ -30,6 +30,9 @@ class Results:
         self._batch = batch
         self.sinks = list(sinks)
         self.stats = dict(stats or {})
+        # a store that earlier runs appended to holds their systems too: this run's are
+        # the rows of the store's latest run, pinned now (later runs may append more)
+        self._runs = [getattr(s, "latest_run", lambda: None)() for s in self.sinks]
 
     @classmethod
     def from_sinks(
@@ -49,9 +52,9 @@ class Results:
     def batch(self) -> Batch | None:
         """All result systems as one Batch (read from a sink on first access if needed)."""
         if self._batch is None:
-            for sink in self.sinks:
+            for sink, run in zip(self.sinks, self._runs):
                 try:
-                    b = sink.read_batch()
+                    b = sink.read_batch() if run is None else sink.read_batch(run=run)
                 except TypeError:
                     continue
                 if b is not None:

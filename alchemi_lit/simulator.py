@@ -191,9 +191,35 @@ class Simulator:
         times) are recorded in the ``runs`` attribute of every results store it wrote.
         """
         started = time.time()
+        if resume is None:
+            self._refuse_store_id_clashes(data)
         results = self.strategy.run(self, data, resume=resume)
         self._record_run(results, started, resumed=resume is not None)
         return results
+
+    def _refuse_store_id_clashes(self, data: Any) -> None:
+        """A run appending to a results store must not reuse a ``system_id`` stored
+        there: checked before anything is computed (see ZarrSink.refuse_id_clashes)."""
+        from ase import Atoms
+
+        from .data import SizeAwareSampler
+        from .sinks import ZarrSink
+
+        stores = [s for s in self.sinks or [] if isinstance(s, ZarrSink)]
+        if not stores:
+            return
+        if isinstance(data, Batch):
+            ids = data.system_id.tolist()
+        elif isinstance(data, SizeAwareSampler):
+            ids = data.system_ids.tolist()
+        elif isinstance(data, Atoms):
+            ids = [0]
+        elif isinstance(data, (list, tuple)):
+            ids = list(range(len(data)))  # Batch.from_atoms's default ids
+        else:
+            return  # not a run input: the strategy reports it
+        for store in stores:
+            store.refuse_id_clashes(ids)
 
     def _record_run(self, results: Results, started: float, resumed: bool) -> None:
         """Write the run's statistics into ``runs[-1]`` of each results store it wrote

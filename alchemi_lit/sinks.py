@@ -154,7 +154,9 @@ class ZarrSink(Sink):
     """Append finished systems to a zarr v3 store (layout in the module docstring).
 
     ``mode``: ``"w-"`` (default) refuses an existing store, ``"a"`` appends to it,
-    ``"w"`` replaces it -- a store is never overwritten unless asked for.
+    ``"w"`` replaces it -- a store is never overwritten unless asked for.  A run that
+    appends must use system_ids the store does not hold yet (checked before the run:
+    :meth:`refuse_id_clashes`); :meth:`read` gives every stored system, or one run's.
 
     Writes are buffered: systems reach the store ``flush_every`` systems at a time, or
     when the oldest buffered one has waited ``flush_seconds``, before every checkpoint
@@ -324,9 +326,40 @@ class ZarrSink(Sink):
         stored = int(zarr.open_group(str(self.path), mode="r").attrs.get("n_systems", 0))
         return stored + self._pending_n
 
-    def read_batch(self) -> Batch | None:
+    def read_batch(self, run: int | None = None) -> Batch | None:
+        """The stored systems as a Batch; ``run``: only those the ``run``-th run that
+        wrote this store added (0 = the first; negative counts from the last)."""
         self.flush()
-        return read_results(self.path)
+        return read_results(self.path, run=run)
+
+    def read(self, run: int | None = None) -> list[Any]:
+        """Results as ``ase.Atoms`` in ``system_id`` order (``run``: see :meth:`read_batch`)."""
+        batch = self.read_batch(run=run)
+        return [] if batch is None else batch.to_atoms(results=True)
+
+    def latest_run(self) -> int | None:
+        """Index of the newest entry in the store's ``runs`` (the run that wrote it
+        last), or None without a store."""
+        if not self.path.exists():
+            return None
+        runs = _open_store(self.path).attrs.get("runs", [])
+        return len(runs) - 1 if runs else None
+
+    def refuse_id_clashes(self, system_ids: Sequence[int]) -> None:
+        """Before a run appends to an existing store: a ``system_id`` it already holds
+        would make its results ambiguous (which run's system 3?), so such a run is
+        refused before anything is computed, naming the ids and the ways out."""
+        if self.mode != "a" or not self.path.exists():
+            return
+        clash = np.intersect1d(stored_system_ids(self.path), np.asarray(system_ids, dtype=np.int64))
+        if len(clash):
+            shown = ", ".join(str(int(i)) for i in clash[:10]) + (" ..." if len(clash) > 10 else "")
+            raise ConfigError(
+                f"results store {str(self.path)!r} already holds system_id(s) {shown} "
+                f"({len(clash)} of this run's systems); give this run other ids "
+                f"(system_ids= of SizeAwareSampler or Batch.from_atoms), write another store, "
+                f"or replace this one with ZarrSink(..., mode='w')"
+            )
 
     def record_run(self, stats: dict[str, Any]) -> None:
         """Add a finished run's statistics (wall time, systems, steps ...) to its entry in
@@ -358,37 +391,81 @@ class SinkFlushError(RuntimeError):
         self.batch = batch
 
 
-def read_results(path: str | Path) -> Batch | None:
-    """Read the committed systems of a results store as a Batch (``system_id`` order)."""
+def stored_system_ids(path: str | Path) -> np.ndarray:
+    """The ``system_id`` of every committed system of a results store, in row order."""
+    group = _open_store(path)
+    n_sys = int(group.attrs.get("n_systems", 0))
+    if n_sys == 0 or "systems/system_id" not in group:
+        return np.zeros(0, dtype=np.int64)
+    return np.asarray(group["systems/system_id"][:n_sys])
+
+
+def _open_store(path: str | Path) -> Any:
     import zarr
 
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"results store {str(p)!r} does not exist")
-    group = zarr.open_group(str(p), mode="r")
+    return zarr.open_group(str(p), mode="r")
+
+
+def _run_rows(group: Any, run: int, n_sys: int, path: str | Path) -> tuple[int, int]:
+    """Rows ``[first, end)`` the ``run``-th run wrote (from the ``runs`` attribute)."""
+    starts = [r.get("first_row") for r in group.attrs.get("runs", [])]
+    if not -len(starts) <= run < len(starts):
+        raise ConfigError(
+            f"results store {str(path)!r} was written by {len(starts)} run(s); run={run} "
+            f"does not exist (0 is the first, -1 the last)"
+        )
+    k = run % len(starts)
+    ends = [*starts[1:], n_sys]
+    if starts[k] is None or ends[k] is None:
+        raise ConfigError(
+            f"results store {str(path)!r} does not record where run {run} starts (written "
+            f"by an older version); read it whole with run=None"
+        )
+    return int(starts[k]), min(int(ends[k]), n_sys)
+
+
+def read_results(path: str | Path, run: int | None = None) -> Batch | None:
+    """Read the committed systems of a results store as a Batch (``system_id`` order);
+    ``run``: only the systems the ``run``-th run that wrote the store added."""
+    group = _open_store(path)
     n_sys, n_atoms = int(group.attrs.get("n_systems", 0)), int(group.attrs.get("n_atoms", 0))
-    if n_sys == 0:
+    rows = _run_rows(group, run, n_sys, path) if run is not None else (0, n_sys)
+    if rows[1] <= rows[0]:
         return None
-    atom = {k: torch.from_numpy(np.asarray(group[f"atoms/{k}"][:n_atoms])) for k in ATOM_COLUMNS}
+    ids = np.asarray(group["systems/system_id"][rows[0] : rows[1]])
+    if len(np.unique(ids)) != len(ids):
+        raise ConfigError(
+            f"results store {str(path)!r} holds some system_id(s) more than once (runs that "
+            f"appended to it numbered their systems alike); read one run at a time with "
+            f"read_results(path, run=k) / ZarrSink(path).read(run=k)"
+        )
+    lo, hi = rows
     system = {
-        k: torch.from_numpy(np.asarray(group[f"systems/{k}"][:n_sys]))
+        k: torch.from_numpy(np.asarray(group[f"systems/{k}"][lo:hi]))
         for k in SYSTEM_COLUMNS
         if f"systems/{k}" in group
     }
-    offsets = np.asarray(group["systems/atom_offset"][:n_sys])
+    offsets = np.asarray(group["systems/atom_offset"][lo:hi])
     counts = system["n_atoms"].numpy()
-    # systems are stored in write order; gather their atoms in that same order
-    index = np.concatenate([np.arange(o, o + c) for o, c in zip(offsets, counts)]) if n_sys else []
+    # systems are stored in write order; gather their atoms (from the span they cover)
+    first, end = int(offsets.min()), min(int((offsets + counts).max()), n_atoms)
+    atom = {k: torch.from_numpy(np.asarray(group[f"atoms/{k}"][first:end])) for k in ATOM_COLUMNS}
+    index = np.concatenate([np.arange(o, o + c) for o, c in zip(offsets - first, counts)])
     atom = {k: v[torch.as_tensor(index, dtype=torch.long)] for k, v in atom.items()}
-    atom["system_idx"] = torch.repeat_interleave(torch.arange(n_sys), system["n_atoms"])
+    atom["system_idx"] = torch.repeat_interleave(torch.arange(hi - lo), system["n_atoms"])
     info: dict[int, dict[str, Any]] = {}
     if "systems/info" in group:  # stores written before info was kept have none
-        texts = np.asarray(group["systems/info"][:n_sys]).tolist()
-        for sid, text in zip(system["system_id"].tolist(), texts):
+        texts = np.asarray(group["systems/info"][lo:hi]).tolist()
+        for sid, text in zip(ids.tolist(), texts):
             if text:
                 info[int(sid)] = info_from_json(str(text))
+    wanted = set(ids.tolist())  # (the per-row info holds the error text too, where kept)
     for k, v in dict(group.attrs.get("errors", {})).items():
-        info.setdefault(int(k), {})[MODEL_ERROR_KEY] = v
+        if int(k) in wanted:
+            info.setdefault(int(k), {}).setdefault(MODEL_ERROR_KEY, v)
     batch = Batch(atom, system, info)
     return batch.select(torch.argsort(batch.system_id, stable=True))
 

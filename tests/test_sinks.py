@@ -1,4 +1,4 @@
-"""Buffered ZarrSink: what reaches the store when, and that a failing flush loses nothing."""
+"""ZarrSink: buffering, failing flushes, and stores that several runs append to."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from alchemi_lit.data import SizeAwareSampler, mixed_argon
 from alchemi_lit.errors import ConfigError
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
+from alchemi_lit.report import read_store_runs
 from alchemi_lit.sinks import HostMemory, ZarrSink, read_results
 
 DATA = mixed_argon(16, 8, 30, seed=4)
@@ -75,3 +76,63 @@ def test_a_failing_flush_hands_every_buffered_system_down_the_chain(tmp_path):
 def test_bad_flush_settings(tmp_path, kwargs):
     with pytest.raises(ConfigError, match="flush_every >= 1 and flush_seconds >= 0"):
         ZarrSink(tmp_path / "r.zarr", **kwargs)
+
+
+def relax_sim(sink: ZarrSink) -> al.Simulator:
+    return al.Simulator(
+        model=LennardJones(0.0104, 3.40, 6.0), stages=FIRE(fmax=0.05, max_steps=40), sinks=[sink]
+    )
+
+
+def test_runs_appending_to_one_store_read_back_whole_or_run_by_run(tmp_path):
+    store = tmp_path / "r.zarr"
+    first = relax_sim(ZarrSink(store)).run(SizeAwareSampler(DATA[:5], max_atoms=120))
+    second = relax_sim(ZarrSink(store, mode="a")).run(
+        SizeAwareSampler(DATA[5:9], max_atoms=120, system_ids=[20, 21, 22, 23])
+    )
+    # each run's Results holds its own systems, not the store's earlier ones
+    assert first.system_id.tolist() == [0, 1, 2, 3, 4]
+    assert second.system_id.tolist() == [20, 21, 22, 23]
+    sink = ZarrSink(store)
+    assert [a.info["system_id"] for a in sink.read()] == [0, 1, 2, 3, 4, 20, 21, 22, 23]
+    assert [a.info["system_id"] for a in sink.read(run=1)] == [20, 21, 22, 23]
+    assert sink.read_batch(run=-1).system_id.tolist() == [20, 21, 22, 23]
+    run0 = read_results(store, run=0)
+    assert run0.system_id.tolist() == [0, 1, 2, 3, 4]
+    assert torch.equal(run0.positions, first.batch.positions)  # the right atoms per row
+    assert torch.equal(run0.forces, first.batch.forces)
+    with pytest.raises(ConfigError, match=r"written by 2 run\(s\); run=2 does not exist"):
+        sink.read(run=2)
+
+
+def test_appending_a_run_that_reuses_stored_ids_is_refused_before_any_work(tmp_path):
+    store = tmp_path / "r.zarr"
+    relax_sim(ZarrSink(store)).run(SizeAwareSampler(DATA[:5], max_atoms=120))
+    model = LennardJones(0.0104, 3.40, 6.0)
+    calls = []
+    model.register_forward_hook(lambda *a: calls.append(1))
+    sim = al.Simulator(model=model, stages=FIRE(fmax=0.05), sinks=[ZarrSink(store, mode="a")])
+    for data in (
+        SizeAwareSampler(DATA[5:8], max_atoms=120, system_ids=[4, 5, 6]),
+        small_batch([3, 9]),
+        DATA[5:7],  # ase.Atoms get ids 0, 1, ...
+    ):
+        with pytest.raises(ConfigError, match=r"already holds system_id\(s\) .*mode='w'"):
+            sim.run(data)
+    assert calls == []  # refused before the first forward
+    assert len(ZarrSink(store)) == 5 and len(read_store_runs(store)) == 1  # store untouched
+
+
+def test_a_store_holding_an_id_twice_is_read_run_by_run(tmp_path):
+    """Stores written before the clash check could hold an id twice: read() says how to
+    read them instead of failing inside Batch.select."""
+    store = tmp_path / "r.zarr"
+    for mode, ids in (("w-", [0, 1]), ("a", [1, 2])):
+        sink = ZarrSink(store, mode=mode, flush_every=1)
+        sink.open({})
+        sink.write(small_batch(ids))
+        sink.close()
+    with pytest.raises(ConfigError, match=r"more than once .* run=k"):
+        ZarrSink(store).read()
+    assert read_results(store, run=1).system_id.tolist() == [1, 2]
+    assert torch.equal(read_results(store, run=1).positions, small_batch([1, 2]).positions)
