@@ -21,7 +21,7 @@ from .models.base import Model
 from .results import Results
 from .sinks import Sink
 from .stages import Fused, Pipeline, as_plan
-from .state import Batch
+from .state import Batch, default_system_ids
 from .strategies.base import Strategy, create_strategy
 from .strategies.buffers import BufferConfig
 from .strategies.distributed import DistributedStrategy
@@ -213,9 +213,9 @@ class Simulator:
         elif isinstance(data, SizeAwareSampler):
             ids = data.system_ids.tolist()
         elif isinstance(data, Atoms):
-            ids = [0]
+            ids = default_system_ids([data])
         elif isinstance(data, (list, tuple)):
-            ids = list(range(len(data)))  # Batch.from_atoms's default ids
+            ids = default_system_ids(data)  # what Batch.from_atoms will give them
         else:
             return  # not a run input: the strategy reports it
         for store in stores:

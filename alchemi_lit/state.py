@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import numbers
 import os
 import sys
 import warnings
@@ -408,8 +409,9 @@ class Batch:
         :data:`ARRAYS_KEY`).  Other constraints raise :class:`StructureError`, because
         silently dropping them would change the physics.  Momenta of fixed atoms are
         zeroed (as ASE's ``set_momenta`` does), with a :class:`StructureWarning` if they
-        were not zero.  ``system_ids`` default to ``0..B-1``; they are the systems'
-        global identity (result order, random streams) and must be unique.
+        were not zero.  ``system_ids`` default to :func:`default_system_ids` (``0..B-1``,
+        or the ids results of an earlier run carry); they are the systems' global
+        identity (result order, random streams) and must be unique.
 
         With ``validate`` every system is checked (see :func:`validate_atoms`); atoms
         closer than ``min_distance`` Å give a :class:`StructureWarning`, not an error.
@@ -418,7 +420,7 @@ class Batch:
         if not atoms:
             raise StructureError("no structures given: pass a non-empty list of ase.Atoms")
         if system_ids is None:
-            system_ids = list(range(len(atoms)))
+            system_ids = default_system_ids(atoms)
         elif len(system_ids) != len(atoms):
             raise ValueError(f"got {len(system_ids)} system_ids for {len(atoms)} structures")
         ids = [int(s) for s in system_ids]
@@ -547,6 +549,17 @@ class Batch:
                 f"this, or call to_atoms(results=False)"
             )
         return out
+
+
+def default_system_ids(atoms: Sequence[Any]) -> list[int]:
+    """Ids of structures given without explicit ``system_ids``: the ``info["system_id"]``
+    each carries when all carry distinct integers (results of an earlier run read back,
+    so a system keeps its identity from run to run), else positions ``0..n-1``."""
+    ids = [a.info.get("system_id") for a in atoms]
+    integral = all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in ids)
+    if ids and integral and len(set(ids)) == len(ids):
+        return [int(i) for i in ids]
+    return list(range(len(atoms)))
 
 
 # ---------------------------------------------------------------------- batch checks

@@ -1,4 +1,5 @@
-"""ZarrSink: buffering, failing flushes, and stores that several runs append to."""
+"""ZarrSink: buffering, failing flushes, stores that several runs append to, and
+stores read back as the structures of a new run."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import pytest
 import torch
 
 import alchemi_lit as al
-from alchemi_lit.data import SizeAwareSampler, mixed_argon
-from alchemi_lit.errors import ConfigError
+from alchemi_lit.callbacks import TrajectoryWriter
+from alchemi_lit.data import SizeAwareSampler, mixed_argon, read_structures
+from alchemi_lit.errors import ConfigError, StructureError
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.report import read_store_runs
 from alchemi_lit.sinks import HostMemory, ZarrSink, read_results
+from alchemi_lit.state import default_system_ids
 
 DATA = mixed_argon(16, 8, 30, seed=4)
 
@@ -136,3 +139,60 @@ def test_a_store_holding_an_id_twice_is_read_run_by_run(tmp_path):
         ZarrSink(store).read()
     assert read_results(store, run=1).system_id.tolist() == [1, 2]
     assert torch.equal(read_results(store, run=1).positions, small_batch([1, 2]).positions)
+
+
+def test_a_results_store_is_a_dataset_whose_systems_keep_their_ids(tmp_path):
+    """Relax into a store, then run MD from it: structures start where the relaxation
+    left them and keep their system_ids, through a sampler or a plain list."""
+    store = tmp_path / "relaxed.zarr"
+    relaxed = relax_sim(ZarrSink(store)).run(
+        SizeAwareSampler(DATA[:4], max_atoms=120, system_ids=[10, 11, 12, 13])
+    )
+    md = Langevin(dt=2.0, temperature=50.0, steps=0)  # no step: states pass through
+    model = LennardJones(0.0104, 3.40, 6.0)
+    for source in (SizeAwareSampler(store, max_atoms=120), read_structures(store)):
+        again = al.Simulator(model=model, stages=md).run(source)
+        assert again.system_id.tolist() == [10, 11, 12, 13]
+        assert torch.equal(again.batch.positions, relaxed.batch.positions)
+    assert [a.info["system_id"] for a in read_structures(store, index="1:3")] == [11, 12]
+    assert read_structures(store, index=-1)[0].get_potential_energy() == pytest.approx(
+        float(relaxed.energy[-1])
+    )
+    with pytest.raises(StructureError, match=r"index 9 selects no structure .*4 stored"):
+        read_structures(store, index=9)
+
+
+def test_a_store_that_is_not_a_results_store_is_named_as_such(tmp_path):
+    import zarr
+
+    zarr.open_group(str(tmp_path / "other.zarr"), mode="w")
+    with pytest.raises(StructureError, match="a zarr store, not an alchemi_lit results store"):
+        read_structures(tmp_path / "other.zarr")
+    traj = tmp_path / "traj.zarr"
+    sim = al.Simulator(
+        model=LennardJones(0.0104, 3.40, 6.0),
+        stages=FIRE(fmax=0.05, max_steps=3),
+        callbacks=[TrajectoryWriter(traj, every=1)],
+    )
+    sim.run(small_batch([0]))
+    with pytest.raises(StructureError, match=r"a trajectory store, not .*read_trajectory"):
+        SizeAwareSampler(traj, max_atoms=120)
+
+
+@pytest.mark.parametrize(
+    ("ids", "expected"),
+    [
+        ([7, 3, 5], [7, 3, 5]),  # results read back: their ids
+        ([7, 7, 5], [0, 1, 2]),  # not distinct
+        ([7, "b", 5], [0, 1, 2]),  # not all integers (a user's label)
+        ([7, None, 5], [0, 1, 2]),  # not all carry one
+        ([True, False, 5], [0, 1, 2]),  # booleans are not ids
+    ],
+)
+def test_default_system_ids(ids, expected):
+    atoms = [DATA[k].copy() for k in range(3)]
+    for a, sid in zip(atoms, ids):
+        if sid is not None:
+            a.info["system_id"] = sid
+    assert default_system_ids(atoms) == expected
+    assert sorted(al.Batch.from_atoms(atoms).system_id.tolist()) == sorted(expected)

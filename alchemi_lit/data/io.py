@@ -13,13 +13,18 @@ def read_structures(
 ) -> list[Any]:
     """Read all structures of a file (extxyz, cif, POSCAR, traj, ...) as ``ase.Atoms``.
 
-    Errors name the file and what went wrong; a file with no structures is an error.
+    A results store written by a ZarrSink reads as its systems' final states (in
+    ``system_id`` order, each with its ``info["system_id"]``, which a new run keeps as
+    the system's id), so one run can continue from another's results.  Errors name
+    the file and what went wrong; a file with no structures is an error.
     """
     import ase.io
 
     p = Path(path)
     if not p.exists():
         raise StructureError(f"structure file {str(p)!r} does not exist; check the path")
+    if (p / "zarr.json").is_file():
+        return _select(_read_store(p), index, p)
     if format is not None:
         from ase.io.formats import ioformats
 
@@ -63,3 +68,40 @@ def read_structures(
     if not frames:
         raise StructureError(f"{str(p)!r} contains no structures")
     return frames
+
+
+def _read_store(path: Path) -> list[Any]:
+    """The final structures of an alchemi_lit results store."""
+    import zarr
+
+    from ..callbacks.trajectory import FORMAT as TRAJECTORY
+    from ..sinks import SCHEMA, read_results
+
+    attrs = zarr.open_group(str(path), mode="r").attrs
+    if attrs.get("schema") != SCHEMA:
+        what = "a trajectory store" if attrs.get("format") == TRAJECTORY else "a zarr store"
+        raise StructureError(
+            f"{str(path)!r} is {what}, not an alchemi_lit results store (ZarrSink); read "
+            f"structures from a results store or a file ASE reads (a trajectory's frames: "
+            f"alchemi_lit.callbacks.read_trajectory)"
+        )
+    batch = read_results(path)
+    return [] if batch is None else batch.to_atoms(results=True)
+
+
+def _select(frames: list[Any], index: str | int | slice, path: Path) -> list[Any]:
+    """``frames[index]`` with ASE's index syntax (``":"``, ``-1``, ``"0:10"``)."""
+    from ase.io.formats import string2index
+
+    try:
+        chosen = string2index(index) if isinstance(index, str) else index
+        picked = frames[chosen]
+    except (ValueError, IndexError, TypeError) as exc:
+        raise StructureError(
+            f"index {index!r} selects no structure of {str(path)!r} ({len(frames)} stored); "
+            f"use ':' for all, or an index/slice within them"
+        ) from exc
+    picked = picked if isinstance(picked, list) else [picked]
+    if not picked:
+        raise StructureError(f"{str(path)!r} contains no structures (index {index!r})")
+    return picked

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, StructureError
-from ..state import validate_atoms
+from ..state import default_system_ids, validate_atoms
 from .io import read_structures
 
 
@@ -25,9 +25,10 @@ class SizeAwareSampler:
     """Yield systems of ``dataset`` within ``max_atoms`` / ``max_edges`` / ``max_systems``.
 
     ``dataset`` is any sequence of ``ase.Atoms`` or a path to a structure file.
-    ``system_ids`` default to dataset positions.  ``max_edges`` counts neighbour
-    pairs within the model's cutoff plus skin, estimated once per system when the
-    sampler is bound to a model.  With ``skip_invalid`` invalid structures are left
+    ``system_ids`` default to dataset positions (or to the ids that results of an
+    earlier run carry: :func:`~alchemi_lit.state.default_system_ids`).  ``max_edges``
+    counts neighbour pairs within the model's cutoff plus skin, estimated once per
+    system when the sampler is bound to a model.  With ``skip_invalid`` invalid structures are left
     out with a warning instead of stopping the run.
     """
 
@@ -55,7 +56,7 @@ class SizeAwareSampler:
         n = len(dataset)
         if n == 0:
             raise ConfigError("SizeAwareSampler: the dataset is empty")
-        ids = list(range(n)) if system_ids is None else [int(s) for s in system_ids]
+        ids = default_system_ids(dataset) if system_ids is None else [int(s) for s in system_ids]
         if len(ids) != n or len(set(ids)) != n:
             raise ConfigError("SizeAwareSampler: system_ids must be unique, one per structure")
         self.system_ids = np.asarray(ids, dtype=np.int64)
