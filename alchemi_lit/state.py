@@ -419,6 +419,7 @@ class Batch:
         atoms = list(atoms)
         if not atoms:
             raise StructureError("no structures given: pass a non-empty list of ase.Atoms")
+        require_atoms(atoms, "from_atoms")
         if system_ids is None:
             system_ids = default_system_ids(atoms)
         elif len(system_ids) != len(atoms):
@@ -549,6 +550,20 @@ class Batch:
                 f"this, or call to_atoms(results=False)"
             )
         return out
+
+
+def require_atoms(structures: Sequence[Any], owner: str) -> None:
+    """Every item must be an ``ase.Atoms``: anything else is named before it fails deep
+    inside a run."""
+    from ase import Atoms
+
+    for k, a in enumerate(structures):
+        if not isinstance(a, Atoms):
+            raise StructureError(
+                f"{owner}: structure {k} is of type {type(a).__name__}, not ase.Atoms; read "
+                f"structure files with alchemi_lit.data.read_structures (or pass the path)",
+                k,
+            )
 
 
 def default_system_ids(atoms: Sequence[Any]) -> list[int]:

@@ -193,6 +193,18 @@ def zarr_existing(tmp: Path) -> Any:
     return simulator(sinks=[ZarrSink(tmp / "r.zarr")]).run(argon())
 
 
+def zarr_append_clash(tmp: Path) -> Any:
+    simulator(sinks=[ZarrSink(tmp / "r.zarr")]).run(argon())
+    return simulator(sinks=[ZarrSink(tmp / "r.zarr", mode="a")]).run(argon())
+
+
+def trajectory_as_structures(tmp: Path) -> Any:
+    from alchemi_lit.callbacks import TrajectoryWriter
+
+    simulator(callbacks=[TrajectoryWriter(tmp / "t.zarr", every=1)]).run(argon())
+    return read_structures(tmp / "t.zarr")
+
+
 class NaNForSystem1(LennardJones):
     """LJ whose energy is NaN for system 1 from the 2nd evaluation on."""
 
@@ -918,6 +930,36 @@ CASES: list[Case] = [
         "api-sampler-too-small",
         r"system 0 has 32 atoms, more than max_atoms=8.*raise max_atoms",
         call=lambda _: SizeAwareSampler([bulk("Ar", cubic=True).repeat(2)], max_atoms=8),
+        exc=StructureError,
+    ),
+    Case(
+        "api-sampler-generator",
+        r"dataset must be indexable \(len\(\) and \[k\]\) or a path, got a generator; wrap it",
+        call=lambda _: SizeAwareSampler((a for a in [bulk("Ar")]), max_atoms=8),
+        exc=ConfigError,
+    ),
+    Case(
+        "api-sampler-not-atoms",
+        r"SizeAwareSampler: structure 1 is of type str, not ase\.Atoms; .*read_structures",
+        call=lambda _: SizeAwareSampler([bulk("Ar"), "ar.xyz"], max_atoms=8),
+        exc=StructureError,
+    ),
+    Case(
+        "api-batch-not-atoms",
+        r"from_atoms: structure 0 is of type dict, not ase\.Atoms",
+        call=lambda _: Batch.from_atoms([{"symbols": "Ar"}]),
+        exc=StructureError,
+    ),
+    Case(
+        "api-zarr-append-clashing-ids",
+        r"already holds system_id\(s\) 0 \(1 of this run's systems\); give this run other ids",
+        call=zarr_append_clash,
+        exc=ConfigError,
+    ),
+    Case(
+        "api-trajectory-as-structures",
+        r"is a trajectory store, not an alchemi_lit results store",
+        call=trajectory_as_structures,
         exc=StructureError,
     ),
     Case(

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, StructureError
-from ..state import default_system_ids, validate_atoms
+from ..state import default_system_ids, require_atoms, validate_atoms
 from .io import read_structures
 
 
@@ -53,14 +53,21 @@ class SizeAwareSampler:
         self.max_atoms = int(max_atoms)
         self.max_systems = int(max_systems) if max_systems is not None else None
         self.max_edges = int(max_edges) if max_edges is not None else None
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise ConfigError(
+                f"SizeAwareSampler: the dataset must be indexable (len() and [k]) or a path, "
+                f"got a {type(dataset).__name__}; wrap it in list(...)"
+            )
         n = len(dataset)
         if n == 0:
             raise ConfigError("SizeAwareSampler: the dataset is empty")
-        ids = default_system_ids(dataset) if system_ids is None else [int(s) for s in system_ids]
+        items = [dataset[k] for k in range(n)]  # (read once: a dataset may load lazily)
+        require_atoms(items, "SizeAwareSampler")
+        ids = default_system_ids(items) if system_ids is None else [int(s) for s in system_ids]
         if len(ids) != n or len(set(ids)) != n:
             raise ConfigError("SizeAwareSampler: system_ids must be unique, one per structure")
         self.system_ids = np.asarray(ids, dtype=np.int64)
-        self.sizes = np.asarray([len(dataset[k]) for k in range(n)], dtype=np.int64)
+        self.sizes = np.asarray([len(a) for a in items], dtype=np.int64)
         self.edges: np.ndarray | None = None
         self.skip_invalid = skip_invalid
         self.order = np.arange(n)
