@@ -13,6 +13,10 @@ from .state import EXIT_REASONS, Batch
 class Results:
     """Final states of the systems a run processed, sorted by ``system_id``.
 
+    With a bounded :class:`~alchemi_lit.sinks.HostMemory` first in the sinks, these are
+    the systems it kept; once it filled up, the rest went to the later sinks (the repr
+    says how many, and where; ``stats["systems"]`` counts them all).
+
     ``results.batch`` is the tensor view; :meth:`to_atoms` gives ``ase.Atoms`` with a
     single-point calculator (energy, forces, stress) and ``info`` (system_id, steps,
     converged, exit_reason), so ASE tools work on them directly.
@@ -106,6 +110,17 @@ class Results:
         if self.batch is None:
             return f"Results(systems=0, stats={self.stats})"
         return (
-            f"Results(systems={len(self)}, converged={int(self.converged.sum())}, "
-            f"steps={int(self.steps.sum())})"
+            f"Results(systems={len(self)}{self._elsewhere()}, "
+            f"converged={int(self.converged.sum())}, steps={int(self.steps.sum())})"
         )
+
+    def _elsewhere(self) -> str:
+        """Where the run's other systems are, when an in-memory sink filled up and these
+        results hold only its share (so a short count does not read as a loss)."""
+        total = self.stats.get("systems")
+        if total is None or int(total) <= len(self):
+            return ""
+        stores = [str(getattr(s, "path", type(s).__name__)) for s in self.sinks]
+        kept = [s for s in stores if s != "HostMemory"]
+        where = f" in {', '.join(kept)}" if kept else ""
+        return f" of {int(total)}; the other {int(total) - len(self)} went to later sinks{where}"

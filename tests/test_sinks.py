@@ -196,3 +196,13 @@ def test_default_system_ids(ids, expected):
             a.info["system_id"] = sid
     assert default_system_ids(atoms) == expected
     assert sorted(al.Batch.from_atoms(atoms).system_id.tolist()) == sorted(expected)
+
+
+def test_results_of_a_full_memory_sink_say_where_the_rest_went(tmp_path):
+    sim = relax_sim(ZarrSink(tmp_path / "r.zarr"))
+    sim.sinks.insert(0, HostMemory(capacity=2))
+    res = sim.run(SizeAwareSampler(DATA[:5], max_atoms=120))
+    assert len(res) == 2 and res.stats["systems"] == 5
+    assert "systems=2 of 5; the other 3 went to later sinks in " in repr(res)
+    assert str(tmp_path / "r.zarr") in repr(res)
+    assert len(read_results(tmp_path / "r.zarr")) == 3
