@@ -195,3 +195,25 @@ def test_invalid_structure_in_dataset_named_before_run() -> None:
         sim.run(SizeAwareSampler(data, max_atoms=100))
     res = sim.run(SizeAwareSampler(data, max_atoms=100, skip_invalid=True))
     assert sorted(res.system_id.tolist()) == [0, 1, 3]
+
+
+def test_results_carry_the_final_stress_as_ase_computes_it():
+    """The step loop skips stress; finished systems get it in one evaluation -- crystals
+    as ASE's LennardJones gives it at their final positions, molecules (no cell) none."""
+    from ase import Atoms
+    from ase.build import bulk
+    from ase.calculators.lj import LennardJones as AseLJ
+
+    crystals = [bulk("Ar", "fcc", a=5.26, cubic=True).repeat((2, 2, n)) for n in (1, 2, 2)]
+    for k, atoms in enumerate(crystals):
+        atoms.rattle(0.05, seed=k)
+    crystals[2].set_cell(crystals[2].cell * 1.02, scale_atoms=True)  # under tension
+    molecule = Atoms("Ar3", positions=[[0, 0, 0], [3.7, 0, 0], [0.4, 3.6, 0]])
+    res = al.Simulator(model=lj(), stages=relax(), precision="64").run([*crystals, molecule])
+    out = res.to_atoms()
+    for atoms in out[:3]:
+        ref = atoms.copy()
+        ref.calc = AseLJ(epsilon=0.0104, sigma=3.40, rc=CUTOFF, smooth=False)
+        np.testing.assert_allclose(atoms.get_stress(), ref.get_stress(), atol=1e-9)
+    assert torch.equal(res.batch.stress[3], torch.zeros(3, 3, dtype=torch.float64))
+    assert "stress" not in out[3].calc.results

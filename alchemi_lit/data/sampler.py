@@ -159,10 +159,13 @@ class SizeAwareSampler:
         return self.max_atoms, self.max_systems or 1 << 62, self.max_edges
 
     def edges_of(self, system_ids: Sequence[int]) -> int:
+        """Neighbour pairs of the given systems (0 without an edge budget)."""
         if self.edges is None:
             return 0
-        lookup = {int(s): k for k, s in enumerate(self.system_ids)}
-        return int(sum(self.edges[lookup[int(s)]] for s in system_ids))
+        row_of = self.__dict__.get("_row_of")
+        if row_of is None:  # built once: bookkeeping asks every few steps
+            row_of = self._row_of = {int(s): k for k, s in enumerate(self.system_ids)}
+        return int(sum(self.edges[row_of[int(s)]] for s in system_ids))
 
     def state_dict(self) -> dict[str, Any]:
         return {"position": self.position, "order": self.order.tolist()}

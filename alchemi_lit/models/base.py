@@ -156,15 +156,24 @@ class Model(torch.nn.Module):
 
     def final_stress(self, batch: Batch) -> torch.Tensor:
         """:meth:`stress` for finished systems; quarantined ones (non-finite state or a
-        model error) keep what they have -- evaluating them again would fail again."""
+        model error) keep what they have -- evaluating them again would fail again.
+        Systems without a 3-D cell (molecules) have zero stress without an evaluation:
+        with thousands of small molecules, that evaluation's neighbour lists cost as
+        much as the run's own."""
         from ..state import EXIT_MODEL_ERROR, EXIT_QUARANTINED
 
         ok = (batch.exit_code != EXIT_MODEL_ERROR) & (batch.exit_code != EXIT_QUARANTINED)
         out = batch.stress.clone()
-        rows = ok.nonzero().flatten()
+        flat = batch.volume <= _MIN_VOLUME  # virial_stress's zero-volume rule
+        out[ok & flat] = 0.0
+        rows = (ok & ~flat).nonzero().flatten()
         if len(rows):
             out[rows] = self.stress(batch.select(rows)).detach()
         return out
+
+
+#: cells of at most this volume (Å^3) have no stress: molecules, or no cell at all
+_MIN_VOLUME = 1e-12
 
 
 def virial_stress(batch: Batch, edges: Edges, grad: torch.Tensor) -> torch.Tensor:
@@ -173,7 +182,9 @@ def virial_stress(batch: Batch, edges: Edges, grad: torch.Tensor) -> torch.Tenso
     rows = [edges.system_sum(edges.vec[:, a : a + 1] * grad, batch.num_systems) for a in range(3)]
     virial = torch.stack(rows, 1).reshape(-1, 9)
     volume = batch.volume
-    inv_v = torch.where(volume > 1e-12, 1.0 / volume.clamp_min(1e-12), torch.zeros_like(volume))
+    inv_v = torch.where(
+        volume > _MIN_VOLUME, 1.0 / volume.clamp_min(_MIN_VOLUME), torch.zeros_like(volume)
+    )
     return (virial * inv_v[:, None]).reshape(-1, 3, 3)
 
 

@@ -663,6 +663,9 @@ def _canonical_system(i: np.ndarray, j: np.ndarray, sh: np.ndarray, n: int, lo: 
     j = j.take(order)
     j += lo
     code = code.take(order)
+    if span == 0:  # no periodic images (a molecule): zero shifts, nothing to multiply
+        zeros = np.zeros((len(i), 3), dtype=np.int64)
+        return i, j, zeros.astype(cell.numpy().dtype), zeros
     if base**3 <= max(len(code), 27):
         digits = np.arange(base**3)
         table = np.stack([digits // (base * base), digits // base % base, digits % base], 1)
