@@ -903,7 +903,15 @@ def _closest_pair(
     (distance, i, j, through a periodic image), or None."""
     import vesin  # vesin accepts degenerate cell vectors along non-periodic axes
 
+    from .models.neighbors import all_pairs_suit, molecule_pairs
+
     cutoff = max(cutoff, COINCIDENT_DISTANCE)
+    if all_pairs_suit(len(pos), pbc):  # a small molecule: one vectorised test
+        i, j, r2 = molecule_pairs(pos, cutoff)
+        if len(r2) == 0:
+            return None
+        k = int(np.argmin(r2))
+        return float(np.sqrt(r2[k])), int(i[k]), int(j[k]), False
     i, j, shifts, d = vesin.NeighborList(cutoff=cutoff, full_list=False, n_threads=1).compute(
         pos, cell, pbc.tolist(), "ijSd"
     )

@@ -387,3 +387,42 @@ def test_small_cell_path_reproduces_vesin_bit_for_bit(monkeypatch: pytest.Monkey
         assert torch.equal(got, want)
     edges = NeighborList(cutoff=radius, skin=0.0)(batch)
     assert_matches_reference(batch, edges, radius)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_molecule_path_reproduces_vesin_bit_for_bit(monkeypatch: pytest.MonkeyPatch, dtype) -> None:
+    """Small non-periodic systems are searched by one vectorised all-pairs test instead
+    of a vesin call each; the edges must be vesin's exactly (pairs, orientation, order,
+    shifts), and so must the pair counts of edge budgets and the closest pair that
+    structure validation reports."""
+    from alchemi_lit.models import neighbors
+    from alchemi_lit.state import _closest_pair
+
+    rng = np.random.default_rng(23)
+    systems = []
+    for k in range(30):
+        n = int(rng.integers(1, 60))  # beyond the all-pairs limit too
+        pos = rng.uniform(0, (n * rng.uniform(10, 60)) ** (1 / 3), (n, 3))
+        cell = np.zeros((3, 3)) if k % 2 else np.eye(3) * 4.0  # a box but no pbc
+        systems.append(Atoms(f"Ar{n}", positions=pos, cell=cell, pbc=False))
+    systems.append(perturbed_argon(1, 2, 0.1, seed=1)[0])  # a periodic one: vesin
+    batch = Batch.from_atoms(systems, dtype=dtype, validate=False)
+    rows = list(range(batch.num_systems))
+    radius = 5.5
+    fast = neighbors._build_rows(batch, rows, radius)
+    counts = [neighbors.count_pairs(a.positions, a.cell.array, a.pbc, radius) for a in systems]
+    closest = [_closest_pair(a.positions, a.cell.array, a.pbc, 2.5) for a in systems]
+    monkeypatch.setattr(neighbors, "_ALL_PAIRS_MAX_ATOMS", 0)  # vesin for all
+    by_vesin = neighbors._build_rows(batch, rows, radius)
+    for got, want in zip(fast, by_vesin):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got, want)
+    assert counts == [
+        neighbors.count_pairs(a.positions, a.cell.array, a.pbc, radius) for a in systems
+    ]
+    for got, a in zip(closest, systems):
+        want = _closest_pair(a.positions, a.cell.array, a.pbc, 2.5)
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert got[1:] == want[1:] and got[0] == pytest.approx(want[0], rel=1e-15)
+    assert sum(len(a) <= 48 for a in systems) >= 15  # the fast path took most of them
