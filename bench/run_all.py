@@ -27,6 +27,7 @@ BENCHES = {
     "neighbors": ["bench_neighbors.py"],
     "dynamics": ["bench_dynamics.py"],
     "fused": ["bench_fused.py"],
+    "molecules": ["bench_molecules.py"],
     "pipeline": ["bench_pipeline.py"],
     "soak": ["bench_soak.py"],
 }
