@@ -301,6 +301,24 @@ def test_maxwell_boltzmann_init_zero_momentum_and_mean_temperature() -> None:
     assert len(set(t.tolist())) == len(t)  # every system has its own stream
 
 
+def test_maxwell_boltzmann_for_some_systems_draws_their_numbers_only() -> None:
+    """On CPU only the entering systems' atoms are drawn: their velocities are exactly
+    those of a draw for the whole batch, and the others keep theirs."""
+    systems = [argon_bulk(2) for _ in range(6)]
+    systems[3] = systems[3].repeat((2, 1, 1))  # sizes differ: atom offsets matter
+    full = Batch.from_atoms(systems)
+    full.total_steps = torch.arange(6) * 7  # keys differ per system
+    part = full.clone()
+    before = torch.randn_like(part.velocities)
+    part.velocities = before.clone()
+    maxwell_boltzmann(full, torch.ones(6, dtype=torch.bool), 75.0, seed=3)
+    some = torch.tensor([False, True, False, True, True, False])
+    maxwell_boltzmann(part, some, 75.0, seed=3)
+    drawn = part.atom_mask(some)
+    assert torch.equal(part.velocities[drawn], full.velocities[drawn])
+    assert torch.equal(part.velocities[~drawn], before[~drawn])
+
+
 def test_md_stage_draws_velocities_only_for_systems_at_rest() -> None:
     moving = moving_argon(1, temperature=50.0, seed=5)[0]
     at_rest = argon_bulk(2)
