@@ -109,8 +109,11 @@ class NormalsAhead:
     changes.  A draw is reused while the batch keeps its layout (the same ``system_id``,
     ``system_idx`` and ``local_index`` tensors) and every system's step lies within the
     steps drawn; anything else -- a refill, a system that skipped ahead -- draws afresh.
-    Checking reads tensor values, free on CPU only: on an accelerator every call draws
-    (compile the kernel there: ``Simulator(compile=True)``).  One entry per purpose.
+    How far ahead adapts: a draw dropped after serving ``s`` of its steps makes the
+    next one cover ``s`` (a batch refilled every step draws one step at a time, not
+    eight), a draw used up doubles it again, up to ``MAX_AHEAD``.  Checking reads
+    tensor values, free on CPU only: on an accelerator every call draws (compile the
+    kernel there: ``Simulator(compile=True)``).  One entry per purpose.
     """
 
     #: values drawn at once at most (steps ahead x atoms): K = 8 up to 32 768 atoms
@@ -119,6 +122,8 @@ class NormalsAhead:
 
     def __init__(self) -> None:
         self._drawn: dict[int, tuple[tuple, torch.Tensor, int, torch.Tensor]] = {}
+        self._served: dict[int, int] = {}  # steps the current draw has served, per purpose
+        self._ahead: dict[int, int] = {}  # how far the next draw reaches, per purpose
 
     def __call__(
         self,
@@ -131,8 +136,8 @@ class NormalsAhead:
         dtype: torch.dtype,
     ) -> torch.Tensor:
         n = int(system_idx.shape[0])
-        ahead = min(self.MAX_AHEAD, self.MAX_VALUES // max(n, 1))
-        if system_idx.device.type != "cpu" or n == 0 or ahead < 2:
+        limit = min(self.MAX_AHEAD, self.MAX_VALUES // max(n, 1))
+        if system_idx.device.type != "cpu" or n == 0 or limit < 2:
             return atom_normals(seed, system_id, step, system_idx, local_index, purpose, dtype)
         layout = (seed, dtype, system_id, system_idx, local_index)
         layout += tuple(t._version for t in layout[2:])
@@ -141,11 +146,17 @@ class NormalsAhead:
             _, base, k_max, values = entry
             offset = step - base
             if bool(((offset >= 0) & (offset < k_max)).all()):
+                self._served[purpose] += 1
                 k = int(offset[0])
                 if bool((offset == k).all()):  # every system at the same step: a view
                     return values[k * n : (k + 1) * n]
                 rows = torch.arange(n) + n * offset.index_select(0, system_idx)
                 return values.index_select(0, rows)
+        ahead = min(limit, self._next_ahead(purpose))
+        self._served[purpose] = 1
+        if ahead < 2:  # nothing to keep: the layout changes about every step
+            self._drawn.pop(purpose, None)
+            return atom_normals(seed, system_id, step, system_idx, local_index, purpose, dtype)
         # draw the next `ahead` steps of every system: block k holds step + k
         b = int(system_id.shape[0])
         ks = torch.arange(ahead)
@@ -160,6 +171,19 @@ class NormalsAhead:
         )
         self._drawn[purpose] = (layout, step.clone(), ahead, values)
         return values[:n]
+
+
+    def _next_ahead(self, purpose: int) -> int:
+        """Steps the next draw covers: what the last one served when it was dropped
+        early, twice as many when it was used up (``MAX_AHEAD`` at first)."""
+        last = self._ahead.get(purpose)
+        if last is None:
+            ahead = self.MAX_AHEAD
+        else:
+            served = self._served.get(purpose, 0)
+            ahead = 2 * last if served >= last else max(1, served)
+        self._ahead[purpose] = min(self.MAX_AHEAD, ahead)
+        return self._ahead[purpose]
 
 
 def _same(a: tuple, b: tuple) -> bool:

@@ -88,6 +88,33 @@ def test_normals_drawn_ahead_are_exactly_the_keyed_draws():
     assert torch.equal(got, atom_normals(9, other, step2, idx2, local2, 1, torch.float64))
 
 
+def test_normals_ahead_adapts_how_far_it_draws(monkeypatch):
+    """A batch whose layout changes every step (refills at every bookkeeping) gets
+    one- or two-step draws instead of eight-step ones it throws away; a stable layout
+    goes back to drawing ahead.  The numbers stay the keyed draws throughout."""
+    from alchemi_lit import random as random_mod
+
+    drawn = []  # atoms x steps of each draw NormalsAhead makes
+    keyed = random_mod.atom_normals
+
+    def counting(*args):
+        drawn.append(int(args[3].shape[0]))
+        return keyed(*args)
+
+    monkeypatch.setattr(random_mod, "atom_normals", counting)
+    ahead = random_mod.NormalsAhead()
+    ids, step = torch.tensor([4, 9]), torch.tensor([0, 3])
+    for k in range(12):
+        if k <= 6:  # new tensors: a new layout, as after a refill
+            idx = torch.cat([torch.zeros(4, dtype=torch.long), torch.ones(6, dtype=torch.long)])
+            local = torch.cat([torch.arange(4), torch.arange(6)])
+        got = ahead(1, ids, step + k, idx, local, 2, torch.float64)
+        assert torch.equal(got, keyed(1, ids, step + k, idx, local, 2, torch.float64)), k
+    steps_per_draw = [d // 10 for d in drawn]
+    # 8 at first; dropped after one step: 1, used up: 2, ...; stable from k = 6: 2, 4
+    assert steps_per_draw == [8, 1, 2, 1, 2, 1, 2, 4]
+
+
 def test_integrators_pickle_without_drawn_numbers():
     import pickle
 
