@@ -172,7 +172,6 @@ class NormalsAhead:
         self._drawn[purpose] = (layout, step.clone(), ahead, values)
         return values[:n]
 
-
     def _next_ahead(self, purpose: int) -> int:
         """Steps the next draw covers: what the last one served when it was dropped
         early, twice as many when it was used up (``MAX_AHEAD`` at first)."""
