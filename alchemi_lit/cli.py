@@ -1140,7 +1140,9 @@ class _Built:
     output: dict[str, Any]
 
 
-def _build(resolved: dict[str, Any]) -> _Built:
+def _build(resolved: dict[str, Any], resuming: bool = False) -> _Built:
+    """Everything a run needs, checked; ``resuming``: the stores hold this very run's
+    results so far, so they are not refused for existing or holding its ids."""
     from .simulator import Simulator
 
     sim_cfg = dict(resolved["simulator"])
@@ -1181,7 +1183,7 @@ def _build(resolved: dict[str, Any]) -> _Built:
             raise CLIError(
                 _key_for(exc, prefix, list(args), "data.sampler"), _one_line(str(exc))
             ) from exc
-    _check_sinks(sim, resolved)
+    _check_sinks(sim, resolved, source, resuming)
     return _Built(sim, atoms, source, data, resolved.get("output") or {})
 
 
@@ -1280,10 +1282,14 @@ def _sink_keys(resolved: dict[str, Any]) -> list[str]:
     return [f"simulator.sinks.{i}" for i in range(len(sinks))]
 
 
-def _check_sinks(sim: Any, resolved: dict[str, Any]) -> None:
+def _check_sinks(sim: Any, resolved: dict[str, Any], source: Any, resuming: bool) -> None:
     """Refuse, before anything runs, to write into an existing store that mode 'w-'
-    protects, or where no store can be created (a file in the way, no permission)."""
-    from .sinks import ZarrSink
+    protects, to append to a store systems whose ids it already holds, or to write
+    where no store can be created (a file in the way, no permission)."""
+    from .simulator import input_system_ids
+    from .sinks import ZarrSink, id_list
+
+    ids = input_system_ids(source)
 
     out = resolved.get("output") or {}
     if out.get("dir") is not None:
@@ -1291,11 +1297,22 @@ def _check_sinks(sim: Any, resolved: dict[str, Any]) -> None:
     for key, sink in zip(_sink_keys(resolved), sim.sinks or []):
         if isinstance(sink, ZarrSink):
             _check_writable(sink.path, f"{key}.init_args.store", "results store")
+        if resuming:
+            continue
         if isinstance(sink, ZarrSink) and sink.mode == "w-" and sink.path.exists():
             raise CLIError(
                 f"{key}.init_args.store",
                 f"results store {str(sink.path)!r} already exists and mode is 'w-'; set "
                 f"{key}.init_args.mode to 'a' (append) or 'w' (replace), or choose another path",
+            )
+        clash = sink.id_clashes(ids) if isinstance(sink, ZarrSink) and ids is not None else []
+        if len(clash):
+            raise CLIError(
+                f"{key}.init_args.store",
+                f"results store {str(sink.path)!r} already holds system_id(s) {id_list(clash)} "
+                f"of these structures; set {key}.init_args.mode to 'w' (replace), choose "
+                f"another store, or give the structures ids it does not hold "
+                f"(info['system_id'] in the structure file, or data.sampler.system_ids)",
             )
 
 
@@ -1389,7 +1406,7 @@ def _run_or_validate(command: str, args: list[str]) -> int:
         if code is not None:
             return code
     _parser, _cfg, resolved = _parse(command, req)
-    built = _build(resolved)
+    built = _build(resolved, resuming=command == "run" and req.resume not in (None, False))
     facts = _check_structures(built, full=command == "validate")
     if command == "validate":
         _print_validation(built, facts)

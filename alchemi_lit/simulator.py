@@ -200,25 +200,11 @@ class Simulator:
     def _refuse_store_id_clashes(self, data: Any) -> None:
         """A run appending to a results store must not reuse a ``system_id`` stored
         there: checked before anything is computed (see ZarrSink.refuse_id_clashes)."""
-        from ase import Atoms
-
-        from .data import SizeAwareSampler
         from .sinks import ZarrSink
 
         stores = [s for s in self.sinks or [] if isinstance(s, ZarrSink)]
-        if not stores:
-            return
-        if isinstance(data, Batch):
-            ids = data.system_id.tolist()
-        elif isinstance(data, SizeAwareSampler):
-            ids = data.system_ids.tolist()
-        elif isinstance(data, Atoms):
-            ids = default_system_ids([data])
-        elif isinstance(data, (list, tuple)):
-            ids = default_system_ids(data)  # what Batch.from_atoms will give them
-        else:
-            return  # not a run input: the strategy reports it
-        for store in stores:
+        ids = input_system_ids(data) if stores else None
+        for store in stores if ids is not None else []:
             store.refuse_id_clashes(ids)
 
     def _record_run(self, results: Results, started: float, resumed: bool) -> None:
@@ -295,6 +281,24 @@ class Simulator:
                 "numpy": numpy.__version__,
             },
         }
+
+
+def input_system_ids(data: Any) -> list[int] | None:
+    """The ``system_id`` each system of a run's input will have (None for what is not
+    a run input: :meth:`Simulator.run` reports that)."""
+    from ase import Atoms
+
+    from .data import SizeAwareSampler
+
+    if isinstance(data, Batch):
+        return data.system_id.tolist()
+    if isinstance(data, SizeAwareSampler):
+        return data.system_ids.tolist()
+    if isinstance(data, Atoms):
+        return default_system_ids([data])
+    if isinstance(data, (list, tuple)) and all(isinstance(a, Atoms) for a in data):
+        return default_system_ids(data)  # what Batch.from_atoms will give them
+    return None
 
 
 def _stages_of(plan: Fused | Pipeline) -> list[Integrator]:

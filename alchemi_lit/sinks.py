@@ -349,17 +349,20 @@ class ZarrSink(Sink):
         """Before a run appends to an existing store: a ``system_id`` it already holds
         would make its results ambiguous (which run's system 3?), so such a run is
         refused before anything is computed, naming the ids and the ways out."""
-        if self.mode != "a" or not self.path.exists():
-            return
-        clash = np.intersect1d(stored_system_ids(self.path), np.asarray(system_ids, dtype=np.int64))
+        clash = self.id_clashes(system_ids)
         if len(clash):
-            shown = ", ".join(str(int(i)) for i in clash[:10]) + (" ..." if len(clash) > 10 else "")
             raise ConfigError(
-                f"results store {str(self.path)!r} already holds system_id(s) {shown} "
-                f"({len(clash)} of this run's systems); give this run other ids "
-                f"(system_ids= of SizeAwareSampler or Batch.from_atoms), write another store, "
-                f"or replace this one with ZarrSink(..., mode='w')"
+                f"results store {str(self.path)!r} already holds system_id(s) "
+                f"{id_list(clash)} ({len(clash)} of this run's systems); give this run other "
+                f"ids (system_ids= of SizeAwareSampler or Batch.from_atoms), write another "
+                f"store, or replace this one with ZarrSink(..., mode='w')"
             )
+
+    def id_clashes(self, system_ids: Sequence[int]) -> np.ndarray:
+        """The given ids this store already holds, when a run would append to it."""
+        if self.mode != "a" or not self.path.exists():
+            return np.zeros(0, dtype=np.int64)
+        return np.intersect1d(stored_system_ids(self.path), np.asarray(system_ids, dtype=np.int64))
 
     def record_run(self, stats: dict[str, Any]) -> None:
         """Add a finished run's statistics (wall time, systems, steps ...) to its entry in
@@ -389,6 +392,11 @@ class SinkFlushError(RuntimeError):
     def __init__(self, message: str, batch: Batch) -> None:
         super().__init__(message)
         self.batch = batch
+
+
+def id_list(ids: Sequence[int], shown: int = 10) -> str:
+    """``"0, 1, 2 ..."``: the first ``shown`` ids of a list, for messages."""
+    return ", ".join(str(int(i)) for i in ids[:shown]) + (" ..." if len(ids) > shown else "")
 
 
 def stored_system_ids(path: str | Path) -> np.ndarray:

@@ -138,6 +138,15 @@ def existing_store(c: dict[str, Any], tmp: Path) -> None:
     c["simulator"]["sinks"] = [{"class_path": "ZarrSink", "init_args": {"store": str(store)}}]
 
 
+def store_holding_the_ids(c: dict[str, Any], tmp: Path) -> None:
+    """A store a run already wrote system 0 to, appended to by a run whose system is 0."""
+    store = tmp / "old.zarr"
+    simulator(sinks=[ZarrSink(store)]).run(argon())
+    c["simulator"]["sinks"] = [
+        {"class_path": "ZarrSink", "init_args": {"store": str(store), "mode": "a"}}
+    ]
+
+
 def constrained_traj(c: dict[str, Any], tmp: Path) -> None:
     """An ASE trajectory (keeps constraints) with a FixBondLength constraint."""
     from ase.constraints import FixBondLength
@@ -646,6 +655,13 @@ CASES: list[Case] = [
         "zarr-store-exists-mode-w-",
         r"already exists and mode is 'w-'; set .*mode to 'a' \(append\)",
         edit(existing_store),
+        "simulator.sinks.0.init_args.store",
+    ),
+    Case(
+        "zarr-append-clashing-ids",
+        r"already holds system_id\(s\) 0 of these structures; set .*mode to 'w' \(replace\)"
+        r".*info\['system_id'\]",
+        edit(store_holding_the_ids),
         "simulator.sinks.0.init_args.store",
     ),
     Case(

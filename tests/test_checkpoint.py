@@ -210,3 +210,28 @@ def test_cli_killed_then_resumed_equals_uninterrupted(tmp_path, how):
     assert_batches_equal(
         ZarrSink(tmp_path / "full.zarr").read_batch(), ZarrSink(tmp_path / "cut.zarr").read_batch()
     )
+
+
+@pytest.mark.parametrize("mode", ["w-", "a"])
+def test_cli_resume_is_not_refused_by_its_own_store(tmp_path, mode):
+    """The store a run was writing exists, and holds its ids, when the run resumes: the
+    checks that protect stores from other runs (mode 'w-', ids already stored with
+    'a') must not refuse the resume.  Resumed from the checkpoint of a mid-run step,
+    the store ends as the uninterrupted run left it, each system once."""
+    import contextlib
+    import io
+
+    from alchemi_lit.cli import main
+
+    text = CONFIG.format(ckpt=tmp_path / "ckpt", store=tmp_path / "r.zarr")
+    text = text.replace("mode: w}", f"mode: '{mode}'}}").replace("n_systems: 24", "n_systems: 8")
+    config = tmp_path / "run.yaml"
+    config.write_text(text)
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        assert main(["run", "--config", str(config)]) == 0, err.getvalue()
+        first = ZarrSink(tmp_path / "r.zarr").read_batch()
+        older = sorted((tmp_path / "ckpt").glob("step-*.ckpt"))[0]  # a mid-run state
+        status = main(["run", "--config", str(config), "--resume", str(older)])
+    assert status == 0, err.getvalue()
+    assert_batches_equal(first, ZarrSink(tmp_path / "r.zarr").read_batch())
