@@ -257,9 +257,7 @@ def test_saved_config_reruns_from_another_directory(
     assert [s["name"] for s in summary["stages"]] == ["0:FIRE"]
 
 
-def test_unwritable_store_names_its_key(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_unwritable_store_names_its_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     for store, text in [
