@@ -74,6 +74,9 @@ from common import (
     median,
     package_version,
     setup_threads,
+    torchsim_fire,
+    torchsim_force_error,
+    torchsim_lj,
 )
 
 import alchemi_lit as al
@@ -413,41 +416,12 @@ def overhead_and_syncs(atoms, md_atoms, repeats: int, gate) -> tuple[list[tuple]
 # --------------------------------------------------------------------------- TorchSim
 def bench_torchsim(atoms, md_atoms, repeats: int, gate, alchemi_steps) -> tuple[list[Row], str]:
     import torch_sim as ts
-    from torch_sim.models.lennard_jones import LennardJonesModel
-    from torch_sim.runners import generate_force_convergence_fn
     from torch_sim.units import MetalUnits
 
-    class HalvedLJ(LennardJonesModel):
-        """TorchSim 0.3.0's LJ with its forces halved (they are 2x too large)."""
-
-        evals = 0
-
-        def forward(self, state):
-            out = super().forward(state)
-            out["forces"] = 0.5 * out["forces"]
-            HalvedLJ.evals += int(state.n_atoms)
-            return out
-
     device = torch.device("cpu")
-    model = HalvedLJ(
-        sigma=ARGON_LJ["sigma"],
-        epsilon=ARGON_LJ["epsilon"],
-        cutoff=ARGON_LJ["cutoff"],
-        device=device,
-        dtype=DT,
-        compute_stress=False,
-    )
-    # check the halved forces against ASE
-    from ase.calculators.lj import LennardJones as AseLJ
-
-    state = ts.io.atoms_to_state(atoms[:2], device, DT)
-    f = model(state)["forces"].numpy()
-    ref = []
-    for a in atoms[:2]:
-        c = a.copy()
-        c.calc = AseLJ(epsilon=ARGON_LJ["epsilon"], sigma=ARGON_LJ["sigma"], rc=ARGON_LJ["cutoff"])
-        ref.append(c.get_forces())
-    err = float(np.abs(f - np.concatenate(ref)).max())
+    model = torchsim_lj(DT)
+    HalvedLJ = type(model)
+    err = torchsim_force_error(model, atoms[:2], DT)
     assert err < 1e-8, f"halved TorchSim forces differ from ASE by {err}"
     note = (
         f"TorchSim {package_version('torch-sim-atomistic')}: LennardJonesModel forces halved "
@@ -456,20 +430,9 @@ def bench_torchsim(atoms, md_atoms, repeats: int, gate, alchemi_steps) -> tuple[
     )
 
     n_atoms = sum(len(a) for a in atoms)
-    conv = generate_force_convergence_fn(force_tol=FMAX, include_cell_forces=False)
 
     def fire_run(max_steps=MAX_STEPS):
-        return ts.optimize(
-            ts.io.atoms_to_state(atoms, device, DT),
-            model,
-            optimizer=ts.optimizers.fire,
-            convergence_fn=conv,
-            max_steps=max_steps,
-            md_flavor="ase_fire",
-            dt_start=0.1,
-            dt_max=1.0,
-            max_step=0.2,
-        )
+        return torchsim_fire(atoms, model, DT, FMAX, max_steps)
 
     dt_int = MD_DT_FS * 1e-3 * float(MetalUnits.time)  # fs -> ps -> internal time
     gamma = MD_FRICTION * 1e3 / float(MetalUnits.time)  # 1/fs -> 1/internal time

@@ -47,6 +47,9 @@ from common import (
     median,
     package_version,
     setup_threads,
+    torchsim_fire,
+    torchsim_force_error,
+    torchsim_lj,
 )
 
 FMAX, MAX_STEPS, NOISE = 0.05, 500, 0.3
@@ -91,50 +94,11 @@ def run_alchemi(clusters: list[Any]) -> tuple[float, np.ndarray]:
 
 
 def run_torchsim(clusters: list[Any]) -> tuple[float, str]:
-    import torch_sim as ts
-    from ase.calculators.lj import LennardJones as AseLJ
-    from torch_sim.models.lennard_jones import LennardJonesModel
-    from torch_sim.runners import generate_force_convergence_fn
-
-    class HalvedLJ(LennardJonesModel):
-        """TorchSim 0.3.0's LJ with its forces halved (they are 2x too large)."""
-
-        def forward(self, state):
-            out = super().forward(state)
-            out["forces"] = 0.5 * out["forces"]
-            return out
-
-    cpu = torch.device("cpu")
-    model = HalvedLJ(
-        sigma=ARGON_LJ["sigma"],
-        epsilon=ARGON_LJ["epsilon"],
-        cutoff=ARGON_LJ["cutoff"],
-        device=cpu,
-        dtype=DT,
-        compute_stress=False,
-    )
-    sample = clusters[:3]
-    forces = model(ts.io.atoms_to_state(sample, cpu, DT))["forces"].numpy()
-    ref = []
-    for a in sample:
-        c = a.copy()
-        c.calc = AseLJ(epsilon=ARGON_LJ["epsilon"], sigma=ARGON_LJ["sigma"], rc=ARGON_LJ["cutoff"])
-        ref.append(c.get_forces())
-    err = float(np.abs(forces - np.concatenate(ref)).max())
+    model = torchsim_lj(DT)
+    err = torchsim_force_error(model, clusters[:3], DT)
     assert err < 1e-8, f"halved TorchSim forces differ from ASE by {err}"
-    conv = generate_force_convergence_fn(force_tol=FMAX, include_cell_forces=False)
     t0 = time.perf_counter()
-    ts.optimize(
-        ts.io.atoms_to_state(clusters, cpu, DT),
-        model,
-        optimizer=ts.optimizers.fire,
-        convergence_fn=conv,
-        max_steps=MAX_STEPS,
-        md_flavor="ase_fire",
-        dt_start=0.1,
-        dt_max=1.0,
-        max_step=0.2,
-    )
+    torchsim_fire(clusters, model, DT, FMAX, MAX_STEPS)
     wall = time.perf_counter() - t0
     version = package_version("torch-sim-atomistic")
     return wall, f"TorchSim {version}: forces halved, match ASE to {err:.0e} eV/Å"

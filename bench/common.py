@@ -350,3 +350,66 @@ class HostSyncCounter:
 def load_line() -> str:
     la = os.getloadavg()
     return f"load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}"
+
+
+# --------------------------------------------------------------------------- TorchSim
+def torchsim_lj(dtype: Any) -> Any:
+    """TorchSim's ``LennardJonesModel`` with :data:`ARGON_LJ`, its forces halved (0.3.x
+    returns them exactly 2x too large: a full neighbour list counted twice) -- check with
+    :func:`torchsim_force_error` before timing.  ``type(model).evals`` counts the atoms
+    passed through it."""
+    import torch
+    from torch_sim.models.lennard_jones import LennardJonesModel
+
+    class HalvedLJ(LennardJonesModel):
+        evals = 0
+
+        def forward(self, state: Any) -> Any:
+            out = super().forward(state)
+            out["forces"] = 0.5 * out["forces"]
+            HalvedLJ.evals += int(state.n_atoms)
+            return out
+
+    return HalvedLJ(
+        sigma=ARGON_LJ["sigma"],
+        epsilon=ARGON_LJ["epsilon"],
+        cutoff=ARGON_LJ["cutoff"],
+        device=torch.device("cpu"),
+        dtype=dtype,
+        compute_stress=False,
+    )
+
+
+def torchsim_force_error(model: Any, atoms: Sequence[Any], dtype: Any) -> float:
+    """Largest |F - F_ASE| (eV/Å) of a TorchSim model on ``atoms``, against ASE's LJ."""
+    import torch
+    import torch_sim as ts
+    from ase.calculators.lj import LennardJones as AseLJ
+
+    forces = model(ts.io.atoms_to_state(list(atoms), torch.device("cpu"), dtype))["forces"]
+    ref = []
+    for a in atoms:
+        c = a.copy()
+        c.calc = AseLJ(epsilon=ARGON_LJ["epsilon"], sigma=ARGON_LJ["sigma"], rc=ARGON_LJ["cutoff"])
+        ref.append(c.get_forces())
+    return float(np.abs(forces.numpy() - np.concatenate(ref)).max())
+
+
+def torchsim_fire(atoms: Sequence[Any], model: Any, dtype: Any, fmax: float, max_steps: int) -> Any:
+    """``ts.optimize`` with TorchSim's FIRE in ASE's flavour and parameters (dt 0.1, dtmax
+    1.0, maxstep 0.2) and a force criterion; all systems in one state."""
+    import torch
+    import torch_sim as ts
+    from torch_sim.runners import generate_force_convergence_fn
+
+    return ts.optimize(
+        ts.io.atoms_to_state(list(atoms), torch.device("cpu"), dtype),
+        model,
+        optimizer=ts.optimizers.fire,
+        convergence_fn=generate_force_convergence_fn(force_tol=fmax, include_cell_forces=False),
+        max_steps=max_steps,
+        md_flavor="ase_fire",
+        dt_start=0.1,
+        dt_max=1.0,
+        max_step=0.2,
+    )
