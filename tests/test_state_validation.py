@@ -357,3 +357,28 @@ def test_headline_snippet_matches_ase_lennard_jones(tmp_path: Path) -> None:
         np.testing.assert_array_equal(got.positions, ref.positions)
         np.testing.assert_array_equal(got.cell.array, ref.cell.array)
         np.testing.assert_allclose(got.get_momenta(), ref.get_momenta(), rtol=1e-14)
+
+
+@pytest.mark.parametrize("cutoff", [0.5, 1.5, 2.9, 4.0])
+def test_closest_pair_matches_ase_whatever_the_search_radius(cutoff: float) -> None:
+    """Validation searches wider than min_distance (a vesin search of 0.5 Å in a large
+    cell is dominated by its bins) and keeps the closest pair: it must be the closest
+    pair ASE finds within the cutoff -- periodic images and an atom's own images
+    included -- or none when ASE finds none."""
+    from ase.neighborlist import neighbor_list
+
+    from alchemi_lit.state import _closest_pair
+
+    rng = np.random.default_rng(7)
+    for k in range(12):
+        n = int(rng.integers(2, 70))  # above the all-pairs limit too (periodic: vesin)
+        length = rng.uniform(1.2, 12.0)
+        cell = np.diag(rng.uniform(0.8, 1.2, 3) * length) + rng.normal(0, 0.1 * length, (3, 3))
+        pbc = [True, True, k % 3 != 0]
+        atoms = Atoms(f"Ar{n}", positions=rng.uniform(0, 1, (n, 3)) @ cell, cell=cell, pbc=pbc)
+        got = _closest_pair(atoms.positions, atoms.cell.array, np.asarray(pbc), cutoff)
+        d = neighbor_list("d", atoms, cutoff, self_interaction=False)
+        if len(d) == 0:
+            assert got is None, (k, got)
+        else:
+            assert got is not None and got[0] == pytest.approx(float(d.min()), abs=1e-12), k
