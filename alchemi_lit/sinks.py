@@ -326,6 +326,15 @@ class ZarrSink(Sink):
         stored = int(zarr.open_group(str(self.path), mode="r").attrs.get("n_systems", 0))
         return stored + self._pending_n
 
+    def close(self) -> None:
+        """Flush, and end this run's hold on the store: a later run with this sink opens
+        it again as its mode says (refuses, appends a run, or replaces it) instead of
+        writing on as the same run."""
+        try:
+            self.flush()
+        finally:
+            self._group = None
+
     def read_batch(self, run: int | None = None) -> Batch | None:
         """The stored systems as a Batch; ``run``: only those the ``run``-th run that
         wrote this store added (0 = the first; negative counts from the last)."""

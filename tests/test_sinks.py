@@ -206,3 +206,25 @@ def test_results_of_a_full_memory_sink_say_where_the_rest_went(tmp_path):
     assert "systems=2 of 5; the other 3 went to later sinks in " in repr(res)
     assert str(tmp_path / "r.zarr") in repr(res)
     assert len(read_results(tmp_path / "r.zarr")) == 3
+
+
+@pytest.mark.parametrize("mode", ["w-", "a", "w"])
+def test_a_sink_used_for_a_second_run_opens_the_store_as_its_mode_says(tmp_path, mode):
+    """A Simulator run twice with the same ZarrSink: the second run must not write on as
+    if it were the first (it did: no run entry, ids stored twice, read() failing).  'w-'
+    refuses the existing store before any work, 'a' appends a run, 'w' replaces."""
+    store = tmp_path / "r.zarr"
+    sink = ZarrSink(store, mode=mode)
+    sim = relax_sim(sink)
+    sim.run(SizeAwareSampler(DATA[:3], max_atoms=120))
+    second = SizeAwareSampler(DATA[3:5], max_atoms=120, system_ids=[7, 8])
+    if mode == "w-":
+        with pytest.raises(ConfigError, match="already exists; use ZarrSink"):
+            sim.run(second)
+        assert len(ZarrSink(store)) == 3 and len(read_store_runs(store)) == 1
+        return
+    res = sim.run(second)
+    assert res.system_id.tolist() == [7, 8]
+    stored = [a.info["system_id"] for a in ZarrSink(store).read()]
+    assert stored == ([0, 1, 2, 7, 8] if mode == "a" else [7, 8])
+    assert len(read_store_runs(store)) == (2 if mode == "a" else 1)
