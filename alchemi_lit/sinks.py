@@ -154,9 +154,12 @@ class ZarrSink(Sink):
     """Append finished systems to a zarr v3 store (layout in the module docstring).
 
     ``mode``: ``"w-"`` (default) refuses an existing store, ``"a"`` appends to it,
-    ``"w"`` replaces it -- a store is never overwritten unless asked for.  A run that
-    appends must use system_ids the store does not hold yet (checked before the run:
-    :meth:`refuse_id_clashes`); :meth:`read` gives every stored system, or one run's.
+    ``"w"`` replaces it -- a store is never overwritten unless asked for.  The mode
+    applies to a store this sink did not create: the later runs a sink is used for
+    (a Simulator run again) are appended to the store it created, each as a run of its
+    own, as TrajectoryWriter does.  A run that appends must use system_ids the store
+    does not hold yet (checked before the run: :meth:`refuse_id_clashes`); :meth:`read`
+    gives every stored system, or one run's.
 
     Writes are buffered: systems reach the store ``flush_every`` systems at a time, or
     when the oldest buffered one has waited ``flush_seconds``, before every checkpoint
@@ -184,6 +187,7 @@ class ZarrSink(Sink):
         self.mode = mode
         self.flush_every, self.flush_seconds = int(flush_every), float(flush_seconds)
         self._group = None
+        self._created = False  # this sink made the store: its later runs append
         self._run_info: dict[str, Any] = {}
         self._pending: list[Batch] = []
         self._pending_n = 0
@@ -197,12 +201,12 @@ class ZarrSink(Sink):
         if self._group is not None:  # resumed: already open at the checkpoint's state
             return
         exists = self.path.exists()
-        if exists and self.mode == "w-":
+        if exists and self.mode == "w-" and not self._created:
             raise ConfigError(
                 f"results store {str(self.path)!r} already exists; use ZarrSink(..., mode='a') to "
                 f"append to it, mode='w' to replace it, or choose another path"
             )
-        if exists and self.mode == "a":
+        if exists and self._appends():
             group = zarr.open_group(str(self.path), mode="a")
             if group.attrs.get("schema") != SCHEMA:
                 raise ConfigError(
@@ -215,6 +219,7 @@ class ZarrSink(Sink):
             group.attrs["runs"] = runs
         else:
             group = zarr.open_group(str(self.path), mode="w")
+            self._created = True
             self._run_info["first_row"] = 0
             group.attrs.update(schema=SCHEMA, n_systems=0, n_atoms=0, runs=[self._run_info])
         self._group = group
@@ -326,10 +331,13 @@ class ZarrSink(Sink):
         stored = int(zarr.open_group(str(self.path), mode="r").attrs.get("n_systems", 0))
         return stored + self._pending_n
 
+    def _appends(self) -> bool:
+        """Whether a run opening an existing store adds to it (see the class doc)."""
+        return self.mode == "a" or self._created
+
     def close(self) -> None:
-        """Flush, and end this run's hold on the store: a later run with this sink opens
-        it again as its mode says (refuses, appends a run, or replaces it) instead of
-        writing on as the same run."""
+        """Flush, and end this run's hold on the store: a later run with this sink
+        opens it again as a run of its own instead of writing on as this one."""
         try:
             self.flush()
         finally:
@@ -369,7 +377,7 @@ class ZarrSink(Sink):
 
     def id_clashes(self, system_ids: Sequence[int]) -> np.ndarray:
         """The given ids this store already holds, when a run would append to it."""
-        if self.mode != "a" or not self.path.exists():
+        if not self._appends() or not self.path.exists():
             return np.zeros(0, dtype=np.int64)
         return np.intersect1d(stored_system_ids(self.path), np.asarray(system_ids, dtype=np.int64))
 
