@@ -235,3 +235,22 @@ def test_cli_resume_is_not_refused_by_its_own_store(tmp_path, mode):
         status = main(["run", "--config", str(config), "--resume", str(older)])
     assert status == 0, err.getvalue()
     assert_batches_equal(first, ZarrSink(tmp_path / "r.zarr").read_batch())
+
+
+def test_a_fresh_run_sets_aside_the_checkpoints_an_earlier_run_left(tmp_path):
+    """Two runs share a checkpoint folder: the second must not resume the first's
+    systems (resuming took the newest file by name, the first run's), nor lose its
+    own checkpoints to pruning.  The first run's files are kept, aside, by path."""
+    first = make_sim(tmp_path, every=5)
+    first.run(SizeAwareSampler(DATA[:6], max_atoms=200))
+    earlier = sorted(p.name for p in (tmp_path / "ckpt").glob("step-*.ckpt"))
+    batch = al.Batch.from_atoms(DATA[6:9], system_ids=[16, 17, 18])
+    second = make_sim(tmp_path, every=5)
+    second.plan.stages[0].max_steps = 8  # a shorter run: fewer, lower-numbered files
+    second.run(batch)
+    aside = list((tmp_path / "ckpt").glob("earlier-*"))
+    assert len(aside) == 1 and sorted(p.name for p in aside[0].glob("*.ckpt")) == earlier
+    resumed = second.run(batch, resume=str(tmp_path / "ckpt"))
+    assert resumed.system_id.tolist() == [16, 17, 18]
+    with pytest.raises(ConfigError, match="input data differ"):  # another batch: refused
+        second.run(al.Batch.from_atoms(DATA[6:9]), resume=str(tmp_path / "ckpt"))

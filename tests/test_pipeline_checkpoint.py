@@ -137,3 +137,18 @@ def test_cli_pipeline_killed_then_resumed_equals_uninterrupted(tmp_path):
     _, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err.decode()[-3000:]
     assert_stores_equal(tmp_path / "full.zarr", tmp_path / "cut.zarr")
+
+
+@pytest.mark.timeout(240)
+def test_a_fresh_pipeline_run_sets_aside_an_earlier_runs_rank_checkpoints(tmp_path):
+    """Stale rank folders (a done.ckpt of an earlier run would make a resume of this run
+    think it had finished) are moved aside before the ranks start; the run completes
+    and resuming it finds its own checkpoints."""
+    stale = tmp_path / "ckpt" / "rank0"
+    stale.mkdir(parents=True)
+    (stale / "done.ckpt").write_bytes(b"an earlier run's")
+    sim = make(tmp_path, "async_recv")
+    sim.run(SizeAwareSampler(DATA[:8], max_atoms=250))
+    (aside,) = (tmp_path / "ckpt").glob("earlier-*")
+    assert (aside / "rank0" / "done.ckpt").read_bytes() == b"an earlier run's"
+    assert torch.load(tmp_path / "ckpt" / "rank0" / "done.ckpt", weights_only=True)["done"]

@@ -90,6 +90,31 @@ class Checkpoint(Callback):
             signal.signal(sig, handler)
         self._previous_handlers = {}
 
+    def set_aside_earlier(self) -> Path | None:
+        """Before a fresh run: move the checkpoints an earlier run left in ``dirpath``
+        into ``dirpath/earlier-<time>/``.  Resuming from ``dirpath`` takes the newest
+        file there, which could otherwise be the earlier run's (it resumed that run's
+        systems as if they were this one's), and pruning to ``keep`` files could delete
+        this run's own.  Nothing is deleted; the earlier run stays resumable by path."""
+        d = self.dirpath
+        ours = ("step-", "rank")  # single-device files, pipeline ranks' folders
+        earlier = [p for p in d.iterdir() if p.name.startswith(ours)] if d.is_dir() else []
+        if not earlier:
+            return None
+        target = d / f"earlier-{time.strftime('%Y%m%dT%H%M%S')}"
+        k = 1
+        while target.exists():
+            k += 1
+            target = d / f"earlier-{time.strftime('%Y%m%dT%H%M%S')}-{k}"
+        target.mkdir()
+        for item in earlier:
+            item.rename(target / item.name)
+        logger.warning(
+            f"{str(d)!r} held {len(earlier)} checkpoint file(s) of an earlier run; moved them "
+            f"to {str(target)!r} so this run's checkpoints are not mixed with them"
+        )
+        return target
+
     # ---------------------------------------------------------------- saving
     def due(self, step: int) -> bool:
         """Is a checkpoint due at this bookkeeping?"""

@@ -48,6 +48,15 @@ class RunInterrupted(KeyboardInterrupt):
         self.path, self.signum = path, signum
 
 
+def batch_digest(batch: Batch) -> str:
+    """Identity of a run's input batch (ids, sizes, elements, positions) to refuse a
+    resume with other structures, as :func:`sampler_digest` does for samplers."""
+    h = hashlib.sha256()
+    for t in (batch.system_id, batch.n_atoms, batch.atomic_numbers, batch.positions):
+        h.update(t.detach().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def sampler_digest(sampler: SizeAwareSampler) -> str:
     """Identity of a sampler's data (sizes, ids, budgets) to refuse a mismatched resume."""
     h = hashlib.sha256()
@@ -95,6 +104,7 @@ class SingleDeviceStrategy(Strategy):
         self.checkpoints = [cb for cb in sim.callbacks if isinstance(cb, Checkpoint)]
         sampler = source if isinstance(source, SizeAwareSampler) else None
         self.inflight_edges = 0
+        self.input_digest = None if sampler is not None else batch_digest(source)
         if sampler is not None:
             sampler.bind(sim.model.cutoff + sim.model.neighbors.skin)
             total = len(sampler)
@@ -119,6 +129,8 @@ class SingleDeviceStrategy(Strategy):
             loop.pending = bool(resume["pending"])
         else:
             sinks.open(sim.run_info())
+            for cp in self.checkpoints:
+                cp.set_aside_earlier()
         stream = (
             torch.cuda.stream(torch.cuda.Stream(self.device))
             if self.device.type == "cuda"
@@ -170,6 +182,7 @@ class SingleDeviceStrategy(Strategy):
             "sampler": None
             if sampler is None
             else {**sampler.state_dict(), "digest": sampler_digest(sampler)},
+            "input": self.input_digest,
             "sinks": sinks.state_dict(),
             "callbacks": callback_states(hooks.callbacks),
             "graduated": ctx.state["graduated_systems"],
@@ -216,8 +229,10 @@ class SingleDeviceStrategy(Strategy):
                     f"cannot resume from {state['path']!r}: it was written with {key}="
                     f"{state[key]!r}, this run has {mine!r}; resume with the same configuration"
                 )
-        if (state["sampler"] is None) != (sampler is None) or (
-            sampler is not None and state["sampler"]["digest"] != sampler_digest(sampler)
+        if (
+            (state["sampler"] is None) != (sampler is None)
+            or (sampler is not None and state["sampler"]["digest"] != sampler_digest(sampler))
+            or state.get("input", self.input_digest) != self.input_digest  # (older: none)
         ):
             raise ConfigError(
                 f"cannot resume from {state['path']!r}: the input data differ from the run that "
