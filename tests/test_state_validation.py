@@ -382,3 +382,28 @@ def test_closest_pair_matches_ase_whatever_the_search_radius(cutoff: float) -> N
             assert got is None, (k, got)
         else:
             assert got is not None and got[0] == pytest.approx(float(d.min()), abs=1e-12), k
+
+
+def test_structures_one_per_file_read_from_a_folder_or_a_pattern(tmp_path: Path) -> None:
+    """A folder or a glob pattern reads every file's structures, sorted by name, each
+    with the file it came from in info (kept through a run to its results)."""
+    from ase.build import bulk
+
+    for name, element in (("b_cu.cif", "Cu"), ("a_ni.cif", "Ni"), ("c_al.vasp", "Al")):
+        ase.io.write(tmp_path / name, bulk(element, cubic=True))
+    found = read_structures(tmp_path)
+    assert [a.get_chemical_formula() for a in found] == ["Ni4", "Cu4", "Al4"]
+    assert [Path(a.info["source_file"]).name for a in found] == [
+        "a_ni.cif",
+        "b_cu.cif",
+        "c_al.vasp",
+    ]
+    cifs = read_structures(tmp_path / "*.cif")
+    assert [Path(a.info["source_file"]).name for a in cifs] == ["a_ni.cif", "b_cu.cif"]
+    out = al.Simulator(model=al.models.EMT(), stages=al.integrators.FIRE(max_steps=2)).run(cifs)
+    assert [Path(a.info["source_file"]).name for a in out.to_atoms()] == ["a_ni.cif", "b_cu.cif"]
+    (tmp_path / "notes.txt").write_text("not a structure")
+    with pytest.raises(StructureError, match=r"notes\.txt.*a pattern such as"):
+        read_structures(tmp_path)
+    with pytest.raises(StructureError, match=r"no structure file matches .*\*\.xyz"):
+        read_structures(tmp_path / "*.xyz")

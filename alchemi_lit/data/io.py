@@ -13,18 +13,63 @@ def read_structures(
 ) -> list[Any]:
     """Read all structures of a file (extxyz, cif, POSCAR, traj, ...) as ``ase.Atoms``.
 
-    A results store written by a ZarrSink reads as its systems' final states (in
-    ``system_id`` order, each with its ``info["system_id"]``, which a new run keeps as
-    the system's id), so one run can continue from another's results.  Errors name
-    the file and what went wrong; a file with no structures is an error.
+    ``path`` may also be a folder (every file in it, by name) or a glob pattern
+    (``"cifs/*.cif"``, sorted), for structures kept one per file; each then carries
+    the file it came from in ``info["source_file"]``, so results map back to files.
+    ``index`` selects frames within each file.  A results store written by a ZarrSink
+    reads as its systems' final states (in ``system_id`` order, each with its
+    ``info["system_id"]``, which a new run keeps as the system's id), so one run can
+    continue from another's results.  Errors name the file and what went wrong; a file
+    with no structures is an error.
     """
-    import ase.io
-
     p = Path(path)
+    files = _files_of(path)
+    if files is not None:
+        frames = []
+        for f in files:
+            try:
+                read = read_structures(f, index, format)
+            except StructureError as exc:
+                if p.is_dir():  # a folder may hold other files too
+                    raise StructureError(
+                        f"{exc}; or read only the structure files of {str(p)!r} with a "
+                        f"pattern such as '{p / '*.cif'}'"
+                    ) from exc
+                raise
+            for atoms in read:
+                atoms.info.setdefault("source_file", str(f))
+                frames.append(atoms)
+        return frames
     if not p.exists():
         raise StructureError(f"structure file {str(p)!r} does not exist; check the path")
     if (p / "zarr.json").is_file():
         return _select(_read_store(p), index, p)
+    return _read_file(p, index, format)
+
+
+def _files_of(path: str | Path) -> list[Path] | None:
+    """The files a folder or glob pattern names (None for one file or a store)."""
+    import glob
+
+    text = str(path)
+    if any(ch in text for ch in "*?["):
+        files = sorted(Path(f) for f in glob.glob(text) if Path(f).is_file())
+        if not files:
+            raise StructureError(f"no structure file matches {text!r}; check the pattern")
+        return files
+    p = Path(path)
+    if not p.is_dir() or (p / "zarr.json").is_file():
+        return None
+    files = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+    if not files:
+        raise StructureError(f"folder {text!r} holds no structure files")
+    return files
+
+
+def _read_file(p: Path, index: str | int | slice, format: str | None) -> list[Any]:
+    """All structures of one file ASE reads (see :func:`read_structures`)."""
+    import ase.io
+
     if format is not None:
         from ase.io.formats import ioformats
 
