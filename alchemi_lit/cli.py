@@ -113,6 +113,9 @@ class DataConfig:
         builtin_args: keyword arguments of the built-in set (``n_systems``, ``repeat`` ...).
         format: ASE format name when the file extension does not tell it.
         index: which frames of the file to read (ASE syntax, ``":"`` = all).
+        first_id: number the structures' ``system_id`` from this value on (default:
+            from 0, or the ids results of an earlier run carry), e.g. to append them to
+            a results store that holds ids from 0 on.
         sampler: inflight batching: budgets for the built-in SizeAwareSampler
             (``{max_atoms: 20000, max_systems: 512, max_edges: null, skip_invalid: false}``)
             or a registered sampler (``{class_path: NAME, init_args: {...}}``, see
@@ -124,6 +127,7 @@ class DataConfig:
     builtin_args: dict[str, Any] = field(default_factory=dict)
     format: str | None = None
     index: str | int = ":"
+    first_id: int | None = None
     sampler: dict[str, Any] | None = None
 
 
@@ -1164,7 +1168,16 @@ def _build(resolved: dict[str, Any], resuming: bool = False) -> _Built:
         ) from exc
     data = resolved["data"]
     atoms = _read_structures(data)
+    first = data.get("first_id")
+    ids = None if first is None else list(range(int(first), int(first) + len(atoms)))
     source: Any = atoms
+    if ids is not None:
+        from .state import Batch
+
+        try:
+            source = Batch.from_atoms(atoms, system_ids=ids, dtype=sim.dtype)
+        except Exception as exc:
+            raise CLIError("data.structures", _one_line(str(exc))) from exc
     spec = data.get("sampler")
     if spec:
         from .data import SizeAwareSampler
@@ -1175,8 +1188,12 @@ def _build(resolved: dict[str, Any], resuming: bool = False) -> _Built:
             args = {
                 k: _instantiate(v, f"{prefix}.{k}") for k, v in (spec["init_args"] or {}).items()
             }
+            if ids is not None:
+                raise CLIError("data.first_id", "applies to the built-in sampler only")
         else:  # the budgets shorthand
             cls, prefix, args = SizeAwareSampler, "data.sampler", dict(spec)
+            if ids is not None:
+                args["system_ids"] = ids
         try:
             source = cls(atoms, **args)
         except Exception as exc:
@@ -1311,8 +1328,8 @@ def _check_sinks(sim: Any, resolved: dict[str, Any], source: Any, resuming: bool
                 f"{key}.init_args.store",
                 f"results store {str(sink.path)!r} already holds system_id(s) {id_list(clash)} "
                 f"of these structures; set {key}.init_args.mode to 'w' (replace), choose "
-                f"another store, or give the structures ids it does not hold "
-                f"(info['system_id'] in the structure file, or data.sampler.system_ids)",
+                f"another store, or number the structures past the stored ids "
+                f"(data.first_id)",
             )
 
 
@@ -1350,8 +1367,13 @@ def _check_structures(built: _Built, full: bool) -> dict[str, Any]:
     for k, a in enumerate(atoms):
         z = set(np.unique(a.numbers).tolist())
         if supported is not None and not z <= set(supported):
+            src = built.source
             sid = (
-                int(built.source.system_ids[k]) if isinstance(built.source, SizeAwareSampler) else k
+                int(src.system_ids[k])
+                if isinstance(src, SizeAwareSampler)
+                else int(src.system_id[k])
+                if isinstance(src, Batch)
+                else k
             )
             try:
                 model.check_batch(Batch.from_atoms([a], system_ids=[sid], validate=False))

@@ -660,7 +660,7 @@ CASES: list[Case] = [
     Case(
         "zarr-append-clashing-ids",
         r"already holds system_id\(s\) 0 of these structures; set .*mode to 'w' \(replace\)"
-        r".*info\['system_id'\]",
+        r".*number the structures past the stored ids \(data\.first_id\)",
         edit(store_holding_the_ids),
         "simulator.sinks.0.init_args.store",
     ),

@@ -293,6 +293,24 @@ def test_existing_store_is_refused_before_running(
     assert line.startswith("error: simulator.sinks.0.init_args.store:") and "already exists" in line
 
 
+@pytest.mark.parametrize("sampler", [False, True])
+def test_appending_runs_numbered_past_the_stored_ids(
+    tmp_path: Path, base_run: Path, sampler: bool
+) -> None:
+    """A second run appended to a store that holds ids 0 and 1 is refused with the
+    fix; data.first_id numbers its structures past them (with or without a sampler)."""
+    store = tmp_path / "q.zarr"
+    shutil.copytree(base_run, store)
+    argv = ["run", "--config", str(QUICKSTART), *tiny(store)]
+    argv += ["--simulator.sinks.0.init_args.mode", "a"]
+    if sampler:
+        argv += ["--data.sampler", "{max_atoms: 40}"]
+    assert main(argv) == 2
+    assert main([*argv, "--data.first_id", "10"]) == 0
+    assert read_results(store).system_id.tolist() == [0, 1, 10, 11]
+    assert read_results(store, run=-1).system_id.tolist() == [10, 11]
+
+
 def test_debug_shows_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["validate", "--config", str(QUICKSTART), *tiny(tmp_path / "q.zarr")]
     assert main([*argv, "--simulator.stages.1.init_args.dt", "-1", "--debug"]) == 2
