@@ -7,6 +7,7 @@ owns no physics: integrators, models and strategies do.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -181,7 +182,9 @@ class Simulator:
     def run(self, data: Any, resume: str | None = None) -> Results:
         """Run every system through the plan; results come back in ``system_id`` order.
 
-        ``data``: a Batch, ase.Atoms or list of them (all in one batch), or a
+        ``data``: a Batch, ase.Atoms or list of them (all in one batch), a path that
+        :func:`~alchemi_lit.data.read_structures` reads (file, folder, pattern or
+        results store; all in one batch), or a
         :class:`~alchemi_lit.data.SizeAwareSampler` (inflight batching: the batch is
         refilled as systems finish).  ``resume``: a checkpoint file or directory
         written by the :class:`~alchemi_lit.callbacks.Checkpoint` callback; the run
@@ -191,6 +194,10 @@ class Simulator:
         times) are recorded in the ``runs`` attribute of every results store it wrote.
         """
         started = time.time()
+        if isinstance(data, (str, os.PathLike)):  # a structure file, folder, pattern or store
+            from .data import read_structures
+
+            data = read_structures(data)
         if resume is None:
             self._refuse_store_id_clashes(data)
         results = self.strategy.run(self, data, resume=resume)

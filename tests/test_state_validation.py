@@ -407,3 +407,15 @@ def test_structures_one_per_file_read_from_a_folder_or_a_pattern(tmp_path: Path)
         read_structures(tmp_path)
     with pytest.raises(StructureError, match=r"no structure file matches .*\*\.xyz"):
         read_structures(tmp_path / "*.xyz")
+
+
+def test_a_run_takes_a_path_to_its_structures(tmp_path: Path) -> None:
+    """``sim.run(path)`` reads the structures as read_structures does (here a pattern)."""
+    from ase.build import bulk
+
+    for name, element in (("a.cif", "Cu"), ("b.cif", "Ni")):
+        ase.io.write(tmp_path / name, bulk(element, cubic=True))
+    sim = al.Simulator(model=al.models.EMT(), stages=al.integrators.FIRE(max_steps=2))
+    res = sim.run(str(tmp_path / "*.cif"))
+    assert [a.get_chemical_formula() for a in res.to_atoms()] == ["Cu4", "Ni4"]
+    assert len(sim.run(tmp_path / "a.cif")) == 1
