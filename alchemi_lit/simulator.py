@@ -199,29 +199,38 @@ class Simulator:
 
             data = read_structures(data)
         if resume is None:
-            self._refuse_store_id_clashes(data)
+            self._check_stores(data)
+        stores = self._stores()
+        new = [s for s in stores if not s.path.exists()]
         results = self.strategy.run(self, data, resume=resume)
+        for store in new:  # made by this run (maybe in a rank): later runs append to it
+            store.created_by_run()
         self._record_run(results, started, resumed=resume is not None)
         return results
 
-    def _refuse_store_id_clashes(self, data: Any) -> None:
-        """A run appending to a results store must not reuse a ``system_id`` stored
-        there: checked before anything is computed (see ZarrSink.refuse_id_clashes)."""
+    def _stores(self) -> list[Any]:
+        """This simulator's ZarrSinks."""
         from .sinks import ZarrSink
 
-        stores = [s for s in self.sinks or [] if isinstance(s, ZarrSink)]
+        return [s for s in self.sinks or [] if isinstance(s, ZarrSink)]
+
+    def _check_stores(self, data: Any) -> None:
+        """Before anything is computed (in this process, whatever the strategy): a
+        ``"w-"`` store must not exist, and a run appending to a store must not reuse a
+        ``system_id`` stored there (see ZarrSink.refuse_id_clashes)."""
+        stores = self._stores()
         ids = input_system_ids(data) if stores else None
-        for store in stores if ids is not None else []:
-            store.refuse_id_clashes(ids)
+        for store in stores:
+            store.refuse_existing()
+            if ids is not None:
+                store.refuse_id_clashes(ids)
 
     def _record_run(self, results: Results, started: float, resumed: bool) -> None:
         """Write the run's statistics into ``runs[-1]`` of each results store it wrote
         (once, from the main process; pipeline ranks record nothing themselves)."""
         from datetime import datetime, timezone
 
-        from .sinks import ZarrSink
-
-        stores = [s for s in self.sinks or [] if isinstance(s, ZarrSink)]
+        stores = self._stores()
         dist = torch.distributed
         if not stores or (dist.is_available() and dist.is_initialized() and dist.get_rank()):
             return

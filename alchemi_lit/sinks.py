@@ -201,11 +201,7 @@ class ZarrSink(Sink):
         if self._group is not None:  # resumed: already open at the checkpoint's state
             return
         exists = self.path.exists()
-        if exists and self.mode == "w-" and not self._created:
-            raise ConfigError(
-                f"results store {str(self.path)!r} already exists; use ZarrSink(..., mode='a') to "
-                f"append to it, mode='w' to replace it, or choose another path"
-            )
+        self.refuse_existing()
         if exists and self._appends():
             group = zarr.open_group(str(self.path), mode="a")
             if group.attrs.get("schema") != SCHEMA:
@@ -361,6 +357,21 @@ class ZarrSink(Sink):
             return None
         runs = _open_store(self.path).attrs.get("runs", [])
         return len(runs) - 1 if runs else None
+
+    def created_by_run(self) -> None:
+        """Note that a run with this sink made its store (also when a pipeline rank
+        wrote it through a copy of this sink): later runs with it append to it."""
+        if self.path.exists():
+            self._created = True
+
+    def refuse_existing(self) -> None:
+        """Mode ``"w-"``: refuse a store that exists and that this sink did not create
+        (checked before a run starts, and again when the store is opened)."""
+        if self.mode == "w-" and not self._created and self.path.exists():
+            raise ConfigError(
+                f"results store {str(self.path)!r} already exists; use ZarrSink(..., mode='a') to "
+                f"append to it, mode='w' to replace it, or choose another path"
+            )
 
     def refuse_id_clashes(self, system_ids: Sequence[int]) -> None:
         """Before a run appends to an existing store: a ``system_id`` it already holds

@@ -769,3 +769,26 @@ def test_edge_budget_of_buffers_is_respected_and_validated():
     assert sorted(res.system_id.tolist()) == list(range(10))
     with pytest.raises(ConfigError, match="num_edges"):
         sim(most - 1).run(SizeAwareSampler(data, max_atoms=200))
+
+
+def test_a_pipeline_simulator_run_again_appends_to_its_store(tmp_path):
+    """As on one device, a second run with the same ZarrSink (default mode 'w-') appends
+    to the store the first run made -- its ranks wrote it through copies of the sink --
+    and reusing ids is refused before the ranks start."""
+    path = tmp_path / "results.zarr"
+    sim = al.Simulator(
+        model=model(),
+        stages=relax() | md(),
+        devices=2,
+        start_method="fork",
+        sync_every=SYNC_EVERY,
+        timeout=TIMEOUT,
+        buffer=BufferConfig(num_systems=16, num_atoms=MAX_ATOMS),
+        sinks=[ZarrSink(path)],
+    )
+    sim.run(SizeAwareSampler(data(4), max_atoms=MAX_ATOMS))
+    res = sim.run(SizeAwareSampler(data(3), max_atoms=MAX_ATOMS, system_ids=[10, 11, 12]))
+    assert res.system_id.tolist() == [10, 11, 12]
+    assert ZarrSink(path).read_batch().system_id.tolist() == [0, 1, 2, 3, 10, 11, 12]
+    with pytest.raises(ConfigError, match="already holds system_id"):
+        sim.run(SizeAwareSampler(data(2), max_atoms=MAX_ATOMS))
