@@ -52,7 +52,7 @@ def _files_of(path: str | Path) -> list[Path] | None:
     import glob
 
     text = str(path)
-    if any(ch in text for ch in "*?["):
+    if any(ch in text for ch in "*?[") and not Path(path).exists():  # (a name with "[")
         files = sorted(Path(f) for f in glob.glob(text) if Path(f).is_file())
         if not files:
             raise StructureError(f"no structure file matches {text!r}; check the pattern")
