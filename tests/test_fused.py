@@ -168,6 +168,31 @@ def test_inflight_every_system_once_within_budgets() -> None:
     print(f"mean atom-slot occupancy by active systems: {occupancy:.2f}")
 
 
+def test_sampler_lets_small_systems_pass_a_large_one_for_a_while() -> None:
+    """First fit: while a large system waits for room, smaller ones behind it use the
+    room that is free -- but only MAX_PASSED times, then the room is kept for it; every
+    system comes out once, and a checkpointed sampler continues the same way."""
+    from ase import Atoms
+
+    def cluster(n: int) -> Atoms:
+        return Atoms(f"Ar{n}", positions=np.arange(3 * n).reshape(n, 3) * 4.0)
+
+    sizes = [10, 60, 10, 10, 10, 10]
+    sampler = SizeAwareSampler([cluster(n) for n in sizes], max_atoms=60)
+    _, ids = sampler.take(free_atoms=15, free_systems=10)
+    assert ids == [0]
+    _, ids = sampler.take(free_atoms=25, free_systems=10)  # 60 waits; two 10s pass it
+    assert ids == [2, 3]
+    clone = SizeAwareSampler([cluster(n) for n in sizes], max_atoms=60)
+    clone.load_state_dict(sampler.state_dict())
+    sampler.MAX_PASSED = clone.MAX_PASSED = 1  # (it was passed once): keep room for it now
+    for s in (sampler, clone):
+        assert s.take(free_atoms=15, free_systems=10)[1] == []
+        assert s.take(free_atoms=60, free_systems=10)[1] == [1]
+        assert s.take(free_atoms=60, free_systems=10)[1] == [4, 5]
+        assert s.exhausted
+
+
 def test_inflight_results_equal_each_system_alone() -> None:
     data = mixed_argon(12, 8, 40, seed=4)
     plan = lambda: relax() + heat()  # noqa: E731

@@ -1,11 +1,12 @@
 """SizeAwareSampler: feed a dataset into a batch within atom/edge/system budgets.
 
 The strategy asks it for as many systems as fit the capacity that graduation freed
-(inflight batching).  Systems come out in dataset order (first in, first out): a
-large system at the head waits until enough capacity is free, which keeps runs
-deterministic.  Every system is checked before the run starts -- a system larger
-than the budget, or an invalid structure, is an error naming its index then, not
-hours into a campaign.
+(inflight batching).  Systems come out in dataset order, except that smaller ones
+may pass a large system waiting for room (first fit within a lookahead window, for
+a bounded number of takes), so free room is used; the order depends only on the
+data, budgets and graduations, which keeps runs deterministic.  Every system is
+checked before the run starts -- a system larger than the budget, or an invalid
+structure, is an error naming its index then, not hours into a campaign.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ class SizeAwareSampler:
     system when the sampler is bound to a model.  With ``skip_invalid`` invalid structures are left
     out with a warning instead of stopping the run.
     """
+
+    #: how far past a system that does not fit yet the sampler looks for ones that do
+    LOOKAHEAD = 256
+    #: takes that may pass the head of the queue before the room is kept for it
+    MAX_PASSED = 8
 
     def __init__(
         self,
@@ -72,6 +78,7 @@ class SizeAwareSampler:
         self.skip_invalid = skip_invalid
         self.order = np.arange(n)
         self.position = 0
+        self._passed = 0  # takes that passed the system at the head of the queue
         self._validated = False
         too_big = np.flatnonzero(self.sizes > self.max_atoms)
         if len(too_big):
@@ -137,22 +144,46 @@ class SizeAwareSampler:
     def take(
         self, free_atoms: int, free_systems: int, free_edges: int | None = None
     ) -> tuple[list[Any], list[int]]:
-        """Next systems (FIFO) that fit the free capacity; returns (atoms, system_ids)."""
-        atoms, ids = [], []
-        while self.position < len(self.order) and free_systems > 0:
-            k = int(self.order[self.position])
+        """Next systems that fit the free capacity; returns (atoms, system_ids).
+
+        In dataset order, except that systems among the next ``LOOKAHEAD`` may pass
+        one that does not fit yet (first fit): a large system waiting for room no
+        longer leaves the room that is free unused.  So that it is not passed forever,
+        after ``MAX_PASSED`` takes that passed it nothing passes it any more until it
+        fits.  The order depends only on the data, budgets and graduations, so runs
+        stay deterministic (and a system's result does not depend on its neighbours).
+        """
+        taken: list[int] = []  # positions in self.order, ascending
+        head_fits = False
+        for scan in range(self.position, min(len(self.order), self.position + self.LOOKAHEAD)):
+            if free_systems <= 0 or free_atoms <= 0:
+                break
+            k = int(self.order[scan])
             n = int(self.sizes[k])
             e = int(self.edges[k]) if self.edges is not None else 0
-            if n > free_atoms or (free_edges is not None and e > free_edges):
-                break
-            atoms.append(self.dataset[k])
-            ids.append(int(self.system_ids[k]))
-            free_atoms -= n
-            free_systems -= 1
-            if free_edges is not None:
-                free_edges -= e
-            self.position += 1
-        return atoms, ids
+            fits = n <= free_atoms and (free_edges is None or e <= free_edges)
+            if scan == self.position:
+                head_fits = fits
+                if not fits and self._passed >= self.MAX_PASSED:
+                    break  # the room that frees up is the head's now
+            if fits:
+                taken.append(scan)
+                free_atoms -= n
+                free_systems -= 1
+                if free_edges is not None:
+                    free_edges -= e
+        if not taken:
+            return [], []
+        self._passed = 0 if head_fits else self._passed + 1
+        # the taken systems move to the front of the queue; the others keep their order
+        window = self.order[self.position : taken[-1] + 1]
+        chosen = np.asarray(taken, dtype=np.int64) - self.position
+        self.order[self.position : taken[-1] + 1] = np.concatenate(
+            [window[chosen], np.delete(window, chosen)]
+        )
+        picked = self.order[self.position : self.position + len(taken)]
+        self.position += len(taken)
+        return [self.dataset[int(k)] for k in picked], [int(self.system_ids[k]) for k in picked]
 
     def budget(self) -> tuple[int, int, int | None]:
         """(max_atoms, max_systems, max_edges) with ``max_systems`` unbounded as a large int."""
@@ -168,11 +199,12 @@ class SizeAwareSampler:
         return int(sum(self.edges[row_of[int(s)]] for s in system_ids))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"position": self.position, "order": self.order.tolist()}
+        return {"position": self.position, "order": self.order.tolist(), "passed": self._passed}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.order = np.asarray(state["order"], dtype=np.int64)
         self.position = int(state["position"])
+        self._passed = int(state.get("passed", 0))
 
 
 def _count_edges(atoms: Any, cutoff: float) -> int:
