@@ -228,7 +228,9 @@ class FusedLoop:
         ctx.stage_masks = masks
         hooks(H.BEFORE_STEP, ctx)
         hooks(H.BEFORE_PRE_UPDATE, ctx)
-        for stage, mask in zip(stages, masks):
+        # a stage without systems changes nothing (CPU: skipped; accelerators: called)
+        active = [(stage, mask) for stage, mask in zip(stages, masks) if may_be_set(mask)]
+        for stage, mask in active:
             stage.pre_update(batch, mask)
         hooks(H.AFTER_PRE_UPDATE, ctx)
         hooks(H.BEFORE_COMPUTE, ctx)
@@ -243,8 +245,9 @@ class FusedLoop:
             ctx.exited = left if ctx.exited is None else ctx.exited | left  # for ON_CONVERGE
             masks = kept
             ctx.stage_masks = masks
+            active = [(stage, mask) for stage, mask in zip(stages, masks) if may_be_set(mask)]
         hooks(H.BEFORE_POST_UPDATE, ctx)
-        for stage, mask in zip(stages, masks):
+        for stage, mask in active:
             stage.post_update(batch, mask)
         hooks(H.AFTER_POST_UPDATE, ctx)
         moving = masks[0]
