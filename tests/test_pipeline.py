@@ -76,12 +76,11 @@ def sampler(n: int = N_SYSTEMS) -> SizeAwareSampler:
     return SizeAwareSampler(data(n), max_atoms=MAX_ATOMS)
 
 
-def run_distributed(
-    plan, devices: int, n: int = N_SYSTEMS, sampler_atoms: int = MAX_ATOMS, **kwargs
-) -> al.Results:
+def pipeline_sim(plan, devices: int = 2, **kwargs) -> al.Simulator:
+    """A Simulator over ``devices`` forked gloo ranks with the tests' settings."""
     kwargs.setdefault("buffer", BufferConfig(num_systems=16, num_atoms=MAX_ATOMS))
     kwargs.setdefault("strategy", "pipeline")
-    sim = al.Simulator(
+    return al.Simulator(
         model=model(),
         stages=plan,
         devices=devices,
@@ -90,6 +89,12 @@ def run_distributed(
         timeout=TIMEOUT,
         **kwargs,
     )
+
+
+def run_distributed(
+    plan, devices: int, n: int = N_SYSTEMS, sampler_atoms: int = MAX_ATOMS, **kwargs
+) -> al.Results:
+    sim = pipeline_sim(plan, devices, **kwargs)
     return sim.run(SizeAwareSampler(data(n), max_atoms=sampler_atoms))
 
 
@@ -195,16 +200,8 @@ def test_a_batch_keeps_its_system_ids_through_a_pipeline():
     the results), as in a fused run: ids given out of order, not 0..n-1."""
     batch = Batch.from_atoms(data(6)[::-1], system_ids=[25, 24, 23, 22, 21, 20])
     ref = al.Simulator(model=model(), stages=relax() + md(), sync_every=SYNC_EVERY).run(batch)
-    sim = al.Simulator(
-        model=model(),
-        stages=relax() | md(),
-        devices=2,
-        start_method="fork",
-        sync_every=SYNC_EVERY,
-        timeout=TIMEOUT,
-        buffer=BufferConfig(num_systems=16, num_atoms=MAX_ATOMS),
-    )
-    assert_same(sim.run(batch).batch, ref.batch, ids=[20, 21, 22, 23, 24, 25])
+    got = pipeline_sim(relax() | md()).run(batch)
+    assert_same(got.batch, ref.batch, ids=[20, 21, 22, 23, 24, 25])
 
 
 def test_three_stage_pipeline_equals_fused_run():
@@ -776,16 +773,7 @@ def test_a_pipeline_simulator_run_again_appends_to_its_store(tmp_path):
     to the store the first run made -- its ranks wrote it through copies of the sink --
     and reusing ids is refused before the ranks start."""
     path = tmp_path / "results.zarr"
-    sim = al.Simulator(
-        model=model(),
-        stages=relax() | md(),
-        devices=2,
-        start_method="fork",
-        sync_every=SYNC_EVERY,
-        timeout=TIMEOUT,
-        buffer=BufferConfig(num_systems=16, num_atoms=MAX_ATOMS),
-        sinks=[ZarrSink(path)],
-    )
+    sim = pipeline_sim(relax() | md(), sinks=[ZarrSink(path)])
     sim.run(SizeAwareSampler(data(4), max_atoms=MAX_ATOMS))
     res = sim.run(SizeAwareSampler(data(3), max_atoms=MAX_ATOMS, system_ids=[10, 11, 12]))
     assert res.system_id.tolist() == [10, 11, 12]
