@@ -191,6 +191,9 @@ def test_sampler_lets_small_systems_pass_a_large_one_for_a_while() -> None:
         assert s.take(free_atoms=60, free_systems=10)[1] == [1]
         assert s.take(free_atoms=60, free_systems=10)[1] == [4, 5]
         assert s.exhausted
+    # the window bounds the systems passed, not those taken: a fill takes all that fit
+    many = SizeAwareSampler([cluster(2)] * 600, max_atoms=2000)
+    assert len(many.take(free_atoms=2000, free_systems=10**6)[1]) == 600
 
 
 def test_inflight_results_equal_each_system_alone() -> None:

@@ -33,7 +33,7 @@ class SizeAwareSampler:
     out with a warning instead of stopping the run.
     """
 
-    #: how far past a system that does not fit yet the sampler looks for ones that do
+    #: how many systems that do not fit yet a refill may pass looking for ones that do
     LOOKAHEAD = 256
     #: takes that may pass the head of the queue before the room is kept for it
     MAX_PASSED = 8
@@ -146,8 +146,8 @@ class SizeAwareSampler:
     ) -> tuple[list[Any], list[int]]:
         """Next systems that fit the free capacity; returns (atoms, system_ids).
 
-        In dataset order, except that systems among the next ``LOOKAHEAD`` may pass
-        one that does not fit yet (first fit): a large system waiting for room no
+        In dataset order, except that systems may pass ones that do not fit yet (first
+        fit, passing at most ``LOOKAHEAD`` of them): a large system waiting for room no
         longer leaves the room that is free unused.  So that it is not passed forever,
         after ``MAX_PASSED`` takes that passed it nothing passes it any more until it
         fits.  The order depends only on the data, budgets and graduations, so runs
@@ -155,8 +155,9 @@ class SizeAwareSampler:
         """
         taken: list[int] = []  # positions in self.order, ascending
         head_fits = False
-        for scan in range(self.position, min(len(self.order), self.position + self.LOOKAHEAD)):
-            if free_systems <= 0 or free_atoms <= 0:
+        passed = 0  # systems skipped over so far
+        for scan in range(self.position, len(self.order)):
+            if free_systems <= 0 or free_atoms <= 0 or passed >= self.LOOKAHEAD:
                 break
             k = int(self.order[scan])
             n = int(self.sizes[k])
@@ -172,6 +173,8 @@ class SizeAwareSampler:
                 free_systems -= 1
                 if free_edges is not None:
                     free_edges -= e
+            else:
+                passed += 1
         if not taken:
             return [], []
         self._passed = 0 if head_fits else self._passed + 1
