@@ -34,9 +34,10 @@ class Results:
         self._batch = batch
         self.sinks = list(sinks)
         self.stats = dict(stats or {})
-        # a store that earlier runs appended to holds their systems too: this run's are
+        # read lazily from a store that earlier runs appended to, this run's systems are
         # the rows of the store's latest run, pinned now (later runs may append more)
-        self._runs = [getattr(s, "latest_run", lambda: None)() for s in self.sinks]
+        pin = batch is None
+        self._runs = [getattr(s, "latest_run", lambda: None)() if pin else None for s in sinks]
 
     @classmethod
     def from_sinks(
@@ -120,7 +121,6 @@ class Results:
         total = self.stats.get("systems")
         if total is None or int(total) <= len(self):
             return ""
-        stores = [str(getattr(s, "path", type(s).__name__)) for s in self.sinks]
-        kept = [s for s in stores if s != "HostMemory"]
-        where = f" in {', '.join(kept)}" if kept else ""
+        stores = [str(s.path) for s in self.sinks if hasattr(s, "path")]
+        where = f" in {', '.join(stores)}" if stores else ""
         return f" of {int(total)}; the other {int(total) - len(self)} went to later sinks{where}"

@@ -200,6 +200,7 @@ class Simulator:
             data = read_structures(data)
         if resume is None:
             self._check_stores(data)
+            self._set_aside_earlier_checkpoints()
         stores = self._stores()
         new = [s for s in stores if not s.path.exists()]
         results = self.strategy.run(self, data, resume=resume)
@@ -213,6 +214,17 @@ class Simulator:
         from .sinks import ZarrSink
 
         return [s for s in self.sinks or [] if isinstance(s, ZarrSink)]
+
+    def _set_aside_earlier_checkpoints(self) -> None:
+        """A fresh run's Checkpoint folders must not hold an earlier run's files (see
+        Checkpoint.set_aside_earlier); moved once, by the first process, before any
+        strategy or rank starts."""
+        from .callbacks.checkpoint import Checkpoint
+        from .strategies.launch import is_first_process
+
+        if is_first_process():
+            for cp in [cb for cb in self.callbacks if isinstance(cb, Checkpoint)]:
+                cp.set_aside_earlier()
 
     def _check_stores(self, data: Any) -> None:
         """Before anything is computed (in this process, whatever the strategy): a

@@ -167,11 +167,6 @@ class DistributedStrategy(Strategy):
                 atoms, max_atoms=max(sum(len(a) for a in atoms), 1), system_ids=ids
             )
         self.validate(sampler, sim.model.cutoff + sim.model.neighbors.skin)
-        if resume is None:  # the ranks' checkpoints of an earlier run: out of the way
-            from ..callbacks.checkpoint import Checkpoint
-
-            for cp in [cb for cb in sim.callbacks if isinstance(cb, Checkpoint)]:
-                cp.set_aside_earlier()
         world = self.pipeline.num_ranks
         try:
             out = launch(

@@ -39,6 +39,12 @@ def _under_launcher() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
 
 
+def is_first_process() -> bool:
+    """True in the one process that prepares a run's files: the only one, or rank 0
+    where a launcher (torchrun, SLURM) starts every rank with the user's script."""
+    return not _under_launcher() or os.environ["RANK"] == "0"
+
+
 def choose_backend(accelerator: str, world_size: int, local_world: int) -> tuple[str, str]:
     """(fabric accelerator, process-group backend)."""
     wants_cuda = accelerator in ("cuda", "gpu") or (

@@ -129,8 +129,6 @@ class SingleDeviceStrategy(Strategy):
             loop.pending = bool(resume["pending"])
         else:
             sinks.open(sim.run_info())
-            for cp in self.checkpoints:
-                cp.set_aside_earlier()
         stream = (
             torch.cuda.stream(torch.cuda.Stream(self.device))
             if self.device.type == "cuda"
