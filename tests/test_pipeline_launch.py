@@ -113,7 +113,9 @@ def _tail(log: str, n: int = 3000) -> str:
 
 # ------------------------------------------------------------------ normal runs
 def test_plain_script_fabric_spawns_rank_1(tmp_path):
-    proc = _start(_plain(tmp_path), tmp_path)
+    """... and the command returns only after rank 1 has exited, even when rank 1 takes
+    seconds longer to shut down than rank 0 (``--linger``)."""
+    proc = _start(_plain(tmp_path, "--linger", "3"), tmp_path)
     rc, log = _finish(proc, tmp_path, 180)
     assert rc == 0, _tail(log)
     _assert_all_results(tmp_path)

@@ -19,9 +19,11 @@ failed first -- e.g. :class:`~alchemi_lit.strategies.pipeline.PipelineError` nam
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import shutil
+import subprocess
 import tempfile
 import traceback
 from collections.abc import Callable
@@ -130,6 +132,7 @@ def launch(
     try:
         try:
             out = fabric.launch(entry)
+            _reap_at_exit(getattr(fabric.strategy.launcher, "procs", None))
         except Exception as exc:  # a rank died without recording (signal, os._exit ...)
             failure = _first_failure(handoff) if handoff is not None else None
             if failure is not None:
@@ -144,6 +147,34 @@ def launch(
     finally:
         if handoff is not None:
             shutil.rmtree(handoff, ignore_errors=True)
+
+
+#: rank processes this process started by re-running the command line (see below)
+_started_ranks: list[subprocess.Popen] = []
+
+
+def _reap_at_exit(children: list[subprocess.Popen] | None) -> None:
+    """Make the launching process outlive the rank processes it started by re-running
+    the command line: without it ``python script.py`` could return while another rank
+    is still shutting down (Fabric does not wait for them, and waiting inside the run
+    could deadlock a script that runs again: those ranks run the whole script too)."""
+    new = [child for child in children or () if child not in _started_ranks]
+    if new and not _started_ranks:
+        atexit.register(_wait_for_started_ranks)
+    _started_ranks.extend(new)
+
+
+def _wait_for_started_ranks(timeout_s: float = 60.0) -> None:
+    for child in _started_ranks:
+        try:
+            child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            from loguru import logger
+
+            logger.warning(
+                f"rank process {child.pid} still runs {timeout_s:.0f} s after this one "
+                f"finished; not waiting longer"
+            )
 
 
 def _record_failure(folder: str, rank: int, exc: BaseException) -> None:

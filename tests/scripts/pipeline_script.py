@@ -1,13 +1,14 @@
 """A 2-rank relax | md pipeline run from a plain script (launch-path tests).
 
-    python tests/scripts/pipeline_script.py OUT_DIR [--systems N] [--slow SECONDS]
+    python tests/scripts/pipeline_script.py OUT_DIR [--systems N] [--slow S] [--linger S]
     python -m torch.distributed.run --nproc_per_node=2 tests/scripts/pipeline_script.py OUT_DIR
 
 Started plainly, Fabric re-runs this command line for rank 1 (start_method="popen");
 under torchrun every rank runs it.  Results go to ``OUT_DIR/results.zarr``.  Each rank
 writes ``OUT_DIR/pid_rank<r>`` (its process id) once the run has started, and with
 ``--slow`` sleeps that long every step (so a test can kill a rank mid-run).  Rank 0
-writes ``OUT_DIR/done.json`` when the run returns.
+writes ``OUT_DIR/done.json`` when the run returns; with ``--linger`` the other ranks
+take that long to finish after it (a slow shutdown).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def main() -> None:
     parser.add_argument("--systems", type=int, default=20)
     parser.add_argument("--slow", type=float, default=0.0)
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--linger", type=float, default=0.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -78,6 +80,8 @@ def main() -> None:
     if rank == 0:
         summary = {"systems": len(results), "stats": results.stats.get("systems")}
         (args.out / "done.json").write_text(json.dumps(summary))
+    else:
+        time.sleep(args.linger)
 
 
 if __name__ == "__main__":
