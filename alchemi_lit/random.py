@@ -19,7 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
+
+from . import kernels
 
 _MASK32 = 0xFFFFFFFF
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
@@ -79,6 +82,25 @@ def atom_normals(
     ``system_id``/``step`` are per system ``[B]``; ``system_idx``/``local_index`` per
     atom (index of the atom inside its own system).
     """
+    if kernels.usable(system_id, step, system_idx, local_index):  # CPU: one compiled loop
+        words = kernels.load("philox").atom_words(
+            seed & _MASK32, (seed >> 32) & _MASK32, system_id.numpy(), step.numpy(),
+            system_idx.numpy(), local_index.numpy(), purpose,
+        )  # fmt: skip
+        return box_muller(*torch.from_numpy(words), dtype)
+    return torch_atom_normals(seed, system_id, step, system_idx, local_index, purpose, dtype)
+
+
+def torch_atom_normals(
+    seed: int,
+    system_id: torch.Tensor,
+    step: torch.Tensor,
+    system_idx: torch.Tensor,
+    local_index: torch.Tensor,
+    purpose: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """:func:`atom_normals` in torch operations only (any device; what is compiled)."""
     # keys per system, then one gather per atom
     k0 = (system_id ^ (seed & _MASK32)) & _MASK32
     k1 = ((system_id >> 32) ^ ((seed >> 32) & _MASK32) ^ 0x5BD1E995) & _MASK32
@@ -88,7 +110,13 @@ def atom_normals(
     c2 = (st >> 32) & _MASK32
     c3 = torch.full_like(c0, purpose & _MASK32)
     k0, k1 = k0.index_select(0, system_idx), k1.index_select(0, system_idx)
-    x0, x1, x2, x3 = philox4x32(c0, c1, c2, c3, k0, k1)
+    return box_muller(*philox4x32(c0, c1, c2, c3, k0, k1), dtype)
+
+
+def box_muller(
+    x0: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, x3: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """Three standard normals ``[N, 3]`` per atom from its four Philox words ``[N]``."""
     # Box-Muller, in place where possible (each op is a pass over the atoms); the list
     # is built left to right, so r0 is read before the second entry scales it in place
     r0 = _uniform(x0).log_().mul_(-2.0).sqrt_()
@@ -121,7 +149,7 @@ class NormalsAhead:
     MAX_AHEAD = 8
 
     def __init__(self) -> None:
-        self._drawn: dict[int, tuple[tuple, torch.Tensor, int, torch.Tensor]] = {}
+        self._drawn: dict[int, tuple[tuple, np.ndarray, int, torch.Tensor]] = {}
         self._served: dict[int, int] = {}  # steps the current draw has served, per purpose
         self._ahead: dict[int, int] = {}  # how far the next draw reaches, per purpose
 
@@ -144,13 +172,13 @@ class NormalsAhead:
         entry = self._drawn.get(purpose)
         if entry is not None and _same(entry[0], layout):
             _, base, k_max, values = entry
-            offset = step - base
-            if bool(((offset >= 0) & (offset < k_max)).all()):
+            offset = step.numpy() - base  # (CPU only: checked in NumPy, 3 small calls)
+            first, last = int(offset.min()), int(offset.max())
+            if first >= 0 and last < k_max:
                 self._served[purpose] += 1
-                k = int(offset[0])
-                if bool((offset == k).all()):  # every system at the same step: a view
-                    return values[k * n : (k + 1) * n]
-                rows = torch.arange(n) + n * offset.index_select(0, system_idx)
+                if first == last:  # every system at the same step: a view
+                    return values[first * n : (first + 1) * n]
+                rows = torch.arange(n) + n * torch.from_numpy(offset).index_select(0, system_idx)
                 return values.index_select(0, rows)
         ahead = min(limit, self._next_ahead(purpose))
         self._served[purpose] = 1
@@ -169,7 +197,7 @@ class NormalsAhead:
             purpose,
             dtype,
         )
-        self._drawn[purpose] = (layout, step.clone(), ahead, values)
+        self._drawn[purpose] = (layout, step.numpy().copy(), ahead, values)
         return values[:n]
 
     def _next_ahead(self, purpose: int) -> int:
@@ -208,7 +236,7 @@ def compiled_atom_normals() -> Callable[..., torch.Tensor]:
     if _compiled_atom_normals is None:
         from .compiling import compile_or_eager
 
-        _compiled_atom_normals = compile_or_eager(atom_normals, "the Philox noise kernel")
+        _compiled_atom_normals = compile_or_eager(torch_atom_normals, "the Philox noise kernel")
     return _compiled_atom_normals
 
 

@@ -47,6 +47,7 @@ class Segments:
         self._derived: dict[Hashable, torch.Tensor] = {}
         self._local: torch.Tensor | None = None
         self._starts: torch.Tensor | None = None
+        self._bounds: tuple[np.ndarray, np.ndarray] | None = None
 
     # ----------------------------------------------------------------- sums
     def sum(self, values: torch.Tensor) -> torch.Tensor:
@@ -115,6 +116,15 @@ class Segments:
         if self._starts is None:
             self._starts = torch.cumsum(self._n_atoms, 0) - self._n_atoms
         return self._starts
+
+    @property
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each system's first atom and atom count as NumPy int64 arrays ``[B]`` (CPU
+        runs only): the loop bounds of the compiled CPU kernels (:mod:`~alchemi_lit.kernels`)."""
+        if self._bounds is None:
+            counts = self._n_atoms.to(torch.int64).numpy()
+            self._bounds = (np.cumsum(counts) - counts, counts)
+        return self._bounds
 
     @property
     def local_index(self) -> torch.Tensor:

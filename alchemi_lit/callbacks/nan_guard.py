@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from loguru import logger
 
+from .. import kernels
 from ..hooks import Callback, StepContext
 from ..state import EXIT_QUARANTINED, Batch
 from ..tensor_ops import may_be_set
@@ -112,5 +113,8 @@ def _may_be_non_finite(b: Batch) -> bool:
     branch-free."""
     if b.device.type != "cpu":
         return True
+    if kernels.usable(b.forces, b.positions, b.energy):  # the same sum, one compiled pass
+        check = kernels.load("reductions").finite_total
+        return not check(b.forces.numpy(), b.positions.numpy(), b.energy.numpy())
     total = b.force_sq_norms().sum() + b.positions.sum() + b.energy.sum()  # (|F|^2: shared)
     return not bool(torch.isfinite(total))

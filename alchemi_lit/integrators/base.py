@@ -24,8 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+import numpy as np
 import torch
 
+from .. import kernels
 from .. import random as rng
 from ..convergence import Criterion
 from ..state import Batch
@@ -254,13 +256,24 @@ class MDIntegrator(Integrator):
 
         One pass over the atoms: ``dt / m`` is kept for the run when ``dt`` is a number.
         """
+        factors = self.kick_factors(batch, dt)
+        if kernels.usable(batch.velocities, batch.forces, factors):  # one compiled pass
+            # (an empty mask: every atom)
+            flags = np.empty(0, dtype=bool) if moving is None else moving.reshape(-1).numpy()
+            v_new = kernels.load("dynamics").kick(
+                batch.velocities.numpy(), batch.forces.numpy(), factors.numpy(), flags
+            )
+            batch.velocities = torch.from_numpy(v_new)
+            return
+        v = torch.addcmul(batch.velocities, factors, batch.forces)
+        batch.velocities = self.masked(moving, v, batch.velocities)
+
+    def kick_factors(self, batch: Batch, dt: Param) -> torch.Tensor:
+        """``dt / m`` per atom component ``[N, 3]``, kept for the run when ``dt`` is a number."""
         seg = batch.segments
         if isinstance(dt, torch.Tensor):
-            step = self.per_xyz(batch, dt) / seg.atom_xyz(batch.masses)
-        else:
-            step = seg.derived_xyz(batch.masses, ("dt/m", dt), lambda m: dt / m)
-        v = torch.addcmul(batch.velocities, step, batch.forces)
-        batch.velocities = self.masked(moving, v, batch.velocities)
+            return self.per_xyz(batch, dt) / seg.atom_xyz(batch.masses)
+        return seg.derived_xyz(batch.masses, ("dt/m", dt), lambda m: dt / m)
 
     def drift(self, batch: Batch, moving: torch.Tensor | None, dt: Param) -> None:
         """``r += dt v`` for the atoms ``moving`` (see :meth:`moving_atoms`)."""

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
+from .. import kernels
 from ..convergence import Criterion, ForceMax
 from ..state import Batch
 from ..tensor_ops import per_system
@@ -82,6 +83,9 @@ class FIRE(Integrator):
         batch.velocities.masked_fill_(batch.atom_mask(mask).unsqueeze(-1), 0.0)
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        if kernels.usable(batch.positions, batch.velocities, batch.forces, batch.fire_dt):
+            self._compiled_update(batch, mask)
+            return
         # Written as per-system coefficients: v' = a v + c F and r' = r + s v', with
         # a = 1, c = s = 0 for systems outside the stage.  Every per-atom operation is
         # then one elementwise pass, and the three per-system sums (v.F, F.F, v.v) are
@@ -108,6 +112,19 @@ class FIRE(Integrator):
         batch.velocities = self.masked(moving, v_new, batch.velocities)
         batch.positions = self.masked(moving, r_new, batch.positions)
 
+    def _compiled_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        """The same update as one compiled CPU call (:mod:`alchemi_lit.kernels.fire`)."""
+        starts, counts = batch.segments.bounds
+        out = kernels.load("fire").fire_update(
+            batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy(),
+            batch.masses.numpy(), starts, counts, batch.fixed.numpy(), mask.numpy(),
+            batch.step.numpy(), batch.fire_dt.numpy(), batch.fire_alpha.numpy(),
+            batch.fire_n.numpy(), self.n_min, self.finc, self.fdec, self.dtmax, self.astart,
+            self.fa, self.maxstep, self.mode == "ase",
+        )  # fmt: skip
+        r, v, batch.fire_dt, batch.fire_alpha, batch.fire_n = map(torch.from_numpy, out)
+        batch.positions, batch.velocities = r, v
+
 
 def power_sums(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-system ``v.F``, ``F.F`` and ``v.v`` ``[B]``: all the reductions a FIRE step needs
@@ -127,7 +144,6 @@ def _fire_coefficients(
     dt: Any,
     alpha: Any,
     n: Any,
-    *,
     n_min: int,
     finc: float,
     fdec: float,

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from .. import kernels
 from ..convergence import Criterion, ForceMax
 from ..state import Batch
 from ..tensor_ops import per_system
@@ -103,6 +104,9 @@ class FIRE2(Integrator):
         return None if conv is None else conv & ~batch.fire2_back
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        if kernels.usable(batch.positions, batch.velocities, batch.forces, batch.fire2_dt):
+            self._compiled_update(batch, mask)
+            return
         # As per-system coefficients (see FIRE): v' = A v + C F, r' = r + P v + S v'.
         # Uphill systems step back (P = -dt/2, A = C = S = 0), the others take the mixed
         # Euler step (P = 0); outside the stage A = 1 and C = P = S = 0.  The norms the
@@ -128,6 +132,20 @@ class FIRE2(Integrator):
         batch.velocities = self.masked(moving, v_new, v)
         batch.positions = self.masked(moving, r_new, batch.positions)
 
+    def _compiled_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        """The same update as one compiled CPU call (:mod:`alchemi_lit.kernels.fire`)."""
+        starts, counts = batch.segments.bounds
+        out = kernels.load("fire").fire2_update(
+            batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy(),
+            starts, counts, batch.fixed.numpy(), mask.numpy(), batch.step.numpy(),
+            batch.fire2_back.numpy(), batch.fire2_dt.numpy(), batch.fire2_alpha.numpy(),
+            batch.fire2_n.numpy(), self.n_min, self.finc, self.fdec, self.dtmax, self.dtmin,
+            self.astart, self.fa, self.maxstep, self.use_abc,
+        )  # fmt: skip
+        r, v, *state = map(torch.from_numpy, out)
+        batch.positions, batch.velocities = r, v
+        batch.fire2_dt, batch.fire2_alpha, batch.fire2_n, batch.fire2_back = state
+
 
 @per_system
 def _fire2_coefficients(
@@ -141,7 +159,6 @@ def _fire2_coefficients(
     dt: Any,
     a: Any,
     n: Any,
-    *,
     n_min: int,
     finc: float,
     fdec: float,

@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from .. import kernels
 from .. import random as rng
 from ..state import Batch
 from ..units import fs, kB
@@ -53,8 +54,11 @@ class Langevin(MDIntegrator):
         return f"Langevin(dt={_fmt(self.dt_fs)}, T={_fmt(self.temperature)}, steps={self.steps})"
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        moving = self.moving_atoms(batch, mask)
         dt = self.dt_tensor(batch)
+        if kernels.usable(batch.positions, batch.velocities, batch.forces):
+            self._compiled_pre_update(batch, mask, dt)
+            return
+        moving = self.moving_atoms(batch, mask)
         self.kick(batch, moving, 0.5 * dt)  # B
         self.drift(batch, moving, 0.5 * dt)  # A
         self.ornstein_uhlenbeck(batch, moving, dt)  # O
@@ -65,25 +69,39 @@ class Langevin(MDIntegrator):
 
     def ornstein_uhlenbeck(self, batch: Batch, moving: torch.Tensor | None, dt: Param) -> None:
         """Exact OU update ``v = c1 v + c2 ξ`` over ``dt`` for the atoms ``moving``."""
+        c1, sigma = self.ou_coefficients(batch, dt)
+        xi = self.normals(batch, rng.PURPOSE_NOISE)
+        v = torch.addcmul(self.per_xyz(batch, c1) * batch.velocities, sigma, xi)
+        batch.velocities = self.masked(moving, v, batch.velocities)
+
+    def ou_coefficients(self, batch: Batch, dt: Param) -> tuple[Param, torch.Tensor]:
+        """The OU update's ``c1 = exp(-γ dt)`` per system (a number when every parameter
+        is one) and ``c2 = sqrt((1 - c1²) kT / m)`` per atom component ``[N, 3]``."""
         gamma = self.per_system(batch, self.gamma)
         kt = kB * self.per_system(batch, self.temperature)
-        # per system (numbers when every parameter is one): c1 and sqrt((1 - c1^2) kT)
         if isinstance(gamma * dt * kt, torch.Tensor):
             c1 = torch.exp(-gamma * dt * torch.ones_like(batch.energy))
             spread = torch.sqrt((1.0 - c1 * c1) * kt)
-        else:
-            c1 = math.exp(-gamma * dt)
-            spread = math.sqrt((1.0 - c1 * c1) * kt)
-        c1 = self.per_xyz(batch, c1)
-        if isinstance(spread, torch.Tensor):  # per atom: / sqrt(m)
-            sigma = self.per_xyz(batch, spread) * batch.segments.atom_xyz(batch.masses).rsqrt()
-        else:  # kept for the run
-            sigma = batch.segments.derived_xyz(
-                batch.masses, ("sigma", spread), lambda m: spread * m.rsqrt()
-            )
+            return c1, self.per_xyz(batch, spread) * batch.segments.atom_xyz(batch.masses).rsqrt()
+        c1 = math.exp(-gamma * dt)
+        spread = math.sqrt((1.0 - c1 * c1) * kt)
+        sigma = batch.segments.derived_xyz(  # kept for the run
+            batch.masses, ("sigma", spread), lambda m: spread * m.rsqrt()
+        )
+        return c1, sigma
+
+    def _compiled_pre_update(self, batch: Batch, mask: torch.Tensor, dt: Param) -> None:
+        """B, A, O, A as one compiled CPU call (:mod:`alchemi_lit.kernels.dynamics`)."""
+        c1, sigma = self.ou_coefficients(batch, dt)
         xi = self.normals(batch, rng.PURPOSE_NOISE)
-        v = torch.addcmul(c1 * batch.velocities, sigma, xi)
-        batch.velocities = self.masked(moving, v, batch.velocities)
+        starts, counts = batch.segments.bounds
+        r, v = kernels.load("dynamics").baoab_first_half(
+            batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy(),
+            self.kick_factors(batch, 0.5 * dt).numpy(), kernels.per_system(batch, 0.5 * dt),
+            kernels.per_system(batch, c1), sigma.numpy(), xi.numpy(),
+            starts, counts, mask.numpy(), batch.fixed.numpy(),
+        )  # fmt: skip
+        batch.positions, batch.velocities = torch.from_numpy(r), torch.from_numpy(v)
 
 
 def _fmt(value: Param | None) -> str:

@@ -1,0 +1,42 @@
+"""Per-step checks over the forces as compiled CPU loops (see :mod:`alchemi_lit.kernels`):
+the force criterion's per-system maximum and NaNGuard's finiteness pre-test, each one
+pass over the arrays instead of four to seven torch operations."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True)
+def max_sq_norm_below(f, starts, counts, limit):
+    """Whether each system's largest squared row norm ``max_i |f_i|^2`` is below
+    ``limit`` ``[B]`` (a system without atoms is; a NaN row makes it False, as the
+    torch path's ``scatter_reduce`` maximum does)."""
+    out = np.empty(starts.shape[0], dtype=np.bool_)
+    for b in range(starts.shape[0]):
+        top = 0.0
+        for i in range(starts[b], starts[b] + counts[b]):
+            sq = f[i, 0] * f[i, 0] + f[i, 1] * f[i, 1] + f[i, 2] * f[i, 2]
+            if sq > top or sq != sq:
+                top = sq
+                if sq != sq:
+                    break
+        out[b] = top < limit
+    return out
+
+
+# The order of the sum does not matter here (only whether it is finite): reassociating
+# lets the loop vectorise instead of waiting on one accumulator (28 -> ~8 µs for 20k
+# values).  No other fast-math flag: NaN and inf must survive.
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def finite_total(forces, positions, energy):
+    """Whether ``sum |F|^2 + sum r + sum E`` is finite: NaN and inf propagate through
+    the sum, so True clears every value at once (False only means: test per system)."""
+    total = 0.0
+    for i in range(forces.shape[0]):
+        for k in range(3):
+            total += forces[i, k] * forces[i, k] + positions[i, k]
+    for e in energy:
+        total += e
+    return np.isfinite(total)

@@ -1,0 +1,219 @@
+"""Compiled CPU kernels (``alchemi_lit.kernels``) against the torch path they replace.
+
+Every kernel is a CPU fast path of an update the torch path also performs (on
+accelerators, without numba, or with ``ALCHEMI_LIT_CPU_KERNELS=0``).  Each test runs
+the same update both ways on the same state, covering every branch (systems outside
+the stage, fixed atoms, first steps, uphill and downhill FIRE steps, clamped steps),
+and requires the same decisions exactly and the same values to rounding.  The Philox
+words are integers: bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from ase.constraints import FixAtoms
+from conftest import perturbed_argon
+
+from alchemi_lit import kernels
+from alchemi_lit import random as rng
+from alchemi_lit.callbacks import nan_guard
+from alchemi_lit.convergence import ForceMax
+from alchemi_lit.integrators import FIRE, FIRE2, Bussi, Langevin, VelocityVerlet
+from alchemi_lit.state import Batch
+
+pytest.importorskip("numba")
+
+
+def random_batch(dtype: torch.dtype, seed: int = 0) -> Batch:
+    """Six small argon systems of different sizes, two with fixed atoms, random
+    velocities and forces (a few large enough to trip FIRE's step-length control)."""
+    systems = [a[: 20 + 5 * i] for i, a in enumerate(perturbed_argon(6, seed=seed))]
+    systems[1].set_constraint(FixAtoms(indices=[0, 3, 5]))
+    systems[4].set_constraint(FixAtoms(indices=[1]))
+    batch = Batch.from_atoms(systems, dtype=dtype)
+    g = torch.Generator().manual_seed(seed)
+    batch.velocities = torch.randn(batch.positions.shape, generator=g, dtype=dtype) * 0.05
+    batch.forces = torch.randn(batch.positions.shape, generator=g, dtype=dtype)
+    batch.forces[batch.atom_mask(torch.tensor([0, 0, 1, 0, 0, 0], dtype=torch.bool))] *= 40.0
+    batch.velocities[batch.fixed] = 0.0
+    batch.forces[batch.fixed] = 0.0
+    batch.energy = torch.zeros(6, dtype=dtype)
+    return batch
+
+
+def both_ways(monkeypatch, batch: Batch, update) -> tuple[Batch, Batch]:
+    """``update`` applied to two copies of ``batch``: compiled kernels, then torch."""
+    compiled, plain = batch.clone(), batch.clone()
+    assert kernels.usable(batch.positions)
+    update(compiled)
+    monkeypatch.setattr(kernels, "ENABLED", False)
+    assert not kernels.usable(batch.positions)
+    update(plain)
+    return compiled, plain
+
+
+def assert_close_fields(a: Batch, b: Batch, names: tuple[str, ...], ulps: int = 8) -> None:
+    for name in names:
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        if x.is_floating_point():
+            eps = torch.finfo(x.dtype).eps
+            torch.testing.assert_close(x, y, rtol=ulps * eps, atol=ulps * eps, msg=name)
+        else:
+            assert torch.equal(x, y), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("mode", ["ase", "mass_weighted"])
+def test_fire_kernel_equals_torch_path(monkeypatch, dtype, mode):
+    batch = random_batch(dtype)
+    stage = FIRE(fmax=0.01, n_min=1, maxstep=0.05, mode=mode)
+    stage.setup(batch, seed=0, prefix="s0")
+    stage.init_systems(batch, torch.ones(6, dtype=torch.bool))
+    batch.velocities = random_batch(dtype, seed=1).velocities  # FIRE zeroed them
+    batch.velocities[batch.fixed] = 0.0
+    # first step, downhill past n_min (dt grows, alpha shrinks), outside the stage
+    batch.step = torch.tensor([0, 3, 3, 3, 3, 3])
+    batch.fire_n = torch.tensor([0, 4, 0, 4, 4, 4])
+    mask = torch.tensor([1, 1, 1, 1, 1, 0], dtype=torch.bool)
+    batch.velocities[batch.atom_mask(torch.tensor([0, 0, 0, 1, 0, 0], dtype=torch.bool))] *= -1
+    compiled, plain = both_ways(monkeypatch, batch, lambda b: stage.pre_update(b, mask))
+    fields = ("positions", "velocities", "fire_dt", "fire_alpha", "fire_n")
+    assert_close_fields(compiled, plain, fields)
+    # every branch was taken: some systems moved, the one outside did not, fixed atoms stay
+    moved = (compiled.positions != batch.positions).any(-1)
+    assert not moved[batch.fixed].any() and moved[~batch.fixed & batch.atom_mask(mask)].all()
+    assert torch.equal(
+        compiled.positions[~batch.atom_mask(mask)], batch.positions[~batch.atom_mask(mask)]
+    )
+    assert len(set(compiled.fire_n.tolist())) > 2
+
+
+@pytest.mark.parametrize("use_abc", [False, True])
+def test_fire2_kernel_equals_torch_path(monkeypatch, use_abc):
+    batch = random_batch(torch.float64)
+    stage = FIRE2(n_min=1, maxstep=0.05, use_abc=use_abc)
+    stage.setup(batch, seed=0, prefix="s0")
+    stage.init_systems(batch, torch.ones(6, dtype=torch.bool))
+    batch.velocities = random_batch(torch.float64, seed=1).velocities
+    batch.velocities[batch.fixed] = 0.0
+    batch.step = torch.tensor([0, 3, 3, 3, 3, 3])  # first step; uphill, back, downhill
+    batch.fire2_n = torch.tensor([0, 4, 0, 4, 4, 4])
+    batch.fire2_back = torch.tensor([0, 0, 0, 0, 1, 0], dtype=torch.bool)
+    batch.velocities[batch.atom_mask(torch.tensor([0, 0, 0, 1, 0, 0], dtype=torch.bool))] *= -1
+    mask = torch.tensor([1, 1, 1, 1, 1, 0], dtype=torch.bool)
+    compiled, plain = both_ways(monkeypatch, batch, lambda b: stage.pre_update(b, mask))
+    fields = ("positions", "velocities", "fire2_dt", "fire2_alpha", "fire2_n", "fire2_back")
+    assert_close_fields(compiled, plain, fields)
+    assert compiled.fire2_back.any() and len(set(compiled.fire2_n.tolist())) > 2
+
+
+def test_fire_kernel_clamps_the_step_as_the_torch_path(monkeypatch):
+    batch = random_batch(torch.float64)
+    batch.forces = batch.forces * 1e3  # every system's step is clamped to maxstep
+    for mode in ("ase", "mass_weighted"):
+        stage = FIRE(maxstep=0.01, mode=mode)
+        stage.setup(batch, seed=0, prefix="s0")
+        stage.init_systems(batch, torch.ones(6, dtype=torch.bool))
+        mask = torch.ones(6, dtype=torch.bool)
+        compiled, plain = both_ways(
+            monkeypatch, batch, lambda b, s=stage, m=mask: s.pre_update(b, m)
+        )
+        monkeypatch.setattr(kernels, "ENABLED", True)
+        assert_close_fields(compiled, plain, ("positions", "velocities", "fire_dt"))
+        step = (compiled.positions - batch.positions).norm(dim=-1)
+        assert step.max() <= 0.01 * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("per_system", [False, True])
+def test_langevin_kernel_equals_torch_path(monkeypatch, dtype, per_system):
+    batch = random_batch(dtype)
+    temperature = [100.0, 200.0, 300.0, 400.0, 500.0, 600.0] if per_system else 300.0
+    stage = Langevin(dt=2.0, temperature=temperature, friction=0.05)
+    stage.setup(batch, seed=7, prefix="s0")
+    mask = torch.tensor([1, 1, 0, 1, 1, 1], dtype=torch.bool)
+
+    def step(b: Batch) -> None:
+        stage.pre_update(b, mask)
+        stage.post_update(b, mask)
+
+    compiled, plain = both_ways(monkeypatch, batch, step)
+    assert_close_fields(compiled, plain, ("positions", "velocities"))
+    outside = ~batch.atom_mask(mask) | batch.fixed
+    assert torch.equal(compiled.velocities[outside], batch.velocities[outside])
+    assert (compiled.velocities[~outside] != batch.velocities[~outside]).all()
+
+
+@pytest.mark.parametrize("integrator", [VelocityVerlet(dt=1.0), Bussi(dt=1.0, temperature=300.0)])
+def test_md_kicks_equal_torch_path(monkeypatch, integrator):
+    batch = random_batch(torch.float64)
+    integrator.setup(batch, seed=3, prefix="s0")
+    mask = torch.tensor([1, 0, 1, 1, 1, 1], dtype=torch.bool)
+
+    def step(b: Batch) -> None:
+        integrator.pre_update(b, mask)
+        integrator.post_update(b, mask)
+
+    compiled, plain = both_ways(monkeypatch, batch, step)
+    assert_close_fields(compiled, plain, ("positions", "velocities"))
+    still = ~batch.atom_mask(mask) | batch.fixed
+    assert torch.equal(compiled.positions[still], batch.positions[still])
+
+
+def test_philox_words_are_bit_for_bit_the_torch_ones():
+    """Large ids, steps past 2**32, seeds past 2**32 and every purpose."""
+    sid = torch.tensor([0, 3, 2**33 + 5, 17, 123456789012], dtype=torch.int64)
+    step = torch.tensor([0, 1, 2**32 + 7, 99, 2**40 + 5], dtype=torch.int64)
+    idx = torch.arange(5).repeat_interleave(7)
+    local = torch.arange(7).repeat(5)
+    for seed in (0, 12345, 2**40 + 3, 2**63 - 1):
+        for purpose in (rng.PURPOSE_NOISE, rng.PURPOSE_VELOCITY_INIT, rng.PURPOSE_THERMOSTAT):
+            args = (seed, sid, step, idx, local, purpose, torch.float64)
+            assert torch.equal(rng.atom_normals(*args), rng.torch_atom_normals(*args))
+
+
+def test_force_checks_equal_torch_path(monkeypatch):
+    """ForceMax's per-system maximum and NaNGuard's pre-test, NaN and inf included."""
+    batch = random_batch(torch.float64)
+    crit = ForceMax(fmax=0.1)
+    batch.forces[batch.atom_mask(torch.tensor([0, 0, 0, 1, 1, 0], dtype=torch.bool))] *= 1e-3
+    forces = batch.forces.clone()
+    forces[5, 1] = float("nan")  # system 0
+    forces[60, 0] = float("inf")  # system 2
+    cases = [batch.forces, forces]
+
+    def checks(forces: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        b = batch.clone()
+        b.forces = forces.clone()
+        return crit(b), nan_guard._may_be_non_finite(b)
+
+    compiled = [checks(f) for f in cases]
+    monkeypatch.setattr(kernels, "ENABLED", False)
+    plain = [checks(f) for f in cases]
+    for (c_conv, c_bad), (p_conv, p_bad) in zip(compiled, plain):
+        assert torch.equal(c_conv, p_conv) and c_bad == p_bad
+    assert compiled[0][1] is False and compiled[1][1] is True
+    assert compiled[0][0].any() and not compiled[0][0].all()  # the threshold splits them
+    assert not compiled[1][0][0] and not compiled[1][0][2]  # NaN / inf: not converged
+
+
+def test_kernels_switch_off_by_environment(monkeypatch):
+    """ALCHEMI_LIT_CPU_KERNELS=0 (read at import) and tensors NumPy cannot view (autograd)
+    keep the torch path."""
+    import importlib
+
+    monkeypatch.setenv(kernels.ENV_SWITCH, "0")
+    try:
+        assert importlib.reload(kernels).ENABLED is False
+    finally:
+        monkeypatch.delenv(kernels.ENV_SWITCH)
+        importlib.reload(kernels)
+    assert kernels.ENABLED is True
+    assert not kernels.usable(torch.zeros(3, requires_grad=True))
+    assert kernels.usable(torch.zeros(3))
+    assert np.array_equal(
+        kernels.per_system(random_batch(torch.float32), 2.0), np.full(6, 2.0, np.float32)
+    )
