@@ -245,3 +245,32 @@ def test_results_carry_the_final_stress_as_ase_computes_it():
         np.testing.assert_allclose(atoms.get_stress(), ref.get_stress(), atol=1e-9)
     assert torch.equal(res.batch.stress[3], torch.zeros(3, 3, dtype=torch.float64))
     assert "stress" not in out[3].calc.results
+
+
+def test_status_masks_follow_every_change_of_the_status_tensor() -> None:
+    """The step's stage masks are kept per status tensor: a replaced tensor or one
+    written in place (a callback moving a system) gives fresh masks, an unchanged one
+    the kept masks."""
+    from alchemi_lit.hooks import HookDispatcher
+    from alchemi_lit.state import Batch
+    from alchemi_lit.strategies.fused import FusedLoop
+
+    plan = FIRE() + Langevin(steps=5)
+    loop = FusedLoop(LennardJones(epsilon=0.0104, sigma=3.4, cutoff=8.5), plan, HookDispatcher([]))
+    batch = Batch.from_atoms([a[:8] for a in mixed_argon(3, seed=0)])
+    batch.status = torch.tensor([plan.codes[0], plan.codes[1], plan.exit])
+
+    def expect(status: list[int]) -> None:
+        masks = loop.status_masks(batch)
+        for code, mask, held in zip(plan.codes, masks.stages, masks.held):
+            assert mask.tolist() == [s == code for s in status] and held == (code in status)
+        assert masks.finished.tolist() == [s == plan.exit for s in status]
+        assert masks.any_finished == (plan.exit in status)
+        assert masks.steps.tolist() == [int(s in plan.codes) for s in status]
+
+    expect([plan.codes[0], plan.codes[1], plan.exit])
+    assert loop.status_masks(batch) is loop.status_masks(batch)  # kept while unchanged
+    batch.status[2] = plan.codes[0]  # written in place
+    expect([plan.codes[0], plan.codes[1], plan.codes[0]])
+    batch.status = torch.full_like(batch.status, plan.exit)  # replaced
+    expect([plan.exit] * 3)

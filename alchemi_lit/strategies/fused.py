@@ -25,6 +25,7 @@ after it leaves the batch.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -40,13 +41,29 @@ from ..state import (
     MODEL_ERROR_KEY,
     Batch,
 )
-from ..tensor_ops import may_be_set
+from ..tensor_ops import kept, may_be_set
 
 H = HookStageEnum
 
 #: Status of systems appended by a refill: no stage touches them until the next
 #: forward has computed their forces; then they enter the plan.
 PENDING = -1
+
+
+class StatusMasks(NamedTuple):
+    """What a batch's status tensor says, per :class:`FusedLoop` plan (see
+    :meth:`FusedLoop.status_masks`)."""
+
+    stages: list[torch.Tensor]  # [B] mask of each stage's systems, in plan order
+    held: list[bool]  # whether each stage may hold a system (always True off CPU)
+    steps: torch.Tensor  # [B] int64: 1 for the systems a step moves (in any stage), else 0
+    finished: torch.Tensor  # [B] systems at the plan's exit code
+    any_finished: bool  # whether there may be one (always True off CPU)
+
+
+def _step_increments(stage_masks: list[torch.Tensor]) -> torch.Tensor:
+    """``[B]`` int64 step-counter increments: 1 for systems in any of the stages."""
+    return torch.stack(stage_masks).any(0).to(torch.int64)
 
 
 class FusedLoop:
@@ -78,6 +95,7 @@ class FusedLoop:
             else [self.offset + i for i, s in enumerate(plan.stages) if s.is_optimizer]
         )
         self.num_forward_calls = 0
+        self._by_status: tuple[torch.Tensor, int, StatusMasks] | None = None
         self.pending = False  # set by the strategy when it appended PENDING systems
         self.evict = False  # set when systems were quarantined for a model error
         # stress costs a [P, 3, 3] reduction per step: only when a stage or callback uses it
@@ -141,9 +159,10 @@ class FusedLoop:
         if ctx.state.get("has_fixed", False):
             forces = forces.masked_fill(batch.fixed.unsqueeze(-1), 0.0)
         # systems that left the plan keep the results they left with until they graduate
-        done = batch.status == self.plan.exit
+        status = self.status_masks(batch)
+        done = status.finished
         energy, stress = out["energy"], out.get("stress")
-        if may_be_set(done):
+        if status.any_finished:
             forces = torch.where(batch.atom_mask(done).unsqueeze(-1), batch.forces, forces)
             energy = torch.where(done, batch.energy, energy)
             if stress is not None:
@@ -224,12 +243,13 @@ class FusedLoop:
         hooks, stages = self.hooks, self.plan.stages
         status = batch.status
         version = status._version
-        masks = [status == code for code in self.plan.codes]
+        by_status = self.status_masks(batch)
+        masks = by_status.stages
         ctx.stage_masks = masks
         hooks(H.BEFORE_STEP, ctx)
         hooks(H.BEFORE_PRE_UPDATE, ctx)
         # a stage without systems changes nothing (CPU: skipped; accelerators: called)
-        active = [(stage, mask) for stage, mask in zip(stages, masks) if may_be_set(mask)]
+        active = [(s, m) for s, m, held in zip(stages, masks, by_status.held) if held]
         for stage, mask in active:
             stage.pre_update(batch, mask)
         hooks(H.AFTER_PRE_UPDATE, ctx)
@@ -250,10 +270,7 @@ class FusedLoop:
         for stage, mask in active:
             stage.post_update(batch, mask)
         hooks(H.AFTER_POST_UPDATE, ctx)
-        moving = masks[0]
-        for mask in masks[1:]:
-            moving = moving | mask
-        inc = moving.to(batch.step.dtype)
+        inc = by_status.steps if masks is by_status.stages else _step_increments(masks)
         batch.step = batch.step + inc
         batch.total_steps = batch.total_steps + inc
         if self.pending:  # systems that joined at the last refill got their forces just now
@@ -263,11 +280,24 @@ class FusedLoop:
         hooks(H.AFTER_STEP, ctx)
         ctx.step += 1
 
+    def status_masks(self, batch: Batch) -> StatusMasks:
+        """The masks of each stage's systems and of finished ones, recomputed only when
+        the status tensor is replaced or written to: systems change stage at a few steps
+        of thousands, and every step reads these several times."""
+        self._by_status = kept(self._by_status, batch.status, self._masks_of)
+        return self._by_status[2]
+
+    def _masks_of(self, status: torch.Tensor) -> StatusMasks:
+        stages = [status == code for code in self.plan.codes]
+        finished = status == self.plan.exit
+        held = [may_be_set(m) for m in stages]
+        return StatusMasks(stages, held, _step_increments(stages), finished, may_be_set(finished))
+
     def transitions(self, batch: Batch, ctx: StepContext | None = None) -> None:
         """Move systems whose stage exited to the next code (in plan order)."""
         plan = self.plan
         for i, stage in enumerate(plan.stages):
-            mask = batch.status == plan.codes[i]
+            mask = self.status_masks(batch).stages[i]  # (after the stage before moved some)
             conv = stage.converged(batch)
             done_conv = mask & conv if conv is not None else torch.zeros_like(mask)
             out_of_steps = mask & (batch.step >= stage.max_steps) & ~done_conv
