@@ -217,3 +217,52 @@ def test_kernels_switch_off_by_environment(monkeypatch):
     assert np.array_equal(
         kernels.per_system(random_batch(torch.float32), 2.0), np.full(6, 2.0, np.float32)
     )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_decisions_on_one_systems_numbers_equal_numpy_bit_for_bit(seed):
+    """The kernels run FIRE's and FIRE2's per-system functions on scalars
+    (``kernels.scalar_xp``); float64 results equal the NumPy path's exactly, over
+    every branch (first step, uphill, downhill past n_min, zero force, NaN, clamped)."""
+    import numba
+    from test_per_system import fire_inputs
+
+    from alchemi_lit.integrators.fire import _fire_coefficients
+    from alchemi_lit.integrators.fire2 import _fire2_coefficients
+    from alchemi_lit.kernels import scalar_xp
+
+    one = numba.njit(_fire_coefficients.__wrapped__)
+    two = numba.njit(_fire2_coefficients.__wrapped__)
+    p1 = (2, 1.1, 0.5, 0.4, 0.1, 0.99, 0.2, True)
+    p2 = (2, 1.1, 0.5, 0.4, 0.01, 0.25, 0.99, 0.2, False)
+
+    @numba.njit
+    def per_system(mask, step, back, vf, ff, vv, dt, alpha, n):
+        out1 = np.empty((6, mask.shape[0]))
+        out2 = np.empty((9, mask.shape[0]))
+        for b in range(mask.shape[0]):
+            x = (mask[b], step[b], vf[b], ff[b], vv[b], dt[b], alpha[b], n[b])
+            y = (mask[b], step[b], back[b], vf[b], ff[b], vv[b], dt[b], alpha[b], n[b])
+            a1, a2, a3, a4, a5, a6 = one(scalar_xp, *x, *p1)
+            out1[0, b], out1[1, b], out1[2, b], out1[3, b], out1[4, b], out1[5, b] = (
+                a1,
+                a2,
+                a3,
+                a4,
+                a5,
+                a6,
+            )
+            b1, b2, b3, b4, b5, b6, b7, b8, b9 = two(scalar_xp, *y, *p2)
+            out2[0, b], out2[1, b], out2[2, b], out2[3, b], out2[4, b] = b1, b2, b3, b4, b5
+            out2[5, b], out2[6, b], out2[7, b], out2[8, b] = b6, b7, b8, b9
+        return out1, out2
+
+    mask, step, vf, ff, vv, dt, alpha, n = (t.numpy() for t in fire_inputs(torch.float64, seed))
+    back = np.random.default_rng(seed).random(len(mask)) < 0.2
+    got1, got2 = per_system(mask, step, back, vf, ff, vv, dt, alpha, n)
+    with np.errstate(all="ignore"):
+        want1 = _fire_coefficients.__wrapped__(np, mask, step, vf, ff, vv, dt, alpha, n, *p1)
+        want2 = _fire2_coefficients.__wrapped__(np, mask, step, back, vf, ff, vv, dt, alpha, n, *p2)
+    for got, want in ((got1, want1), (got2, want2)):
+        for g, w in zip(got, want):
+            assert np.array_equal(g, np.asarray(w, dtype=np.float64), equal_nan=True)

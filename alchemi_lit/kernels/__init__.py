@@ -11,10 +11,12 @@ each array once and costs ~150 µs in that step (47 µs warm).
 The kernels are a CPU fast path, not a second physics: each integrator keeps its torch
 path (accelerators, autograd, bfloat16, and any CPU run without numba or with
 ``ALCHEMI_LIT_CPU_KERNELS=0``), and the tests hold both to the same results within
-rounding.  Per-system decision logic is written once: a kernel compiles the same
-``xp`` function (:func:`~alchemi_lit.tensor_ops.per_system`) that torch runs.  Kernels
-are compiled on first use and cached on disk by numba, so a process pays ~2 s once
-and ~0.3 s after that; numba itself is imported only then.
+rounding.  Per-system decision logic is written once: a kernel calls the same ``xp`` function
+(:func:`~alchemi_lit.tensor_ops.per_system`) that NumPy and torch run, on one system's
+numbers (:mod:`~alchemi_lit.kernels.scalar_xp`).  Kernels
+are compiled on first use and cached on disk by numba: ~5 s once for all of them
+(float64), then ~0.7 s per process (numba's import and start-up, paid at the first
+kernel call; numba is not imported before).
 """
 
 from __future__ import annotations
