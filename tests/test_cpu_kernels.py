@@ -213,6 +213,7 @@ def test_kernels_switch_off_by_environment(monkeypatch):
         importlib.reload(kernels)
     assert kernels.ENABLED is True
     assert not kernels.usable(torch.zeros(3, requires_grad=True))
+    assert not kernels.usable(torch.zeros(3, dtype=torch.float16))
     assert kernels.usable(torch.zeros(3))
     assert np.array_equal(
         kernels.per_system(random_batch(torch.float32), 2.0), np.full(6, 2.0, np.float32)
@@ -266,3 +267,24 @@ def test_decisions_on_one_systems_numbers_equal_numpy_bit_for_bit(seed):
     for got, want in ((got1, want1), (got2, want2)):
         for g, w in zip(got, want):
             assert np.array_equal(g, np.asarray(w, dtype=np.float64), equal_nan=True)
+
+
+def test_without_numba_the_torch_path_runs(monkeypatch):
+    """numba is optional at run time: when it cannot be imported every integrator takes
+    its torch path (and says so once, at info level)."""
+    import sys
+
+    batch = random_batch(torch.float64)
+    stage = FIRE()
+    stage.setup(batch, seed=0, prefix="s0")
+    stage.init_systems(batch, torch.ones(6, dtype=torch.bool))
+    kernels._numba_available.cache_clear()
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba -> ImportError
+    try:
+        assert not kernels.usable(batch.positions)
+        stage.pre_update(batch, torch.ones(6, dtype=torch.bool))
+        assert torch.isfinite(batch.positions).all()
+    finally:
+        monkeypatch.undo()
+        kernels._numba_available.cache_clear()
+    assert kernels.usable(batch.positions)

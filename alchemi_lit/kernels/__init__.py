@@ -9,14 +9,14 @@ back to back), and FIRE's update alone touched ~30 of them: 650 µs of a 7.5 ms 
 each array once and costs ~150 µs in that step (47 µs warm).
 
 The kernels are a CPU fast path, not a second physics: each integrator keeps its torch
-path (accelerators, autograd, bfloat16, and any CPU run without numba or with
-``ALCHEMI_LIT_CPU_KERNELS=0``), and the tests hold both to the same results within
-rounding.  Per-system decision logic is written once: a kernel calls the same ``xp`` function
-(:func:`~alchemi_lit.tensor_ops.per_system`) that NumPy and torch run, on one system's
-numbers (:mod:`~alchemi_lit.kernels.scalar_xp`).  Kernels
-are compiled on first use and cached on disk by numba: ~5 s once for all of them
-(float64), then ~0.7 s per process (numba's import and start-up, paid at the first
-kernel call; numba is not imported before).
+path (accelerators, autograd, bfloat16, inside ``torch.compile``, and any CPU run
+without numba or with ``ALCHEMI_LIT_CPU_KERNELS=0``), and the tests hold both to the
+same results within rounding.  Per-system decision logic is written once: a kernel
+calls the same ``xp`` function (:func:`~alchemi_lit.tensor_ops.per_system`) that NumPy
+and torch run, on one system's numbers (:mod:`~alchemi_lit.kernels.scalar_xp`).
+Kernels are compiled on first use and cached on disk by numba: ~5 s once for all of
+them (float64), then ~0.7 s per process (numba's import and start-up, paid at the
+first kernel call; numba is not imported before).
 """
 
 from __future__ import annotations
@@ -41,13 +41,18 @@ ENV_SWITCH = "ALCHEMI_LIT_CPU_KERNELS"
 ENABLED = os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+#: what the kernels compute with (float16 has no arithmetic in numba: torch path)
+_KERNEL_DTYPES = frozenset({torch.float64, torch.float32, torch.int64, torch.int32, torch.bool})
+
+
 def usable(*tensors: torch.Tensor) -> bool:
     """Whether a compiled kernel may take these tensors: kernels enabled, numba
-    importable, every tensor a CPU tensor NumPy can view (no autograd graph), and not
-    inside ``torch.compile`` (whose graph fuses the torch path itself)."""
+    importable, every tensor a CPU tensor NumPy can view (no autograd graph) of a dtype
+    the kernels compute with, and not inside ``torch.compile`` (whose graph fuses the
+    torch path itself)."""
     return (
         ENABLED
-        and all(numpy_viewable(t) for t in tensors)
+        and all(numpy_viewable(t) and t.dtype in _KERNEL_DTYPES for t in tensors)
         and not torch.compiler.is_compiling()
         and _numba_available()
     )
