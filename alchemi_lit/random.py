@@ -82,25 +82,13 @@ def atom_normals(
     ``system_id``/``step`` are per system ``[B]``; ``system_idx``/``local_index`` per
     atom (index of the atom inside its own system).
     """
-    if kernels.usable(system_id, step, system_idx, local_index):  # CPU: one compiled loop
+    # CPU: the Philox words in one compiled loop (never inside torch.compile, see usable)
+    if kernels.usable(system_id, step, system_idx, local_index):
         words = kernels.load("philox").atom_words(
             seed & _MASK32, (seed >> 32) & _MASK32, system_id.numpy(), step.numpy(),
             system_idx.numpy(), local_index.numpy(), purpose,
         )  # fmt: skip
         return box_muller(*torch.from_numpy(words), dtype)
-    return torch_atom_normals(seed, system_id, step, system_idx, local_index, purpose, dtype)
-
-
-def torch_atom_normals(
-    seed: int,
-    system_id: torch.Tensor,
-    step: torch.Tensor,
-    system_idx: torch.Tensor,
-    local_index: torch.Tensor,
-    purpose: int,
-    dtype: torch.dtype,
-) -> torch.Tensor:
-    """:func:`atom_normals` in torch operations only (any device; what is compiled)."""
     # keys per system, then one gather per atom
     k0 = (system_id ^ (seed & _MASK32)) & _MASK32
     k1 = ((system_id >> 32) ^ ((seed >> 32) & _MASK32) ^ 0x5BD1E995) & _MASK32
@@ -236,7 +224,7 @@ def compiled_atom_normals() -> Callable[..., torch.Tensor]:
     if _compiled_atom_normals is None:
         from .compiling import compile_or_eager
 
-        _compiled_atom_normals = compile_or_eager(torch_atom_normals, "the Philox noise kernel")
+        _compiled_atom_normals = compile_or_eager(atom_normals, "the Philox noise kernel")
     return _compiled_atom_normals
 
 
