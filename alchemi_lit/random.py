@@ -82,13 +82,13 @@ def atom_normals(
     ``system_id``/``step`` are per system ``[B]``; ``system_idx``/``local_index`` per
     atom (index of the atom inside its own system).
     """
-    # CPU: the Philox words in one compiled loop (never inside torch.compile, see usable)
+    # CPU: Philox and the uniforms in one compiled loop (never inside torch.compile)
     if kernels.usable(system_id, step, system_idx, local_index):
-        words = kernels.load("philox").atom_words(
+        uniforms = kernels.load("philox").atom_uniforms(
             seed & _MASK32, (seed >> 32) & _MASK32, system_id.numpy(), step.numpy(),
-            system_idx.numpy(), local_index.numpy(), purpose,
+            system_idx.numpy(), local_index.numpy(), purpose, 2 * math.pi,
         )  # fmt: skip
-        return box_muller(*torch.from_numpy(words), dtype)
+        return box_muller_uniforms(*torch.from_numpy(uniforms), dtype)
     # keys per system, then one gather per atom
     k0 = (system_id ^ (seed & _MASK32)) & _MASK32
     k1 = ((system_id >> 32) ^ ((seed >> 32) & _MASK32) ^ 0x5BD1E995) & _MASK32
@@ -105,11 +105,19 @@ def box_muller(
     x0: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, x3: torch.Tensor, dtype: torch.dtype
 ) -> torch.Tensor:
     """Three standard normals ``[N, 3]`` per atom from its four Philox words ``[N]``."""
-    # Box-Muller, in place where possible (each op is a pass over the atoms); the list
-    # is built left to right, so r0 is read before the second entry scales it in place
-    r0 = _uniform(x0).log_().mul_(-2.0).sqrt_()
-    r1 = _uniform(x2).log_().mul_(-2.0).sqrt_()
-    phi0, phi1 = _uniform(x1, 2 * math.pi), _uniform(x3, 2 * math.pi)
+    uniforms = _uniform(x0), _uniform(x1, 2 * math.pi), _uniform(x2), _uniform(x3, 2 * math.pi)
+    return box_muller_uniforms(*uniforms, dtype)
+
+
+def box_muller_uniforms(
+    u0: torch.Tensor, phi0: torch.Tensor, u2: torch.Tensor, phi1: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """:func:`box_muller` from the words' uniforms on (0, 1) and angles on (0, 2 pi),
+    float64 ``[N]`` each (overwritten)."""
+    # in place where possible (each op is a pass over the atoms); the list is built
+    # left to right, so r0 is read before the second entry scales it in place
+    r0 = u0.log_().mul_(-2.0).sqrt_()
+    r1 = u2.log_().mul_(-2.0).sqrt_()
     z = torch.stack([r0 * phi0.cos(), r0.mul_(phi0.sin_()), r1.mul_(phi1.cos_())], dim=-1)
     return z.to(dtype)
 
