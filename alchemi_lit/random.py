@@ -76,19 +76,27 @@ def atom_normals(
     local_index: torch.Tensor,
     purpose: int,
     dtype: torch.dtype,
+    ahead: int = 1,
 ) -> torch.Tensor:
     """Standard normal ``[N, 3]``: one independent triple per atom.
 
     ``system_id``/``step`` are per system ``[B]``; ``system_idx``/``local_index`` per
-    atom (index of the atom inside its own system).
+    atom (index of the atom inside its own system).  With ``ahead = K`` the draws of
+    steps ``step .. step + K - 1`` too, as ``[K N, 3]``: block ``k`` holds ``step + k``.
     """
     # CPU: Philox and the uniforms in one compiled loop (never inside torch.compile)
     if kernels.usable(system_id, step, system_idx, local_index):
         uniforms = kernels.load("philox").atom_uniforms(
             seed & _MASK32, (seed >> 32) & _MASK32, system_id.numpy(), step.numpy(),
-            system_idx.numpy(), local_index.numpy(), purpose, 2 * math.pi,
+            system_idx.numpy(), local_index.numpy(), purpose, 2 * math.pi, ahead,
         )  # fmt: skip
         return box_muller_uniforms(*torch.from_numpy(uniforms), dtype)
+    if ahead > 1:  # the same draw for K copies of the batch, copy k at step + k
+        b, ks = int(system_id.shape[0]), torch.arange(ahead, device=step.device)
+        system_id = system_id.repeat(ahead)
+        step = (step.unsqueeze(0) + ks.unsqueeze(1)).reshape(-1)
+        system_idx = (system_idx.unsqueeze(0) + b * ks.unsqueeze(1)).reshape(-1)
+        local_index = local_index.repeat(ahead)
     # keys per system, then one gather per atom
     k0 = (system_id ^ (seed & _MASK32)) & _MASK32
     k1 = ((system_id >> 32) ^ ((seed >> 32) & _MASK32) ^ 0x5BD1E995) & _MASK32
@@ -182,16 +190,8 @@ class NormalsAhead:
             self._drawn.pop(purpose, None)
             return atom_normals(seed, system_id, step, system_idx, local_index, purpose, dtype)
         # draw the next `ahead` steps of every system: block k holds step + k
-        b = int(system_id.shape[0])
-        ks = torch.arange(ahead)
         values = atom_normals(
-            seed,
-            system_id.repeat(ahead),
-            (step.unsqueeze(0) + ks.unsqueeze(1)).reshape(-1),
-            (system_idx.unsqueeze(0) + b * ks.unsqueeze(1)).reshape(-1),
-            local_index.repeat(ahead),
-            purpose,
-            dtype,
+            seed, system_id, step, system_idx, local_index, purpose, dtype, ahead=ahead
         )
         self._drawn[purpose] = (layout, step.numpy().copy(), ahead, values)
         return values[:n]

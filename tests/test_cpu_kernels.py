@@ -159,17 +159,22 @@ def test_md_step_equals_torch_path(monkeypatch, dtype, case):
 
 
 def test_philox_words_are_bit_for_bit_the_torch_ones(monkeypatch):
-    """Large ids, steps past 2**32, seeds past 2**32 and every purpose."""
+    """Large ids, steps past 2**32, seeds past 2**32, every purpose, draws ahead."""
     sid = torch.tensor([0, 3, 2**33 + 5, 17, 123456789012], dtype=torch.int64)
     step = torch.tensor([0, 1, 2**32 + 7, 99, 2**40 + 5], dtype=torch.int64)
     idx = torch.arange(5).repeat_interleave(7)
     local = torch.arange(7).repeat(5)
     cases = [
-        (seed, sid, step, idx, local, purpose, torch.float64)
+        (seed, sid, step, idx, local, purpose, torch.float64, ahead)
         for seed in (0, 12345, 2**40 + 3, 2**63 - 1)
         for purpose in (rng.PURPOSE_NOISE, rng.PURPOSE_VELOCITY_INIT, rng.PURPOSE_THERMOSTAT)
+        for ahead in (1, 3)  # three steps in one draw: block k at step + k
     ]
     compiled = [rng.atom_normals(*args) for args in cases]
+    second_step = rng.atom_normals(0, sid, step + 1, idx, local, rng.PURPOSE_NOISE, torch.float64)
+    assert torch.equal(compiled[1][35:70], second_step)  # (cases[1]: seed 0, noise, 3 ahead)
+    with pytest.raises(IndexError, match="system_idx"):  # an error, not a wild read
+        rng.atom_normals(0, sid, step, idx + 1, local, rng.PURPOSE_NOISE, torch.float64)
     monkeypatch.setattr(kernels, "ENABLED", False)
     for args, normals in zip(cases, compiled):
         assert torch.equal(normals, rng.atom_normals(*args))

@@ -97,9 +97,9 @@ def test_normals_ahead_adapts_how_far_it_draws(monkeypatch):
     drawn = []  # atoms x steps of each draw NormalsAhead makes
     keyed = random_mod.atom_normals
 
-    def counting(*args):
-        drawn.append(int(args[3].shape[0]))
-        return keyed(*args)
+    def counting(*args, ahead=1):
+        drawn.append(int(args[3].shape[0]) * ahead)
+        return keyed(*args, ahead=ahead)
 
     monkeypatch.setattr(random_mod, "atom_normals", counting)
     ahead = random_mod.NormalsAhead()

@@ -20,22 +20,29 @@ from ..random import _M0, _M1, _MASK32, _W0, _W1
 
 
 @numba.njit(cache=True, nogil=True)
-def atom_uniforms(seed_lo, seed_hi, system_id, step, system_idx, local_index, purpose, two_pi):
+def atom_uniforms(
+    seed_lo, seed_hi, system_id, step, system_idx, local_index, purpose, two_pi, ahead
+):  # fmt: skip
     """Each atom's four Philox4x32-10 words of the key ``(seed, system_id, step, purpose,
-    local index)`` as the uniforms Box-Muller takes, float64 ``[4, N]``: ``u0`` on (0, 1),
-    ``phi0`` on (0, 2 pi), ``u2``, ``phi1`` (words 0, 1, 2, 3)."""
+    local index)`` as the uniforms Box-Muller takes, float64 ``[4, ahead N]``: ``u0`` on
+    (0, 1), ``phi0`` on (0, 2 pi), ``u2``, ``phi1`` (words 0, 1, 2, 3); block ``k`` of
+    ``N`` columns is drawn at ``step + k``."""
     n = system_idx.shape[0]
-    out = np.empty((4, n), dtype=np.float64)
+    out = np.empty((4, ahead * n), dtype=np.float64)
     mask, m0, m1 = np.uint64(_MASK32), np.uint64(_M0), np.uint64(_M1)
     w0, w1, shift = np.uint64(_W0), np.uint64(_W1), np.uint64(32)
     unit, angle = 1.0 / 4294967296.0, two_pi / 4294967296.0  # as random._uniform scales
-    for i in range(n):
+    for j in range(ahead * n):
+        i = j % n
         b = system_idx[i]
+        if b < 0 or b >= system_id.shape[0]:
+            raise IndexError("atom_normals: a system_idx is not a row of system_id")
+        at = step[b] + j // n
         k0 = np.uint64((system_id[b] ^ seed_lo) & _MASK32)
         k1 = np.uint64(((system_id[b] >> 32) ^ seed_hi ^ 0x5BD1E995) & _MASK32)
         c0 = np.uint64(local_index[i] & _MASK32)
-        c1 = np.uint64(step[b] & _MASK32)
-        c2 = np.uint64((step[b] >> 32) & _MASK32)
+        c1 = np.uint64(at & _MASK32)
+        c2 = np.uint64((at >> 32) & _MASK32)
         c3 = np.uint64(purpose & _MASK32)
         for _ in range(10):
             p0, p2 = c0 * m0, c2 * m1  # 32 x 32 -> 64-bit products
@@ -44,8 +51,8 @@ def atom_uniforms(seed_lo, seed_hi, system_id, step, system_idx, local_index, pu
             c1, c3 = p2 & mask, p0 & mask
             k0, k1 = (k0 + w0) & mask, (k1 + w1) & mask  # the Weyl key schedule
         # (word + 0.5) * scale: exact sum, one rounding, as in torch
-        out[0, i] = (np.float64(c0) + 0.5) * unit
-        out[1, i] = (np.float64(c1 & mask) + 0.5) * angle
-        out[2, i] = (np.float64(c2) + 0.5) * unit
-        out[3, i] = (np.float64(c3 & mask) + 0.5) * angle
+        out[0, j] = (np.float64(c0) + 0.5) * unit
+        out[1, j] = (np.float64(c1 & mask) + 0.5) * angle
+        out[2, j] = (np.float64(c2) + 0.5) * unit
+        out[3, j] = (np.float64(c3 & mask) + 0.5) * angle
     return out
