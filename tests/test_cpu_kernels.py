@@ -205,9 +205,9 @@ def test_force_checks_equal_torch_path(monkeypatch):
     assert not compiled[1][0][0] and not compiled[1][0][2]  # NaN / inf: not converged
 
 
-def test_kernels_switch_off_by_environment(monkeypatch):
-    """ALCHEMI_LIT_CPU_KERNELS=0 (read at import) and tensors NumPy cannot view (autograd)
-    keep the torch path."""
+def test_when_the_torch_path_runs_instead(monkeypatch):
+    """ALCHEMI_LIT_CPU_KERNELS=0 (read at import), tensors NumPy cannot view (autograd),
+    float16, and large arrays when torch has more than two threads keep the torch path."""
     import importlib
 
     monkeypatch.setenv(kernels.ENV_SWITCH, "0")
@@ -219,6 +219,13 @@ def test_kernels_switch_off_by_environment(monkeypatch):
     assert kernels.ENABLED is True
     assert not kernels.usable(torch.zeros(3, requires_grad=True))
     assert not kernels.usable(torch.zeros(3, dtype=torch.float16))
+    # one core against torch's threads: large arrays go to torch when it has > 2 threads
+    big = torch.zeros(kernels.SERIAL_ELEMENTS + 1)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert kernels.usable(big)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
+    assert not kernels.usable(big) and kernels.usable(big[:-1])
+    monkeypatch.undo()
     assert kernels.usable(torch.zeros(3))
     assert np.array_equal(
         kernels.per_system(random_batch(torch.float32), 2.0), np.full(6, 2.0, np.float32)
