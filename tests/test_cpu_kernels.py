@@ -20,7 +20,7 @@ from alchemi_lit import kernels
 from alchemi_lit import random as rng
 from alchemi_lit.callbacks import nan_guard
 from alchemi_lit.convergence import ForceMax
-from alchemi_lit.integrators import FIRE, FIRE2, Bussi, Langevin, VelocityVerlet
+from alchemi_lit.integrators import FIRE, FIRE2, Berendsen, Bussi, Langevin, VelocityVerlet
 from alchemi_lit.state import Batch
 
 pytest.importorskip("numba")
@@ -134,6 +134,7 @@ MD_CASES = {
     ),
     "velocity verlet": lambda: VelocityVerlet(dt=1.0),
     "bussi": lambda: Bussi(dt=1.0, temperature=300.0),
+    "berendsen": lambda: Berendsen(dt=1.0, temperature=300.0),  # kicks an atom mask
 }
 
 

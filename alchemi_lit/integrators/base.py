@@ -258,15 +258,31 @@ class MDIntegrator(Integrator):
         """
         factors = self.kick_factors(batch, dt)
         if kernels.usable(batch.velocities, batch.forces, factors):  # one compiled pass
-            # (an empty mask: every atom)
-            flags = np.empty(0, dtype=bool) if moving is None else moving.reshape(-1).numpy()
-            v_new = kernels.load("dynamics").kick(
-                batch.velocities.numpy(), batch.forces.numpy(), factors.numpy(), flags
-            )
-            batch.velocities = torch.from_numpy(v_new)
+            frozen = np.empty(0, dtype=bool) if moving is None else ~moving.reshape(-1).numpy()
+            self._compiled_kick(batch, factors, np.ones(batch.num_systems, dtype=bool), frozen)
             return
         v = torch.addcmul(batch.velocities, factors, batch.forces)
         batch.velocities = self.masked(moving, v, batch.velocities)
+
+    def kick_stage(self, batch: Batch, mask: torch.Tensor, dt: Param) -> None:
+        """:meth:`kick` for the free atoms of ``mask``'s systems (an MD step's closing
+        half kick), without building their atom mask on CPU."""
+        factors = self.kick_factors(batch, dt)
+        if kernels.usable(batch.velocities, batch.forces, factors):
+            self._compiled_kick(batch, factors, mask.numpy(), batch.fixed.numpy())
+            return
+        self.kick(batch, self.moving_atoms(batch, mask), dt)
+
+    @staticmethod
+    def _compiled_kick(
+        batch: Batch, factors: torch.Tensor, mask: np.ndarray, frozen: np.ndarray
+    ) -> None:
+        starts, counts = batch.segments.bounds
+        v_new = kernels.load("dynamics").kick(
+            batch.velocities.numpy(), batch.forces.numpy(), factors.numpy(), starts, counts,
+            mask, frozen,
+        )  # fmt: skip
+        batch.velocities = torch.from_numpy(v_new)
 
     def kick_factors(self, batch: Batch, dt: Param) -> torch.Tensor:
         """``dt / m`` per atom component ``[N, 3]``, kept for the run when ``dt`` is a number."""

@@ -57,7 +57,7 @@ class Berendsen(MDIntegrator):
         self.drift(batch, am, dt)
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        self.kick(batch, self.moving_atoms(batch, mask), 0.5 * self.dt_tensor(batch))
+        self.kick_stage(batch, mask, 0.5 * self.dt_tensor(batch))
 
     def scale_factor(self, batch: Batch) -> torch.Tensor:
         """``lambda [B]``; a system at 0 K is heated at the maximum rate (as ASE)."""

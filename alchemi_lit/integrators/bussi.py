@@ -59,7 +59,7 @@ class Bussi(MDIntegrator):
         self.drift(batch, moving, dt)
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        self.kick(batch, self.moving_atoms(batch, mask), 0.5 * self.dt_tensor(batch))
+        self.kick_stage(batch, mask, 0.5 * self.dt_tensor(batch))
 
     def alpha(self, batch: Batch) -> torch.Tensor:
         """Velocity scale factor ``[B]`` for this step (1 for systems without kinetic energy)."""

@@ -65,7 +65,7 @@ class Langevin(MDIntegrator):
         self.drift(batch, moving, 0.5 * dt)  # A
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        self.kick(batch, self.moving_atoms(batch, mask), 0.5 * self.dt_tensor(batch))  # B
+        self.kick_stage(batch, mask, 0.5 * self.dt_tensor(batch))  # B
 
     def ornstein_uhlenbeck(self, batch: Batch, moving: torch.Tensor | None, dt: Param) -> None:
         """Exact OU update ``v = c1 v + c2 ξ`` over ``dt`` for the atoms ``moving``."""

@@ -31,4 +31,4 @@ class VelocityVerlet(MDIntegrator):
         self.drift(batch, moving, dt)
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        self.kick(batch, self.moving_atoms(batch, mask), 0.5 * self.dt_tensor(batch))
+        self.kick_stage(batch, mask, 0.5 * self.dt_tensor(batch))

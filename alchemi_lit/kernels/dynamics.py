@@ -35,12 +35,15 @@ def baoab_first_half(r, v, f, kick, half_dt, c1, sigma, xi, starts, counts, mask
 
 
 @numba.njit(cache=True, nogil=True)
-def kick(v, f, factors, moving):
-    """``v + factors * F`` (``factors = dt / m`` per component) for the atoms where
-    ``moving`` is True -- every atom when ``moving`` is empty; new velocities."""
+def kick(v, f, factors, starts, counts, mask, frozen):
+    """``v + factors * F`` (``factors = dt / m`` per component) for the atoms of
+    ``mask``'s systems that are not ``frozen`` (an empty ``frozen``: none is); new
+    velocities, the others' unchanged."""
     v_new = np.empty_like(v)
-    every = moving.shape[0] == 0
-    for i in range(v.shape[0]):
-        for k in range(3):
-            v_new[i, k] = v[i, k] + factors[i, k] * f[i, k] if every or moving[i] else v[i, k]
+    none_frozen = frozen.shape[0] == 0
+    for b in range(starts.shape[0]):
+        for i in range(starts[b], starts[b] + counts[b]):
+            moves = mask[b] and (none_frozen or not frozen[i])
+            for k in range(3):
+                v_new[i, k] = v[i, k] + factors[i, k] * f[i, k] if moves else v[i, k]
     return v_new
