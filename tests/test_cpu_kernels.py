@@ -20,7 +20,15 @@ from alchemi_lit import kernels
 from alchemi_lit import random as rng
 from alchemi_lit.callbacks import nan_guard
 from alchemi_lit.convergence import ForceMax
-from alchemi_lit.integrators import FIRE, FIRE2, Berendsen, Bussi, Langevin, VelocityVerlet
+from alchemi_lit.integrators import (
+    FIRE,
+    FIRE2,
+    Berendsen,
+    Bussi,
+    Langevin,
+    NoseHooverChain,
+    VelocityVerlet,
+)
 from alchemi_lit.state import Batch
 
 pytest.importorskip("numba")
@@ -135,6 +143,9 @@ MD_CASES = {
     "velocity verlet": lambda: VelocityVerlet(dt=1.0),
     "bussi": lambda: Bussi(dt=1.0, temperature=300.0),
     "berendsen": lambda: Berendsen(dt=1.0, temperature=300.0),  # kicks an atom mask
+    "nose-hoover chain": lambda: NoseHooverChain(
+        dt=1.0, temperature=[100.0, 200.0, 300.0, 400.0, 500.0, 600.0], tdamp=20.0
+    ),
 }
 
 
@@ -152,7 +163,8 @@ def test_md_step_equals_torch_path(monkeypatch, dtype, case):
         integrator.post_update(b, mask)
 
     compiled, plain = both_ways(monkeypatch, batch, step)
-    assert_close_fields(compiled, plain, ("positions", "velocities"))
+    chain = tuple(integrator.fields)  # the chain's eta and p_eta (Nosé-Hoover)
+    assert_close_fields(compiled, plain, ("positions", "velocities", *chain))
     still = ~batch.atom_mask(mask) | batch.fixed
     for name in ("positions", "velocities"):
         new, old = getattr(compiled, name), getattr(batch, name)

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from .. import kernels
 from ..state import Batch
 from ..tensor_ops import per_system
 from ..units import fs, kB
@@ -133,6 +134,19 @@ class NoseHooverChain(MDIntegrator):
         """``exp(iL_NHC delta)`` for masked systems: update the chain, scale velocities
         (``moving``: the atoms' mask from :meth:`moving_atoms`, None for all)."""
         kt, nf, q = self._constants(batch)
+        if kernels.usable(batch.velocities, q):  # one compiled pass (kernels.dynamics)
+            starts, counts = batch.segments.bounds
+            v, eta, p = kernels.load("dynamics").nhc_half_step(
+                batch.velocities.numpy(), batch.masses.numpy(), starts, counts, mask.numpy(),
+                batch.fixed.numpy(), getattr(batch, self.eta_field).numpy(),
+                getattr(batch, self.p_eta_field).numpy(), q.numpy(), kt.numpy(), nf.numpy(),
+                kernels.per_system(batch, delta), _SY_WEIGHTS[self.suzuki_yoshida],
+                self.chain_steps,
+            )  # fmt: skip
+            batch.velocities = torch.from_numpy(v)
+            setattr(batch, self.eta_field, torch.from_numpy(eta))
+            setattr(batch, self.p_eta_field, torch.from_numpy(p))
+            return
         seg, v = batch.segments, batch.velocities
         mv2 = 2.0 * batch.kinetic_energy(moving)  # tracked as a number and rescaled (MTK)
         eta, p, scale = _chain_half_step(
@@ -172,35 +186,57 @@ def _chain_half_step(
 ) -> tuple[Any, Any, Any]:
     """The chain's half step per system (ASE's ``_integrate_nhc``): new ``eta``, ``p_eta``
     (unchanged outside ``mask``) and the velocity scale.  ``xp``: NumPy or torch."""
-    eta = [old_eta[:, j] for j in range(old_eta.shape[1])]
-    p = [old_p[:, j] for j in range(old_p.shape[1])]
-    m = len(p)
-    scale = xp.ones_like(kt)
-    delta = delta * xp.ones_like(kt)
-    for _ in range(chain_steps):
-        for w in weights:
-            d = w * delta / chain_steps
-            for j in reversed(range(m)):
-                _p_eta_step(xp, p, q, j, mv2 - nf * kt, kt, d)
-            for j in range(m):
-                eta[j] = eta[j] + d * p[j] / q[:, j]
-            s = xp.exp(-d * p[0] / q[:, 0])
-            scale = scale * s
-            mv2 = mv2 * s * s
-            for j in range(m):
-                _p_eta_step(xp, p, q, j, mv2 - nf * kt, kt, d)
+    m = old_eta.shape[1]
+    eta = [old_eta[:, j] for j in range(m)]
+    p = [old_p[:, j] for j in range(m)]
+    scale = chain_update(xp, eta, p, [q[:, j] for j in range(m)], kt, nf, mv2, delta,
+                         weights, chain_steps)  # fmt: skip
     inside = mask[:, None]
     new_eta = xp.where(inside, xp.stack(eta, -1), old_eta)
     new_p = xp.where(inside, xp.stack(p, -1), old_p)
     return new_eta, new_p, xp.where(mask, scale, xp.ones_like(scale))
 
 
-def _p_eta_step(xp: Any, p: list[Any], q: Any, j: int, g0: Any, kt: Any, d: Any) -> None:
+def chain_update(
+    xp: Any,
+    eta: list[Any],
+    p: list[Any],
+    q: list[Any],
+    kt: Any,
+    nf: Any,
+    mv2: Any,
+    delta: Any,
+    weights: tuple[float, ...],
+    chain_steps: int,
+) -> Any:
+    """ASE's ``_integrate_nhc`` on the chain members ``eta[j]``, ``p[j]`` (updated in
+    place) with masses ``q[j]``: per-system ``[B]`` arrays, or one system's numbers in
+    the compiled CPU kernel (:mod:`~alchemi_lit.kernels.scalar_xp`).  Returns the
+    velocity scale."""
+    m = len(p)
+    scale = xp.ones_like(kt)
+    delta = delta * xp.ones_like(kt)
+    for _ in range(chain_steps):
+        for w in weights:
+            d = w * delta / chain_steps
+            for j in range(m - 1, -1, -1):
+                _p_eta_step(xp, p, q, j, mv2 - nf * kt, kt, d)
+            for j in range(m):
+                eta[j] = eta[j] + d * p[j] / q[j]
+            s = xp.exp(-d * p[0] / q[0])
+            scale = scale * s
+            mv2 = mv2 * s * s
+            for j in range(m):
+                _p_eta_step(xp, p, q, j, mv2 - nf * kt, kt, d)
+    return scale
+
+
+def _p_eta_step(xp: Any, p: list[Any], q: list[Any], j: int, g0: Any, kt: Any, d: Any) -> None:
     """ASE's ``_integrate_p_eta_j``: update chain momentum ``j`` over ``d/2`` in place."""
     m = len(p)
     if j < m - 1:
-        p[j] = p[j] * xp.exp(-0.25 * d * p[j + 1] / q[:, j + 1])
-    g = g0 if j == 0 else p[j - 1] * p[j - 1] / q[:, j - 1] - kt
+        p[j] = p[j] * xp.exp(-0.25 * d * p[j + 1] / q[j + 1])
+    g = g0 if j == 0 else p[j - 1] * p[j - 1] / q[j - 1] - kt
     p[j] = p[j] + 0.5 * d * g
     if j < m - 1:
-        p[j] = p[j] * xp.exp(-0.25 * d * p[j + 1] / q[:, j + 1])
+        p[j] = p[j] * xp.exp(-0.25 * d * p[j + 1] / q[j + 1])

@@ -9,6 +9,14 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numba.extending import register_jitable
+
+from ..integrators import nose_hoover
+from . import scalar_xp
+
+# the chain's own update, on one system's numbers (its helper compiled where it is called)
+register_jitable(nose_hoover._p_eta_step)
+_chain_update = numba.njit(cache=True, nogil=True)(nose_hoover.chain_update)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -47,3 +55,35 @@ def kick(v, f, factors, starts, counts, mask, frozen):
             for k in range(3):
                 v_new[i, k] = v[i, k] + factors[i, k] * f[i, k] if moves else v[i, k]
     return v_new
+
+
+@numba.njit(cache=True, nogil=True)
+def nhc_half_step(v, masses, starts, counts, mask, fixed, eta, p, q, kt, nf, delta, weights,
+                  chain_steps):  # fmt: skip
+    """A Nosé-Hoover chain's half step (:meth:`~alchemi_lit.integrators.NoseHooverChain.
+    chain_half_step`) for ``mask``'s systems: ``m v^2`` over their free atoms, the chain
+    update, the free atoms' velocities scaled.  New ``(velocities, eta, p_eta)``."""
+    v_new = v.copy()
+    eta_new, p_new = eta.copy(), p.copy()
+    m = eta.shape[1]
+    for b in range(starts.shape[0]):
+        if not mask[b]:
+            continue
+        lo, hi = starts[b], starts[b] + counts[b]
+        mv2 = 0.0
+        for i in range(lo, hi):
+            if not fixed[i]:
+                for k in range(3):
+                    mv2 += v[i, k] * v[i, k] * masses[i]
+        e = [eta[b, j] for j in range(m)]
+        pp = [p[b, j] for j in range(m)]
+        qq = [q[b, j] for j in range(m)]
+        scale = _chain_update(scalar_xp, e, pp, qq, kt[b], nf[b], mv2, delta[b], weights,
+                              chain_steps)  # fmt: skip
+        for j in range(m):
+            eta_new[b, j], p_new[b, j] = e[j], pp[j]
+        for i in range(lo, hi):
+            if not fixed[i]:
+                for k in range(3):
+                    v_new[i, k] = v[i, k] * scale
+    return v_new, eta_new, p_new

@@ -26,6 +26,11 @@ def sqrt(x):
 
 
 @numba.njit(inline="always")
+def exp(x):
+    return math.exp(x)
+
+
+@numba.njit(inline="always")
 def ones_like(x):
     return 1.0
 
