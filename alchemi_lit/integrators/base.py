@@ -273,6 +273,31 @@ class MDIntegrator(Integrator):
             return
         self.kick(batch, self.moving_atoms(batch, mask), dt)
 
+    def kick_drift_stage(
+        self, batch: Batch, mask: torch.Tensor, dt: Param, scale: torch.Tensor | None = None
+    ) -> None:
+        """The opening of a velocity-Verlet step for the free atoms of ``mask``'s systems:
+        velocities scaled by ``scale`` ``[B]`` (a thermostat's factor; none by default),
+        a kick over ``dt / 2``, a drift over ``dt`` -- one compiled pass on CPU."""
+        factors = self.kick_factors(batch, 0.5 * dt)
+        if kernels.usable(batch.positions, batch.velocities, batch.forces, factors):
+            starts, counts = batch.segments.bounds
+            ones = np.ones(batch.num_systems, dtype=batch.positions.numpy().dtype)
+            r, v = kernels.load("dynamics").kick_drift(
+                batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy(),
+                factors.numpy(), kernels.per_system(batch, dt),
+                ones if scale is None else kernels.per_system(batch, scale),
+                starts, counts, mask.numpy(), batch.fixed.numpy(),
+            )  # fmt: skip
+            batch.positions, batch.velocities = torch.from_numpy(r), torch.from_numpy(v)
+            return
+        moving = self.moving_atoms(batch, mask)
+        if scale is not None:
+            (scale3,) = batch.segments.to_xyz(scale)
+            batch.velocities = self.masked(moving, batch.velocities * scale3, batch.velocities)
+        self.kick(batch, moving, 0.5 * dt)
+        self.drift(batch, moving, dt)
+
     @staticmethod
     def _compiled_kick(
         batch: Batch, factors: torch.Tensor, mask: np.ndarray, frozen: np.ndarray

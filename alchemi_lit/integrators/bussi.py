@@ -51,12 +51,7 @@ class Bussi(MDIntegrator):
         return f"Bussi(dt={_fmt(self.dt_fs)}, T={_fmt(self.temperature)}, steps={self.steps})"
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        moving = self.moving_atoms(batch, mask)
-        dt = self.dt_tensor(batch)
-        (alpha,) = batch.segments.to_xyz(self.alpha(batch))
-        batch.velocities = self.masked(moving, batch.velocities * alpha, batch.velocities)
-        self.kick(batch, moving, 0.5 * dt)
-        self.drift(batch, moving, dt)
+        self.kick_drift_stage(batch, mask, self.dt_tensor(batch), scale=self.alpha(batch))
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
         self.kick_stage(batch, mask, 0.5 * self.dt_tensor(batch))

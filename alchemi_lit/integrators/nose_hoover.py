@@ -108,8 +108,7 @@ class NoseHooverChain(MDIntegrator):
         moving = self.moving_atoms(batch, mask)
         dt = self.dt_tensor(batch)
         self.chain_half_step(batch, mask, moving, 0.5 * dt)
-        self.kick(batch, moving, 0.5 * dt)
-        self.drift(batch, moving, dt)
+        self.kick_drift_stage(batch, mask, dt)
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
         moving = self.moving_atoms(batch, mask)

@@ -25,10 +25,7 @@ class VelocityVerlet(MDIntegrator):
         return f"VelocityVerlet(dt={self.dt_fs}, steps={self.steps})"
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        moving = self.moving_atoms(batch, mask)
-        dt = self.dt_tensor(batch)
-        self.kick(batch, moving, 0.5 * dt)
-        self.drift(batch, moving, dt)
+        self.kick_drift_stage(batch, mask, self.dt_tensor(batch))
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
         self.kick_stage(batch, mask, 0.5 * self.dt_tensor(batch))

@@ -58,6 +58,26 @@ def kick(v, f, factors, starts, counts, mask, frozen):
 
 
 @numba.njit(cache=True, nogil=True)
+def kick_drift(r, v, f, kick, dt, scale, starts, counts, mask, fixed):
+    """The opening of a velocity-Verlet step -- ``v = scale v + kick F`` (``kick = dt/2m``
+    per component, ``scale`` per system), ``r += dt v`` -- for the free atoms of
+    ``mask``'s systems; new ``(positions, velocities)``, the others' unchanged."""
+    r_new = np.empty_like(r)
+    v_new = np.empty_like(v)
+    for b in range(starts.shape[0]):
+        h, s = dt[b], scale[b]
+        for i in range(starts[b], starts[b] + counts[b]):
+            moves = mask[b] and not fixed[i]
+            for k in range(3):
+                if moves:
+                    vk = v[i, k] * s + kick[i, k] * f[i, k]
+                    r_new[i, k], v_new[i, k] = r[i, k] + h * vk, vk
+                else:
+                    r_new[i, k], v_new[i, k] = r[i, k], v[i, k]
+    return r_new, v_new
+
+
+@numba.njit(cache=True, nogil=True)
 def nhc_half_step(v, masses, starts, counts, mask, fixed, eta, p, q, kt, nf, delta, weights,
                   chain_steps):  # fmt: skip
     """A Nosé-Hoover chain's half step (:meth:`~alchemi_lit.integrators.NoseHooverChain.
