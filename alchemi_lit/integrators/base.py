@@ -282,11 +282,10 @@ class MDIntegrator(Integrator):
         factors = self.kick_factors(batch, 0.5 * dt)
         if kernels.usable(batch.positions, batch.velocities, batch.forces, factors):
             starts, counts = batch.segments.bounds
-            ones = np.ones(batch.num_systems, dtype=batch.positions.numpy().dtype)
             r, v = kernels.load("dynamics").kick_drift(
                 batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy(),
                 factors.numpy(), kernels.per_system(batch, dt),
-                ones if scale is None else kernels.per_system(batch, scale),
+                kernels.per_system(batch, 1.0 if scale is None else scale),
                 starts, counts, mask.numpy(), batch.fixed.numpy(),
             )  # fmt: skip
             batch.positions, batch.velocities = torch.from_numpy(r), torch.from_numpy(v)

@@ -105,16 +105,14 @@ class NoseHooverChain(MDIntegrator):
 
     # ----------------------------------------------------------------- step
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        moving = self.moving_atoms(batch, mask)
         dt = self.dt_tensor(batch)
-        self.chain_half_step(batch, mask, moving, 0.5 * dt)
+        self.chain_half_step(batch, mask, 0.5 * dt)
         self.kick_drift_stage(batch, mask, dt)
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        moving = self.moving_atoms(batch, mask)
         dt = self.dt_tensor(batch)
-        self.kick(batch, moving, 0.5 * dt)
-        self.chain_half_step(batch, mask, moving, 0.5 * dt)
+        self.kick_stage(batch, mask, 0.5 * dt)
+        self.chain_half_step(batch, mask, 0.5 * dt)
 
     # ----------------------------------------------------------------- chain
     def _constants(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -127,11 +125,9 @@ class NoseHooverChain(MDIntegrator):
         q[:, 0] = q[:, 0] * nf
         return kt, nf, q.clamp_min(1e-300)
 
-    def chain_half_step(
-        self, batch: Batch, mask: torch.Tensor, moving: torch.Tensor | None, delta: Param
-    ) -> None:
-        """``exp(iL_NHC delta)`` for masked systems: update the chain, scale velocities
-        (``moving``: the atoms' mask from :meth:`moving_atoms`, None for all)."""
+    def chain_half_step(self, batch: Batch, mask: torch.Tensor, delta: Param) -> None:
+        """``exp(iL_NHC delta)`` for masked systems: update the chain, scale the
+        velocities of their free atoms."""
         kt, nf, q = self._constants(batch)
         if kernels.usable(batch.velocities, q):  # one compiled pass (kernels.dynamics)
             starts, counts = batch.segments.bounds
@@ -147,6 +143,7 @@ class NoseHooverChain(MDIntegrator):
             setattr(batch, self.p_eta_field, torch.from_numpy(p))
             return
         seg, v = batch.segments, batch.velocities
+        moving = self.moving_atoms(batch, mask)
         mv2 = 2.0 * batch.kinetic_energy(moving)  # tracked as a number and rescaled (MTK)
         eta, p, scale = _chain_half_step(
             mask, getattr(batch, self.eta_field), getattr(batch, self.p_eta_field), q, kt, nf,
