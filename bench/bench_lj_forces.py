@@ -51,6 +51,7 @@ from common import (
     package_version,
     setup_threads,
     time_call,
+    torchsim_lj,
 )
 
 from alchemi_lit import Batch
@@ -169,17 +170,9 @@ def bench_ase(atoms_list, repeats: int) -> dict:
 
 def bench_torchsim(atoms_list, repeats: int, check) -> tuple[dict, str]:
     import torch_sim as ts
-    from torch_sim.models.lennard_jones import LennardJonesModel
 
     state = ts.io.atoms_to_state(atoms_list, torch.device("cpu"), DT)
-    model = LennardJonesModel(
-        sigma=ARGON_LJ["sigma"],
-        epsilon=ARGON_LJ["epsilon"],
-        cutoff=ARGON_LJ["cutoff"],
-        device=torch.device("cpu"),
-        dtype=DT,
-        compute_stress=False,
-    )
+    model = torchsim_lj(DT, halved=False)  # as shipped: the check below shows the 2x
     out = model(state)
     # check against ASE: forces ratio; energy is unshifted (ASE shifts by e0 per pair)
     ratios, e_off = [], []

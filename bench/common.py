@@ -353,11 +353,11 @@ def load_line() -> str:
 
 
 # --------------------------------------------------------------------------- TorchSim
-def torchsim_lj(dtype: Any) -> Any:
+def torchsim_lj(dtype: Any, halved: bool = True) -> Any:
     """TorchSim's ``LennardJonesModel`` with :data:`ARGON_LJ`, its forces halved (0.3.x
     returns them exactly 2x too large: a full neighbour list counted twice) -- check with
     :func:`torchsim_force_error` before timing.  ``type(model).evals`` counts the atoms
-    passed through it."""
+    passed through it.  ``halved=False``: the model as TorchSim ships it."""
     import torch
     from torch_sim.models.lennard_jones import LennardJonesModel
 
@@ -370,7 +370,7 @@ def torchsim_lj(dtype: Any) -> Any:
             HalvedLJ.evals += int(state.n_atoms)
             return out
 
-    return HalvedLJ(
+    return (HalvedLJ if halved else LennardJonesModel)(
         sigma=ARGON_LJ["sigma"],
         epsilon=ARGON_LJ["epsilon"],
         cutoff=ARGON_LJ["cutoff"],
