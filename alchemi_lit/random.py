@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -130,6 +131,16 @@ def box_muller_uniforms(
     return z.to(dtype)
 
 
+class NormalsWindow(NamedTuple):
+    """Keyed normals of every atom for the steps ``base .. base + steps - 1`` of each
+    system: atom ``i``'s draw at step ``s`` of its system ``b`` is row
+    ``(s - base[b]) * N + i`` of ``values`` ``[steps N, 3]``."""
+
+    values: torch.Tensor
+    base: np.ndarray  # [B] int64, each system's step in the first block
+    steps: int
+
+
 class NormalsAhead:
     """:func:`atom_normals` for several coming steps in one draw, on CPU.
 
@@ -153,7 +164,7 @@ class NormalsAhead:
     MAX_AHEAD = 8
 
     def __init__(self) -> None:
-        self._drawn: dict[int, tuple[tuple, np.ndarray, int, torch.Tensor]] = {}
+        self._drawn: dict[int, tuple[tuple, NormalsWindow]] = {}
         self._served: dict[int, int] = {}  # steps the current draw has served, per purpose
         self._ahead: dict[int, int] = {}  # how far the next draw reaches, per purpose
 
@@ -168,33 +179,65 @@ class NormalsAhead:
         dtype: torch.dtype,
     ) -> torch.Tensor:
         n = int(system_idx.shape[0])
-        limit = min(self.MAX_AHEAD, self.MAX_VALUES // max(n, 1))
-        if system_idx.device.type != "cpu" or n == 0 or limit < 2:
+        if system_idx.device.type != "cpu" or n == 0 or self._limit(n) < 2:
             return atom_normals(seed, system_id, step, system_idx, local_index, purpose, dtype)
+        keys = (seed, system_id, step, system_idx, local_index, purpose, dtype)
+        window = self.window(*keys)
+        offset = step.numpy() - window.base  # (CPU only: checked in NumPy, 3 small calls)
+        first, last = int(offset.min()), int(offset.max())
+        if first < 0 or last >= window.steps:
+            window, first, last = self.window(*keys, fresh=True), 0, 0
+        if first == last:  # every system at the same step: a view
+            return window.values[first * n : (first + 1) * n]
+        rows = torch.arange(n) + n * torch.from_numpy(offset).index_select(0, system_idx)
+        return window.values.index_select(0, rows)
+
+    def window(
+        self,
+        seed: int,
+        system_id: torch.Tensor,
+        step: torch.Tensor,
+        system_idx: torch.Tensor,
+        local_index: torch.Tensor,
+        purpose: int,
+        dtype: torch.dtype,
+        fresh: bool = False,
+    ) -> NormalsWindow:
+        """The draw kept for this layout, *without* checking that every system's step
+        lies in it; with ``fresh`` (or a new layout) a new draw from the current steps.
+
+        For a compiled CPU consumer that picks each system's rows itself and checks
+        the range on the way (Langevin's half step): the checks and the slicing of
+        :meth:`__call__` cost ~90 µs a step in NumPy/torch calls, nothing there.  A
+        consumer that finds a step outside the window asks again with ``fresh=True``.
+        """
         layout = (seed, dtype, system_id, system_idx, local_index)
         layout += tuple(t._version for t in layout[2:])
         entry = self._drawn.get(purpose)
         if entry is not None and _same(entry[0], layout):
-            _, base, k_max, values = entry
-            offset = step.numpy() - base  # (CPU only: checked in NumPy, 3 small calls)
-            first, last = int(offset.min()), int(offset.max())
-            if first >= 0 and last < k_max:
+            if not fresh:
                 self._served[purpose] += 1
-                if first == last:  # every system at the same step: a view
-                    return values[first * n : (first + 1) * n]
-                rows = torch.arange(n) + n * torch.from_numpy(offset).index_select(0, system_idx)
-                return values.index_select(0, rows)
-        ahead = min(limit, self._next_ahead(purpose))
+                return entry[1]
+            self._served[purpose] -= 1  # the window handed out last did not serve
+        n = int(system_idx.shape[0])
+        ahead = min(self._limit(n), self._next_ahead(purpose))
         self._served[purpose] = 1
+        base = step.numpy().copy()
         if ahead < 2:  # nothing to keep: the layout changes about every step
             self._drawn.pop(purpose, None)
-            return atom_normals(seed, system_id, step, system_idx, local_index, purpose, dtype)
+            values = atom_normals(seed, system_id, step, system_idx, local_index, purpose, dtype)
+            return NormalsWindow(values, base, 1)
         # draw the next `ahead` steps of every system: block k holds step + k
         values = atom_normals(
             seed, system_id, step, system_idx, local_index, purpose, dtype, ahead=ahead
         )
-        self._drawn[purpose] = (layout, step.numpy().copy(), ahead, values)
-        return values[:n]
+        window = NormalsWindow(values, base, ahead)
+        self._drawn[purpose] = (layout, window)
+        return window
+
+    def _limit(self, n_atoms: int) -> int:
+        """Steps one draw may cover for ``n_atoms`` atoms (:data:`MAX_VALUES`)."""
+        return min(self.MAX_AHEAD, self.MAX_VALUES // max(n_atoms, 1))
 
     def _next_ahead(self, purpose: int) -> int:
         """Steps the next draw covers: what the last one served when it was dropped

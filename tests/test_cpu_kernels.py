@@ -171,6 +171,40 @@ def test_md_step_equals_torch_path(monkeypatch, dtype, case):
         assert torch.equal(new[still], old[still]) and (new[~still] != old[~still]).any(-1).all()
 
 
+def test_langevin_picks_its_noise_from_the_draws_ahead(monkeypatch):
+    """Over 20 steps -- past the end of 8-step draws, a system held back by its mask, a
+    system that skips ahead (outside the draw: drawn afresh) -- the compiled half step
+    reads exactly the keyed noise of each system's step, which the torch path draws
+    every step; and it did read draws ahead (fewer draws than steps)."""
+    from alchemi_lit import random as random_mod
+
+    batch = random_batch(torch.float64)
+    mask = torch.tensor([1, 1, 0, 1, 1, 1], dtype=torch.bool)
+    keyed, draws = random_mod.atom_normals, []
+
+    def counting(*args, ahead=1):
+        draws.append(ahead)
+        return keyed(*args, ahead=ahead)
+
+    monkeypatch.setattr(random_mod, "atom_normals", counting)
+    runs = {}
+    for enabled in (True, False):
+        monkeypatch.setattr(kernels, "ENABLED", enabled)
+        b, stage = batch.clone(), Langevin(dt=2.0, temperature=300.0, friction=0.05)
+        stage.setup(b, seed=3, prefix="s0")
+        for k in range(20):
+            stage.pre_update(b, mask)
+            stage.post_update(b, mask)
+            skip = torch.tensor([0, 0, 0, 5 if k == 11 else 0, 0, 0])
+            b.total_steps = b.total_steps + mask.long() + skip
+        runs[enabled] = b
+        if enabled:
+            # steps 0-7 and 8-15 in two draws; at step 12 system 3 is at 17, past the
+            # second: a fresh draw of 4 steps (what the dropped one served), then 8
+            assert draws == [8, 8, 4, 8], draws
+    assert_close_fields(runs[True], runs[False], ("positions", "velocities"))
+
+
 def test_philox_words_are_bit_for_bit_the_torch_ones(monkeypatch):
     """Large ids, steps past 2**32, seeds past 2**32, every purpose, draws ahead."""
     sid = torch.tensor([0, 3, 2**33 + 5, 17, 123456789012], dtype=torch.int64)

@@ -137,6 +137,19 @@ class Integrator:
             batch.segments.local_index, purpose, batch.dtype,
         )  # fmt: skip
 
+    def normals_window(self, batch: Batch, purpose: int, fresh: bool = False) -> rng.NormalsWindow:
+        """:meth:`normals` for a compiled CPU kernel that picks each system's rows of
+        this step itself: the draw that covers this step and maybe the next few, or
+        (``fresh``, after the kernel found a step outside it) one drawn from here."""
+        keys = (
+            self.seed, batch.system_id, batch.total_steps, batch.system_idx,
+            batch.segments.local_index, purpose, batch.dtype,
+        )  # fmt: skip
+        source = self.noise_source()
+        if isinstance(source, rng.NormalsAhead):
+            return source.window(*keys, fresh=fresh)
+        return rng.NormalsWindow(source(*keys), batch.total_steps.numpy().copy(), 1)
+
     def noise_source(self) -> Callable[..., torch.Tensor]:
         """What draws :meth:`normals`: the compiled kernel after :meth:`compile`, else
         this integrator's :class:`~alchemi_lit.random.NormalsAhead` (on CPU, several

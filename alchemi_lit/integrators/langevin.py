@@ -91,16 +91,22 @@ class Langevin(MDIntegrator):
         return c1, sigma
 
     def _compiled_pre_update(self, batch: Batch, mask: torch.Tensor, dt: Param) -> None:
-        """B, A, O, A as one compiled CPU call (:mod:`alchemi_lit.kernels.dynamics`)."""
+        """B, A, O, A as one compiled CPU call (:mod:`alchemi_lit.kernels.dynamics`),
+        which also picks each system's noise of this step from the draw ahead."""
         c1, sigma = self.ou_coefficients(batch, dt)
-        xi = self.normals(batch, rng.PURPOSE_NOISE)
         starts, counts = batch.segments.bounds
-        r, v = kernels.load("dynamics").baoab_first_half(
-            batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy(),
-            self.kick_factors(batch, 0.5 * dt).numpy(), kernels.per_system(batch, 0.5 * dt),
-            kernels.per_system(batch, c1), sigma.numpy(), xi.numpy(),
-            starts, counts, mask.numpy(), batch.fixed.numpy(),
-        )  # fmt: skip
+        half_step = kernels.load("dynamics").baoab_first_half
+        for fresh in (False, True):  # the second only if a step lies outside the draw
+            noise = self.normals_window(batch, rng.PURPOSE_NOISE, fresh)
+            r, v, covered = half_step(
+                batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy(),
+                self.kick_factors(batch, 0.5 * dt).numpy(), kernels.per_system(batch, 0.5 * dt),
+                kernels.per_system(batch, c1), sigma.numpy(), noise.values.numpy(),
+                noise.base, batch.total_steps.numpy(), noise.steps,
+                starts, counts, mask.numpy(), batch.fixed.numpy(),
+            )  # fmt: skip
+            if covered:
+                break
         batch.positions, batch.velocities = torch.from_numpy(r), torch.from_numpy(v)
 
 

@@ -20,14 +20,23 @@ _chain_update = numba.njit(cache=True, nogil=True)(nose_hoover.chain_update)
 
 
 @numba.njit(cache=True, nogil=True)
-def baoab_first_half(r, v, f, kick, half_dt, c1, sigma, xi, starts, counts, mask, fixed):
+def baoab_first_half(r, v, f, kick, half_dt, c1, sigma, xi, xi_base, step, xi_steps, starts,
+                     counts, mask, fixed):  # fmt: skip
     """Langevin BAOAB up to the force call -- ``v += (dt/2m) F``, ``r += (dt/2) v``,
     ``v = c1 v + sigma xi``, ``r += (dt/2) v`` -- for the free atoms of ``mask``'s
-    systems; new ``(positions, velocities)``, the others' unchanged."""
+    systems.  ``xi`` holds the noise of ``xi_steps`` steps from ``xi_base`` per system
+    (:class:`~alchemi_lit.random.NormalsWindow`): a system at ``step`` reads block
+    ``step - xi_base``.  New ``(positions, velocities, True)``, the others' unchanged;
+    ``(.., .., False)`` as soon as a system of ``mask`` lies outside the draw."""
+    n = r.shape[0]
     r_new = np.empty_like(r)
     v_new = np.empty_like(v)
     for b in range(starts.shape[0]):
         h, c = half_dt[b], c1[b]
+        block = step[b] - xi_base[b]
+        if mask[b] and (block < 0 or block >= xi_steps):
+            return r_new, v_new, False
+        row = block * n
         for i in range(starts[b], starts[b] + counts[b]):
             if not mask[b] or fixed[i]:
                 for k in range(3):
@@ -36,10 +45,10 @@ def baoab_first_half(r, v, f, kick, half_dt, c1, sigma, xi, starts, counts, mask
             for k in range(3):
                 vk = v[i, k] + kick[i, k] * f[i, k]  # B
                 rk = r[i, k] + h * vk  # A
-                vk = c * vk + sigma[i, k] * xi[i, k]  # O
+                vk = c * vk + sigma[i, k] * xi[row + i, k]  # O
                 r_new[i, k] = rk + h * vk  # A
                 v_new[i, k] = vk
-    return r_new, v_new
+    return r_new, v_new, True
 
 
 @numba.njit(cache=True, nogil=True)
