@@ -100,7 +100,7 @@ def per_system(fn: F) -> F:
 
 def numpy_viewable(t: torch.Tensor) -> bool:
     """A CPU tensor NumPy can view as it is (no graph to keep, a dtype NumPy has)."""
-    return t.device.type == "cpu" and not t.requires_grad and t.dtype != torch.bfloat16
+    return t.is_cpu and not t.requires_grad and t.dtype != torch.bfloat16
 
 
 def _as_tensor(value: Any) -> Any:

@@ -58,13 +58,14 @@ def usable(*tensors: torch.Tensor) -> bool:
     the kernels compute with, small enough for one core against torch's threads
     (:data:`SERIAL_ELEMENTS`), and not inside ``torch.compile`` (whose graph fuses the
     torch path itself)."""
-    return (
-        ENABLED
-        and all(numpy_viewable(t) and t.dtype in _KERNEL_DTYPES for t in tensors)
-        and (max(t.numel() for t in tensors) <= SERIAL_ELEMENTS or torch.get_num_threads() <= 2)
-        and not torch.compiler.is_compiling()
-        and _numba_available()
-    )
+    if not ENABLED or torch.compiler.is_compiling() or not _numba_available():
+        return False
+    largest = 0  # (a plain loop: this runs several times a step, right after the model)
+    for t in tensors:
+        if not numpy_viewable(t) or t.dtype not in _KERNEL_DTYPES:
+            return False
+        largest = max(largest, t.numel())
+    return largest <= SERIAL_ELEMENTS or torch.get_num_threads() <= 2
 
 
 @functools.cache
@@ -76,10 +77,17 @@ def load(name: str) -> ModuleType:
 
 def per_system(batch: Batch, value: float | torch.Tensor) -> np.ndarray:
     """A parameter that is a number or a ``[B]`` tensor as a ``[B]`` array of the
-    batch's dtype, so one compiled kernel serves both."""
+    batch's dtype, so one compiled kernel serves both (read only: a number's array is
+    kept for the next step)."""
     if isinstance(value, torch.Tensor):
         return value.to(batch.dtype).numpy()
-    return np.full(batch.num_systems, value, dtype=batch.positions.numpy().dtype)
+    return _filled(batch.num_systems, float(value), batch.dtype)
+
+
+@functools.lru_cache(maxsize=32)
+def _filled(n: int, value: float, dtype: torch.dtype) -> np.ndarray:
+    """``[n]`` times ``value``: kept, because making it costs ~20 µs in a step."""
+    return torch.full((n,), value, dtype=dtype).numpy()
 
 
 @functools.cache
