@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from . import kernels
+from .tensor_ops import identity_key, same_key
 
 _MASK32 = 0xFFFFFFFF
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
@@ -211,10 +212,9 @@ class NormalsAhead:
         :meth:`__call__` cost ~90 µs a step in NumPy/torch calls, nothing there.  A
         consumer that finds a step outside the window asks again with ``fresh=True``.
         """
-        layout = (seed, dtype, system_id, system_idx, local_index)
-        layout += tuple(t._version for t in layout[2:])
+        layout = identity_key((seed, dtype, system_id, system_idx, local_index))
         entry = self._drawn.get(purpose)
-        if entry is not None and _same(entry[0], layout):
+        if entry is not None and same_key(entry[0], layout):
             if not fresh:
                 self._served[purpose] += 1
                 return entry[1]
@@ -250,11 +250,6 @@ class NormalsAhead:
             ahead = 2 * last if served >= last else max(1, served)
         self._ahead[purpose] = min(self.MAX_AHEAD, ahead)
         return self._ahead[purpose]
-
-
-def _same(a: tuple, b: tuple) -> bool:
-    """Equal keys: tensors by identity, everything else by value."""
-    return all(x is y if isinstance(x, torch.Tensor) else x == y for x, y in zip(a, b))
 
 
 _compiled_atom_normals: Callable[..., torch.Tensor] | None = None

@@ -171,6 +171,42 @@ def test_md_step_equals_torch_path(monkeypatch, dtype, case):
         assert torch.equal(new[still], old[still]) and (new[~still] != old[~still]).any(-1).all()
 
 
+@pytest.mark.parametrize("make", [lambda: Langevin(dt=2.0, temperature=300.0), VelocityVerlet])
+def test_kept_step_constants_follow_parameters_and_masses(monkeypatch, make):
+    """The compiled MD steps keep dt/2m, the noise amplitude and the loop arrays from
+    step to step; a new time step, temperature or friction, masses written in place or
+    replaced, or a new layout are used at once, as the torch path uses them."""
+    from alchemi_lit.units import fs
+
+    batch = random_batch(torch.float64)
+    mask = torch.ones(6, dtype=torch.bool)
+    changes = {
+        "dt": lambda b, s: setattr(s, "dt", 1.5 * fs),
+        "temperature": lambda b, s: setattr(s, "temperature", 900.0),
+        "friction": lambda b, s: setattr(s, "gamma", 0.2 / fs),
+        "masses in place": lambda b, s: b.masses.mul_(2.0),
+        "masses replaced": lambda b, s: setattr(b, "masses", b.masses * 0.25),
+    }
+
+    def run(b: Batch) -> None:
+        stage = make()
+        stage.setup(b, seed=1, prefix="s0")
+        for change in (None, *changes.values(), "layout", None):
+            if change == "layout":  # other systems: another batch
+                b = b.select(torch.tensor([0, 2, 3, 5]))
+            elif change is not None:
+                change(b, stage)
+            m = mask[: b.num_systems]
+            stage.pre_update(b, m)
+            stage.post_update(b, m)
+            b.total_steps = b.total_steps + 1
+        out.append(b)
+
+    out: list[Batch] = []
+    both_ways(monkeypatch, batch, run)
+    assert_close_fields(*out, ("positions", "velocities"))
+
+
 def test_langevin_picks_its_noise_from_the_draws_ahead(monkeypatch):
     """Over 20 steps -- past the end of 8-step draws, a system held back by its mask, a
     system that skips ahead (outside the draw: drawn afresh) -- the compiled half step

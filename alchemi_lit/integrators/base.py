@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -31,13 +31,14 @@ from .. import kernels
 from .. import random as rng
 from ..convergence import Criterion
 from ..state import Batch
-from ..tensor_ops import all_set, row_sum
+from ..tensor_ops import all_set, identity_key, row_sum, same_key
 from ..units import fs, kB
 
 if TYPE_CHECKING:
     from ..stages import Fused, Pipeline
 
 Scalar = float | int
+T = TypeVar("T")
 Param = float | torch.Tensor
 
 
@@ -162,10 +163,30 @@ class Integrator:
         return ahead
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled (sent to ranks, deep-copied) without drawn random numbers."""
+        """Pickled (sent to ranks, deep-copied) without drawn random numbers or kept
+        constants (:meth:`kept_constants`)."""
         state = self.__dict__.copy()
         state.pop("_normals_ahead", None)
+        state.pop("_kept_constants", None)
         return state
+
+    def kept_constants(
+        self, batch: Batch, name: str, params: tuple[Any, ...], make: Callable[[], T]
+    ) -> T:
+        """``make()`` kept under ``name`` while the batch layout (``batch.segments``,
+        ``system_id``), its masses and fixed atoms, and ``params`` stay the same (tensors
+        by identity and version, numbers by value): the constants of a compiled CPU step
+        (``dt / 2m`` per component, per-system factors) as NumPy arrays, which cost
+        ~50 µs of lookups and conversions a step to gather again after the forward."""
+        atom = batch.atom  # (the stores themselves: a step reads this right after the model)
+        key = identity_key(
+            (batch.segments, batch.system["system_id"], atom["masses"], atom["fixed"], *params)
+        )
+        kept = self.__dict__.setdefault("_kept_constants", {})
+        entry = kept.get(name)
+        if entry is None or not same_key(entry[0], key):
+            entry = kept[name] = (key, make())
+        return entry[1]
 
     # ----------------------------------------------------------------- helpers
     @staticmethod
@@ -272,7 +293,8 @@ class MDIntegrator(Integrator):
         factors = self.kick_factors(batch, dt)
         if kernels.usable(batch.velocities, batch.forces, factors):  # one compiled pass
             frozen = np.empty(0, dtype=bool) if moving is None else ~moving.reshape(-1).numpy()
-            self._compiled_kick(batch, factors, np.ones(batch.num_systems, dtype=bool), frozen)
+            every = np.ones(batch.num_systems, dtype=bool)
+            self._compiled_kick(batch, factors.numpy(), every, frozen)
             return
         v = torch.addcmul(batch.velocities, factors, batch.forces)
         batch.velocities = self.masked(moving, v, batch.velocities)
@@ -280,9 +302,9 @@ class MDIntegrator(Integrator):
     def kick_stage(self, batch: Batch, mask: torch.Tensor, dt: Param) -> None:
         """:meth:`kick` for the free atoms of ``mask``'s systems (an MD step's closing
         half kick), without building their atom mask on CPU."""
-        factors = self.kick_factors(batch, dt)
-        if kernels.usable(batch.velocities, batch.forces, factors):
-            self._compiled_kick(batch, factors, mask.numpy(), batch.fixed.numpy())
+        if kernels.usable(batch.velocities, batch.forces):
+            factors, fixed = self._kick_constants(batch, dt)
+            self._compiled_kick(batch, factors, mask.numpy(), fixed)
             return
         self.kick(batch, self.moving_atoms(batch, mask), dt)
 
@@ -292,14 +314,14 @@ class MDIntegrator(Integrator):
         """The opening of a velocity-Verlet step for the free atoms of ``mask``'s systems:
         velocities scaled by ``scale`` ``[B]`` (a thermostat's factor; none by default),
         a kick over ``dt / 2``, a drift over ``dt`` -- one compiled pass on CPU."""
-        factors = self.kick_factors(batch, 0.5 * dt)
-        if kernels.usable(batch.positions, batch.velocities, batch.forces, factors):
+        if kernels.usable(batch.positions, batch.velocities, batch.forces):
+            factors, fixed = self._kick_constants(batch, 0.5 * dt)
             starts, counts = batch.segments.bounds
             r, v = kernels.load("dynamics").kick_drift(
                 batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy(),
-                factors.numpy(), kernels.per_system(batch, dt),
+                factors, kernels.per_system(batch, dt),
                 kernels.per_system(batch, 1.0 if scale is None else scale),
-                starts, counts, mask.numpy(), batch.fixed.numpy(),
+                starts, counts, mask.numpy(), fixed,
             )  # fmt: skip
             batch.positions, batch.velocities = torch.from_numpy(r), torch.from_numpy(v)
             return
@@ -310,14 +332,23 @@ class MDIntegrator(Integrator):
         self.kick(batch, moving, 0.5 * dt)
         self.drift(batch, moving, dt)
 
+    def _kick_constants(self, batch: Batch, dt: Param) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`kick_factors` and the fixed-atom mask as arrays for the compiled kicks,
+        kept while ``dt`` and the layout stay (:meth:`~Integrator.kept_constants`)."""
+        return self.kept_constants(
+            batch,
+            "kick",
+            (dt,),
+            lambda: (self.kick_factors(batch, dt).numpy(), batch.fixed.numpy()),
+        )
+
     @staticmethod
     def _compiled_kick(
-        batch: Batch, factors: torch.Tensor, mask: np.ndarray, frozen: np.ndarray
+        batch: Batch, factors: np.ndarray, mask: np.ndarray, frozen: np.ndarray
     ) -> None:
         starts, counts = batch.segments.bounds
         v_new = kernels.load("dynamics").kick(
-            batch.velocities.numpy(), batch.forces.numpy(), factors.numpy(), starts, counts,
-            mask, frozen,
+            batch.velocities.numpy(), batch.forces.numpy(), factors, starts, counts, mask, frozen,
         )  # fmt: skip
         batch.velocities = torch.from_numpy(v_new)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from .. import kernels
@@ -93,21 +94,31 @@ class Langevin(MDIntegrator):
     def _compiled_pre_update(self, batch: Batch, mask: torch.Tensor, dt: Param) -> None:
         """B, A, O, A as one compiled CPU call (:mod:`alchemi_lit.kernels.dynamics`),
         which also picks each system's noise of this step from the draw ahead."""
-        c1, sigma = self.ou_coefficients(batch, dt)
+        params = (self.dt, self.gamma, self.temperature)
+        constants = self.kept_constants(
+            batch, "baoab", params, lambda: self._half_step_constants(batch, dt)
+        )
         starts, counts = batch.segments.bounds
         half_step = kernels.load("dynamics").baoab_first_half
+        r, v, f = batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy()
         for fresh in (False, True):  # the second only if a step lies outside the draw
             noise = self.normals_window(batch, rng.PURPOSE_NOISE, fresh)
-            r, v, covered = half_step(
-                batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy(),
-                self.kick_factors(batch, 0.5 * dt).numpy(), kernels.per_system(batch, 0.5 * dt),
-                kernels.per_system(batch, c1), sigma.numpy(), noise.values.numpy(),
-                noise.base, batch.total_steps.numpy(), noise.steps,
-                starts, counts, mask.numpy(), batch.fixed.numpy(),
+            r_new, v_new, covered = half_step(
+                r, v, f, *constants, noise.values.numpy(), noise.base, batch.total_steps.numpy(),
+                noise.steps, starts, counts, mask.numpy(), batch.fixed.numpy(),
             )  # fmt: skip
             if covered:
                 break
-        batch.positions, batch.velocities = torch.from_numpy(r), torch.from_numpy(v)
+        batch.positions, batch.velocities = torch.from_numpy(r_new), torch.from_numpy(v_new)
+
+    def _half_step_constants(self, batch: Batch, dt: Param) -> tuple[np.ndarray, ...]:
+        """The compiled half step's ``dt / 2m`` per component, ``dt / 2`` and ``c1`` per
+        system and the noise amplitude per component."""
+        c1, sigma = self.ou_coefficients(batch, dt)
+        return (
+            self.kick_factors(batch, 0.5 * dt).numpy(), kernels.per_system(batch, 0.5 * dt),
+            kernels.per_system(batch, c1), sigma.numpy(),
+        )  # fmt: skip
 
 
 def _fmt(value: Param | None) -> str:
