@@ -288,6 +288,34 @@ def test_force_checks_equal_torch_path(monkeypatch):
     assert not compiled[1][0][0] and not compiled[1][0][2]  # NaN / inf: not converged
 
 
+def test_stage_exits_equal_torch_path(monkeypatch):
+    """The fused loop's test of who leaves a stage: out of steps, or converged where a
+    criterion says so, and only systems of the stage."""
+    from alchemi_lit.strategies import fused
+
+    batch = random_batch(torch.float64)
+    batch.step = torch.tensor([0, 4, 5, 6, 5, 2])
+    mask = torch.tensor([1, 1, 1, 0, 1, 1], dtype=torch.bool)
+    converged = torch.tensor([0, 0, 0, 1, 1, 1], dtype=torch.bool)
+    cases = [(5, None), (5, converged), (100, None), (100, converged)]
+
+    def run() -> list:
+        exits = [fused._leaving(batch, n, mask, c) for n, c in cases]
+        return exits
+
+    compiled = run()
+    monkeypatch.setattr(kernels, "ENABLED", False)
+    plain = run()
+    for (leave, anyone), (want, want_any) in zip(compiled, plain):
+        assert torch.equal(leave, want) and anyone is want_any
+    assert [e[0].tolist() for e in compiled] == [
+        [False, False, True, False, True, False],  # steps 5 and 5 reach 5; 6 is not in it
+        [False, False, True, False, True, True],
+        [False] * 6,
+        [False, False, False, False, True, True],
+    ]
+
+
 def test_when_the_torch_path_runs_instead(monkeypatch):
     """ALCHEMI_LIT_CPU_KERNELS=0 (read at import), tensors NumPy cannot view (autograd),
     float16, and large arrays when torch has more than two threads keep the torch path."""

@@ -29,6 +29,8 @@ from typing import NamedTuple
 
 import torch
 
+from .. import kernels
+from ..convergence import Criterion
 from ..hooks import HookDispatcher, HookStageEnum, StepContext
 from ..models.base import Model
 from ..stages import Fused
@@ -64,6 +66,28 @@ class StatusMasks(NamedTuple):
 def _step_increments(stage_masks: list[torch.Tensor]) -> torch.Tensor:
     """``[B]`` int64 step-counter increments: 1 for systems in any of the stages."""
     return torch.stack(stage_masks).any(0).to(torch.int64)
+
+
+def _leaving(
+    batch: Batch, max_steps: int, mask: torch.Tensor, converged: torch.Tensor | None
+) -> tuple[torch.Tensor, bool]:
+    """The systems of ``mask`` that leave their stage (out of steps, or ``converged``)
+    ``[B]``, and whether any does (True on an accelerator, where that is not read)."""
+    judged = converged if converged is not None else mask[:0]
+    if kernels.usable(batch.step, mask, judged):  # one compiled call
+        exits = kernels.load("bookkeeping").stage_exits
+        leave, anyone = exits(batch.step.numpy(), max_steps, mask.numpy(), judged.numpy())
+        return torch.from_numpy(leave), anyone
+    leave = mask & (batch.step >= max_steps)
+    if converged is not None:
+        leave = leave | (mask & converged)
+    return leave, may_be_set(leave)
+
+
+def _records(criterion: Criterion) -> bool:
+    """Whether ``criterion`` keeps a history (:meth:`~alchemi_lit.convergence.Criterion.
+    update` overridden), which transitions must then update every step."""
+    return type(criterion).update is not Criterion.update
 
 
 class FusedLoop:
@@ -271,8 +295,14 @@ class FusedLoop:
             stage.post_update(batch, mask)
         hooks(H.AFTER_POST_UPDATE, ctx)
         inc = by_status.steps if masks is by_status.stages else _step_increments(masks)
-        batch.step = batch.step + inc
-        batch.total_steps = batch.total_steps + inc
+        if kernels.usable(batch.step, batch.total_steps, inc):
+            steps = kernels.load("bookkeeping").advance_steps(
+                batch.step.numpy(), batch.total_steps.numpy(), inc.numpy()
+            )
+            batch.step, batch.total_steps = (torch.from_numpy(a) for a in steps)
+        else:
+            batch.step = batch.step + inc
+            batch.total_steps = batch.total_steps + inc
         if self.pending:  # systems that joined at the last refill got their forces just now
             self.enter(batch, batch.status == PENDING)
             self.pending = False
@@ -299,13 +329,12 @@ class FusedLoop:
         for i, stage in enumerate(plan.stages):
             mask = self.status_masks(batch).stages[i]  # (after the stage before moved some)
             conv = stage.converged(batch)
-            done_conv = mask & conv if conv is not None else torch.zeros_like(mask)
-            out_of_steps = mask & (batch.step >= stage.max_steps) & ~done_conv
-            leave = done_conv | out_of_steps
-            if stage.criterion is not None:
+            leave, anyone = _leaving(batch, stage.max_steps, mask, conv)
+            if stage.criterion is not None and _records(stage.criterion):
                 stage.criterion.update(batch, mask & ~leave)
-            if not may_be_set(leave):  # nobody leaves: nothing below would change a value
+            if not anyone:  # nobody leaves: nothing below would change a value
                 continue
+            done_conv = mask & conv if conv is not None else torch.zeros_like(leave)
             reason = torch.full_like(batch.exit_code, EXIT_COMPLETED)
             if stage.is_optimizer:
                 reason = torch.where(done_conv, EXIT_CONVERGED, EXIT_MAX_STEPS)
