@@ -111,10 +111,11 @@ def _may_be_non_finite(b: Batch) -> bool:
     above ~1e154 overflows its square and is sent to the per-system test, which counts
     it as broken); on an accelerator always True, and the per-system test runs
     branch-free."""
-    if b.device.type != "cpu":
-        return True
-    if kernels.usable(b.forces, b.positions, b.energy):  # the same sum, one compiled pass
+    forces, positions, energy = b.forces, b.positions, b.energy
+    if kernels.usable(forces, positions, energy):  # the same sum, one compiled pass
         check = kernels.load("reductions").finite_total
-        return not check(b.forces.numpy(), b.positions.numpy(), b.energy.numpy())
+        return not check(forces.numpy(), positions.numpy(), energy.numpy())
+    if not forces.is_cpu:
+        return True
     total = b.force_sq_norms().sum() + b.positions.sum() + b.energy.sum()  # (|F|^2: shared)
     return not bool(torch.isfinite(total))
