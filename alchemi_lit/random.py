@@ -92,7 +92,7 @@ def atom_normals(
             seed & _MASK32, (seed >> 32) & _MASK32, system_id.numpy(), step.numpy(),
             system_idx.numpy(), local_index.numpy(), purpose, 2 * math.pi, ahead,
         )  # fmt: skip
-        return box_muller_uniforms(*torch.from_numpy(uniforms), dtype)
+        return box_muller_uniforms(torch.from_numpy(uniforms), dtype)
     if ahead > 1:  # the same draw for K copies of the batch, copy k at step + k
         b, ks = int(system_id.shape[0]), torch.arange(ahead, device=step.device)
         system_id = system_id.repeat(ahead)
@@ -115,20 +115,23 @@ def box_muller(
     x0: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, x3: torch.Tensor, dtype: torch.dtype
 ) -> torch.Tensor:
     """Three standard normals ``[N, 3]`` per atom from its four Philox words ``[N]``."""
-    uniforms = _uniform(x0), _uniform(x1, 2 * math.pi), _uniform(x2), _uniform(x3, 2 * math.pi)
-    return box_muller_uniforms(*uniforms, dtype)
+    two_pi = 2 * math.pi
+    uniforms = torch.stack([_uniform(x0), _uniform(x2), _uniform(x1, two_pi), _uniform(x3, two_pi)])
+    return box_muller_uniforms(uniforms, dtype)
 
 
-def box_muller_uniforms(
-    u0: torch.Tensor, phi0: torch.Tensor, u2: torch.Tensor, phi1: torch.Tensor, dtype: torch.dtype
-) -> torch.Tensor:
-    """:func:`box_muller` from the words' uniforms on (0, 1) and angles on (0, 2 pi),
-    float64 ``[N]`` each (overwritten)."""
-    # in place where possible (each op is a pass over the atoms); the list is built
-    # left to right, so r0 is read before the second entry scales it in place
-    r0 = u0.log_().mul_(-2.0).sqrt_()
-    r1 = u2.log_().mul_(-2.0).sqrt_()
-    z = torch.stack([r0 * phi0.cos(), r0.mul_(phi0.sin_()), r1.mul_(phi1.cos_())], dim=-1)
+def box_muller_uniforms(uniforms: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`box_muller` from the words' uniforms, float64 ``[4, N]`` (overwritten):
+    rows ``u0``, ``u2`` on (0, 1) and angles ``phi0``, ``phi1`` on (0, 2 pi).
+
+    Normals ``r0 cos phi0``, ``r0 sin phi0``, ``r1 cos phi1`` with ``r = sqrt(-2 ln u)``;
+    the two radii and the two cosines each in one pass, written straight into the
+    ``[N, 3]`` result's columns (no stacking copy)."""
+    radii = uniforms[:2].log_().mul_(-2.0).sqrt_()
+    z = torch.empty((uniforms.shape[1], 3), dtype=uniforms.dtype, device=uniforms.device)
+    columns = z.T
+    torch.mul(radii, uniforms[2:].cos(), out=columns[0::2])
+    torch.mul(radii[0], uniforms[2].sin_(), out=columns[1])
     return z.to(dtype)
 
 

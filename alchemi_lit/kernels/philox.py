@@ -24,9 +24,10 @@ def atom_uniforms(
     seed_lo, seed_hi, system_id, step, system_idx, local_index, purpose, two_pi, ahead
 ):  # fmt: skip
     """Each atom's four Philox4x32-10 words of the key ``(seed, system_id, step, purpose,
-    local index)`` as the uniforms Box-Muller takes, float64 ``[4, ahead N]``: ``u0`` on
-    (0, 1), ``phi0`` on (0, 2 pi), ``u2``, ``phi1`` (words 0, 1, 2, 3); block ``k`` of
-    ``N`` columns is drawn at ``step + k``."""
+    local index)`` as the uniforms Box-Muller takes, float64 ``[4, ahead N]``: ``u0``,
+    ``u2`` on (0, 1) and ``phi0``, ``phi1`` on (0, 2 pi) (words 0, 2, 1, 3; see
+    :func:`~alchemi_lit.random.box_muller_uniforms`); block ``k`` of ``N`` columns is
+    drawn at ``step + k``."""
     n = system_idx.shape[0]
     # each atom's key words and step, gathered once for every block
     key0, key1 = np.empty(n, np.uint32), np.empty(n, np.uint32)
@@ -59,7 +60,7 @@ def atom_uniforms(
                 k0, k1 = np.uint32(k0 + w0), np.uint32(k1 + w1)  # the Weyl key schedule
             # (word + 0.5) * scale: exact sum, one rounding, as in torch
             out[0, first + i] = (np.float64(c0) + 0.5) * unit
-            out[1, first + i] = (np.float64(c1) + 0.5) * angle
-            out[2, first + i] = (np.float64(c2) + 0.5) * unit
+            out[1, first + i] = (np.float64(c2) + 0.5) * unit
+            out[2, first + i] = (np.float64(c1) + 0.5) * angle
             out[3, first + i] = (np.float64(c3) + 0.5) * angle
     return out
