@@ -290,13 +290,12 @@ class MDIntegrator(Integrator):
 
         One pass over the atoms: ``dt / m`` is kept for the run when ``dt`` is a number.
         """
-        factors = self.kick_factors(batch, dt)
-        if kernels.usable(batch.velocities, batch.forces, factors):  # one compiled pass
+        if kernels.usable(batch.velocities, batch.forces):  # one compiled pass
             frozen = np.empty(0, dtype=bool) if moving is None else ~moving.reshape(-1).numpy()
             every = np.ones(batch.num_systems, dtype=bool)
-            self._compiled_kick(batch, factors.numpy(), every, frozen)
+            self._compiled_kick(batch, self._kick_constants(batch, dt)[0], every, frozen)
             return
-        v = torch.addcmul(batch.velocities, factors, batch.forces)
+        v = torch.addcmul(batch.velocities, self.kick_factors(batch, dt), batch.forces)
         batch.velocities = self.masked(moving, v, batch.velocities)
 
     def kick_stage(self, batch: Batch, mask: torch.Tensor, dt: Param) -> None:
@@ -333,13 +332,14 @@ class MDIntegrator(Integrator):
         self.drift(batch, moving, dt)
 
     def _kick_constants(self, batch: Batch, dt: Param) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`kick_factors` and the fixed-atom mask as arrays for the compiled kicks,
-        kept while ``dt`` and the layout stay (:meth:`~Integrator.kept_constants`)."""
+        """:meth:`kick_factors` per atom ``[N]`` and the fixed-atom mask as arrays for the
+        compiled kicks, kept while ``dt`` and the layout stay
+        (:meth:`~Integrator.kept_constants`)."""
         return self.kept_constants(
             batch,
             "kick",
             (dt,),
-            lambda: (self.kick_factors(batch, dt).numpy(), batch.fixed.numpy()),
+            lambda: (per_atom(self.kick_factors(batch, dt)), batch.fixed.numpy()),
         )
 
     @staticmethod
@@ -369,6 +369,12 @@ class MDIntegrator(Integrator):
 
     def dt_tensor(self, batch: Batch) -> Param:
         return self.per_system(batch, self.dt)
+
+
+def per_atom(per_component: torch.Tensor) -> np.ndarray:
+    """An ``[N, 3]`` factor that repeats one value per atom, as that ``[N]`` array (for
+    the compiled kernels, which read one number per atom)."""
+    return per_component[:, 0].contiguous().numpy()
 
 
 def maxwell_boltzmann(batch: Batch, mask: torch.Tensor, temperature: Param, seed: int) -> None:

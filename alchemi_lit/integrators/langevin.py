@@ -30,7 +30,7 @@ from .. import kernels
 from .. import random as rng
 from ..state import Batch
 from ..units import fs, kB
-from .base import MDIntegrator, Param, _check_param, as_param
+from .base import MDIntegrator, Param, _check_param, as_param, per_atom
 
 
 class Langevin(MDIntegrator):
@@ -112,12 +112,12 @@ class Langevin(MDIntegrator):
         batch.positions, batch.velocities = torch.from_numpy(r_new), torch.from_numpy(v_new)
 
     def _half_step_constants(self, batch: Batch, dt: Param) -> tuple[np.ndarray, ...]:
-        """The compiled half step's ``dt / 2m`` per component, ``dt / 2`` and ``c1`` per
-        system and the noise amplitude per component."""
+        """The compiled half step's ``dt / 2m`` per atom, ``dt / 2`` and ``c1`` per
+        system and the noise amplitude per atom."""
         c1, sigma = self.ou_coefficients(batch, dt)
         return (
-            self.kick_factors(batch, 0.5 * dt).numpy(), kernels.per_system(batch, 0.5 * dt),
-            kernels.per_system(batch, c1), sigma.numpy(),
+            per_atom(self.kick_factors(batch, 0.5 * dt)), kernels.per_system(batch, 0.5 * dt),
+            kernels.per_system(batch, c1), per_atom(sigma),
         )  # fmt: skip
 
 
