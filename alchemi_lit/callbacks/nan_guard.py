@@ -46,8 +46,10 @@ class NaNGuard(Callback):
 
     def before_pre_update(self, ctx: StepContext) -> None:
         b = ctx.batch
-        b.ensure_field("nan_flags", "system", dtype=torch.int64, fill=0)
-        kept = tuple(getattr(b, name) for name in _KEPT)
+        if "nan_flags" not in b.system:  # (a batch refilled since on_run_start)
+            b.ensure_field("nan_flags", "system", dtype=torch.int64, fill=0)
+        atom = b.atom  # (the stores themselves, in _KEPT order: read every step)
+        kept = (atom["positions"], atom["velocities"], atom["forces"], b.system["energy"])
         if self._copy:
             kept = tuple(t.clone() for t in kept)
         self._saved = kept
