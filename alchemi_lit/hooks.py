@@ -46,6 +46,10 @@ class HookStageEnum(enum.Enum):
     AFTER_STEP = "after_step"
     ON_CONVERGE = "on_converge"
 
+    # members are singletons compared by identity: hash them so too, in C (Enum's own
+    # __hash__ is a Python call, paid at every dispatch -- eight a step)
+    __hash__ = object.__hash__
+
 
 @dataclass
 class StepContext:

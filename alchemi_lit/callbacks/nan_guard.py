@@ -92,7 +92,10 @@ class NaNGuard(Callback):
     def _check_intact(self, saved: tuple[torch.Tensor, ...]) -> bool:
         """Whether the kept tensors still hold the step's starting state; switches to
         copying when something wrote into them."""
-        if all(t._version == v for t, v in zip(saved, self._versions)):
+        for t, v in zip(saved, self._versions):  # (a plain loop: every step)
+            if t._version != v:
+                break
+        else:
             return True
         names = [n for n, t, v in zip(_KEPT, saved, self._versions) if t._version != v]
         logger.warning(
