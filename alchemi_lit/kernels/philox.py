@@ -26,7 +26,7 @@ def atom_uniforms(
     """Each atom's four Philox4x32-10 words of the key ``(seed, system_id, step, purpose,
     local index)`` as the uniforms Box-Muller takes, float64 ``[4, ahead N]``: ``u0``,
     ``u2`` on (0, 1) and ``phi0``, ``phi1`` on (0, 2 pi) (words 0, 2, 1, 3; see
-    :func:`~alchemi_lit.random.box_muller_uniforms`); block ``k`` of ``N`` columns is
+    :func:`~alchemi_lit.random.box_muller_block`); block ``k`` of ``N`` columns is
     drawn at ``step + k``."""
     n = system_idx.shape[0]
     # each atom's key words and step, gathered once for every block
