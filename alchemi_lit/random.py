@@ -175,7 +175,7 @@ class NormalsAhead:
     MAX_AHEAD = 8
 
     def __init__(self) -> None:
-        self._drawn: dict[int, tuple[tuple, NormalsWindow]] = {}
+        self._drawn: dict[int, tuple[list, NormalsWindow]] = {}
         self._served: dict[int, int] = {}  # steps the current draw has served, per purpose
         self._ahead: dict[int, int] = {}  # how far the next draw reaches, per purpose
 
