@@ -290,7 +290,8 @@ def test_force_checks_equal_torch_path(monkeypatch):
 
 def test_stage_exits_equal_torch_path(monkeypatch):
     """The fused loop's test of who leaves a stage: out of steps, or converged where a
-    criterion says so, and only systems of the stage."""
+    criterion says so, and only systems of the stage; and the fewest steps the others
+    have left."""
     from alchemi_lit.strategies import fused
 
     batch = random_batch(torch.float64)
@@ -306,8 +307,10 @@ def test_stage_exits_equal_torch_path(monkeypatch):
     compiled = run()
     monkeypatch.setattr(kernels, "ENABLED", False)
     plain = run()
-    for (leave, anyone), (want, want_any) in zip(compiled, plain):
+    for (leave, anyone, _), (want, want_any, _) in zip(compiled, plain):
         assert torch.equal(leave, want) and anyone is want_any
+    # steps the others of the stage have left (the fused loop's countdown); CPU only
+    assert [e[2] for e in compiled] == [1, 1, 95, 95] and plain[0][2] is None
     assert [e[0].tolist() for e in compiled] == [
         [False, False, True, False, True, False],  # steps 5 and 5 reach 5; 6 is not in it
         [False, False, True, False, True, True],

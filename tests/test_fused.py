@@ -274,3 +274,51 @@ def test_status_masks_follow_every_change_of_the_status_tensor() -> None:
     expect([plan.codes[0], plan.codes[1], plan.codes[0]])
     batch.status = torch.full_like(batch.status, plan.exit)  # replaced
     expect([plan.exit] * 3)
+
+
+@pytest.mark.parametrize("kernels_on", [True, False])
+def test_md_stage_leaves_on_time_when_a_callback_moves_step_counters(
+    monkeypatch, kernels_on
+) -> None:
+    """On CPU the fused loop skips an MD stage's exit test while a countdown says every
+    system has steps left; a callback that moves a system's stage step counter -- in
+    place or with a new tensor -- still makes it leave exactly when its counter reaches
+    the stage's budget (and the torch path, without kernels, agrees)."""
+    from alchemi_lit import kernels
+    from alchemi_lit.callbacks import LambdaCallback
+    from alchemi_lit.hooks import HookStageEnum
+
+    monkeypatch.setattr(kernels, "ENABLED", kernels_on)
+
+    def jump(ctx) -> None:
+        b = ctx.batch
+        if ctx.step == 3:
+            b.step[0] += 6  # in place: counter 4 -> 10
+        elif ctx.step == 5:
+            b.step = b.step + torch.tensor([0, 4, 0])  # a new tensor: counter 6 -> 10
+
+    systems = [a[:8] for a in mixed_argon(3, seed=2)]
+    sim = al.Simulator(
+        model=lj(),
+        stages=VelocityVerlet(dt=1.0, steps=12),
+        callbacks=[LambdaCallback(HookStageEnum.AFTER_STEP, jump)],
+        seed=0,
+    )
+    results = sim.run(systems)
+    assert results.steps.tolist() == [6, 8, 12]  # steps taken: 12 - 6, 12 - 4, 12
+    assert results.stage_steps[:, 0].tolist() == [12, 12, 12]  # each counter at exit
+
+
+@pytest.mark.parametrize("kernels_on", [True, False])
+def test_a_zero_step_md_stage_is_passed_through_at_once(monkeypatch, kernels_on) -> None:
+    """Systems entering an MD stage of 0 steps leave it in the same step's transitions
+    (an exit test skipped by a countdown made before they entered would keep them a
+    step)."""
+    from alchemi_lit import kernels
+
+    monkeypatch.setattr(kernels, "ENABLED", kernels_on)
+    systems = [a[:8] for a in mixed_argon(2, seed=3)]
+    plan = VelocityVerlet(dt=1.0, steps=3) + VelocityVerlet(dt=1.0, steps=0)
+    results = al.Simulator(model=lj(), stages=plan, seed=0).run(systems)
+    assert results.steps.tolist() == [3, 3]
+    assert results.stage_steps.tolist() == [[3, 0], [3, 0]]

@@ -17,12 +17,17 @@ def advance_steps(step, total_steps, increments):
 @numba.njit(cache=True, nogil=True)
 def stage_exits(step, max_steps, mask, converged):
     """The systems of ``mask`` that leave their stage -- ``step >= max_steps``, or
-    ``converged`` where that is given (an empty array: no criterion) -- and whether
-    any does."""
+    ``converged`` where that is given (an empty array: no criterion) --, whether any
+    does, and the fewest steps any other system of ``mask`` has left (2**62 if none)."""
     leave = np.zeros(mask.shape[0], dtype=np.bool_)
     judged = converged.shape[0] > 0
     anyone = False
+    left = 2**62
     for b in range(mask.shape[0]):
-        if mask[b] and (step[b] >= max_steps or (judged and converged[b])):
+        if not mask[b]:
+            continue
+        if step[b] >= max_steps or (judged and converged[b]):
             leave[b] = anyone = True
-    return leave, anyone
+        else:
+            left = min(left, max_steps - step[b])
+    return leave, anyone, left
