@@ -322,3 +322,27 @@ def test_a_zero_step_md_stage_is_passed_through_at_once(monkeypatch, kernels_on)
     results = al.Simulator(model=lj(), stages=plan, seed=0).run(systems)
     assert results.steps.tolist() == [3, 3]
     assert results.stage_steps.tolist() == [[3, 0], [3, 0]]
+
+
+@pytest.mark.parametrize("kernels_on", [True, False])
+def test_an_md_budget_cut_during_the_run_applies_at_once(monkeypatch, kernels_on) -> None:
+    """A callback that shortens an MD stage's budget mid-run (its ``max_steps``) makes
+    the systems leave at the new budget, countdown or not."""
+    from alchemi_lit import kernels
+    from alchemi_lit.callbacks import LambdaCallback
+    from alchemi_lit.hooks import HookStageEnum
+
+    monkeypatch.setattr(kernels, "ENABLED", kernels_on)
+
+    def cut(ctx) -> None:
+        if ctx.step == 3:
+            ctx.stages[0].max_steps = 6
+
+    systems = [a[:8] for a in mixed_argon(2, seed=4)]
+    sim = al.Simulator(
+        model=lj(),
+        stages=VelocityVerlet(dt=1.0, steps=50),
+        callbacks=[LambdaCallback(HookStageEnum.AFTER_STEP, cut)],
+        seed=0,
+    )
+    assert sim.run(systems).steps.tolist() == [6, 6]

@@ -176,8 +176,8 @@ class Integrator:
         """``make()`` kept under ``name`` while the batch layout (``batch.segments``,
         ``system_id``), its masses and fixed atoms, and ``params`` stay the same (tensors
         by identity and version, numbers by value): the constants of a compiled CPU step
-        (``dt / 2m`` per component, per-system factors) as NumPy arrays, which cost
-        ~50 µs of lookups and conversions a step to gather again after the forward."""
+        (``dt / 2m`` per atom, per-system factors) as NumPy arrays, which cost ~50 µs of
+        lookups and conversions a step to gather again after the forward."""
         atom = batch.atom  # (the stores themselves: a step reads this right after the model)
         key = identity_key(
             (batch.segments, batch.system["system_id"], atom["masses"], atom["fixed"], *params)

@@ -88,18 +88,21 @@ def _leaving(
 class _Countdown(NamedTuple):
     """How many more steps every system of a stage without a criterion has before the
     first runs out of them, valid while the batch has these step and status tensors
-    at these versions: until then nobody can leave, and transitions need not look."""
+    at these versions and the stage this budget: until then nobody can leave, and
+    transitions need not look."""
 
     step: torch.Tensor
     step_version: int
     status: torch.Tensor
     status_version: int
+    max_steps: int
     left: int
 
-    def holds(self, batch: Batch) -> bool:
+    def holds(self, batch: Batch, max_steps: int) -> bool:
         step, status = batch.step, batch.status
         return (
             self.left > 0
+            and self.max_steps == max_steps
             and self.step is step
             and self.step_version == step._version
             and self.status is status
@@ -369,12 +372,14 @@ class FusedLoop:
             mask = self.status_masks(batch).stages[i]  # (after the stage before moved some)
             conv = stage.converged(batch)
             countdown = self._countdowns.get(i)
-            if conv is None and countdown is not None and countdown.holds(batch):
+            if conv is None and countdown is not None and countdown.holds(batch, stage.max_steps):
                 continue  # an MD stage's systems all have steps left: ~5 µs, not ~50
             leave, anyone, left = _leaving(batch, stage.max_steps, mask, conv)
             if conv is None and not anyone and left is not None:
                 step, status = batch.step, batch.status
-                self._countdowns[i] = _Countdown(step, step._version, status, status._version, left)
+                self._countdowns[i] = _Countdown(
+                    step, step._version, status, status._version, stage.max_steps, left
+                )
             if stage.criterion is not None and _records(stage.criterion):
                 stage.criterion.update(batch, mask & ~leave)
             if not anyone:  # nobody leaves: nothing below would change a value
