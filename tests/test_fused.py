@@ -276,19 +276,30 @@ def test_status_masks_follow_every_change_of_the_status_tensor() -> None:
     expect([plan.exit] * 3)
 
 
-@pytest.mark.parametrize("kernels_on", [True, False])
-def test_md_stage_leaves_on_time_when_a_callback_moves_step_counters(
-    monkeypatch, kernels_on
-) -> None:
+@pytest.fixture(params=[True, False], ids=["kernels", "torch"])
+def cpu_kernels(request, monkeypatch) -> bool:
+    """Each test twice: with the compiled CPU kernels and with the torch path."""
+    from alchemi_lit import kernels
+
+    monkeypatch.setattr(kernels, "ENABLED", request.param)
+    return request.param
+
+
+def md_run(n_systems: int, seed: int, stages, after_step=None) -> al.Results:
+    """Small argon systems through ``stages``, with an AFTER_STEP callback if given."""
+    from alchemi_lit.callbacks import LambdaCallback
+    from alchemi_lit.hooks import HookStageEnum
+
+    callbacks = [LambdaCallback(HookStageEnum.AFTER_STEP, after_step)] if after_step else []
+    systems = [a[:8] for a in mixed_argon(n_systems, seed=seed)]
+    return al.Simulator(model=lj(), stages=stages, callbacks=callbacks, seed=0).run(systems)
+
+
+def test_md_stage_leaves_on_time_when_a_callback_moves_step_counters(cpu_kernels) -> None:
     """On CPU the fused loop skips an MD stage's exit test while a countdown says every
     system has steps left; a callback that moves a system's stage step counter -- in
     place or with a new tensor -- still makes it leave exactly when its counter reaches
     the stage's budget (and the torch path, without kernels, agrees)."""
-    from alchemi_lit import kernels
-    from alchemi_lit.callbacks import LambdaCallback
-    from alchemi_lit.hooks import HookStageEnum
-
-    monkeypatch.setattr(kernels, "ENABLED", kernels_on)
 
     def jump(ctx) -> None:
         b = ctx.batch
@@ -297,52 +308,26 @@ def test_md_stage_leaves_on_time_when_a_callback_moves_step_counters(
         elif ctx.step == 5:
             b.step = b.step + torch.tensor([0, 4, 0])  # a new tensor: counter 6 -> 10
 
-    systems = [a[:8] for a in mixed_argon(3, seed=2)]
-    sim = al.Simulator(
-        model=lj(),
-        stages=VelocityVerlet(dt=1.0, steps=12),
-        callbacks=[LambdaCallback(HookStageEnum.AFTER_STEP, jump)],
-        seed=0,
-    )
-    results = sim.run(systems)
+    results = md_run(3, 2, VelocityVerlet(dt=1.0, steps=12), jump)
     assert results.steps.tolist() == [6, 8, 12]  # steps taken: 12 - 6, 12 - 4, 12
     assert results.stage_steps[:, 0].tolist() == [12, 12, 12]  # each counter at exit
 
 
-@pytest.mark.parametrize("kernels_on", [True, False])
-def test_a_zero_step_md_stage_is_passed_through_at_once(monkeypatch, kernels_on) -> None:
+def test_a_zero_step_md_stage_is_passed_through_at_once(cpu_kernels) -> None:
     """Systems entering an MD stage of 0 steps leave it in the same step's transitions
     (an exit test skipped by a countdown made before they entered would keep them a
     step)."""
-    from alchemi_lit import kernels
-
-    monkeypatch.setattr(kernels, "ENABLED", kernels_on)
-    systems = [a[:8] for a in mixed_argon(2, seed=3)]
-    plan = VelocityVerlet(dt=1.0, steps=3) + VelocityVerlet(dt=1.0, steps=0)
-    results = al.Simulator(model=lj(), stages=plan, seed=0).run(systems)
+    results = md_run(2, 3, VelocityVerlet(dt=1.0, steps=3) + VelocityVerlet(dt=1.0, steps=0))
     assert results.steps.tolist() == [3, 3]
     assert results.stage_steps.tolist() == [[3, 0], [3, 0]]
 
 
-@pytest.mark.parametrize("kernels_on", [True, False])
-def test_an_md_budget_cut_during_the_run_applies_at_once(monkeypatch, kernels_on) -> None:
+def test_an_md_budget_cut_during_the_run_applies_at_once(cpu_kernels) -> None:
     """A callback that shortens an MD stage's budget mid-run (its ``max_steps``) makes
     the systems leave at the new budget, countdown or not."""
-    from alchemi_lit import kernels
-    from alchemi_lit.callbacks import LambdaCallback
-    from alchemi_lit.hooks import HookStageEnum
-
-    monkeypatch.setattr(kernels, "ENABLED", kernels_on)
 
     def cut(ctx) -> None:
         if ctx.step == 3:
             ctx.stages[0].max_steps = 6
 
-    systems = [a[:8] for a in mixed_argon(2, seed=4)]
-    sim = al.Simulator(
-        model=lj(),
-        stages=VelocityVerlet(dt=1.0, steps=50),
-        callbacks=[LambdaCallback(HookStageEnum.AFTER_STEP, cut)],
-        seed=0,
-    )
-    assert sim.run(systems).steps.tolist() == [6, 6]
+    assert md_run(2, 4, VelocityVerlet(dt=1.0, steps=50), cut).steps.tolist() == [6, 6]
