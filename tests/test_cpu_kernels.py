@@ -171,11 +171,14 @@ def test_md_step_equals_torch_path(monkeypatch, dtype, case):
         assert torch.equal(new[still], old[still]) and (new[~still] != old[~still]).any(-1).all()
 
 
-@pytest.mark.parametrize("make", [lambda: Langevin(dt=2.0, temperature=300.0), VelocityVerlet])
+@pytest.mark.parametrize(
+    "make", [lambda: Langevin(dt=2.0, temperature=300.0), VelocityVerlet, lambda: Bussi(dt=2.0)]
+)
 def test_kept_step_constants_follow_parameters_and_masses(monkeypatch, make):
     """The compiled MD steps keep dt/2m, the noise amplitude and the loop arrays from
-    step to step; a new time step, temperature or friction, masses written in place or
-    replaced, or a new layout are used at once, as the torch path uses them."""
+    step to step; a new time step, temperature, friction or coupling time, masses
+    written in place or replaced, or a new layout are used at once, as the torch path
+    uses them."""
     from alchemi_lit.units import fs
 
     batch = random_batch(torch.float64)
@@ -184,6 +187,7 @@ def test_kept_step_constants_follow_parameters_and_masses(monkeypatch, make):
         "dt": lambda b, s: setattr(s, "dt", 1.5 * fs),
         "temperature": lambda b, s: setattr(s, "temperature", 900.0),
         "friction": lambda b, s: setattr(s, "gamma", 0.2 / fs),
+        "taut": lambda b, s: setattr(s, "taut", 20.0 * fs),
         "masses in place": lambda b, s: b.masses.mul_(2.0),
         "masses replaced": lambda b, s: setattr(b, "masses", b.masses * 0.25),
     }
@@ -207,11 +211,14 @@ def test_kept_step_constants_follow_parameters_and_masses(monkeypatch, make):
     assert_close_fields(*out, ("positions", "velocities"))
 
 
-def test_langevin_picks_its_noise_from_the_draws_ahead(monkeypatch):
+@pytest.mark.parametrize(
+    "make", [lambda: Langevin(dt=2.0, temperature=300.0, friction=0.05), lambda: Bussi(dt=2.0)]
+)
+def test_md_kernels_pick_their_noise_from_the_draws_ahead(monkeypatch, make):
     """Over 20 steps -- past the end of 8-step draws, a system held back by its mask, a
-    system that skips ahead (outside the draw: drawn afresh) -- the compiled half step
-    reads exactly the keyed noise of each system's step, which the torch path draws
-    every step; and it did read draws ahead (fewer draws than steps)."""
+    system that skips ahead (outside the draw: drawn afresh) -- Langevin's and Bussi's
+    compiled steps read exactly the keyed noise of each system's step, which the torch
+    path draws every step; and they did read draws ahead (fewer draws than steps)."""
     from alchemi_lit import random as random_mod
 
     batch = random_batch(torch.float64)
@@ -226,7 +233,7 @@ def test_langevin_picks_its_noise_from_the_draws_ahead(monkeypatch):
     runs = {}
     for enabled in (True, False):
         monkeypatch.setattr(kernels, "ENABLED", enabled)
-        b, stage = batch.clone(), Langevin(dt=2.0, temperature=300.0, friction=0.05)
+        b, stage = batch.clone(), make()
         stage.setup(b, seed=3, prefix="s0")
         for k in range(20):
             stage.pre_update(b, mask)

@@ -151,6 +151,18 @@ class Integrator:
             return source.window(*keys, fresh=fresh)
         return rng.NormalsWindow(source(*keys), batch.total_steps.numpy().copy(), 1)
 
+    def with_noise_window(
+        self, batch: Batch, purpose: int, run: Callable[[rng.NormalsWindow], tuple[Any, ...]]
+    ) -> tuple[Any, ...]:
+        """``run(window)`` on the draw covering this step (:meth:`normals_window`), run
+        again on a fresh draw when it reports -- its last value False -- that a system's
+        step lies outside; its other values."""
+        for fresh in (False, True):
+            *values, covered = run(self.normals_window(batch, purpose, fresh))
+            if covered:
+                break
+        return tuple(values)
+
     def noise_source(self) -> Callable[..., torch.Tensor]:
         """What draws :meth:`normals`: the compiled kernel after :meth:`compile`, else
         this integrator's :class:`~alchemi_lit.random.NormalsAhead` (on CPU, several

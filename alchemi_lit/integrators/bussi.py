@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from .. import kernels
 from .. import random as rng
 from ..state import Batch
 from ..tensor_ops import per_system
@@ -51,20 +52,50 @@ class Bussi(MDIntegrator):
         return f"Bussi(dt={_fmt(self.dt_fs)}, T={_fmt(self.temperature)}, steps={self.steps})"
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        self.kick_drift_stage(batch, mask, self.dt_tensor(batch), scale=self.alpha(batch))
+        dt = self.dt_tensor(batch)
+        if kernels.usable(batch.positions, batch.velocities, batch.forces):
+            self._compiled_pre_update(batch, mask, dt)
+            return
+        self.kick_drift_stage(batch, mask, dt, scale=self.alpha(batch))
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
         self.kick_stage(batch, mask, 0.5 * self.dt_tensor(batch))
 
     def alpha(self, batch: Batch) -> torch.Tensor:
         """Velocity scale factor ``[B]`` for this step (1 for systems without kinetic energy)."""
-        ones = torch.ones(batch.num_systems, dtype=batch.dtype, device=batch.device)
-        c = torch.exp(-self.per_system(batch, self.dt) / self.per_system(batch, self.taut) * ones)
-        kt = kB * self.per_system(batch, self.temperature) * ones
+        c, kt = self.thermostat_constants(batch)
         nf = batch.degrees_of_freedom()
         ke = batch.kinetic_energy(~batch.fixed if batch.may_have_fixed_atoms() else None)
         r1, s = bussi_noise(batch, self.seed, self.noise_source())
         return _bussi_alpha(c, kt, nf, ke, r1, s)
+
+    def _compiled_pre_update(self, batch: Batch, mask: torch.Tensor, dt: Param) -> None:
+        """The velocity scale and the opening velocity-Verlet half as one compiled CPU
+        call (:func:`~alchemi_lit.kernels.dynamics.bussi_kick_drift`), which reads each
+        system's noise of this step from the draw ahead."""
+        kick, fixed = self._kick_constants(batch, 0.5 * dt)
+        params = (self.dt, self.taut, self.temperature)
+        c, kt = self.kept_constants(
+            batch, "bussi", params, lambda: [t.numpy() for t in self.thermostat_constants(batch)]
+        )
+        starts, counts = batch.segments.bounds
+        opening = kernels.load("dynamics").bussi_kick_drift
+        r, v, f = batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy()
+        r_new, v_new = self.with_noise_window(
+            batch, rng.PURPOSE_THERMOSTAT,
+            lambda noise: opening(
+                r, v, f, kick, kernels.per_system(batch, dt), batch.masses.numpy(), c, kt,
+                noise.values.numpy(), noise.base, batch.total_steps.numpy(), noise.steps,
+                starts, counts, mask.numpy(), fixed,
+            ),
+        )  # fmt: skip
+        batch.positions, batch.velocities = torch.from_numpy(r_new), torch.from_numpy(v_new)
+
+    def thermostat_constants(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """``c = exp(-dt/taut)`` and ``kT`` per system ``[B]``."""
+        ones = torch.ones(batch.num_systems, dtype=batch.dtype, device=batch.device)
+        c = torch.exp(-self.per_system(batch, self.dt) / self.per_system(batch, self.taut) * ones)
+        return c, kB * self.per_system(batch, self.temperature) * ones
 
 
 @per_system

@@ -101,14 +101,13 @@ class Langevin(MDIntegrator):
         starts, counts = batch.segments.bounds
         half_step = kernels.load("dynamics").baoab_first_half
         r, v, f = batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy()
-        for fresh in (False, True):  # the second only if a step lies outside the draw
-            noise = self.normals_window(batch, rng.PURPOSE_NOISE, fresh)
-            r_new, v_new, covered = half_step(
+        r_new, v_new = self.with_noise_window(
+            batch, rng.PURPOSE_NOISE,
+            lambda noise: half_step(
                 r, v, f, *constants, noise.values.numpy(), noise.base, batch.total_steps.numpy(),
                 noise.steps, starts, counts, mask.numpy(), batch.fixed.numpy(),
-            )  # fmt: skip
-            if covered:
-                break
+            ),
+        )  # fmt: skip
         batch.positions, batch.velocities = torch.from_numpy(r_new), torch.from_numpy(v_new)
 
     def _half_step_constants(self, batch: Batch, dt: Param) -> tuple[np.ndarray, ...]:

@@ -12,12 +12,13 @@ import numba
 import numpy as np
 from numba.extending import register_jitable
 
-from ..integrators import nose_hoover
+from ..integrators import bussi, nose_hoover
 from . import scalar_xp
 
 # the chain's own update, on one system's numbers (its helper compiled where it is called)
 register_jitable(nose_hoover._p_eta_step)
 _chain_update = numba.njit(cache=True, nogil=True)(nose_hoover.chain_update)
+_bussi_alpha = numba.njit(cache=True, nogil=True)(bussi._bussi_alpha.__wrapped__)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -85,6 +86,45 @@ def kick_drift(r, v, f, kick, dt, scale, starts, counts, mask, fixed):
                 else:
                     r_new[i, k], v_new[i, k] = r[i, k], v[i, k]
     return r_new, v_new
+
+
+@numba.njit(cache=True, nogil=True)
+def bussi_kick_drift(r, v, f, kick, dt, masses, c, kt, xi, xi_base, step, xi_steps, starts,
+                     counts, mask, fixed):  # fmt: skip
+    """Bussi's opening of a step for ``mask``'s systems: each one's kinetic energy over
+    its free atoms, ``R1`` (its first free atom's first noise component) and ``S`` (the
+    other squares), its velocity scale from the integrator's own eq. A7 function, then
+    ``v = alpha v + kick F``, ``r += dt v`` for its free atoms (``kick = dt/2m`` per
+    atom).  The noise is read as in :func:`baoab_first_half`; ``(r, v, False)``,
+    nothing computed, if a system of ``mask`` lies outside the draw."""
+    for b in range(starts.shape[0]):
+        if mask[b] and (step[b] < xi_base[b] or step[b] - xi_base[b] >= xi_steps):
+            return r, v, False
+    n = r.shape[0]
+    r_new = r.copy()
+    v_new = v.copy()
+    for b in range(starts.shape[0]):
+        if not mask[b]:
+            continue
+        lo, hi, row = starts[b], starts[b] + counts[b], (step[b] - xi_base[b]) * n
+        mv2 = squares = r1 = nf = 0.0
+        for i in range(lo, hi):
+            if fixed[i]:
+                continue
+            if nf == 0.0:
+                r1 = xi[row + i, 0]
+            nf += 3.0
+            for k in range(3):
+                mv2 += v[i, k] * v[i, k] * masses[i]
+                squares += xi[row + i, k] * xi[row + i, k]
+        alpha = _bussi_alpha(scalar_xp, c[b], kt[b], nf, 0.5 * mv2, r1, squares - r1 * r1)
+        h = dt[b]
+        for i in range(lo, hi):
+            if not fixed[i]:
+                for k in range(3):
+                    vk = v[i, k] * alpha + kick[i] * f[i, k]
+                    r_new[i, k], v_new[i, k] = r[i, k] + h * vk, vk
+    return r_new, v_new, True
 
 
 @numba.njit(cache=True, nogil=True)
