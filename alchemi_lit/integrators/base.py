@@ -151,18 +151,6 @@ class Integrator:
             return source.window(*keys, fresh=fresh)
         return rng.NormalsWindow(source(*keys), batch.total_steps.numpy().copy(), 1)
 
-    def with_noise_window(
-        self, batch: Batch, purpose: int, run: Callable[[rng.NormalsWindow], tuple[Any, ...]]
-    ) -> tuple[Any, ...]:
-        """``run(window)`` on the draw covering this step (:meth:`normals_window`), run
-        again on a fresh draw when it reports -- its last value False -- that a system's
-        step lies outside; its other values."""
-        for fresh in (False, True):
-            *values, covered = run(self.normals_window(batch, purpose, fresh))
-            if covered:
-                break
-        return tuple(values)
-
     def noise_source(self) -> Callable[..., torch.Tensor]:
         """What draws :meth:`normals`: the compiled kernel after :meth:`compile`, else
         this integrator's :class:`~alchemi_lit.random.NormalsAhead` (on CPU, several
@@ -353,6 +341,27 @@ class MDIntegrator(Integrator):
             (dt,),
             lambda: (per_atom(self.kick_factors(batch, dt)), batch.fixed.numpy()),
         )
+
+    def compiled_noisy_step(
+        self, batch: Batch, mask: torch.Tensor, purpose: int, kernel: Callable[..., Any],
+        constants: Sequence[np.ndarray],
+    ) -> None:  # fmt: skip
+        """New positions and velocities from a compiled kernel that also reads this
+        step's keyed noise: ``kernel(r, v, f, *constants, noise, noise_base, step,
+        noise_steps, starts, counts, mask, fixed)`` returns ``(r, v, covered)``; run on
+        the draw covering the step (:meth:`~Integrator.normals_window`), and again on a
+        fresh draw if a system's step lies outside it (``covered`` False)."""
+        starts, counts = batch.segments.bounds
+        r, v, f = batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy()
+        for fresh in (False, True):
+            noise = self.normals_window(batch, purpose, fresh)
+            r_new, v_new, covered = kernel(
+                r, v, f, *constants, noise.values.numpy(), noise.base, batch.total_steps.numpy(),
+                noise.steps, starts, counts, mask.numpy(), batch.fixed.numpy(),
+            )  # fmt: skip
+            if covered:
+                break
+        batch.positions, batch.velocities = torch.from_numpy(r_new), torch.from_numpy(v_new)
 
     @staticmethod
     def _compiled_kick(

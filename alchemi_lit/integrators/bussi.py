@@ -73,23 +73,14 @@ class Bussi(MDIntegrator):
         """The velocity scale and the opening velocity-Verlet half as one compiled CPU
         call (:func:`~alchemi_lit.kernels.dynamics.bussi_kick_drift`), which reads each
         system's noise of this step from the draw ahead."""
-        kick, fixed = self._kick_constants(batch, 0.5 * dt)
+        kick, _ = self._kick_constants(batch, 0.5 * dt)
         params = (self.dt, self.taut, self.temperature)
         c, kt = self.kept_constants(
             batch, "bussi", params, lambda: [t.numpy() for t in self.thermostat_constants(batch)]
         )
-        starts, counts = batch.segments.bounds
+        constants = (kick, kernels.per_system(batch, dt), batch.masses.numpy(), c, kt)
         opening = kernels.load("dynamics").bussi_kick_drift
-        r, v, f = batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy()
-        r_new, v_new = self.with_noise_window(
-            batch, rng.PURPOSE_THERMOSTAT,
-            lambda noise: opening(
-                r, v, f, kick, kernels.per_system(batch, dt), batch.masses.numpy(), c, kt,
-                noise.values.numpy(), noise.base, batch.total_steps.numpy(), noise.steps,
-                starts, counts, mask.numpy(), fixed,
-            ),
-        )  # fmt: skip
-        batch.positions, batch.velocities = torch.from_numpy(r_new), torch.from_numpy(v_new)
+        self.compiled_noisy_step(batch, mask, rng.PURPOSE_THERMOSTAT, opening, constants)
 
     def thermostat_constants(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """``c = exp(-dt/taut)`` and ``kT`` per system ``[B]``."""

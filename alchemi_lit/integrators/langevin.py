@@ -98,17 +98,8 @@ class Langevin(MDIntegrator):
         constants = self.kept_constants(
             batch, "baoab", params, lambda: self._half_step_constants(batch, dt)
         )
-        starts, counts = batch.segments.bounds
         half_step = kernels.load("dynamics").baoab_first_half
-        r, v, f = batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy()
-        r_new, v_new = self.with_noise_window(
-            batch, rng.PURPOSE_NOISE,
-            lambda noise: half_step(
-                r, v, f, *constants, noise.values.numpy(), noise.base, batch.total_steps.numpy(),
-                noise.steps, starts, counts, mask.numpy(), batch.fixed.numpy(),
-            ),
-        )  # fmt: skip
-        batch.positions, batch.velocities = torch.from_numpy(r_new), torch.from_numpy(v_new)
+        self.compiled_noisy_step(batch, mask, rng.PURPOSE_NOISE, half_step, constants)
 
     def _half_step_constants(self, batch: Batch, dt: Param) -> tuple[np.ndarray, ...]:
         """The compiled half step's ``dt / 2m`` per atom, ``dt / 2`` and ``c1`` per
