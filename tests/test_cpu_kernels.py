@@ -172,13 +172,19 @@ def test_md_step_equals_torch_path(monkeypatch, dtype, case):
 
 
 @pytest.mark.parametrize(
-    "make", [lambda: Langevin(dt=2.0, temperature=300.0), VelocityVerlet, lambda: Bussi(dt=2.0)]
+    "make",
+    [
+        lambda: Langevin(dt=2.0, temperature=300.0),
+        VelocityVerlet,
+        lambda: Bussi(dt=2.0),
+        lambda: NoseHooverChain(dt=1.0, tdamp=100.0),
+    ],
 )
 def test_kept_step_constants_follow_parameters_and_masses(monkeypatch, make):
     """The compiled MD steps keep dt/2m, the noise amplitude and the loop arrays from
     step to step; a new time step, temperature, friction or coupling time, masses
-    written in place or replaced, or a new layout are used at once, as the torch path
-    uses them."""
+    written in place or replaced, newly fixed atoms, or a new layout are used at once,
+    as the torch path uses them."""
     from alchemi_lit.units import fs
 
     batch = random_batch(torch.float64)
@@ -188,6 +194,8 @@ def test_kept_step_constants_follow_parameters_and_masses(monkeypatch, make):
         "temperature": lambda b, s: setattr(s, "temperature", 900.0),
         "friction": lambda b, s: setattr(s, "gamma", 0.2 / fs),
         "taut": lambda b, s: setattr(s, "taut", 20.0 * fs),
+        "tdamp": lambda b, s: setattr(s, "tdamp", 200.0 * fs),
+        "fixed atoms": lambda b, s: b.fixed.__setitem__(slice(0, 3), True),
         "masses in place": lambda b, s: b.masses.mul_(2.0),
         "masses replaced": lambda b, s: setattr(b, "masses", b.masses * 0.25),
     }

@@ -128,13 +128,16 @@ class NoseHooverChain(MDIntegrator):
     def chain_half_step(self, batch: Batch, mask: torch.Tensor, delta: Param) -> None:
         """``exp(iL_NHC delta)`` for masked systems: update the chain, scale the
         velocities of their free atoms."""
-        kt, nf, q = self._constants(batch)
-        if kernels.usable(batch.velocities, q):  # one compiled pass (kernels.dynamics)
+        if kernels.usable(batch.velocities):  # one compiled pass (kernels.dynamics)
+            kt, nf, q = self.kept_constants(  # (kept: the same for every half step)
+                batch, "chain", (self.temperature, self.tdamp),
+                lambda: [t.numpy() for t in self._constants(batch)],
+            )  # fmt: skip
             starts, counts = batch.segments.bounds
             v, eta, p = kernels.load("dynamics").nhc_half_step(
                 batch.velocities.numpy(), batch.masses.numpy(), starts, counts, mask.numpy(),
                 batch.fixed.numpy(), getattr(batch, self.eta_field).numpy(),
-                getattr(batch, self.p_eta_field).numpy(), q.numpy(), kt.numpy(), nf.numpy(),
+                getattr(batch, self.p_eta_field).numpy(), q, kt, nf,
                 kernels.per_system(batch, delta), _SY_WEIGHTS[self.suzuki_yoshida],
                 self.chain_steps,
             )  # fmt: skip
@@ -142,6 +145,7 @@ class NoseHooverChain(MDIntegrator):
             setattr(batch, self.eta_field, torch.from_numpy(eta))
             setattr(batch, self.p_eta_field, torch.from_numpy(p))
             return
+        kt, nf, q = self._constants(batch)
         seg, v = batch.segments, batch.velocities
         moving = self.moving_atoms(batch, mask)
         mv2 = 2.0 * batch.kinetic_energy(moving)  # tracked as a number and rescaled (MTK)
