@@ -133,23 +133,24 @@ class Integrator:
         """Standard normal ``[N, 3]`` per atom for this step, keyed by (run seed,
         system_id, the system's total step count, ``purpose``, atom index): the same
         for a system wherever and with whomever it runs (see :mod:`alchemi_lit.random`)."""
-        return self.noise_source()(
-            self.seed, batch.system_id, batch.total_steps, batch.system_idx,
-            batch.segments.local_index, purpose, batch.dtype,
-        )  # fmt: skip
+        return self.noise_source()(*self._noise_keys(batch, purpose))
 
     def normals_window(self, batch: Batch, purpose: int, fresh: bool = False) -> rng.NormalsWindow:
         """:meth:`normals` for a compiled CPU kernel that picks each system's rows of
         this step itself: the draw that covers this step and maybe the next few, or
         (``fresh``, after the kernel found a step outside it) one drawn from here."""
-        keys = (
-            self.seed, batch.system_id, batch.total_steps, batch.system_idx,
-            batch.segments.local_index, purpose, batch.dtype,
-        )  # fmt: skip
+        keys = self._noise_keys(batch, purpose)
         source = self.noise_source()
         if isinstance(source, rng.NormalsAhead):
             return source.window(*keys, fresh=fresh)
         return rng.NormalsWindow(source(*keys), batch.total_steps.numpy().copy(), 1)
+
+    def _noise_keys(self, batch: Batch, purpose: int) -> tuple[Any, ...]:
+        """The arguments of :func:`~alchemi_lit.random.atom_normals` for this step."""
+        return (
+            self.seed, batch.system_id, batch.total_steps, batch.system_idx,
+            batch.segments.local_index, purpose, batch.dtype,
+        )  # fmt: skip
 
     def noise_source(self) -> Callable[..., torch.Tensor]:
         """What draws :meth:`normals`: the compiled kernel after :meth:`compile`, else
