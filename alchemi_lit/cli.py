@@ -162,10 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --print_config, argparse
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
-    except KeyboardInterrupt as exc:
-        path = getattr(exc, "path", None)
-        hint = f"; checkpoint {path} -- continue with --resume" if path else ""
-        print(f"interrupted{hint}", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # RunInterrupted says where the results are
+        print(f"{str(exc) or 'interrupted'}; continue the run with --resume", file=sys.stderr)
         return 128 + int(getattr(exc, "signum", 2))
     except Exception as exc:
         code, message = _classify(exc)
@@ -1436,22 +1434,12 @@ def _run_or_validate(command: str, args: list[str]) -> int:
     return _run(built, resolved, _resume_path(built, req.resume))
 
 
-def _resume_path(built: _Built, resume: str | bool | None) -> str | None:
-    """The checkpoint to resume from: the given path, or the Checkpoint callback's dir."""
+def _resume_path(built: _Built, resume: str | bool | None) -> str | bool | None:
+    """What ``--resume`` asks for: a checkpoint path, or True (the Checkpoint callback's
+    folder; without one, or without a checkpoint there, the systems the stores lack)."""
     if resume is None or resume is False:
         return None
-    if isinstance(resume, str):
-        return resume
-    from .callbacks import Checkpoint
-
-    dirs = [cb.dirpath for cb in built.sim.callbacks if isinstance(cb, Checkpoint)]
-    if not dirs:
-        raise CLIError(
-            "resume",
-            "--resume needs a Checkpoint callback in simulator.callbacks (to know where the "
-            "checkpoints are) or an explicit path: --resume DIR",
-        )
-    return str(dirs[0])
+    return resume
 
 
 def _describe_sink(sink: Any) -> str:
@@ -1525,7 +1513,7 @@ def _output_paths(built: _Built) -> tuple[Path | None, Path | None]:
     return config, summary
 
 
-def _run(built: _Built, resolved: dict[str, Any], resume: str | None = None) -> int:
+def _run(built: _Built, resolved: dict[str, Any], resume: str | bool | None = None) -> int:
     import yaml
     from rich.console import Console
 
@@ -1537,12 +1525,15 @@ def _run(built: _Built, resolved: dict[str, Any], resume: str | None = None) -> 
         sim.run(built.source, resume=resume)
         return 0
     config_path, summary_path = _output_paths(built)
-    if config_path is not None:
-        header = "# resolved by alchemi-lit; re-run with: alchemi-lit run --config THIS_FILE\n"
-        _write_output(config_path, header + yaml.safe_dump(resolved, sort_keys=False), built)
+    header = "# resolved by alchemi-lit; re-run with: alchemi-lit run --config THIS_FILE\n"
+    config_text = header + yaml.safe_dump(resolved, sort_keys=False)
+    if config_path is not None and resume is None:
+        _write_output(config_path, config_text, built)
     zarr_sinks = [s for s in (sim.sinks or []) if isinstance(s, ZarrSink)]
     start_rows = _store_rows(zarr_sinks[0]) if zarr_sinks else 0
     results = sim.run(built.source, resume=resume)
+    if config_path is not None and resume is not None:  # (only once the resume was accepted)
+        _write_output(config_path, config_text, built)
 
     from .report import read_store_systems, summarize
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from .callbacks.nan_guard import NaNGuard
@@ -152,6 +154,7 @@ class Simulator:
                 stage.compile()
         self.sync_every = int(sync_every)
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from one
+        self.fingerprint: dict[str, Any] | None = None  # what a resume must find unchanged
         self.sinks = list(sinks) if sinks is not None else None  # None: fresh memory per run
         for s in self.sinks or []:
             if not isinstance(s, Sink):
@@ -179,16 +182,29 @@ class Simulator:
         self.model.check_batch(batch)
         return batch
 
-    def run(self, data: Any, resume: str | None = None) -> Results:
+    def run(self, data: Any, resume: str | os.PathLike[str] | bool | None = None) -> Results:
         """Run every system through the plan; results come back in ``system_id`` order.
 
         ``data``: a Batch, ase.Atoms or list of them (all in one batch), a path that
         :func:`~alchemi_lit.data.read_structures` reads (file, folder, pattern or
         results store; all in one batch), or a
         :class:`~alchemi_lit.data.SizeAwareSampler` (inflight batching: the batch is
-        refilled as systems finish).  ``resume``: a checkpoint file or directory
-        written by the :class:`~alchemi_lit.callbacks.Checkpoint` callback; the run
-        continues from there with the same ``data`` and configuration.
+        refilled as systems finish).
+
+        ``resume`` continues an interrupted run with the same ``data`` and
+        configuration: a checkpoint file or folder written by the
+        :class:`~alchemi_lit.callbacks.Checkpoint` callback, or ``True`` for the
+        callback's folder.  Where there is no checkpoint (the run was stopped before
+        its first one, or had no Checkpoint callback), the run starts afresh with a
+        warning, keeping the systems its results stores already hold and computing only
+        the others (a system's path does not depend on the others, so the results are
+        the same).  Either way a resume of a *different* run (another parameter, model,
+        precision, seed or other structures) is refused, naming what differs.
+
+        SIGTERM or SIGINT stops the run after the current step with every finished
+        system written to the sinks (and a checkpoint, with the callback): it raises
+        :class:`~alchemi_lit.engine.interrupt.RunInterrupted`, whose ``results`` hold
+        the finished systems.
 
         The run's statistics (wall time, systems, steps, forward calls, start and end
         times) are recorded in the ``runs`` attribute of every results store it wrote.
@@ -198,16 +214,101 @@ class Simulator:
             from .data import read_structures
 
             data = read_structures(data)
-        if resume is None:
+        from .engine.fingerprint import input_digest, run_fingerprint
+
+        self.fingerprint = run_fingerprint(
+            _stages_of(self.plan), self.model, self.precision, self.seed, input_digest(data)
+        )
+        checkpoint = self._resume_path(resume)
+        earlier = None
+        if resume in (None, False):
             self._check_stores(data)
             self._set_aside_earlier_checkpoints()
+        elif checkpoint is None:  # nothing to resume from: the stores say what is done
+            data, earlier = self._continue_from_stores(data, resume)
         stores = self._stores()
         new = [s for s in stores if not s.path.exists()]
-        results = self.strategy.run(self, data, resume=resume)
+        if data is None:  # every system was finished before
+            results = Results(None, {"systems": 0, "steps": 0, "forward_calls": 0}, stores)
+        else:
+            results = self.strategy.run(self, data, resume=checkpoint)
         for store in new:  # made by this run (maybe in a rank): later runs append to it
             store.created_by_run()
-        self._record_run(results, started, resumed=resume is not None)
+        if earlier is not None and self._keeps_results_in_memory():
+            parts = [earlier] + ([results.batch] if len(results) else [])
+            results = Results(Batch.concatenate(parts), results.stats, results.sinks)
+        self._record_run(results, started, resumed=resume not in (None, False))
         return results
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank in a multi-rank run (0 in a single-process run): code after
+        :meth:`run` runs in every rank process of a pipeline, so guard what only one
+        should do (write a report, print) with :attr:`is_global_zero`."""
+        from .strategies.launch import process_rank
+
+        return process_rank()
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this is the first process (rank 0), as in Lightning."""
+        return self.global_rank == 0
+
+    def _resume_path(self, resume: str | os.PathLike[str] | bool | None) -> str | None:
+        """The checkpoint file or folder to resume from, or None when there is none
+        (``resume=True``: the Checkpoint callback's folder)."""
+        from .callbacks.checkpoint import Checkpoint
+
+        if resume in (None, False):
+            return None
+        if resume is True:
+            folders = [cb.dirpath for cb in self.callbacks if isinstance(cb, Checkpoint)]
+            if not folders:
+                return None
+            resume = folders[0]
+        path = Path(resume)
+        found = path.is_file() or (path.is_dir() and any(path.glob("**/*.ckpt")))
+        return str(path) if found else None
+
+    def _continue_from_stores(self, data: Any, resume: Any) -> tuple[Any, Any]:
+        """A resume with no checkpoint: warn, then leave out the systems this run's
+        results stores already hold (after checking that the run that wrote them was
+        this one); their stored results join the run's Results.  Returns the data still
+        to run (None when nothing is left) and the stored results of the others."""
+        from loguru import logger
+
+        from .engine.fingerprint import refuse_mismatch
+        from .sinks import stored_system_ids
+
+        where = "the Checkpoint callback's folder" if resume is True else repr(str(resume))
+        self.strategy.salvage_before_restart(self)
+        stores = [s for s in self._stores() if s.path.exists()]
+        for store in stores:
+            refuse_mismatch(store.recorded_fingerprint(), self.fingerprint, f"{str(store.path)!r}")
+        ids = input_system_ids(data)
+        done = set()
+        for store in stores:
+            done |= set(np.intersect1d(stored_system_ids(store.path), ids).tolist())
+            store.continue_run()
+        logger.warning(
+            f"no checkpoint to resume from in {where}: starting afresh; "
+            f"{len(done)} of {len(ids)} systems are already in the results store(s) and are "
+            f"kept, the other {len(ids) - len(done)} are computed"
+        )
+        if not done:
+            return data, None
+        from .sinks import read_results
+
+        stored = read_results(stores[0].path)
+        rows = [r for r, sid in enumerate(stored.system_id.tolist()) if sid in done]
+        return without_systems(data, done), stored.select(rows)
+
+    def _keeps_results_in_memory(self) -> bool:
+        """Whether a run's Results come from memory (a HostMemory sink, or no sinks)
+        rather than being read back from a store."""
+        from .sinks import HostMemory
+
+        return self.sinks is None or any(isinstance(s, HostMemory) for s in self.sinks)
 
     def _stores(self) -> list[Any]:
         """This simulator's ZarrSinks."""
@@ -301,6 +402,7 @@ class Simulator:
             "device": str(self.device),
             "seed": self.seed,
             "sync_every": self.sync_every,
+            "fingerprint": self.fingerprint,
             "config": self.config,
             "versions": {
                 "alchemi_lit": __version__,
@@ -327,6 +429,25 @@ def input_system_ids(data: Any) -> list[int] | None:
     if isinstance(data, (list, tuple)) and all(isinstance(a, Atoms) for a in data):
         return default_system_ids(data)  # what Batch.from_atoms will give them
     return None
+
+
+def without_systems(data: Any, ids: set[int]) -> Any:
+    """``data`` less the systems whose ``system_id`` is in ``ids`` (None if none is left)."""
+    from ase import Atoms
+
+    from .data import SizeAwareSampler
+
+    if isinstance(data, SizeAwareSampler):
+        return data.without(ids) if len(ids) < len(data) else None
+    if isinstance(data, Batch):
+        keep = [r for r, sid in enumerate(data.system_id.tolist()) if sid not in ids]
+        return data.select(keep) if keep else None
+    atoms = [data] if isinstance(data, Atoms) else list(data)
+    all_ids = default_system_ids(atoms)
+    kept = [(a, sid) for a, sid in zip(atoms, all_ids) if sid not in ids]
+    if not kept:
+        return None
+    return Batch.from_atoms([a for a, _ in kept], system_ids=[sid for _, sid in kept])
 
 
 def _stages_of(plan: Fused | Pipeline) -> list[Integrator]:

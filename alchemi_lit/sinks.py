@@ -188,6 +188,7 @@ class ZarrSink(Sink):
         self.flush_every, self.flush_seconds = int(flush_every), float(flush_seconds)
         self._group = None
         self._created = False  # this sink made the store: its later runs append
+        self._continuing = False  # the next open continues the store's last run
         self._run_info: dict[str, Any] = {}
         self._pending: list[Batch] = []
         self._pending_n = 0
@@ -201,6 +202,10 @@ class ZarrSink(Sink):
         if self._group is not None:  # resumed: already open at the checkpoint's state
             return
         exists = self.path.exists()
+        if exists and self._continuing:  # a restart: the interrupted run goes on
+            self._group = zarr.open_group(str(self.path), mode="a")
+            self._continuing = False
+            return
         self.refuse_existing()
         if exists and self._appends():
             group = zarr.open_group(str(self.path), mode="a")
@@ -357,6 +362,24 @@ class ZarrSink(Sink):
             return None
         runs = _open_store(self.path).attrs.get("runs", [])
         return len(runs) - 1 if runs else None
+
+    @property
+    def continuing(self) -> bool:
+        """Whether the next open continues the store's last run (:meth:`continue_run`)."""
+        return self._continuing
+
+    def continue_run(self) -> None:
+        """The next run writing this store continues the store's last run (a restart of
+        an interrupted run: its finished systems stay, the others are appended)."""
+        self._continuing = self._created = True
+
+    def recorded_fingerprint(self) -> dict[str, Any] | None:
+        """The fingerprint of the run that wrote this store last (None if not recorded;
+        see :mod:`alchemi_lit.engine.fingerprint`)."""
+        if not self.path.exists():
+            return None
+        runs = _open_store(self.path).attrs.get("runs", [])
+        return runs[-1].get("fingerprint") if runs else None
 
     def created_by_run(self) -> None:
         """Note that a run with this sink made its store (also when a pipeline rank

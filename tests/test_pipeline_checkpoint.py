@@ -17,6 +17,7 @@ import torch
 import alchemi_lit as al
 from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
+from alchemi_lit.engine.checkpoint_file import read_checkpoint
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.sinks import ZarrSink
@@ -31,11 +32,11 @@ class Crash(Exception):
     pass
 
 
-def make(tmp: Path, mode: str, extra=()) -> al.Simulator:
+def make(tmp: Path, mode: str, extra=(), temperature: float = 50.0) -> al.Simulator:
     return al.Simulator(
         model=LennardJones(0.0104, 3.40, 6.0),
         stages=FIRE(fmax=0.05, max_steps=80)
-        | Langevin(dt=2.0, temperature=50.0, friction=0.02, steps=30),
+        | Langevin(dt=2.0, temperature=temperature, friction=0.02, steps=30),
         strategy="pipeline",
         devices=2,
         start_method="fork",
@@ -74,6 +75,35 @@ def test_pipeline_resume_after_rank_failure_is_bit_identical(tmp_path, mode):
     assert list((cut / "ckpt" / "rank0").glob("round-*.ckpt"))
     assert list((cut / "ckpt" / "rank1").glob("round-*.ckpt"))
     make(cut, mode).run(SizeAwareSampler(DATA, max_atoms=250), resume=str(cut / "ckpt"))
+    assert_stores_equal(tmp_path / "full" / "res.zarr", cut / "res.zarr")
+
+
+@pytest.mark.timeout(240)
+def test_pipeline_resume_checks_the_run_and_passes_over_a_damaged_round(tmp_path):
+    """The ranks refuse a resume of another run exactly as one device does (naming
+    the parameter), and when a rank's newest round file has a flipped bit every rank
+    goes back to the newest round all of them hold intact."""
+    make(tmp_path / "full", "async_recv").run(SizeAwareSampler(DATA, max_atoms=250))
+
+    def boom(ctx):
+        if ctx.state.get("rank") == 1 and ctx.step == 57:
+            raise Crash("crash on rank 1")
+
+    cut = tmp_path / "cut"
+    with pytest.raises(PipelineError):
+        make(cut, "async_recv", [LambdaCallback(HookStageEnum.AFTER_STEP, boom)]).run(
+            SizeAwareSampler(DATA, max_atoms=250)
+        )
+    with pytest.raises(PipelineError, match=r"temperature: 50\.0 -> 90\.0"):
+        make(cut, "async_recv", temperature=90.0).run(
+            SizeAwareSampler(DATA, max_atoms=250), resume=str(cut / "ckpt")
+        )
+    rounds = sorted((cut / "ckpt" / "rank1").glob("round-*.ckpt"))
+    assert len(rounds) >= 2
+    data = bytearray(rounds[-1].read_bytes())
+    data[len(data) // 2] ^= 0x01
+    rounds[-1].write_bytes(bytes(data))
+    make(cut, "async_recv").run(SizeAwareSampler(DATA, max_atoms=250), resume=str(cut / "ckpt"))
     assert_stores_equal(tmp_path / "full" / "res.zarr", cut / "res.zarr")
 
 
@@ -151,4 +181,4 @@ def test_a_fresh_pipeline_run_sets_aside_an_earlier_runs_rank_checkpoints(tmp_pa
     sim.run(SizeAwareSampler(DATA[:8], max_atoms=250))
     (aside,) = (tmp_path / "ckpt").glob("earlier-*")
     assert (aside / "rank0" / "done.ckpt").read_bytes() == b"an earlier run's"
-    assert torch.load(tmp_path / "ckpt" / "rank0" / "done.ckpt", weights_only=True)["done"]
+    assert read_checkpoint(tmp_path / "ckpt" / "rank0" / "done.ckpt")["done"]

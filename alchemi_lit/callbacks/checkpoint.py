@@ -2,8 +2,9 @@
 
 A checkpoint is taken at bookkeeping (every ``sync_every`` steps the batch is in a
 consistent state: graduates written, refills appended) when ``every_n_steps`` steps
-or ``every_seconds`` seconds have passed, and when the process receives SIGTERM or
-SIGINT (then the run stops right after saving).  It holds
+or ``every_seconds`` seconds have passed, and when the run is stopped by SIGTERM or
+SIGINT (``on_signal``; the run loop catches those signals with or without this
+callback, see :mod:`alchemi_lit.engine.interrupt`).  It holds
 
 * every in-flight system with all its fields (integrator state, thermostat
   variables, stage code and counters; random numbers are counter-based, keyed by
@@ -12,11 +13,15 @@ SIGINT (then the run stops right after saving).  It holds
 * what the sinks had committed (in-memory results themselves; for stores, the
   committed row counts -- rows written after the checkpoint are rolled back on
   resume, so each system lands in the sinks exactly once),
-* the run configuration, to refuse resuming a different run.
+* the run's fingerprint (every stage and model parameter, the weights, precision,
+  seed and the input structures: :mod:`alchemi_lit.engine.fingerprint`), so a resume
+  of another run is refused, naming what differs.
 
-Files are written atomically (temporary file, then rename) and the last ``keep``
-are kept.  They contain only tensors and plain values and load with
-``torch.load(weights_only=True)``: resuming never unpickles arbitrary objects.
+Files are written atomically and fsynced, with a checksum per record, and the last
+``keep`` (at least two) are kept: a damaged file is named and the one before it
+used (:mod:`alchemi_lit.engine.checkpointing`).  Records contain only tensors and
+plain values and load with ``torch.load(weights_only=True)``: resuming never
+unpickles arbitrary objects.
 Neighbour lists are rebuilt on resume; their canonical edge order makes the
 resumed run bit-identical to an uninterrupted one (float64, CPU).
 """
@@ -24,22 +29,33 @@ resumed run bit-identical to an uninterrupted one (float64, CPU).
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from loguru import logger
 
+from ..engine import checkpointing
 from ..errors import ConfigError
 from ..hooks import Callback, StepContext
 
-FORMAT = "alchemi_lit.checkpoint/1"
+#: the checkpoint format written now (see :mod:`alchemi_lit.engine.checkpoint_file`)
+FORMAT = checkpointing.FORMAT
 
 
 class Checkpoint(Callback):
-    """Periodic and on-signal checkpoints in ``dirpath`` (see module docstring)."""
+    """Periodic and on-signal checkpoints in ``dirpath`` (see module docstring).
+
+    Args:
+        dirpath: folder of the checkpoint files (one per bookkeeping that wrote one).
+        every_n_steps: write one every this many steps (None: not by steps).
+        every_seconds: write one when this many seconds of wall time have passed
+            since the last (None: not by time).
+        on_signal: write one when SIGTERM/SIGINT stops the run (finished systems are
+            saved to the sinks either way).
+        keep: how many of the newest files to keep (at least 2, so a damaged newest
+            file still leaves one to resume from).
+    """
 
     def __init__(
         self,
@@ -54,41 +70,23 @@ class Checkpoint(Callback):
             raise ConfigError(f"Checkpoint: every_n_steps must be >= 1, got {every_n_steps}")
         if every_seconds is not None and float(every_seconds) <= 0:
             raise ConfigError(f"Checkpoint: every_seconds must be > 0, got {every_seconds}")
-        if int(keep) < 1:
-            raise ConfigError(f"Checkpoint: keep must be >= 1, got {keep}")
+        if int(keep) < 2:
+            raise ConfigError(
+                f"Checkpoint: keep must be >= 2 (a damaged newest file must leave one to resume "
+                f"from), got {keep}"
+            )
         self.dirpath = Path(dirpath)
         self.every_n_steps = None if every_n_steps is None else int(every_n_steps)
         self.every_seconds = None if every_seconds is None else float(every_seconds)
         self.on_signal = on_signal
         self.keep = int(keep)
-        self.signal_received: int | None = None
         self._last_step = 0
         self._last_time = time.monotonic()
-        self._previous_handlers: dict[int, Any] = {}
         self.saved: list[Path] = []
 
-    # ---------------------------------------------------------------- signals
     def on_run_start(self, ctx: StepContext) -> None:
         self._last_step = ctx.step
         self._last_time = time.monotonic()
-        self.signal_received = None
-        if self.on_signal:
-            import threading
-
-            if threading.current_thread() is threading.main_thread():
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        logger.warning(
-            f"signal {signum} received: checkpointing at the next bookkeeping, then stopping"
-        )
-        self.signal_received = signum
-
-    def on_run_end(self, ctx: StepContext) -> None:
-        for sig, handler in self._previous_handlers.items():
-            signal.signal(sig, handler)
-        self._previous_handlers = {}
 
     def set_aside_earlier(self) -> Path | None:
         """Before a fresh run: move the checkpoints an earlier run left in ``dirpath``
@@ -116,10 +114,11 @@ class Checkpoint(Callback):
         return target
 
     # ---------------------------------------------------------------- saving
-    def due(self, step: int) -> bool:
-        """Is a checkpoint due at this bookkeeping?"""
-        if self.signal_received is not None:
-            return True
+    def due(self, step: int, interrupted: bool = False) -> bool:
+        """Is a checkpoint due at this bookkeeping (``interrupted``: the run is stopping
+        on a signal)?"""
+        if interrupted:
+            return self.on_signal
         if self.every_n_steps is not None and step - self._last_step >= self.every_n_steps:
             return True
         return (
@@ -128,25 +127,22 @@ class Checkpoint(Callback):
         )
 
     def save(self, state: dict[str, Any], step: int) -> Path:
-        """Write ``state`` atomically as ``step-<step>.ckpt``; keep the newest ``keep``."""
-        self.dirpath.mkdir(parents=True, exist_ok=True)
-        final = self.dirpath / f"step-{step:012d}.ckpt"
-        tmp = final.with_suffix(".ckpt.tmp")
-        torch.save({"format": FORMAT, **state}, tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-        self._last_step, self._last_time = step, time.monotonic()
-        existing = sorted(self.dirpath.glob("step-*.ckpt"))
-        for old in existing[: -self.keep]:
-            old.unlink(missing_ok=True)
-        self.saved.append(final)
-        logger.info(f"checkpoint written: {final}")
+        """Write ``state`` as ``step-<step>.ckpt``; keep the newest ``keep``."""
+        final = checkpointing.save(
+            self.dirpath, f"step-{step:012d}.ckpt", state, self.keep, "step-*.ckpt"
+        )
+        self.mark_saved(step, final)
         return final
+
+    def mark_saved(self, step: int, path: Path) -> None:
+        """Restart the schedule after a checkpoint at ``step`` (written to ``path``)."""
+        self._last_step, self._last_time = step, time.monotonic()
+        self.saved.append(path)
+        logger.info(f"checkpoint written: {path}")
 
 
 def latest_checkpoint(path: str | os.PathLike[str]) -> Path:
-    """The newest checkpoint file in a directory (or the file itself)."""
+    """The newest checkpoint file in a directory (or the file itself), whole or not."""
     p = Path(path)
     if p.is_file():
         return p
@@ -160,18 +156,14 @@ def latest_checkpoint(path: str | os.PathLike[str]) -> Path:
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Load a checkpoint safely (``weights_only=True``)."""
-    file = latest_checkpoint(path)
-    try:
-        state = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as exc:
+    """The checkpoint a resume from ``path`` continues (a file, or the newest intact one
+    in a folder), verified record by record; ``state["path"]`` names the file."""
+    state = checkpointing.find(path)
+    if state is None:
         raise ConfigError(
-            f"checkpoint {str(file)!r} cannot be read ({type(exc).__name__}: {exc}); it may be "
-            f"truncated -- remove it to resume from the previous one"
-        ) from exc
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ConfigError(f"{str(file)!r} is not an alchemi_lit checkpoint")
-    state["path"] = str(file)
+            f"no checkpoint found at {str(path)!r}; resume needs a directory written by the "
+            f"Checkpoint callback (or one of its step-*.ckpt files)"
+        )
     return state
 
 

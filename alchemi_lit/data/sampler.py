@@ -92,6 +92,16 @@ class SizeAwareSampler:
     def __len__(self) -> int:
         return len(self.order)
 
+    def without(self, system_ids: set[int] | Sequence[int]) -> SizeAwareSampler:
+        """A sampler of the same data and budgets that leaves out the systems with these
+        ids (a restarted run skips the ones already stored); the rest keep their ids."""
+        skip = set(int(s) for s in system_ids)
+        keep = [k for k in range(len(self.dataset)) if int(self.system_ids[k]) not in skip]
+        return SizeAwareSampler(
+            [self.dataset[k] for k in keep], self.max_atoms, self.max_systems, self.max_edges,
+            system_ids=[int(self.system_ids[k]) for k in keep], skip_invalid=self.skip_invalid,
+        )  # fmt: skip
+
     @property
     def remaining(self) -> int:
         return len(self.order) - self.position

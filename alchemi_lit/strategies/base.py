@@ -69,6 +69,13 @@ class Strategy(ABC):
             )
         return plan
 
+    def salvage_before_restart(self, sim: Simulator) -> None:
+        """Before a run restarts without a checkpoint (``Simulator.run(resume=...)``
+        with none to resume from): gather finished results it left anywhere other than
+        its sinks' stores into them, so those systems are not computed again.  Default:
+        nothing (a one-process run writes its stores directly)."""
+        return None
+
     @abstractmethod
     def run(self, sim: Simulator, data: Any, resume: str | None = None) -> Results:
         """Run every system of ``data`` through ``sim.plan``; see the module docstring."""

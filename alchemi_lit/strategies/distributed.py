@@ -14,6 +14,7 @@ in-memory sinks the finished systems are gathered on rank 0 as numpy arrays.
 from __future__ import annotations
 
 import shutil
+import signal
 from abc import abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ..data.sampler import SizeAwareSampler
+from ..engine.interrupt import RunInterrupted
 from ..errors import ConfigError
 from ..results import Results
 from ..sinks import HostMemory, ZarrSink
@@ -32,7 +34,7 @@ from ..state import Batch
 from .base import Strategy
 from .buffers import BufferConfig, check_info_fits
 from .launch import StartMethod, launch, rank_device
-from .pipeline import CommMode, HistoryLayout, PipelineError, PipelineWorker
+from .pipeline import INTERRUPTED, CommMode, HistoryLayout, PipelineError, PipelineWorker
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
@@ -176,12 +178,41 @@ class DistributedStrategy(Strategy):
                 self.start_method,
                 self.timeout_s,
             )
+        except RunInterrupted as exc:
+            raise self._interrupted(sim, exc.signum, exc.path) from None
         except PipelineError as exc:
+            if exc.message.startswith(INTERRUPTED):  # a signal stopped another rank
+                name = exc.message[len(INTERRUPTED) :].strip()
+                raise self._interrupted(sim, int(signal.Signals[name]), None) from None
             note = self._salvage(sim)
             if not note:
                 raise
             raise PipelineError(exc.rank, f"{exc.message}; {note}") from exc
         return _results_from(out, sim)
+
+    def _interrupted(self, sim: Simulator, signum: int, path: Any) -> RunInterrupted:
+        """The RunInterrupted this process raises when a signal stopped the ranks: it
+        says where the finished systems are (stores written by several ranks are
+        merged into the named ones first; see :meth:`_salvage`)."""
+        stores = [str(s.path) for s in sim.sinks or [] if isinstance(s, ZarrSink)]
+        where = self._salvage(sim) or (
+            f"the finished systems were written to {', '.join(stores)}"
+            if stores
+            else "the ranks' finished systems were held in memory and are lost (add a ZarrSink)"
+        )
+        return RunInterrupted(path, signum, where=where)
+
+    def salvage_before_restart(self, sim: Simulator) -> None:
+        """Merge the per-rank stores an interrupted run left (several writing ranks)
+        into the stores the user named, so a restart finds those systems done."""
+        for s in sim.sinks or []:
+            if not isinstance(s, ZarrSink):
+                continue
+            parts = sorted(
+                str(p) for p in s.path.parent.glob(f"{s.path.stem}.rank*{s.path.suffix}")
+            )
+            if parts:
+                _merge_parts(sim, s.path, s.mode, parts, remove=True, continuing=s.path.exists())
 
     def _salvage(self, sim: Simulator) -> str:
         """After a failed run with several writing ranks, merge what each committed to its
@@ -305,6 +336,7 @@ def _rank_sinks(
                 shutil.rmtree(part)
             z = ZarrSink(part, mode="w")
             z.final_path, z.final_mode = s.path, s.mode
+            z.final_continuing = s.continuing
             out.append(z)
         elif isinstance(s, HostMemory):
             out.append(HostMemory(s.capacity))
@@ -327,18 +359,28 @@ def _merge_stores(sim: Simulator, gathered: list[Any], several_writers: bool) ->
                 if Path(p).name.startswith(s.final_path.stem + ".rank")
             }
         )
-        _merge_parts(sim, s.final_path, s.final_mode, parts, remove=True)
+        _merge_parts(
+            sim, s.final_path, s.final_mode, parts, remove=True, continuing=s.final_continuing
+        )
 
 
 def _merge_parts(
-    sim: Simulator, final_path: Path, mode: str, parts: list[str], remove: bool
+    sim: Simulator,
+    final_path: Path,
+    mode: str,
+    parts: list[str],
+    remove: bool,
+    continuing: bool = False,
 ) -> int:
     """Write the committed systems of the per-rank ``parts`` into one store at
-    ``final_path`` (``system_id`` order); returns how many systems it holds."""
+    ``final_path`` (``system_id`` order; ``continuing``: append to the run the store
+    holds, see ZarrSink.continue_run); returns how many systems were merged."""
     batches = [
         b for p in parts if Path(p).exists() for b in [ZarrSink(p).read_batch()] if b is not None
     ]
     final = ZarrSink(final_path, mode=mode)
+    if continuing:
+        final.continue_run()
     final.open(sim.run_info())
     n = 0
     if batches:

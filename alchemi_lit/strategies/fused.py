@@ -39,6 +39,7 @@ from ..state import (
     EXIT_CONVERGED,
     EXIT_MAX_STEPS,
     EXIT_MODEL_ERROR,
+    EXIT_QUARANTINED,
     EXIT_RUNNING,
     MODEL_ERROR_KEY,
     Batch,
@@ -61,6 +62,12 @@ class StatusMasks(NamedTuple):
     steps: torch.Tensor  # [B] int64: 1 for the systems a step moves (in any stage), else 0
     finished: torch.Tensor  # [B] systems at the plan's exit code
     any_finished: bool  # whether there may be one (always True off CPU)
+
+
+def failed_exit(exit_code: torch.Tensor) -> torch.Tensor:
+    """``[B]`` systems that left for a failure (non-finite values, a model error): never
+    reported converged, whatever an earlier stage said."""
+    return (exit_code == EXIT_QUARANTINED) | (exit_code == EXIT_MODEL_ERROR)
 
 
 def _step_increments(stage_masks: list[torch.Tensor]) -> torch.Tensor:
@@ -149,6 +156,7 @@ class FusedLoop:
         self._countdowns: dict[int, _Countdown] = {}  # per stage without a criterion (CPU)
         self.pending = False  # set by the strategy when it appended PENDING systems
         self.evict = False  # set when systems were quarantined for a model error
+        self.failed: torch.Tensor | None = None  # [B] quarantined by the last forward
         # stress costs a [P, 3, 3] reduction per step: only when a stage or callback uses it
         self.needs_stress = any(getattr(s, "requires_stress", False) for s in plan.stages) or any(
             getattr(cb, "requires_stress", False) for cb in hooks.callbacks
@@ -178,6 +186,12 @@ class FusedLoop:
         self.enter(batch, fresh)
         self.transitions(batch, ctx)
 
+    def not_quarantined(self, batch: Batch) -> torch.Tensor:
+        """``[B]`` mask of the systems the last forward did not quarantine (the ones
+        :meth:`start` may bring in after the first evaluation)."""
+        ok = torch.ones(batch.num_systems, dtype=torch.bool, device=batch.device)
+        return ok if self.failed is None else ok & ~self.failed
+
     def enter(self, batch: Batch, fresh: torch.Tensor) -> None:
         """Entry-stage initialisation of ``fresh`` systems (no convergence check)."""
         batch.status = torch.where(
@@ -201,6 +215,7 @@ class FusedLoop:
         and the others get their forces from an evaluation without them.  If every
         system fails on its own, the model -- not a structure -- is broken: re-raised.
         """
+        self.failed = None
         try:
             out = self.forward(batch, compute_stress=self.needs_stress)
         except Exception as exc:
@@ -278,6 +293,7 @@ class FusedLoop:
         mask[list(bad)] = True
         batch.status = torch.where(mask, self.plan.exit, batch.status)
         batch.exit_code = torch.where(mask, EXIT_MODEL_ERROR, batch.exit_code)
+        self.failed = mask
         for row, err in bad.items():
             sid = int(batch.system_id[row])
             text = f"{type(err).__name__}: {err}"
@@ -433,6 +449,7 @@ class FusedLoop:
         if not bool(finished.any()):
             return None, batch
         graduates = batch.select(finished.nonzero().flatten())
+        graduates.converged = graduates.converged & ~failed_exit(graduates.exit_code)
         return graduates, self.keep_rows(batch, (~finished).nonzero().flatten())
 
     def keep_rows(self, batch: Batch, keep: torch.Tensor) -> Batch:

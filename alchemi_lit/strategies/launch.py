@@ -47,6 +47,19 @@ def is_first_process() -> bool:
     return not _under_launcher() or os.environ["RANK"] == "0"
 
 
+def process_rank() -> int:
+    """This process's global rank: the process group's when one is up, else what the
+    launcher that started it set (torchrun's ``RANK``, Fabric's ``LOCAL_RANK`` on one
+    node, SLURM's ``SLURM_PROCID``); 0 for a plain single process."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    for var in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
+        value = os.environ.get(var, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
 def choose_backend(accelerator: str, world_size: int, local_world: int) -> tuple[str, str]:
     """(fabric accelerator, process-group backend)."""
     wants_cuda = accelerator in ("cuda", "gpu") or (

@@ -31,7 +31,7 @@ sends; ``async_recv`` posts next round's receives at the end of the current one;
 
 from __future__ import annotations
 
-import os
+import signal
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -45,6 +45,10 @@ from loguru import logger
 
 from ..callbacks.checkpoint import Checkpoint, callback_states, restore_callback_states
 from ..data.sampler import SizeAwareSampler
+from ..engine import checkpointing
+from ..engine.checkpoint_file import CheckpointDamaged
+from ..engine.fingerprint import refuse_mismatch
+from ..engine.interrupt import InterruptGuard, RunInterrupted
 from ..errors import AlchemiError, ConfigError
 from ..hooks import HookDispatcher, StepContext
 from ..models.neighbors import batch_pair_counts
@@ -75,6 +79,8 @@ if TYPE_CHECKING:
     from ..simulator import Simulator
 
 CommMode = Literal["sync", "async_recv", "fully_async"]
+#: how an abort message says a rank was stopped by a signal (``interrupted by SIGTERM``)
+INTERRUPTED = "interrupted by"
 TAG_DATA, TAG_CREDIT = 1, 2
 
 
@@ -539,6 +545,11 @@ class PipelineWorker:
         self.setup()
         self.done_sent = False
         t_start = time.perf_counter()
+        with InterruptGuard() as guard:
+            return self._run(t_start, guard)
+
+    def _run(self, t_start: float, guard: InterruptGuard) -> dict[str, Any]:
+        """:meth:`run` inside its interrupt guard."""
         ctx: StepContext | None = None
         try:
             state = self._agree_on_checkpoint() if self.resume_dir else None
@@ -579,9 +590,8 @@ class PipelineWorker:
             if batch.num_systems and state is None:
                 self.loop.compute(batch, ctx)
             self.hooks.run_start(ctx)
-            if batch.num_systems and state is None:
-                fresh = torch.ones(batch.num_systems, dtype=torch.bool, device=self.device)
-                self.loop.start(batch, fresh, ctx)
+            if batch.num_systems and state is None:  # (systems the model failed on: out)
+                self.loop.start(batch, self.loop.not_quarantined(batch), ctx)
             if state is not None:
                 ctx.batch = self._admit(ctx)  # the checkpoint was taken before admission
             while True:
@@ -595,14 +605,23 @@ class PipelineWorker:
                             self.loop.evict = False
                             if not ctx.batch.num_systems:
                                 break
+                        if guard.received is not None:
+                            break  # a signal: finish this round, then stop
                 self.stats.busy_s += time.perf_counter() - t0
                 ctx.batch = self._graduate(ctx)
+                interrupted = guard.received is not None
                 done = self.exchange(ctx.batch)
-                self._maybe_checkpoint(ctx, done)
+                path = self._maybe_checkpoint(ctx, done, interrupted)
                 if done:
                     break
+                if interrupted:
+                    raise RunInterrupted(path, guard.received, where=self._saved_where())
                 ctx.batch = self._admit(ctx)
             self.hooks.run_end(ctx)
+        except RunInterrupted as exc:
+            self.sinks.close()
+            self._abort(self.rank, f"{INTERRUPTED} {signal.Signals(exc.signum).name}")
+            raise
         except _Abort as exc:
             self.sinks.close()
             self._abort(exc.rank, exc.text, skip={exc.peer})
@@ -622,28 +641,34 @@ class PipelineWorker:
         self.stats.wall_s = time.perf_counter() - t_start
         return {"stats": self.stats.summary(), "sinks": self.sinks}
 
+    def _saved_where(self) -> str:
+        """Where this rank's finished systems were saved (for an interrupt's message)."""
+        if not self.is_sink:
+            return ""
+        return f"rank {self.rank} saved {self.stats.systems_out} finished systems"
+
     # ================================================================ checkpoints
     def _checkpoint_dir(self, base: Any) -> Path:
         return Path(base) / f"rank{self.rank}"
 
-    def _maybe_checkpoint(self, ctx: StepContext, done: bool) -> None:
+    def _maybe_checkpoint(self, ctx: StepContext, done: bool, interrupted: bool) -> Path | None:
         """Save this rank's part at the scheduled rounds (the same on every rank), when
-        it finishes, and after a signal (then stop)."""
+        it finishes, and when a signal stops the run; returns the file written."""
         cp = self.checkpoint
         if cp is None:
-            return
+            return None
         completed = self.round  # exchange() already advanced it: rounds 0..round-1 are done
         scheduled = self.checkpoint_rounds is not None and completed % self.checkpoint_rounds == 0
-        if not (scheduled or done or cp.signal_received is not None):
-            return
+        if not (scheduled or done or (interrupted and cp.on_signal)):
+            return None
         for e in [*self.up_edges.values(), *self.down_edges.values()]:
             self._flush_sends(e, keep_last=False)  # nothing of this round left in flight
         state = {
             "round": completed,
             "done": bool(done),
             "step": ctx.step,
+            "fingerprint": self.sim.fingerprint,
             "plan": repr(self.pipeline),
-            "seed": self.sim.seed,
             "batch": batch_state(ctx.batch),
             "inbox": [batch_state(b) for b in self.inbox],
             "outbox": None if self.outbox is None else batch_state(self.outbox),
@@ -654,37 +679,41 @@ class PipelineWorker:
             "pending": self.loop.pending,
         }
         directory = self._checkpoint_dir(cp.dirpath)
-        name = "done.ckpt" if done else f"round-{completed:09d}.ckpt"
-        _atomic_save(state, directory / name)
-        if not done:
-            for old in sorted(directory.glob("round-*.ckpt"))[: -max(cp.keep, 3)]:
-                old.unlink(missing_ok=True)
-        if cp.signal_received is not None and not done:
-            from .single import RunInterrupted
+        if done:
+            return checkpointing.save(directory, "done.ckpt", state, 1, "done.ckpt")
+        name = f"round-{completed:09d}.ckpt"
+        return checkpointing.save(directory, name, state, max(cp.keep, 3), "round-*.ckpt")
 
-            raise RunInterrupted(directory / name, cp.signal_received)
+    def _intact_rounds(self, directory: Path) -> tuple[dict[int, Path], int | None]:
+        """This rank's checkpoints that read back whole, by round, and the round of its
+        ``done.ckpt`` (None without one); damaged files are named in a warning."""
+        rounds: dict[int, Path] = {}
+        for p in sorted(directory.glob("round-*.ckpt")):
+            try:
+                rounds[int(checkpointing.load(p)["round"])] = p
+            except CheckpointDamaged as exc:
+                logger.warning(f"[rank {self.rank}] {exc}; an older round will be used")
+        done_round = None
+        done_file = directory / "done.ckpt"
+        if done_file.exists():
+            try:
+                done_round = int(checkpointing.load(done_file)["round"])
+            except CheckpointDamaged as exc:
+                logger.warning(f"[rank {self.rank}] {exc}; an older round will be used")
+        return rounds, done_round
 
     def _agree_on_checkpoint(self) -> dict[str, Any] | None:
-        """All ranks pick the newest round every rank has a checkpoint for (a rank that
-        had finished counts for every later round) and load their part of it."""
+        """All ranks pick the newest round every rank has an intact checkpoint of (a rank
+        that had finished counts for every later round) and load their part of it."""
         directory = self._checkpoint_dir(self.resume_dir)
-        rounds = sorted(int(p.stem.split("-")[1]) for p in directory.glob("round-*.ckpt"))
-        done_file = directory / "done.ckpt"
-        done_round = None
-        if done_file.exists():
-            done_round = int(torch.load(done_file, weights_only=True)["round"])
-        mine = {"rounds": rounds, "done": done_round}
+        rounds, done_round = self._intact_rounds(directory)
+        mine = {"rounds": sorted(rounds), "done": done_round}
         everyone: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, mine)
-        candidates = set(
-            range(
-                0,
-                1
-                + max(
-                    [max(e["rounds"] or [0]) for e in everyone] + [e["done"] or 0 for e in everyone]
-                ),
-            )
+        newest = max(
+            [max(e["rounds"] or [0]) for e in everyone] + [e["done"] or 0 for e in everyone]
         )
+        candidates = set(range(0, 1 + newest))
         for e in everyone:
             ok = set(e["rounds"]) | (
                 {r for r in candidates if r >= e["done"]} if e["done"] is not None else set()
@@ -692,21 +721,15 @@ class PipelineWorker:
             candidates &= ok
         if not candidates:
             raise ConfigError(
-                f"cannot resume from {self.resume_dir!r}: the ranks have no checkpoint of a "
-                f"common exchange round (rank {self.rank} has rounds {rounds}); start afresh"
+                f"cannot resume from {self.resume_dir!r}: the ranks have no intact checkpoint of "
+                f"a common exchange round (rank {self.rank} has rounds {sorted(rounds)}); start "
+                f"afresh"
             )
         chosen = max(candidates)
-        path = (
-            done_file
-            if done_round is not None and chosen >= done_round
-            else directory / f"round-{chosen:09d}.ckpt"
-        )
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        if state["plan"] != repr(self.pipeline) or state["seed"] != self.sim.seed:
-            raise ConfigError(
-                f"cannot resume from {str(path)!r}: it was written by another plan or seed; "
-                f"resume with the same configuration"
-            )
+        done = done_round is not None and chosen >= done_round
+        path = directory / "done.ckpt" if done else rounds[chosen]
+        state = checkpointing.load(path)
+        refuse_mismatch(state.get("fingerprint"), self.sim.fingerprint, f"checkpoint {str(path)!r}")
         logger.info(f"[rank {self.rank}] resuming from {path} (round {chosen})")
         return state
 
@@ -846,13 +869,6 @@ class PipelineWorker:
         atoms, systems = self._held(batch)
         self.stats.peak_atoms = max(self.stats.peak_atoms, atoms)
         self.stats.peak_systems = max(self.stats.peak_systems, systems)
-
-
-def _atomic_save(state: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
 
 
 class _Abort(Exception):

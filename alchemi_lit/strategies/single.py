@@ -19,14 +19,16 @@ forward passes between two bookkeepings, and the expensive per-system state
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..callbacks.checkpoint import Checkpoint, callback_states, restore_callback_states
 from ..data.sampler import SizeAwareSampler
+from ..engine.fingerprint import refuse_mismatch
+from ..engine.interrupt import InterruptGuard, RunInterrupted
 from ..errors import ConfigError
 from ..hooks import HookDispatcher, StepContext
 from ..results import Results
@@ -38,32 +40,6 @@ from .fused import FusedLoop
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """The run stopped on SIGTERM/SIGINT after writing a checkpoint."""
-
-    def __init__(self, path: Any, signum: int) -> None:
-        super().__init__(f"interrupted by signal {signum}; checkpoint written to {path}")
-        self.path, self.signum = path, signum
-
-
-def batch_digest(batch: Batch) -> str:
-    """Identity of a run's input batch (ids, sizes, elements, positions) to refuse a
-    resume with other structures, as :func:`sampler_digest` does for samplers."""
-    h = hashlib.sha256()
-    for t in (batch.system_id, batch.n_atoms, batch.atomic_numbers, batch.positions):
-        h.update(t.detach().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def sampler_digest(sampler: SizeAwareSampler) -> str:
-    """Identity of a sampler's data (sizes, ids, budgets) to refuse a mismatched resume."""
-    h = hashlib.sha256()
-    for arr in (sampler.sizes, sampler.system_ids):
-        h.update(arr.tobytes())
-    h.update(repr((sampler.max_atoms, sampler.max_systems, sampler.max_edges)).encode())
-    return h.hexdigest()[:16]
 
 
 class SingleDeviceStrategy(Strategy):
@@ -104,14 +80,13 @@ class SingleDeviceStrategy(Strategy):
         self.checkpoints = [cb for cb in sim.callbacks if isinstance(cb, Checkpoint)]
         sampler = source if isinstance(source, SizeAwareSampler) else None
         self.inflight_edges = 0
-        self.input_digest = None if sampler is not None else batch_digest(source)
         if sampler is not None:
             sampler.bind(sim.model.cutoff + sim.model.neighbors.skin)
             total = len(sampler)
         else:
             total = source.num_systems
         if resume is not None:
-            batch = self._restore(sim, plan, resume, sampler, sinks, hooks)
+            batch = self._restore(sim, resume, sampler, sinks, hooks)
         else:
             batch = self._initial_batch(sim, sampler) if sampler is not None else source
         loop.declare(batch)
@@ -134,20 +109,21 @@ class SingleDeviceStrategy(Strategy):
             if self.device.type == "cuda"
             else contextlib.nullcontext()
         )
-        try:
-            with stream:
-                if resume is None:
-                    loop.compute(batch, ctx)  # forces before the first step
-                hooks.run_start(ctx)
-                if resume is None:
-                    fresh = torch.ones(batch.num_systems, dtype=torch.bool, device=batch.device)
-                    loop.start(batch, fresh, ctx)  # exits on arrival reach ON_CONVERGE too
-                self._run_loop(sim, loop, ctx, hooks, sinks, sampler, stats)
-        finally:
+        with InterruptGuard() as guard:
             try:
-                hooks.run_end(ctx)
+                with stream:
+                    if resume is None:
+                        loop.compute(batch, ctx)  # forces before the first step
+                    hooks.run_start(ctx)
+                    if resume is None:
+                        # systems the model failed on at once are out already
+                        loop.start(batch, loop.not_quarantined(batch), ctx)
+                    self._run_loop(sim, loop, ctx, hooks, sinks, sampler, stats, guard)
             finally:
-                sinks.close()
+                try:
+                    hooks.run_end(ctx)
+                finally:
+                    sinks.close()
         elapsed = time.perf_counter() - stats["started"]
         occ = stats["occupancy"]
         summary = {
@@ -158,7 +134,15 @@ class SingleDeviceStrategy(Strategy):
             "atom_occupancy": float(sum(occ) / len(occ)) if occ else None,
             "sink_failures": dict(sinks.failed),
         }
-        return Results.from_sinks(sinks.sinks, sinks.in_memory, sinks.overflow, summary)
+        results = Results.from_sinks(sinks.sinks, sinks.in_memory, sinks.overflow, summary)
+        if guard.received is not None:
+            raise RunInterrupted(
+                stats.get("checkpoint"),
+                guard.received,
+                where=interrupted_where(sinks, summary["systems"], total),
+                results=results,
+            )
+        return results
 
     # ---------------------------------------------------------------- checkpoints
     def _checkpoint_state(
@@ -172,15 +156,9 @@ class SingleDeviceStrategy(Strategy):
     ) -> dict[str, Any]:
         return {
             "step": ctx.step,
-            "plan": repr(loop.plan),
-            "seed": sim.seed,
-            "precision": sim.precision,
-            "model": type(sim.model).__name__,
+            "fingerprint": sim.fingerprint,
             "batch": batch_state(ctx.batch),
-            "sampler": None
-            if sampler is None
-            else {**sampler.state_dict(), "digest": sampler_digest(sampler)},
-            "input": self.input_digest,
+            "sampler": None if sampler is None else sampler.state_dict(),
             "sinks": sinks.state_dict(),
             "callbacks": callback_states(hooks.callbacks),
             "graduated": ctx.state["graduated_systems"],
@@ -197,44 +175,34 @@ class SingleDeviceStrategy(Strategy):
         sampler: SizeAwareSampler | None,
         hooks: HookDispatcher,
         final: bool,
-    ) -> None:
+        interrupted: bool,
+    ) -> Path | None:
+        """Write the checkpoints that are due (a sink failure forces one); returns the
+        last file written."""
+        written = None
         for cp in self.checkpoints:
-            forced = sinks.failure_pending
-            if final or not (forced or cp.due(ctx.step)):
+            forced = sinks.failure_pending and not interrupted
+            if final or not (forced or cp.due(ctx.step, interrupted)):
                 continue
-            cp.save(self._checkpoint_state(sim, loop, ctx, sinks, sampler, hooks), ctx.step)
-            if cp.signal_received is not None:
-                raise RunInterrupted(cp.saved[-1], cp.signal_received)
+            state = self._checkpoint_state(sim, loop, ctx, sinks, sampler, hooks)
+            written = cp.save(state, ctx.step)
         sinks.failure_pending = False
+        return written
 
     def _restore(
         self,
         sim: Simulator,
-        plan: Fused,
         state: dict[str, Any],
         sampler: SizeAwareSampler | None,
         sinks: SinkChain,
         hooks: HookDispatcher,
     ) -> Batch:
-        for key, mine in (
-            ("plan", repr(plan)),
-            ("seed", sim.seed),
-            ("precision", sim.precision),
-            ("model", type(sim.model).__name__),
-        ):
-            if state[key] != mine:
-                raise ConfigError(
-                    f"cannot resume from {state['path']!r}: it was written with {key}="
-                    f"{state[key]!r}, this run has {mine!r}; resume with the same configuration"
-                )
-        if (
-            (state["sampler"] is None) != (sampler is None)
-            or (sampler is not None and state["sampler"]["digest"] != sampler_digest(sampler))
-            or state.get("input", self.input_digest) != self.input_digest  # (older: none)
-        ):
+        refuse_mismatch(state.get("fingerprint"), sim.fingerprint, f"checkpoint {state['path']!r}")
+        if (state["sampler"] is None) != (sampler is None):
             raise ConfigError(
-                f"cannot resume from {state['path']!r}: the input data differ from the run that "
-                f"wrote it; pass the same structures and sampler settings"
+                f"cannot resume from {state['path']!r}: it was written by a run "
+                f"{'with' if state['sampler'] is not None else 'without'} a SizeAwareSampler; "
+                f"pass the same kind of input"
             )
         if sampler is not None:
             sampler.load_state_dict(state["sampler"])
@@ -254,16 +222,19 @@ class SingleDeviceStrategy(Strategy):
         sinks: SinkChain,
         sampler: SizeAwareSampler | None,
         stats: dict[str, Any],
+        guard: InterruptGuard,
     ) -> None:
         budget = loop.plan.total_budget() + 2 * sim.sync_every + 2
         idle_steps = 0
         while True:
-            for _ in range(sim.sync_every):
+            # bookkeeping at multiples of sync_every, also after a step cut short (a
+            # quarantine, or a resume from an interrupt), so runs stay aligned
+            for _ in range(sim.sync_every - ctx.step % sim.sync_every):
                 loop.step(ctx.batch, ctx)
-                if loop.evict:  # quarantined for a model error: out before the next forward
-                    break
+                if loop.evict or guard.received is not None:
+                    break  # quarantined systems leave before the next forward; signals stop
             loop.evict = False
-            if self._bookkeeping(sim, loop, ctx, hooks, sinks, sampler, stats):
+            if self._bookkeeping(sim, loop, ctx, hooks, sinks, sampler, stats, guard):
                 return
             # safety net: each stage has a finite budget, so a system can not stay longer
             idle_steps = idle_steps + sim.sync_every if not ctx.state.get("progress") else 0
@@ -282,8 +253,10 @@ class SingleDeviceStrategy(Strategy):
         sinks: SinkChain,
         sampler: SizeAwareSampler | None,
         stats: dict[str, Any],
+        guard: InterruptGuard,
     ) -> bool:
-        """Host work every ``sync_every`` steps; True when the run is complete."""
+        """Host work every ``sync_every`` steps; True when the run is complete or stopped
+        by a signal."""
         graduates, batch = loop.take_finished(ctx.batch, ctx)
         n_done = 0 if graduates is None else graduates.num_systems
         if sampler is not None:
@@ -297,14 +270,20 @@ class SingleDeviceStrategy(Strategy):
             ctx.state["graduated_systems"] += n_done
             if sampler is not None and sampler.edges is not None:
                 self.inflight_edges -= sampler.edges_of(graduates.system_id.tolist())
-        if sampler is not None and not sampler.exhausted:
+        interrupted = guard.received is not None
+        if sampler is not None and not sampler.exhausted and not interrupted:
             batch = self._refill(sim, loop, batch, sampler)
             ctx.state["has_fixed"] = bool(batch.fixed.any())
         ctx.batch = batch
         ctx.graduated = None
         done = batch.num_systems == 0 and (sampler is None or sampler.exhausted)
-        self._maybe_checkpoint(sim, loop, ctx, sinks, sampler, hooks, final=done)
-        return done
+        written = self._maybe_checkpoint(
+            sim, loop, ctx, sinks, sampler, hooks, final=done, interrupted=interrupted
+        )
+        if interrupted:
+            sinks.flush()
+            stats["checkpoint"] = written
+        return done or interrupted
 
     # ---------------------------------------------------------------- batch surgery
     def _initial_batch(self, sim: Simulator, sampler: SizeAwareSampler) -> Batch:
@@ -326,6 +305,22 @@ class SingleDeviceStrategy(Strategy):
         self.inflight_edges += sampler.edges_of(ids)
         fresh = sim.prepare(Batch.from_atoms(atoms, system_ids=ids, validate=False))
         return loop.append(batch, [fresh])
+
+
+def interrupted_where(sinks: SinkChain, finished: int, total: int) -> str:
+    """Where an interrupted run's finished systems are, for its message."""
+    places = []
+    for sink in sinks.sinks:
+        path = getattr(sink, "path", None)
+        if path is not None:
+            places.append(f"{len(sink)} in {str(path)!r}")
+    in_memory = sum(b.num_systems for b in sinks.in_memory) + sum(
+        b.num_systems for b in sinks.overflow
+    )
+    if in_memory:
+        places.append(f"{in_memory} in memory (the exception's .results)")
+    where = f" ({', '.join(places)})" if places else ""
+    return f"{finished} of {total} systems had finished and are saved{where}"
 
 
 def resolve_device(accelerator: str, devices: Any = 1) -> torch.device:

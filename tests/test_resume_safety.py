@@ -1,0 +1,276 @@
+"""Nothing finished is lost and a resume never mixes runs (issue #16, parts 2-5):
+
+* a resume of another run -- another stage or criterion parameter, model parameter or
+  weight, precision, seed or other coordinates -- is refused, naming what differs, on
+  one device and on a pipeline alike;
+* a run stopped before its first checkpoint (or without a Checkpoint callback)
+  resumes by computing only the systems its store does not hold, and ends as the
+  uninterrupted run;
+* a damaged checkpoint (a flipped bit, a truncation) is refused, naming the file, and
+  the one before it is used;
+* a system the model fails on at its first evaluation is never reported converged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import alchemi_lit as al
+from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback
+from alchemi_lit.data import SizeAwareSampler, mixed_argon
+from alchemi_lit.engine.checkpoint_file import CheckpointDamaged, read_checkpoint
+from alchemi_lit.errors import ConfigError
+from alchemi_lit.integrators import FIRE, Langevin
+from alchemi_lit.models import LennardJones
+from alchemi_lit.sinks import ZarrSink
+from alchemi_lit.state import EXIT_CONVERGED, EXIT_MODEL_ERROR
+
+DATA = mixed_argon(10, 8, 30, seed=4)
+
+
+class Crash(Exception):
+    pass
+
+
+def plan(temperature: float = 60.0, fmax: float = 0.05) -> al.Fused:
+    return FIRE(fmax=fmax, max_steps=40) + Langevin(
+        dt=2.0, temperature=temperature, friction=0.02, steps=20
+    )
+
+
+def make(
+    tmp: Path, stages=None, model=None, crash_at=None, checkpoint=True, every=10, **kw
+) -> al.Simulator:
+    callbacks = []
+    if checkpoint:
+        callbacks.append(Checkpoint(tmp / "ckpt", every_n_steps=every))
+    if crash_at is not None:
+
+        def boom(ctx):
+            if ctx.step == crash_at:
+                raise Crash(f"stopped at step {crash_at}")
+
+        callbacks.append(LambdaCallback(HookStageEnum.AFTER_STEP, boom))
+    return al.Simulator(
+        model=model or LennardJones(0.0104, 3.40, 6.0),
+        stages=stages or plan(),
+        sinks=[ZarrSink(tmp / "res.zarr", mode="w", flush_every=1)],
+        callbacks=callbacks,
+        sync_every=5,
+        **kw,
+    )
+
+
+def sampler(data=DATA) -> SizeAwareSampler:
+    return SizeAwareSampler(data, max_atoms=120)
+
+
+def stored(path: Path) -> al.Batch:
+    return ZarrSink(path).read_batch()
+
+
+def assert_same_systems(a: al.Batch, b: al.Batch) -> None:
+    assert a.system_id.tolist() == b.system_id.tolist()
+    for key in ("positions", "velocities", "forces"):
+        assert torch.equal(a.atom[key], b.atom[key]), key
+    for key in ("energy", "total_steps", "converged", "exit_code", "stage_steps"):
+        assert torch.equal(a.system[key], b.system[key]), key
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> al.Batch:
+    tmp = tmp_path_factory.mktemp("reference")
+    make(tmp).run(sampler())
+    return stored(tmp / "res.zarr")
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory) -> Path:
+    """A run that crashed at step 35, with checkpoints at steps 20 and 30."""
+    tmp = tmp_path_factory.mktemp("crashed")
+    with pytest.raises(Crash):
+        make(tmp, crash_at=35).run(sampler())
+    assert [p.name for p in sorted((tmp / "ckpt").glob("*.ckpt"))] == [
+        "step-000000000020.ckpt",
+        "step-000000000030.ckpt",
+    ]
+    return tmp
+
+
+class _Scaled(LennardJones):
+    """LJ with a learnable scale: a model whose weights (state dict) can change."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0104, 3.40, 6.0)
+        self.scale = torch.nn.Parameter(torch.ones((), dtype=torch.float64))
+
+    def energy_and_edge_gradient(self, batch, edges):
+        energy, grad = super().energy_and_edge_gradient(batch, edges)
+        return energy * self.scale, grad * self.scale
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (
+            {"stages": plan(temperature=300.0)},
+            r"stage 1 \(Langevin\)\.temperature: 60\.0 -> 300\.0",
+        ),
+        ({"stages": plan(fmax=0.02)}, r"stage 0 \(FIRE\)\.criterion\.fmax: 0\.05 -> 0\.02"),
+        ({"stages": FIRE(fmax=0.05, max_steps=40)}, r"plan: stages FIRE, Langevin -> FIRE"),
+        ({"model": LennardJones(0.0110, 3.40, 6.0)}, r"model\.epsilon: 0\.0104 -> 0\.011"),
+        ({"precision": "32"}, r"precision: '64' -> '32'"),
+        ({"seed": 7}, r"seed: 0 -> 7"),
+    ],
+    ids=["temperature", "criterion", "plan", "epsilon", "precision", "seed"],
+)
+def test_a_resume_of_another_run_is_refused_naming_the_difference(crashed, change, named):
+    with pytest.raises(ConfigError, match=named):
+        make(crashed, **change).run(sampler(), resume=crashed / "ckpt")
+
+
+def test_a_resume_with_moved_atoms_or_other_weights_is_refused(tmp_path, crashed):
+    moved = [a.copy() for a in DATA]
+    moved[3].positions[0, 0] += 1e-9  # same sizes, ids and species
+    with pytest.raises(ConfigError, match=r"input structures .* differ"):
+        make(crashed).run(sampler(moved), resume=crashed / "ckpt")
+
+    with pytest.raises(Crash):
+        make(tmp_path, model=_Scaled(), crash_at=12).run(sampler())
+    other = _Scaled()
+    with torch.no_grad():
+        other.scale.fill_(1.0 + 1e-12)
+    with pytest.raises(ConfigError, match=r"model\.weights differ"):
+        make(tmp_path, model=other).run(sampler(), resume=tmp_path / "ckpt")
+
+
+def test_a_flipped_bit_is_refused_and_the_checkpoint_before_it_is_used(
+    tmp_path, crashed, reference
+):
+    import shutil
+
+    shutil.copytree(crashed / "ckpt", tmp_path / "ckpt")
+    newest = tmp_path / "ckpt" / "step-000000000030.ckpt"
+    data = bytearray(newest.read_bytes())
+    data[len(data) * 2 // 3] ^= 0x10  # one bit, inside a record
+    newest.write_bytes(bytes(data))
+    with pytest.raises(CheckpointDamaged, match=r"step-000000000030\.ckpt.*fails its checksum"):
+        read_checkpoint(newest)
+    with pytest.raises(ConfigError, match=r"damaged.*resume from step-000000000020\.ckpt"):
+        make(tmp_path).run(sampler(), resume=newest)  # the file itself: refused
+    # the store the crashed run wrote, as it was (the resume rolls it back to step 20)
+    shutil.copytree(crashed / "res.zarr", tmp_path / "res.zarr")
+    make(tmp_path).run(sampler(), resume=tmp_path / "ckpt")
+    assert_same_systems(reference, stored(tmp_path / "res.zarr"))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "header"])
+def test_damaged_files_are_named_and_all_damaged_is_an_error(tmp_path, crashed, damage):
+    import shutil
+
+    shutil.copytree(crashed / "ckpt", tmp_path / "ckpt")
+    for f in (tmp_path / "ckpt").glob("*.ckpt"):
+        data = f.read_bytes()
+        f.write_bytes(
+            data[: len(data) // 2] if damage == "truncate" else data[:30] + b"x" + data[31:]
+        )
+    with pytest.raises(ConfigError, match=r"every checkpoint there is damaged.*step-000000000020"):
+        make(tmp_path).run(sampler(), resume=tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize("crash_at", [1, 45])
+def test_stopped_before_the_first_checkpoint_resumes_from_the_store(tmp_path, reference, crash_at):
+    """Step 1: nothing finished, no checkpoint, an empty store; step 45: some systems
+    finished (and stored), still no checkpoint.  Either way a resume computes the
+    systems the store lacks and the store ends as the uninterrupted run's."""
+    with pytest.raises(Crash):
+        make(tmp_path, crash_at=crash_at, every=100).run(sampler())
+    assert not list((tmp_path / "ckpt").glob("*.ckpt"))
+    before = len(ZarrSink(tmp_path / "res.zarr"))
+    assert (before > 0) == (crash_at == 45)
+    results = make(tmp_path, every=100).run(sampler(), resume=tmp_path / "ckpt")
+    assert_same_systems(reference, stored(tmp_path / "res.zarr"))
+    assert len(results) == len(DATA)  # the stored systems are part of the run's results
+    import zarr
+
+    runs = zarr.open_group(str(tmp_path / "res.zarr"), mode="r").attrs["runs"]
+    assert len(runs) == 1 and runs[0]["stats"]["resumed"]  # the same run, gone on
+
+
+def test_without_a_checkpoint_callback_resume_true_computes_only_the_rest(tmp_path, reference):
+    with pytest.raises(Crash):
+        make(tmp_path, crash_at=45, checkpoint=False).run(sampler())
+    done = set(stored(tmp_path / "res.zarr").system_id.tolist())
+    assert done
+    computed = []
+    spy = LambdaCallback(
+        HookStageEnum.ON_CONVERGE, lambda ctx: computed.extend(ctx.batch.system_id.tolist())
+    )
+    sim = make(tmp_path, checkpoint=False)
+    sim.callbacks.append(spy)
+    sim.run(sampler(), resume=True)
+    assert done.isdisjoint(computed)
+    assert_same_systems(reference, stored(tmp_path / "res.zarr"))
+
+
+def test_a_restart_from_another_runs_store_is_refused(tmp_path):
+    with pytest.raises(Crash):
+        make(tmp_path, crash_at=45, checkpoint=False).run(sampler())
+    with pytest.raises(ConfigError, match=r"res\.zarr.*temperature: 60\.0 -> 90\.0"):
+        make(tmp_path, stages=plan(temperature=90.0), checkpoint=False).run(sampler(), resume=True)
+
+
+class _FailsOn(LennardJones):
+    """LJ that raises for systems containing a given number of atoms."""
+
+    def __init__(self, n_atoms: int) -> None:
+        super().__init__(0.0104, 3.40, 6.0)
+        self.bad = n_atoms
+
+    def forward(self, batch, compute_stress=True, neighbors=None):
+        if bool((batch.n_atoms == self.bad).any()):
+            raise RuntimeError("unsupported structure")
+        return super().forward(batch, compute_stress=compute_stress, neighbors=neighbors)
+
+
+@pytest.mark.parametrize("refill", [False, True])
+def test_a_system_failing_at_its_first_evaluation_is_not_converged(refill):
+    data = mixed_argon(6, 8, 30, seed=1)
+    bad = len(data[4])
+    assert sum(len(a) == bad for a in data) == 1
+    sim = al.Simulator(model=_FailsOn(bad), stages=plan(), sync_every=5)
+    source = SizeAwareSampler(data, max_atoms=60) if refill else data
+    res = sim.run(source)
+    row = res.system_id.tolist().index(4)
+    assert int(res.batch.exit_code[row]) == EXIT_MODEL_ERROR
+    assert not bool(res.converged[row])
+    assert int(res.stage_steps[row].sum()) == 0  # it never entered a stage ...
+    assert int(res.batch.stage_exit[row, 0]) != EXIT_CONVERGED  # ... nor "converged" in FIRE
+    assert res.exit_reasons[row] == "model_error"
+    others = [r for r in range(len(res)) if r != row]
+    assert bool(res.converged[others].all())
+
+
+def test_a_system_failing_after_converging_is_not_reported_converged():
+    """Converged in FIRE, then quarantined in the MD stage: not converged."""
+    data = mixed_argon(4, 8, 30, seed=1)
+
+    def poison(ctx):
+        if ctx.step == 30:
+            b = ctx.batch
+            md = b.status == 1
+            b.positions = torch.where(b.atom_mask(md).unsqueeze(-1), float("nan"), b.positions)
+
+    sim = al.Simulator(
+        model=LennardJones(0.0104, 3.40, 6.0),
+        stages=plan(),
+        callbacks=[LambdaCallback(HookStageEnum.AFTER_PRE_UPDATE, poison)],
+        sync_every=5,
+    )
+    res = sim.run(data)
+    hit = [r for r, reason in enumerate(res.exit_reasons) if reason == "non_finite"]
+    assert hit, "the poisoning did not reach a system in the MD stage"
+    assert not bool(res.converged[hit].any())
