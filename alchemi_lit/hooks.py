@@ -181,3 +181,20 @@ class HookDispatcher:
                 error = error or exc
         if error is not None:
             raise error
+
+
+def callback_states(callbacks: Sequence[Callback]) -> list[list[Any]]:
+    """``[[class name, state], ...]`` of every callback, for a checkpoint."""
+    return [[type(cb).__name__, cb.state_dict()] for cb in callbacks]
+
+
+def restore_callback_states(callbacks: Sequence[Callback], saved: list[list[Any]]) -> None:
+    """Each callback takes the next saved state of its class (callbacks added or removed
+    since the checkpoint start fresh)."""
+    pending = list(saved)
+    for cb in callbacks:
+        for k, (name, state) in enumerate(pending):
+            if name == type(cb).__name__:
+                cb.load_state_dict(state)
+                del pending[k]
+                break

@@ -124,7 +124,7 @@ def test_checkpoint_is_safe_to_load_and_complete(tmp_path):
     assert state["step"] == 40
     assert state["batch"]["system"]["system_id"].dtype == torch.int64
     assert "fire_dt" in state["batch"]["system"]  # integrator state travels
-    assert state["sampler"]["position"] > 0
+    assert state["feed"]["sampler"]["position"] > 0
     assert state["fingerprint"]["stages"][1]["temperature"] == 80.0
     assert is_intact(state["path"])  # every record verified and weights_only-loaded
 

@@ -37,7 +37,12 @@ from loguru import logger
 
 from ..engine import checkpointing
 from ..errors import ConfigError
-from ..hooks import Callback, StepContext
+from ..hooks import Callback, StepContext, callback_states, restore_callback_states
+
+__all__ = [
+    "FORMAT", "Checkpoint", "callback_states", "latest_checkpoint", "load_checkpoint",
+    "restore_callback_states",
+]  # fmt: skip
 
 #: the checkpoint format written now (see :mod:`alchemi_lit.engine.checkpoint_file`)
 FORMAT = checkpointing.FORMAT
@@ -165,20 +170,3 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"Checkpoint callback (or one of its step-*.ckpt files)"
         )
     return state
-
-
-def callback_states(callbacks: list[Callback]) -> list[list[Any]]:
-    """``[[class name, state], ...]`` of every callback, for a checkpoint."""
-    return [[type(cb).__name__, cb.state_dict()] for cb in callbacks]
-
-
-def restore_callback_states(callbacks: list[Callback], saved: list[list[Any]]) -> None:
-    """Each callback takes the next saved state of its class (callbacks added or removed
-    since the checkpoint start fresh)."""
-    pending = list(saved)
-    for cb in callbacks:
-        for k, (name, state) in enumerate(pending):
-            if name == type(cb).__name__:
-                cb.load_state_dict(state)
-                del pending[k]
-                break

@@ -27,6 +27,7 @@ from ..state import Batch
 # header words (int64)
 H_MAGIC, H_KIND, H_FLAGS, H_SYSTEMS, H_ATOMS, H_ROUND, H_ERR_RANK, H_ERR_LEN = range(8)
 H_CREDIT_ATOMS, H_CREDIT_SYSTEMS, H_INFO_LEN = 8, 9, 10
+H_CHECKPOINT = 11  # the round of the next time-scheduled checkpoint (0: none)
 HEADER_WORDS = 16
 ERROR_BYTES = 2048
 MAGIC = 0x616C6368656D69  # "alchemi"
@@ -150,6 +151,7 @@ class MessageLayout:
                     "credit_atoms": H_CREDIT_ATOMS,
                     "credit_systems": H_CREDIT_SYSTEMS,
                     "err_rank": H_ERR_RANK,
+                    "checkpoint": H_CHECKPOINT,
                 }[key]
             ] = int(value)
 
