@@ -204,6 +204,7 @@ class Simulator:
         stores = self._stores()
         new = [s for s in stores if not s.path.exists()]
         results = self.strategy.run(self, data, resume=resume)
+        results.stage_names = results.stage_names or self.stage_names()
         for store in new:  # made by this run (maybe in a rank): later runs append to it
             store.created_by_run()
         self._record_run(results, started, resumed=resume is not None)
