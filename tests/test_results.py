@@ -156,6 +156,19 @@ def test_to_pandas_against_ase(tmp_path: Path) -> None:
     assert table["formula"].tolist() == ["Au2Cu6", "Ni4", "Cu3Ni", "Cu4"]
 
 
+def test_fmax_leaves_out_fixed_atoms_whatever_their_force(tmp_path: Path) -> None:
+    """A batch evaluated outside a run holds the model's force on a fixed atom too."""
+    fixed = emt_systems(tmp_path)[1]
+    batch = al.Batch.from_atoms([fixed])
+    out = EMT()(batch)
+    batch.energy, batch.forces = out["energy"], out["forces"]
+    assert float(batch.forces[fixed.constraints[0].index].norm()) > 0
+    ref = fixed.copy()
+    ref.calc = AseEMT()
+    fmax = np.linalg.norm(ref.get_forces(), axis=1).max()  # constraint applied
+    assert al.Results(batch).to_pandas()["fmax"][0] == pytest.approx(fmax, rel=1e-8)
+
+
 def test_formulas_and_unevaluated_systems() -> None:
     """Hill order (C, H first when there is carbon), one formula per composition; a
     system no model evaluated has NaN energy, fmax and pressure."""
