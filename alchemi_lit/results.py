@@ -151,24 +151,26 @@ class Results(Sequence[Any]):
         """Write every system with ``ase.io.write`` (extxyz, traj, cif ... any format
         ASE writes; ``format`` guessed from the name when None; ``kwargs`` go to ASE).
         Energies, forces and stress travel as the single-point calculator's results
-        and ``info`` as the format keeps it (extxyz and traj keep all of it).  Formats
-        that hold one structure per file need one file per system:
-        ``for atoms in results: ase.io.write(...)``."""
+        and ``info`` as the format keeps it (extxyz and traj keep all of it).  A format
+        of one structure per file (POSCAR ...) takes one system: write the others from
+        ``for atoms in results``."""
         import ase.io
+        from ase.io.formats import filetype, ioformats
 
         atoms = self.to_atoms()
         if not atoms:
             raise ValueError(f"no systems to write to {str(path)!r}: these Results are empty")
         try:
-            ase.io.write(str(path), atoms, format=format, **kwargs)
-        except ValueError as exc:
-            if "one" not in str(exc) or len(atoms) == 1:
-                raise
+            name = format or filetype(str(path), read=False)
+        except Exception:  # ASE names an unknown format itself, below
+            name = None
+        if name in ioformats and ioformats[name].single and len(atoms) > 1:
             raise ValueError(
-                f"{exc}; this format holds one structure per file: write each system to its "
-                f"own file (for atoms in results: ase.io.write(name, atoms)), or use extxyz "
-                f"or traj"
-            ) from exc
+                f"the {name} format holds one structure per file, and these Results hold "
+                f"{len(atoms)}: write each to its own file (for atoms in results: "
+                f"ase.io.write(name_of(atoms), atoms)), or use extxyz or traj"
+            )
+        ase.io.write(str(path), atoms, format=format, **kwargs)
 
     # ------------------------------------------------------------ per-system tensors
     @property

@@ -207,6 +207,10 @@ def test_write_round_trips_through_ase(tmp_path: Path, name: str) -> None:
             assert got.info[key] == want.info[key], key
         np.testing.assert_array_equal(got.info["stage_energy"], want.info["stage_energy"])
         assert got.info.get("source_file") == want.info.get("source_file")
+    with pytest.raises(ValueError, match="one structure per file, and these Results hold 4"):
+        res.write(tmp_path / "POSCAR", format="vasp")
+    al.Results(res.batch.select(torch.tensor([0]))).write(tmp_path / "POSCAR", format="vasp")
+    assert ase.io.read(tmp_path / "POSCAR").get_chemical_formula() == "Au2Cu6"
     # a file of results is a structure source that goes on counting steps
     assert al.Batch.from_atoms(back).total_steps.tolist() == res.steps.tolist() == [8] * 4
 
