@@ -1,25 +1,51 @@
-"""Results of a run: every system's final state, in input (``system_id``) order."""
+"""Results of a run: every system's final state, in input (``system_id``) order.
+
+One answer wherever results come from: ``Simulator.run``, ``sink.read()`` and
+:func:`~alchemi_lit.results_store.read_results` all give :class:`Results`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import numbers
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, overload
 
+import numpy as np
 import torch
 
 from .state import EXIT_REASONS, Batch
 
+#: The columns of :meth:`Results.to_pandas` before the per-stage ones, in order.
+COLUMNS = (
+    "system_id",
+    "formula",
+    "n_atoms",
+    "energy",
+    "energy_per_atom",
+    "fmax",
+    "volume",
+    "pressure",
+    "steps",
+    "converged",
+    "exit_reason",
+    "source_file",
+)
 
-class Results:
+
+class Results(Sequence[Any]):
     """Final states of the systems a run processed, sorted by ``system_id``.
+
+    A read-only sequence of ``ase.Atoms`` (``len``, ``results[i]``, iteration), each
+    with a single-point calculator (energy, forces, stress) and ``info`` (system_id,
+    steps, converged, exit_reason ...), so ASE tools work on them directly.  Also:
+    ``results.batch`` (the tensor view), per-system tensors (``energy``, ``steps`` ...),
+    :meth:`to_pandas` (one row per system), :meth:`write` (any format ``ase.io``
+    writes) and ``stats`` (what the run recorded: wall time, steps, forward calls).
 
     With a bounded :class:`~alchemi_lit.sinks.HostMemory` first in the sinks, these are
     the systems it kept; once it filled up, the rest went to the later sinks (the repr
     says how many, and where; ``stats["systems"]`` counts them all).
-
-    ``results.batch`` is the tensor view; :meth:`to_atoms` gives ``ase.Atoms`` with a
-    single-point calculator (energy, forces, stress) and ``info`` (system_id, steps,
-    converged, exit_reason), so ASE tools work on them directly.
     """
 
     def __init__(
@@ -27,6 +53,7 @@ class Results:
         batch: Batch | None,
         stats: dict[str, Any] | None = None,
         sinks: Sequence[Any] = (),
+        stage_names: Sequence[str] | None = None,
     ) -> None:
         if batch is not None and batch.num_systems:
             order = torch.argsort(batch.system_id.cpu(), stable=True).to(batch.device)
@@ -34,6 +61,9 @@ class Results:
         self._batch = batch
         self.sinks = list(sinks)
         self.stats = dict(stats or {})
+        #: Labels of the per-stage history columns (``"0:FIRE"``), where known.
+        self.stage_names = None if stage_names is None else [str(n) for n in stage_names]
+        self._atoms: list[Any] | None = None
         # read lazily from a store that earlier runs appended to, this run's systems are
         # the rows of the store's latest run, pinned now (later runs may append more)
         pin = batch is None
@@ -55,7 +85,8 @@ class Results:
 
     @property
     def batch(self) -> Batch | None:
-        """All result systems as one Batch (read from a sink on first access if needed)."""
+        """All result systems as one Batch (read from a sink on first access if needed);
+        None when there are none."""
         if self._batch is None:
             for sink, run in zip(self.sinks, self._runs):
                 try:
@@ -67,30 +98,104 @@ class Results:
                     break
         return self._batch
 
+    # ------------------------------------------------------------ a sequence of Atoms
     def __len__(self) -> int:
         return 0 if self.batch is None else self.batch.num_systems
 
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if not isinstance(index, (numbers.Integral, slice)):
+            raise TypeError(
+                f"Results indices are integers or slices, not {type(index).__name__}; select "
+                f"systems by id with results.to_pandas() or results.batch"
+            )
+        return self._cached_atoms()[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cached_atoms())
+
+    def _cached_atoms(self) -> list[Any]:
+        """The Atoms that indexing and iteration hand out: made once, so
+        ``results[0]`` is the same object each time, as in a list."""
+        if self._atoms is None:
+            self._atoms = self.to_atoms()
+        return self._atoms
+
     def to_atoms(self) -> list[Any]:
+        """A new list of ``ase.Atoms`` (see :meth:`Batch.to_atoms`), in ``system_id`` order."""
         return [] if self.batch is None else self.batch.to_atoms(results=True)
 
+    # ------------------------------------------------------------ tables and files
+    def to_pandas(self) -> Any:
+        """One row per system, in ``system_id`` order: a ``pandas.DataFrame``.
+
+        Columns (:data:`COLUMNS`): ``system_id``, ``formula`` (ASE's Hill formula),
+        ``n_atoms``, ``energy`` (eV), ``energy_per_atom``, ``fmax`` (eV/Å: the largest
+        force on a free atom), ``volume`` (Å^3; NaN unless periodic in x, y and z),
+        ``pressure`` (GPa, ``-trace(stress)/3``; NaN unless periodic in x, y and z),
+        ``steps`` (the system's step count: all stages, all runs it went through),
+        ``converged``, ``exit_reason``, ``source_file`` (the file the structure came
+        from, else None); then, per stage of the plan, ``steps[NAME]``,
+        ``exit_reason[NAME]`` and ``energy[NAME]`` (eV when it left the stage) with
+        ``NAME`` the stage label (``0:FIRE``).  Energies, forces and stress are NaN for
+        a system never evaluated.
+        """
+        import pandas as pd
+
+        return pd.DataFrame(_table(self.batch, self.stage_names))
+
+    def write(self, path: str | Path, format: str | None = None, **kwargs: Any) -> None:
+        """Write every system with ``ase.io.write`` (extxyz, traj, cif ... any format
+        ASE writes; ``format`` guessed from the name when None; ``kwargs`` go to ASE).
+        Energies, forces and stress travel as the single-point calculator's results
+        and ``info`` as the format keeps it (extxyz and traj keep all of it).  A format
+        of one structure per file (POSCAR ...) takes one system: write the others from
+        ``for atoms in results``."""
+        import ase.io
+        from ase.io.formats import filetype, ioformats
+
+        atoms = self.to_atoms()
+        if not atoms:
+            raise ValueError(f"no systems to write to {str(path)!r}: these Results are empty")
+        try:
+            name = format or filetype(str(path), read=False)
+        except Exception:  # ASE names an unknown format itself, below
+            name = None
+        if name in ioformats and ioformats[name].single and len(atoms) > 1:
+            raise ValueError(
+                f"the {name} format holds one structure per file, and these Results hold "
+                f"{len(atoms)}: write each to its own file (for atoms in results: "
+                f"ase.io.write(name_of(atoms), atoms)), or use extxyz or traj"
+            )
+        ase.io.write(str(path), atoms, format=format, **kwargs)
+
+    # ------------------------------------------------------------ per-system tensors
     @property
     def system_id(self) -> torch.Tensor:
-        return self.batch.system_id
+        return self._field("system_id", torch.int64)
+
+    @property
+    def n_atoms(self) -> torch.Tensor:
+        return self._field("n_atoms", torch.int64)
 
     @property
     def energy(self) -> torch.Tensor:
         """Final potential energy per system (eV)."""
-        return self.batch.energy
+        return self._field("energy", torch.float64)
 
     @property
     def converged(self) -> torch.Tensor:
         """Every optimizer stage the system went through met its criterion."""
-        return self.batch.converged
+        return self._field("converged", torch.bool)
 
     @property
     def steps(self) -> torch.Tensor:
-        """Total steps taken per system, all stages together."""
-        return self.batch.total_steps
+        """Steps each system has taken, all stages together (runs it continued from a
+        results store or a Batch included)."""
+        return self._field("total_steps", torch.int64)
 
     @property
     def stage_steps(self) -> torch.Tensor:
@@ -105,7 +210,11 @@ class Results:
 
     @property
     def exit_reasons(self) -> list[str]:
-        return [EXIT_REASONS.get(int(c), "unknown") for c in self.batch.exit_code.tolist()]
+        return [EXIT_REASONS.get(int(c), "unknown") for c in self._field("exit_code").tolist()]
+
+    def _field(self, name: str, empty: torch.dtype = torch.int64) -> torch.Tensor:
+        """A per-system field (an empty tensor when there are no systems)."""
+        return torch.zeros(0, dtype=empty) if self.batch is None else self.batch.system[name]
 
     def __repr__(self) -> str:
         if self.batch is None:
@@ -119,8 +228,87 @@ class Results:
         """Where the run's other systems are, when an in-memory sink filled up and these
         results hold only its share (so a short count does not read as a loss)."""
         total = self.stats.get("systems")
-        if total is None or int(total) <= len(self):
+        if not self.sinks or total is None or int(total) <= len(self):
             return ""
         stores = [str(s.path) for s in self.sinks if hasattr(s, "path")]
         where = f" in {', '.join(stores)}" if stores else ""
         return f" of {int(total)}; the other {int(total) - len(self)} went to later sinks{where}"
+
+
+def _table(batch: Batch | None, stage_names: Sequence[str] | None) -> dict[str, Any]:
+    """The columns of :meth:`Results.to_pandas`, from the batch's tensors."""
+    from ase.units import GPa
+
+    if batch is None:
+        return {name: [] for name in COLUMNS}
+    b = batch.to(device="cpu")
+    s = {k: v.numpy() for k, v in b.system.items()}
+    energy = s["energy"].astype(np.float64)
+    evaluated = np.isfinite(energy)
+    n_atoms = s["n_atoms"]
+    periodic = s["pbc"].all(axis=1)
+    stress = s["stress"].astype(np.float64)
+    volume = np.abs(np.linalg.det(s["cell"].astype(np.float64)))
+    pressure = -np.trace(stress, axis1=1, axis2=2) / 3.0 / GPa
+    table: dict[str, Any] = {
+        "system_id": s["system_id"],
+        "formula": _formulas(b),
+        "n_atoms": n_atoms,
+        "energy": energy,
+        "energy_per_atom": energy / n_atoms,
+        "fmax": np.where(evaluated, _fmax(b), np.nan),
+        "volume": np.where(periodic, volume, np.nan),
+        "pressure": np.where(periodic & evaluated, pressure, np.nan),
+        "steps": s["total_steps"],
+        "converged": s["converged"],
+        "exit_reason": _reasons(s["exit_code"]),
+        "source_file": [b.info.get(int(i), {}).get("source_file") for i in s["system_id"]],
+    }
+    if "stage_steps" in s:
+        k = s["stage_steps"].shape[1]
+        names = stage_names if stage_names and len(stage_names) == k else None
+        for j in range(k):
+            name = names[j] if names else f"stage {j}"
+            table[f"steps[{name}]"] = s["stage_steps"][:, j]
+            if "stage_exit" in s:
+                table[f"exit_reason[{name}]"] = _reasons(s["stage_exit"][:, j])
+            if "stage_energy" in s:
+                table[f"energy[{name}]"] = s["stage_energy"][:, j].astype(np.float64)
+    return table
+
+
+def _reasons(codes: np.ndarray) -> list[str]:
+    return [EXIT_REASONS.get(int(c), "unknown") for c in codes.tolist()]
+
+
+def _fmax(batch: Batch) -> np.ndarray:
+    """Largest force norm on a free atom, per system (0 with every atom fixed)."""
+    norm = torch.linalg.vector_norm(batch.forces.to(torch.float64), dim=-1)
+    norm = norm.masked_fill(batch.fixed, 0.0)
+    out = torch.zeros(batch.num_systems, dtype=torch.float64)
+    return out.scatter_reduce(0, batch.system_idx, norm, "amax").numpy()
+
+
+def _formulas(batch: Batch) -> list[str]:
+    """ASE's Hill formula of each system (``Atoms.get_chemical_formula()``), made once
+    per distinct composition."""
+    from ase.data import chemical_symbols
+    from ase.formula import Formula
+
+    z = batch.atomic_numbers.numpy()
+    row = batch.system_idx.numpy()
+    pairs, counts = np.unique(row * 256 + z, return_counts=True)  # (system, element) counts
+    ends = np.searchsorted(pairs // 256, np.arange(batch.num_systems), side="right")
+    made: dict[tuple[int, ...], str] = {}
+    out, start = [], 0
+    for end in ends.tolist():
+        key = (*(pairs[start:end] % 256).tolist(), *counts[start:end].tolist())
+        if key not in made:
+            composition = {
+                chemical_symbols[int(e)]: int(n)
+                for e, n in zip(pairs[start:end] % 256, counts[start:end])
+            }
+            made[key] = Formula.from_dict(composition).format("hill")
+        out.append(made[key])
+        start = end
+    return out

@@ -237,6 +237,7 @@ class Simulator:
         if earlier is not None and self._keeps_results_in_memory():
             parts = [earlier] + ([results.batch] if len(results) else [])
             results = Results(Batch.concatenate(parts), results.stats, results.sinks)
+        results.stage_names = results.stage_names or self.stage_names()
         self._record_run(results, started, resumed=resume not in (None, False))
         return results
 
@@ -278,7 +279,7 @@ class Simulator:
         from loguru import logger
 
         from .engine.fingerprint import refuse_mismatch
-        from .sinks import stored_system_ids
+        from .results_store import stored_system_ids
 
         where = "the Checkpoint callback's folder" if resume is True else repr(str(resume))
         self.strategy.salvage_before_restart(self)
@@ -297,9 +298,9 @@ class Simulator:
         )
         if not done:
             return data, None
-        from .sinks import read_results
+        from .results_store import read_store_batch
 
-        stored = read_results(stores[0].path)
+        stored = read_store_batch(stores[0].path)
         rows = [r for r, sid in enumerate(stored.system_id.tolist()) if sid in done]
         return without_systems(data, done), stored.select(rows)
 

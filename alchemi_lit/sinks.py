@@ -6,23 +6,9 @@ a sink that fails (disk full, permission denied) is reported and skipped, and
 whatever no sink could take stays in an overflow buffer in memory -- computed
 results are never dropped.
 
-ZarrSink layout (zarr v3, one store for all systems; ragged per-atom data kept flat)::
-
-    atoms/{positions, forces, velocities, masses, atomic_numbers, tags, fixed}   [A, ...]
-    systems/{system_id, energy, stress, cell, pbc, n_atoms, atom_offset, status,
-             steps, converged, exit_code, stage_steps, stage_exit, stage_energy,
-             nan_flags}                                                          [S, ...]
-    systems/info   [S] strings: each system's info as JSON (input ase.Atoms.info,
-                   error texts; "" when none -- see alchemi_lit.info_codec)
-    attrs: n_systems, n_atoms (the commit marker), schema,
-           runs (one entry per run that wrote here: plan, stage_names, model, config,
-                 versions, first_row -- its first system row -- and, once it finished,
-                 stats: wall_time_s, systems, steps, forward_calls, started, ended),
-           errors (system_id -> why it was quarantined)
-
-Rows beyond ``attrs["n_systems"]`` / ``attrs["n_atoms"]`` are uncommitted (a write
-interrupted mid-way); readers ignore them and the next write overwrites them, so a
-store stays valid whatever happens to the process.
+ZarrSink writes a results store (layout: :mod:`alchemi_lit.results_store`, which
+also reads it back: :func:`read_results`).  ``read()`` of any sink gives
+:class:`~alchemi_lit.results.Results`.
 """
 
 from __future__ import annotations
@@ -39,26 +25,34 @@ from loguru import logger
 
 from .errors import BatchError, ConfigError
 from .info_codec import info_from_json, info_to_json
+from .results import Results
+from .results_store import (
+    ATOM_COLUMNS,
+    SCHEMA,
+    SYSTEM_COLUMNS,
+    open_store,
+    read_results,
+    read_store_batch,
+    stored_system_ids,
+)
 from .state import MODEL_ERROR_KEY, Batch
 
-ATOM_COLUMNS = ("positions", "forces", "velocities", "masses", "atomic_numbers", "tags", "fixed")
-SYSTEM_COLUMNS = (
-    "system_id",
-    "energy",
-    "stress",
-    "cell",
-    "pbc",
-    "n_atoms",
-    "status",
-    "total_steps",
-    "converged",
-    "exit_code",
-    "stage_steps",
-    "stage_exit",
-    "stage_energy",
-    "nan_flags",
-)
-SCHEMA = "alchemi_lit.results/1"
+__all__ = [  # (the store's layout and readers live in results_store; importable from here)
+    "ATOM_COLUMNS",
+    "SCHEMA",
+    "SYSTEM_COLUMNS",
+    "HostMemory",
+    "Sink",
+    "SinkChain",
+    "SinkFlushError",
+    "ZarrSink",
+    "batch_from_state",
+    "batch_state",
+    "read_results",
+    "read_store_batch",
+    "record_run_stats",
+    "stored_system_ids",
+]
 
 
 class Sink:
@@ -84,10 +78,10 @@ class Sink:
     def read_batch(self) -> Batch | None:
         raise TypeError(f"{type(self).__name__} cannot be read back")
 
-    def read(self) -> list[Any]:
-        """Results as ``ase.Atoms`` in ``system_id`` order, with energies and info."""
-        batch = self.read_batch()
-        return [] if batch is None else batch.to_atoms(results=True)
+    def read(self) -> Results:
+        """What the sink holds as :class:`~alchemi_lit.results.Results` (``system_id``
+        order; a sequence of ``ase.Atoms`` with energies and info)."""
+        return Results(self.read_batch())
 
     def __len__(self) -> int:
         return 0
@@ -348,19 +342,20 @@ class ZarrSink(Sink):
         """The stored systems as a Batch; ``run``: only those the ``run``-th run that
         wrote this store added (0 = the first; negative counts from the last)."""
         self.flush()
-        return read_results(self.path, run=run)
+        return read_store_batch(self.path, run=run)
 
-    def read(self, run: int | None = None) -> list[Any]:
-        """Results as ``ase.Atoms`` in ``system_id`` order (``run``: see :meth:`read_batch`)."""
-        batch = self.read_batch(run=run)
-        return [] if batch is None else batch.to_atoms(results=True)
+    def read(self, run: int | None = None) -> Results:
+        """The stored systems as :class:`~alchemi_lit.results.Results` (``run``: see
+        :meth:`read_batch`); the same as :func:`read_results` of the store."""
+        self.flush()
+        return read_results(self.path, run=run)
 
     def latest_run(self) -> int | None:
         """Index of the newest entry in the store's ``runs`` (the run that wrote it
         last), or None without a store."""
         if not self.path.exists():
             return None
-        runs = _open_store(self.path).attrs.get("runs", [])
+        runs = open_store(self.path).attrs.get("runs", [])
         return len(runs) - 1 if runs else None
 
     @property
@@ -378,7 +373,7 @@ class ZarrSink(Sink):
         see :mod:`alchemi_lit.engine.fingerprint`)."""
         if not self.path.exists():
             return None
-        runs = _open_store(self.path).attrs.get("runs", [])
+        runs = open_store(self.path).attrs.get("runs", [])
         return runs[-1].get("fingerprint") if runs else None
 
     def created_by_run(self) -> None:
@@ -448,85 +443,6 @@ class SinkFlushError(RuntimeError):
 def id_list(ids: Sequence[int], shown: int = 10) -> str:
     """``"0, 1, 2 ..."``: the first ``shown`` ids of a list, for messages."""
     return ", ".join(str(int(i)) for i in ids[:shown]) + (" ..." if len(ids) > shown else "")
-
-
-def stored_system_ids(path: str | Path) -> np.ndarray:
-    """The ``system_id`` of every committed system of a results store, in row order."""
-    group = _open_store(path)
-    n_sys = int(group.attrs.get("n_systems", 0))
-    if n_sys == 0 or "systems/system_id" not in group:
-        return np.zeros(0, dtype=np.int64)
-    return np.asarray(group["systems/system_id"][:n_sys])
-
-
-def _open_store(path: str | Path) -> Any:
-    import zarr
-
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"results store {str(p)!r} does not exist")
-    return zarr.open_group(str(p), mode="r")
-
-
-def _run_rows(group: Any, run: int, n_sys: int, path: str | Path) -> tuple[int, int]:
-    """Rows ``[first, end)`` the ``run``-th run wrote (from the ``runs`` attribute)."""
-    starts = [r.get("first_row") for r in group.attrs.get("runs", [])]
-    if not -len(starts) <= run < len(starts):
-        raise ConfigError(
-            f"results store {str(path)!r} was written by {len(starts)} run(s); run={run} "
-            f"does not exist (0 is the first, -1 the last)"
-        )
-    k = run % len(starts)
-    ends = [*starts[1:], n_sys]
-    if starts[k] is None or ends[k] is None:
-        raise ConfigError(
-            f"results store {str(path)!r} does not record where run {run} starts (written "
-            f"by an older version); read it whole with run=None"
-        )
-    return int(starts[k]), min(int(ends[k]), n_sys)
-
-
-def read_results(path: str | Path, run: int | None = None) -> Batch | None:
-    """Read the committed systems of a results store as a Batch (``system_id`` order);
-    ``run``: only the systems the ``run``-th run that wrote the store added."""
-    group = _open_store(path)
-    n_sys, n_atoms = int(group.attrs.get("n_systems", 0)), int(group.attrs.get("n_atoms", 0))
-    rows = _run_rows(group, run, n_sys, path) if run is not None else (0, n_sys)
-    if rows[1] <= rows[0]:
-        return None
-    ids = np.asarray(group["systems/system_id"][rows[0] : rows[1]])
-    if len(np.unique(ids)) != len(ids):
-        raise ConfigError(
-            f"results store {str(path)!r} holds some system_id(s) more than once (runs that "
-            f"appended to it numbered their systems alike); read one run at a time with "
-            f"read_results(path, run=k) / ZarrSink(path).read(run=k)"
-        )
-    lo, hi = rows
-    system = {
-        k: torch.from_numpy(np.asarray(group[f"systems/{k}"][lo:hi]))
-        for k in SYSTEM_COLUMNS
-        if f"systems/{k}" in group
-    }
-    offsets = np.asarray(group["systems/atom_offset"][lo:hi])
-    counts = system["n_atoms"].numpy()
-    # systems are stored in write order; gather their atoms (from the span they cover)
-    first, end = int(offsets.min()), min(int((offsets + counts).max()), n_atoms)
-    atom = {k: torch.from_numpy(np.asarray(group[f"atoms/{k}"][first:end])) for k in ATOM_COLUMNS}
-    index = np.concatenate([np.arange(o, o + c) for o, c in zip(offsets - first, counts)])
-    atom = {k: v[torch.as_tensor(index, dtype=torch.long)] for k, v in atom.items()}
-    atom["system_idx"] = torch.repeat_interleave(torch.arange(hi - lo), system["n_atoms"])
-    info: dict[int, dict[str, Any]] = {}
-    if "systems/info" in group:  # stores written before info was kept have none
-        texts = np.asarray(group["systems/info"][lo:hi]).tolist()
-        for sid, text in zip(ids.tolist(), texts):
-            if text:
-                info[int(sid)] = info_from_json(str(text))
-    wanted = set(ids.tolist())  # (the per-row info holds the error text too, where kept)
-    for k, v in dict(group.attrs.get("errors", {})).items():
-        if int(k) in wanted:
-            info.setdefault(int(k), {}).setdefault(MODEL_ERROR_KEY, v)
-    batch = Batch(atom, system, info)
-    return batch.select(torch.argsort(batch.system_id, stable=True))
 
 
 def batch_state(batch: Batch) -> dict[str, Any]:

@@ -411,7 +411,10 @@ class Batch:
         zeroed (as ASE's ``set_momenta`` does), with a :class:`StructureWarning` if they
         were not zero.  ``system_ids`` default to :func:`default_system_ids` (``0..B-1``,
         or the ids results of an earlier run carry); they are the systems' global
-        identity (result order, random streams) and must be unique.
+        identity (result order, random streams) and must be unique.  A structure that
+        is an earlier run's result (its ``info`` holds every key of
+        :data:`RESULT_INFO_KEYS`) goes on counting its steps from ``info["steps"]``
+        (:func:`steps_taken`), so its random numbers continue rather than repeat.
 
         With ``validate`` every system is checked (see :func:`validate_atoms`); atoms
         closer than ``min_distance`` Å give a :class:`StructureWarning`, not an error.
@@ -471,7 +474,7 @@ class Batch:
             "system_id": t(ids, torch.int64),
             "status": torch.zeros(n_sys, dtype=torch.int64, device=device),
             "step": torch.zeros(n_sys, dtype=torch.int64, device=device),
-            "total_steps": torch.zeros(n_sys, dtype=torch.int64, device=device),
+            "total_steps": t([steps_taken(a.info) for a in atoms], torch.int64),
             "converged": torch.zeros(n_sys, dtype=torch.bool, device=device),
             "exit_code": torch.zeros(n_sys, dtype=torch.int64, device=device),
         }
@@ -550,6 +553,18 @@ class Batch:
                 f"this, or call to_atoms(results=False)"
             )
         return out
+
+
+def steps_taken(info: dict[str, Any]) -> int:
+    """The step count a structure starts a run with: an earlier run's result (``info``
+    holds every key of :data:`RESULT_INFO_KEYS`) continues from its ``info["steps"]``,
+    as a fused run of both plans would (the noise is keyed on it); anything else -- a
+    new structure, or a user's own ``steps`` key -- starts at 0."""
+    steps = info.get("steps")
+    earlier_result = all(k in info for k in RESULT_INFO_KEYS)
+    if earlier_result and isinstance(steps, numbers.Integral) and not isinstance(steps, bool):
+        return max(int(steps), 0)
+    return 0
 
 
 def require_atoms(structures: Sequence[Any], owner: str) -> None:

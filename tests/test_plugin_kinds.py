@@ -187,7 +187,7 @@ def test_criteria_by_registered_name(tmp_path: Path, capsys: pytest.CaptureFixtu
     want = Simulator(model=lj(), stages=stage, accelerator="cpu").run(crystals())
     got = read_results(store)
     np.testing.assert_array_equal(got.energy.numpy(), want.energy.numpy())
-    np.testing.assert_array_equal(got.total_steps.numpy(), want.steps.numpy())
+    np.testing.assert_array_equal(got.steps.numpy(), want.steps.numpy())
 
     config["simulator"]["stages"][0]["init_args"]["criterion"] = {"class_path": "ForceMx"}
     assert main(["validate", "--config", str(write_config(tmp_path / "k.yaml", config))]) == 2

@@ -137,7 +137,7 @@ def test_a_store_several_runs_wrote_reports_each_run_and_totals(tmp_path: Path) 
     assert [r["rows"] for r in summary["runs"]] == [[0, 4], [4, len(DATA)]]
     assert [r["systems"] for r in summary["runs"]] == [4, len(DATA) - 4]
     assert summary["wall_time_s"] == pytest.approx(sum(walls))
-    systems = read_results(store)
+    systems = read_results(store).batch
     atom_steps = int((systems.n_atoms * systems.total_steps).sum())
     assert summary["atom_steps_per_s"] == pytest.approx(atom_steps / sum(walls))
     assert summary["systems_per_s"] == pytest.approx(len(DATA) / sum(walls))

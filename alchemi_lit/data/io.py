@@ -18,9 +18,10 @@ def read_structures(
     the file it came from in ``info["source_file"]``, so results map back to files.
     ``index`` selects frames within each file.  A results store written by a ZarrSink
     reads as its systems' final states (in ``system_id`` order, each with its
-    ``info["system_id"]``, which a new run keeps as the system's id), so one run can
-    continue from another's results.  Errors name the file and what went wrong; a file
-    with no structures is an error.
+    ``info["system_id"]``, which a new run keeps as the system's id, and its
+    ``info["steps"]``, from which it counts on), so one run continues another's
+    results as one run of both plans would, random numbers included.  Errors name the
+    file and what went wrong; a file with no structures is an error.
     """
     p = Path(path)
     files = _files_of(path)
@@ -120,7 +121,7 @@ def _read_store(path: Path) -> list[Any]:
     import zarr
 
     from ..callbacks.trajectory import FORMAT as TRAJECTORY
-    from ..sinks import SCHEMA, read_results
+    from ..results_store import SCHEMA, read_results
 
     attrs = zarr.open_group(str(path), mode="r").attrs
     if attrs.get("schema") != SCHEMA:
@@ -130,8 +131,7 @@ def _read_store(path: Path) -> list[Any]:
             f"structures from a results store or a file ASE reads (a trajectory's frames: "
             f"alchemi_lit.callbacks.read_trajectory)"
         )
-    batch = read_results(path)
-    return [] if batch is None else batch.to_atoms(results=True)
+    return read_results(path).to_atoms()
 
 
 def _select(frames: list[Any], index: str | int | slice, path: Path) -> list[Any]:
