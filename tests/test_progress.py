@@ -147,3 +147,54 @@ def test_budget_of_an_optimizer_plan_shrinks_and_ends_at_the_work_done() -> None
     last = shown[-1]
     assert (last["finished"], last["systems"]) == ("6", "6")
     assert si_value(last["done"]) == si_value(last["total"]) == pytest.approx(work, rel=5e-3)
+
+
+class Crash(Exception):
+    pass
+
+
+def test_a_resumed_run_counts_the_work_done_before_the_checkpoint(tmp_path: Path) -> None:
+    """Systems that left the batch before the checkpoint are part of the resumed run's
+    bar (and of the Logger's end line): its last frame is all the work and all systems."""
+    from loguru import logger
+
+    from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback, Logger
+    from alchemi_lit.sinks import ZarrSink
+
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(m.record["message"]), level="INFO")
+    structures = argon_crystals(n_systems=6, repeat=2, noise=0.1)
+
+    def sim(*extra) -> tuple[Simulator, io.StringIO]:
+        out = io.StringIO()
+        bar = ProgressBar(frequency=2, console=Console(force_terminal=True, file=out, width=200))
+        return Simulator(
+            model=LennardJones(0.0104, 3.40, 6.0),
+            stages=FIRE(fmax=0.02, max_steps=80),
+            callbacks=[Checkpoint(tmp_path / "ckpt", every_n_steps=4), bar, Logger(100), *extra],
+            sinks=[ZarrSink(tmp_path / "r.zarr", mode="w")],
+            accelerator="cpu",
+            sync_every=2,
+        ), out
+
+    def crash(ctx) -> None:
+        if ctx.state["graduated_systems"] >= 3 and ctx.step % 4 == 1:
+            raise Crash
+
+    first, _ = sim(LambdaCallback(HookStageEnum.AFTER_STEP, crash))
+    try:
+        with pytest.raises(Crash):
+            first.run(SizeAwareSampler(structures, max_atoms=70))
+        again, out = sim()
+        res = again.run(SizeAwareSampler(structures, max_atoms=70), resume=str(tmp_path / "ckpt"))
+    finally:
+        logger.remove(sink)
+    shown = frames(out.getvalue())
+    assert shown[0]["finished"] != "0"  # graduated before the checkpoint: counted from the start
+    last = shown[-1]
+    assert (last["finished"], last["systems"]) == ("6", "6")
+    assert len(res) == 6  # read back from the store: the systems of both parts
+    work = int((res.batch.n_atoms * res.steps).sum())
+    assert si_value(last["done"]) == pytest.approx(work, rel=5e-3)
+    end = [m for m in lines if m.startswith("run end")][-1]
+    assert f"6 systems, {int(res.converged.sum())} converged" in end

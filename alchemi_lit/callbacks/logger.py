@@ -77,6 +77,7 @@ class Logger(Callback):
         self._last: tuple[int, float] = (0, 0.0)
         # system_id -> (exit_code, converged, atom_steps) of systems that finished
         self._finished: dict[int, tuple[int, bool, int]] = {}
+        self._restored = False  # loaded from a checkpoint: the run start keeps _finished
 
     def _log(self, message: str) -> None:
         logger.log(self.level, message)
@@ -85,7 +86,9 @@ class Logger(Callback):
     def on_run_start(self, ctx: StepContext) -> None:
         self._t0 = time.perf_counter()
         self._last = (ctx.step, self._t0)
-        self._finished = {}
+        if not self._restored:  # a resumed run keeps the systems finished before
+            self._finished = {}
+        self._restored = False
         b = ctx.batch
         total = ctx.state.get("total_systems", b.num_systems)
         plan = getattr(ctx.simulator, "plan", None)
@@ -214,3 +217,4 @@ class Logger(Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._finished = dict(state.get("finished", {}))
+        self._restored = True
