@@ -924,8 +924,8 @@ def _absolute_output_paths(conf: dict[str, Any]) -> None:
                 if not re.search(r"\b(PathLike|Path)\b", str(p.annotation)):
                     continue
                 value = init.get(p.name, None if p.default is p.empty else p.default)
-                if isinstance(value, (str, os.PathLike)) and str(value):
-                    init[p.name] = os.path.abspath(Path(value).expanduser())
+                if isinstance(value, (str, os.PathLike)) and str(value) and "://" not in str(value):
+                    init[p.name] = os.path.abspath(Path(value).expanduser())  # not URLs
     output = conf.get("output")
     if isinstance(output, dict) and isinstance(output.get("dir"), str) and output["dir"]:
         output["dir"] = os.path.abspath(Path(output["dir"]).expanduser())

@@ -75,7 +75,7 @@ class ProgressBar(Callback):
         frequency: int = 10,
         enable: bool = True,
         console: Console | None = None,
-        description: str = "atom-steps",
+        description: str = "run",
     ) -> None:
         super().__init__(frequency)
         if console is not None and not isinstance(console, Console):
