@@ -17,12 +17,14 @@ if TYPE_CHECKING:
     from .simulator import Simulator
     from .stages import Fused, Pipeline
     from .state import Batch
+    from .strategies.buffers import BufferConfig
 
 __version__ = "0.1.0"
 
 #: public name -> the module that defines it
 _LAZY = {
     "Batch": ".state",
+    "BufferConfig": ".strategies.buffers",
     "Callback": ".hooks",
     "Fused": ".stages",
     "HookStageEnum": ".hooks",
@@ -34,6 +36,7 @@ _LAZY = {
 __all__ = [
     "AlchemiError",
     "Batch",
+    "BufferConfig",
     "Callback",
     "ConfigError",
     "Fused",

@@ -343,6 +343,7 @@ def _class_help(command: str, key: str, name: str | None) -> int | None:
     from rich.console import Console
 
     from . import registry
+    from .help_format import ReadableDefaults
 
     kind = _help_kind(key)
     option = f"--{key}.help"
@@ -370,6 +371,7 @@ def _class_help(command: str, key: str, name: str | None) -> int | None:
         prog=f"alchemi-lit {command} {option} {name}",
         description=description,
         exit_on_error=False,
+        formatter_class=ReadableDefaults,  # "≈1.018 fs", not 1.0180505671156725
     )
     nested = f"{key}.init_args"
     parser.add_class_arguments(cls, nested, fail_untyped=False, skip=set(given))
@@ -895,8 +897,36 @@ def _assemble(req: _Request) -> dict[str, Any]:
     _check_dataclass_args(sim)
     _check_data(conf)
     _check_output(conf)
+    _absolute_output_paths(conf)
     _check_finite(conf, "")
     return conf
+
+
+def _absolute_output_paths(conf: dict[str, Any]) -> None:
+    """Where sinks and callbacks write (a store, a trajectory, checkpoints; parameters
+    typed as paths) and ``output.dir``, made absolute against the working directory, as
+    the structure paths are: the saved config then writes to the same place when it
+    re-runs from any directory.  Defaults (``Checkpoint``'s ``checkpoints``) included."""
+    sim = conf["simulator"]
+    for name in ("sinks", "callbacks"):
+        for item in sim.get(name) or []:
+            if not isinstance(item, dict) or "class_path" not in item:
+                continue
+            cls = _import_class(item["class_path"], f"simulator.{name}")
+            try:
+                params = inspect.signature(cls).parameters.values()
+            except (TypeError, ValueError):  # nothing to read: left as written
+                continue
+            init = item.setdefault("init_args", {})
+            for p in params:
+                if not re.search(r"\b(PathLike|Path)\b", str(p.annotation)):
+                    continue
+                value = init.get(p.name, None if p.default is p.empty else p.default)
+                if isinstance(value, (str, os.PathLike)) and str(value) and "://" not in str(value):
+                    init[p.name] = os.path.abspath(Path(value).expanduser())  # not URLs
+    output = conf.get("output")
+    if isinstance(output, dict) and isinstance(output.get("dir"), str) and output["dir"]:
+        output["dir"] = os.path.abspath(Path(output["dir"]).expanduser())
 
 
 def _check_strategy(sim: dict[str, Any]) -> None:
@@ -1046,12 +1076,14 @@ def _check_output(conf: dict[str, Any]) -> None:
 def _config_parser(command: str) -> Any:
     from jsonargparse import ActionConfigFile, ArgumentParser
 
+    from .help_format import ReadableDefaults
     from .simulator import Simulator
 
     parser = ArgumentParser(
         prog=f"alchemi-lit {command}",
         description=COMMANDS[command],
         exit_on_error=False,
+        formatter_class=ReadableDefaults,
         env_prefix="ALCHEMI_LIT",
         default_env=False,
     )
@@ -1551,7 +1583,7 @@ def _run(built: _Built, resolved: dict[str, Any], resume: str | bool | None = No
     names = sim.stage_names()
     if len(names) != k:  # e.g. appended to a store an older plan wrote
         names = [f"stage {i}" for i in range(k)]
-    summary = summarize(systems, names, results.stats)
+    summary = summarize(systems, names, results.stats, _optimizer_flags(sim.plan, k))
     thermo = _thermo_temperature(sim)
     if thermo is not None:
         summary["temperature_K"] = thermo
@@ -1569,6 +1601,18 @@ def _run(built: _Built, resolved: dict[str, Any], resume: str | bool | None = No
         summary_table(summary, title="alchemi-lit run: summary", where=where)
     )
     return 0
+
+
+def _optimizer_flags(plan: Any, k: int) -> list[bool] | None:
+    """Which of the ``k`` stage-history columns are optimizer stages (None: unknown)."""
+    from .stages import Fused
+
+    if isinstance(plan, Fused):
+        flags = [bool(s.is_optimizer) for s in plan.stages]
+    else:  # a pipeline (replicas repeat its columns)
+        columns = set(plan.optimizer_columns())
+        flags = [c in columns for c in range(k)]
+    return flags if len(flags) == k else None
 
 
 def _write_output(path: Path, text: str, built: _Built) -> None:

@@ -18,15 +18,8 @@ entry of the store's ``runs`` attribute (API and CLI runs alike).  A store sever
 appended to reports each run (its rows start at the run's ``first_row``) and the totals:
 the summed wall time and the throughput over the runs whose wall time is known.
 
-Plots need matplotlib (optional dependency ``alchemi_lit[plots]``); it is imported
-only when plots are asked for, with the Agg backend (no display needed):
-
-* ``steps_per_stage.png``   histogram of the steps each system spent in each stage
-  (for optimizer stages: steps to converge),
-* ``energy_per_atom.png``   distribution of the final energy per atom,
-* ``trajectory.png``        temperature and potential energy per atom against the
-  step, for a few systems of a :class:`~alchemi_lit.callbacks.TrajectoryWriter` store
-  (``--trajectory``).
+Plots (``--plots``) are drawn by :mod:`alchemi_lit.report_plots`, with matplotlib (the
+optional ``plots`` extra), imported only when plots are asked for.
 """
 
 from __future__ import annotations
@@ -40,7 +33,17 @@ from typing import Any
 import numpy as np
 
 from .errors import ConfigError
-from .state import EXIT_QUARANTINED, EXIT_REASONS, EXIT_RUNNING
+from .report_plots import make_plots
+from .report_plots import plot_trajectory as plot_trajectory  # public here too
+from .report_plots import trajectory_series as trajectory_series
+from .state import (
+    EXIT_COMPLETED,
+    EXIT_CONVERGED,
+    EXIT_MAX_STEPS,
+    EXIT_QUARANTINED,
+    EXIT_REASONS,
+    EXIT_RUNNING,
+)
 
 #: Per-system arrays a summary uses (others are ignored).
 SUMMARY_COLUMNS = (
@@ -130,21 +133,40 @@ def _spread(values: np.ndarray) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- summary
+def optimizer_stages(systems: Mapping[str, Any]) -> list[bool] | None:
+    """Which history columns are optimizer stages, read from how systems left them: an
+    optimizer's exits are ``converged`` / ``max_steps``, an MD stage's ``completed``
+    (None without a stage history; a stage nobody left counts as MD)."""
+    exits = systems.get("stage_exit")
+    if exits is None or np.ndim(exits) != 2:
+        return None
+    left_optimizer = np.isin(np.asarray(exits), (EXIT_CONVERGED, EXIT_MAX_STEPS))
+    return left_optimizer.any(axis=0).tolist()
+
+
 def summarize(
     systems: Mapping[str, Any],
     stage_names: Sequence[str] | None = None,
     stats: Mapping[str, Any] | None = None,
+    optimizers: Sequence[bool] | None = None,
 ) -> dict[str, Any]:
     """A JSON-ready summary of per-system results (see module docstring).
 
     ``stats`` (a run's ``Results.stats``: ``wall_time_s``, ``steps``, ``forward_calls``)
-    adds wall time and throughput.
+    adds wall time and throughput.  ``optimizers`` flags the optimizer stages (default:
+    read from the stage exits); a plan without one reports ``completed`` systems, since
+    ``converged`` (every optimizer met its criterion) means nothing for MD alone.
     """
     arr = {k: np.asarray(v.cpu() if hasattr(v, "cpu") else v) for k, v in systems.items()}
     n = len(arr["energy"]) if "energy" in arr else 0
-    out: dict[str, Any] = {"systems": n}
+    if optimizers is None:
+        optimizers = optimizer_stages(arr)
+    out: dict[str, Any] = {
+        "systems": n,
+        "has_optimizer": True if optimizers is None else any(optimizers),
+    }
     if n == 0:
-        out.update(converged=0, quarantined=0, exit_reasons={}, stages=[])
+        out.update(converged=0, completed=0, quarantined=0, exit_reasons={}, stages=[])
     else:
         n_atoms = arr["n_atoms"].astype(np.int64)
         exit_code = arr["exit_code"].astype(np.int64)
@@ -153,6 +175,7 @@ def summarize(
         reasons = Counter(EXIT_REASONS.get(int(c), f"code {int(c)}") for c in exit_code)
         out.update(
             converged=int(np.asarray(arr["converged"], dtype=bool).sum()),
+            completed=int((exit_code == EXIT_COMPLETED).sum()),
             quarantined=int((exit_code == EXIT_QUARANTINED).sum()),
             exit_reasons=dict(sorted(reasons.items())),
             atoms=int(n_atoms.sum()),
@@ -225,7 +248,10 @@ def summary_table(
     table.add_row(
         "systems", f"{n}" + (f" ({summary['atoms']} atoms)" if summary.get("atoms") else "")
     )
-    table.add_row("converged", f"{summary['converged']} / {n}")
+    if summary.get("has_optimizer", True):
+        table.add_row("converged", f"{summary['converged']} / {n}")
+    else:  # MD only: nothing to converge
+        table.add_row("completed", f"{summary.get('completed', 0)} / {n}")
     table.add_row("quarantined", str(summary["quarantined"]))
     table.add_row("exit reasons", _fmt_reasons(summary["exit_reasons"]))
     epa = summary.get("energy_per_atom")
@@ -348,121 +374,6 @@ def summarize_runs(
         out["atom_steps_per_s"] = sum(r["atom_steps"] for r in rated) / wall
         out["systems_per_s"] = sum(r["systems"] for r in rated) / wall
     return out
-
-
-# ---------------------------------------------------------------------- plots
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise ConfigError(
-            "plots need matplotlib, which is not installed: pip install 'alchemi_lit[plots]' "
-            "(or matplotlib), or leave out --plots"
-        ) from exc
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def make_plots(
-    systems: Mapping[str, np.ndarray],
-    out_dir: str | Path,
-    stage_names: Sequence[str] | None = None,
-    trajectory: str | Path | None = None,
-    max_traces: int = 8,
-) -> list[Path]:
-    """Write the PNG plots of the module docstring into ``out_dir``; returns their paths."""
-    plt = _pyplot()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    if len(systems.get("energy", ())):
-        steps2d = systems.get("stage_steps")
-        if steps2d is not None and steps2d.ndim == 2:
-            k = steps2d.shape[1]
-            names = (
-                list(stage_names)
-                if stage_names and len(stage_names) == k
-                else [f"stage {i}" for i in range(k)]
-            )
-            fig, axes = plt.subplots(1, k, figsize=(4.0 * k, 3.2), squeeze=False)
-            for j, ax in enumerate(axes[0]):
-                col = steps2d[:, j]
-                lo, hi = int(col.min()), int(col.max())
-                bins = np.arange(lo, hi + 2) - 0.5 if hi - lo < 40 else 40  # integer steps
-                ax.hist(col, bins=bins, color="C0")
-                ax.set_title(names[j])
-                ax.set_xlabel("steps in stage")
-                ax.set_ylabel("systems")
-            fig.tight_layout()
-            written.append(out / "steps_per_stage.png")
-            fig.savefig(written[-1], dpi=110)
-            plt.close(fig)
-        epa = systems["energy"] / np.maximum(systems["n_atoms"], 1)
-        epa = epa[np.isfinite(epa)]
-        fig, ax = plt.subplots(figsize=(5.0, 3.2))
-        ax.hist(epa, bins=min(50, max(5, len(epa) // 2)), color="C1")
-        ax.set_xlabel("final energy per atom (eV)")
-        ax.set_ylabel("systems")
-        fig.tight_layout()
-        written.append(out / "energy_per_atom.png")
-        fig.savefig(written[-1], dpi=110)
-        plt.close(fig)
-    if trajectory is not None:
-        written.append(plot_trajectory(trajectory, out / "trajectory.png", max_traces, plt))
-    return written
-
-
-def trajectory_series(path: str | Path, max_systems: int = 8) -> dict[int, dict[str, np.ndarray]]:
-    """Per-system ``step``, ``T`` (K, NaN if not derivable) and ``epa`` (eV/atom, NaN if not
-    written) from a TrajectoryWriter store, for the first ``max_systems`` systems."""
-    from .callbacks.trajectory import read_trajectory, trajectory_system_ids
-
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"trajectory store {str(p)!r} does not exist; check the path")
-    series = {}
-    for sid in trajectory_system_ids(p)[:max_systems].tolist():
-        frames = read_trajectory(p, int(sid))
-        step = np.asarray([a.info["step"] for a in frames], dtype=np.int64)
-        temp, epa = [], []
-        for a in frames:
-            if "temperature" in a.info:
-                temp.append(float(a.info["temperature"]))
-            elif a.get_momenta().any():
-                temp.append(float(a.get_temperature()))
-            else:
-                temp.append(np.nan)
-            try:
-                epa.append(float(a.get_potential_energy()) / len(a))
-            except Exception:  # no energy written
-                epa.append(np.nan)
-        series[int(sid)] = {"step": step, "T": np.asarray(temp), "epa": np.asarray(epa)}
-    return series
-
-
-def plot_trajectory(
-    path: str | Path, png: str | Path, max_systems: int = 8, plt: Any = None
-) -> Path:
-    """Temperature and energy per atom against step for a few systems of a trajectory."""
-    plt = plt or _pyplot()
-    series = trajectory_series(path, max_systems)
-    fig, (ax_t, ax_e) = plt.subplots(2, 1, figsize=(6.0, 5.0), sharex=True)
-    for sid, s in series.items():
-        order = np.argsort(s["step"], kind="stable")
-        ax_t.plot(s["step"][order], s["T"][order], lw=1, label=f"system {sid}")
-        ax_e.plot(s["step"][order], s["epa"][order], lw=1)
-    ax_t.set_ylabel("temperature (K)")
-    ax_e.set_ylabel("E_pot / atom (eV)")
-    ax_e.set_xlabel("step (of each system)")
-    if series and len(series) <= 10:
-        ax_t.legend(fontsize=7)
-    fig.tight_layout()
-    png = Path(png)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
 
 
 # ---------------------------------------------------------------------- command

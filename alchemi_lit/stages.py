@@ -12,6 +12,7 @@ before anything runs.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ class Fused:
         if not stages:
             raise ValueError("a fused plan needs at least one stage")
         for s in stages:
+            _refuse_class(s, "a fused stage")
             if not isinstance(s, Integrator):
                 raise TypeError(
                     f"fused stages must be Integrator instances, got {type(s).__name__}; "
@@ -93,12 +95,38 @@ def as_plan(
 ) -> Fused | Pipeline:
     """Plans from config-friendly lists: ``[a, b]`` is ``a + b``; ``[[a, b], [c]]`` is
     ``(a + b) | c`` (one inner list per rank)."""
+    _refuse_class(stages, "stages")
     if isinstance(stages, (Fused, Pipeline, Integrator)):
         return stages if not isinstance(stages, Integrator) else Fused([stages])
+    if isinstance(stages, (str, bytes)) or not isinstance(stages, Iterable):
+        raise TypeError(
+            f"stages must be an Integrator (FIRE()), a Fused plan (a + b), a Pipeline "
+            f"(a | b) or a list of integrators, got {type(stages).__name__}"
+        )
     items = list(stages)
+    for k, item in enumerate(items):
+        for j, inner in enumerate(item if isinstance(item, (list, tuple)) else [item]):
+            where = f"stages[{k}]" + (f"[{j}]" if isinstance(item, (list, tuple)) else "")
+            _refuse_class(inner, where)
     if items and all(isinstance(p, (list, tuple, Fused)) for p in items):
         return Pipeline([as_fused(p) for p in items])
     return as_fused(items)
+
+
+def _refuse_class(value: Any, where: str) -> None:
+    """An integrator class where an instance belongs (``stages=FIRE``): the fix is to call it."""
+    if isinstance(value, type) and issubclass(value, Integrator):
+        name = value.__name__
+        try:
+            params = inspect.signature(value).parameters.values()
+            required = [p.name for p in params if p.default is p.empty and p.kind <= p.KEYWORD_ONLY]
+        except (TypeError, ValueError):  # no signature to read: suggest the plain call
+            required = []
+        call = f"{name}({', '.join(f'{p}=...' for p in required)})"
+        raise TypeError(
+            f"{where}: got the class {name}, not an integrator; create one: {call} "
+            f"(its parameters go in the parentheses)"
+        )
 
 
 def as_fused(plan: Integrator | Fused | Sequence[Integrator]) -> Fused:

@@ -264,3 +264,10 @@ def test_info_room_is_checked():
     assert 0 < check_info_fits({"a": 1}, 5, config) < 100
     with pytest.raises(ConfigError, match="info_bytes must be an integer >= 0"):
         BufferConfig(info_bytes=-1)
+
+
+def test_buffer_config_is_a_public_name() -> None:
+    import alchemi_lit as al
+
+    assert al.BufferConfig is BufferConfig and "BufferConfig" in al.__all__
+    assert al.BufferConfig(num_systems=8).num_systems == 8

@@ -149,6 +149,8 @@ def test_logger_and_trajectory_see_quarantined_systems(log_messages, tmp_path: P
     summary = [m for _, m in log_messages if m.startswith("run end")][-1]
     assert "3 systems" in summary and "1 quarantined" in summary
     assert "completed=2" in summary and "non_finite=1" in summary
+    # MD only: how many completed, not "0 converged"
+    assert "3 systems, 2 completed" in summary and "converged" not in summary
     frames = read_trajectory(tmp_path / "t.zarr", 1)
     assert [f.info["final"] for f in frames] == [False, True]
     assert np.isfinite(frames[-1].get_potential_energy())  # the last finite state

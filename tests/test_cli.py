@@ -170,6 +170,140 @@ def test_class_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "fmax" in capsys.readouterr().out
 
 
+DOCUMENTED = """
+from alchemi_lit.integrators import FIRE
+from alchemi_lit.integrators.fire import ASE_FIRE_DT_FS
+
+
+class DocumentedFIRE(FIRE):
+    \"\"\"FIRE whose parameters are documented the Google way.
+
+    Args:
+        fmax: converged when every atom's force is below this (eV/Å).
+        max_steps: step budget of the stage.
+        dt: initial time step (fs); ASE's default, 0.1 in its own time units.
+        maxstep: largest displacement of an atom in one step, in Å.
+    \"\"\"
+
+    def __init__(self, fmax: float = 0.05, max_steps: int = 1000, dt: float = ASE_FIRE_DT_FS,
+                 maxstep: float = 0.2) -> None:
+        super().__init__(fmax=fmax, max_steps=max_steps, dt=dt, maxstep=maxstep)
+"""
+
+
+def test_class_help_shows_meaning_units_and_readable_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each parameter with the meaning and unit its docstring's Args give it, and its
+    default in that unit, rounded where the exact value is unreadable."""
+    from ase.units import fs
+
+    (tmp_path / "documented_fire.py").write_text(DOCUMENTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    capsys.readouterr()
+    assert main(["run", "--simulator.stages.help", "documented_fire.DocumentedFIRE"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # undo the help's line wrapping
+    assert "converged when every atom's force is below this (eV/Å)." in out
+    assert "initial time step (fs); ASE's default, 0.1 in its own time units." in out
+    assert "default: 0.05 eV/Å" in out and "default: 0.2 Å" in out and "default: 1000)" in out
+    ase_dt = f"≈{0.1 / fs:.4g} fs"  # ASE's FIRE: dt = 0.1 ASE time units
+    assert f"default: {ase_dt} (exactly 0.1 in ASE time units)" in out
+    assert repr(0.1 / fs) not in out
+    # the built-in FIRE too (its units arrive with its docstring)
+    assert main(["run", "--simulator.stages.help", "FIRE"]) == 0
+    out = capsys.readouterr().out
+    assert repr(0.1 / fs) not in out and f"≈{0.1 / fs:.4g}" in out
+
+
+@pytest.mark.parametrize(
+    ("description", "unit"),
+    [
+        ("initial time step (fs); ASE's 0.1", "fs"),
+        ("converged below this force (eV/Å)", "eV/Å"),
+        ("friction coefficient in 1/fs", "1/fs"),
+        ("largest displacement in one step, in Å.", "Å"),
+        ("target temperature [K]", "K"),
+        ("step budget of the stage", None),
+        ("mixing factor in each step", None),
+        (None, None),
+    ],
+)
+def test_unit_of_a_parameter_description(description: str | None, unit: str | None) -> None:
+    from alchemi_lit.help_format import unit_of
+
+    assert unit_of(description) == unit
+
+
+def test_documented_plugins_document_every_parameter() -> None:
+    """A registered class whose docstring has an Args section lists each of its
+    parameters there (the help shows nothing for one left out)."""
+    import inspect
+
+    from docstring_parser import parse
+
+    from alchemi_lit import registry
+
+    gaps = {}
+    for entry in registry.all_entries():
+        if entry.is_preset:
+            continue
+        documented = {
+            p.arg_name
+            for c in entry.cls.__mro__
+            for doc in (c.__doc__, getattr(c.__init__, "__doc__", None))
+            if doc
+            for p in parse(doc).params
+        }
+        if not documented:
+            continue
+        params = [
+            p.name
+            for p in inspect.signature(entry.cls).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        missing = [p for p in params if p not in documented]
+        if missing:
+            gaps[entry.name] = missing
+    assert gaps == {}
+
+
+def test_saved_config_writes_where_the_first_run_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Relative output paths (store, trajectory, checkpoints, defaults included) are
+    saved absolute, so the saved config re-run from elsewhere writes to the same place."""
+    first, elsewhere = tmp_path / "first", tmp_path / "elsewhere"
+    first.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(first)
+    argv = [
+        "run",
+        "--config",
+        str(QUICKSTART),
+        *tiny(Path("out/q.zarr")),
+        "--simulator.callbacks+=TrajectoryWriter",
+        "--simulator.callbacks.init_args.path",
+        "traj.zarr",
+        "--simulator.callbacks.init_args.overwrite",
+        "true",
+        "--simulator.callbacks+=Checkpoint",
+    ]
+    assert main(argv) == 0
+    saved = first / "out" / "q.config.yaml"
+    config = yaml.safe_load(saved.read_text())
+    sim = config["simulator"]
+    assert sim["sinks"][0]["init_args"]["store"] == str(first / "out" / "q.zarr")
+    paths = {c["class_path"].rsplit(".", 1)[-1]: c["init_args"] for c in sim["callbacks"]}
+    assert paths["TrajectoryWriter"]["path"] == str(first / "traj.zarr")
+    assert paths["Checkpoint"]["dirpath"] == str(first / "checkpoints")  # the default
+    before = energies(first / "out" / "q.zarr")
+    monkeypatch.chdir(elsewhere)
+    assert main(["run", "--config", str(saved)]) == 0
+    assert list(elsewhere.iterdir()) == []  # nothing written here
+    np.testing.assert_array_equal(energies(first / "out" / "q.zarr"), before)  # rewritten
+    assert len(read_results(first / "out" / "q.zarr").energy) == 2
+
+
 # ---------------------------------------------------------------------- errors
 def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "bad.yaml"

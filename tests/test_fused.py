@@ -331,3 +331,17 @@ def test_an_md_budget_cut_during_the_run_applies_at_once(cpu_kernels) -> None:
             ctx.stages[0].max_steps = 6
 
     assert md_run(2, 4, VelocityVerlet(dt=1.0, steps=50), cut).steps.tolist() == [6, 6]
+
+
+def test_an_integrator_class_for_stages_is_refused_with_the_fix() -> None:
+    """``stages=FIRE`` (the class, a common slip) names the parameter and the call."""
+    with pytest.raises(TypeError, match=r"^stages: got the class FIRE, .* FIRE\(\)"):
+        al.Simulator(model=lj(), stages=FIRE)
+    with pytest.raises(TypeError, match=r"^stages\[1\]: got the class Langevin, .*Langevin\(\)"):
+        al.Simulator(model=lj(), stages=[relax(), Langevin])
+    with pytest.raises(TypeError, match=r"^stages\[1\]\[0\]: got the class FIRE"):
+        al.Simulator(model=lj(), stages=[[relax()], [FIRE]])  # a pipeline's rank
+    with pytest.raises(TypeError, match=r"a fused stage: got the class FIRE, .*FIRE\(\)"):
+        relax() + FIRE  # type: ignore[operator]
+    with pytest.raises(TypeError, match=r"stages must be an Integrator .* got int"):
+        al.Simulator(model=lj(), stages=3)

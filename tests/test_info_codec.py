@@ -40,3 +40,72 @@ def test_empty_and_unserialisable_entries():
 
     back = info_from_json(info_to_json({"obj": Thing(), "ok": 1}))
     assert back == {"obj": "Thing()", "ok": 1}  # kept as text (a warning names the key)
+
+
+# ---------------------------------------------------------------------- ASE objects
+AR_CIF = """data_Ar
+_cell_length_a 5.26
+_cell_length_b 5.26
+_cell_length_c 5.26
+_cell_angle_alpha 90
+_cell_angle_beta 90
+_cell_angle_gamma 90
+_symmetry_space_group_name_H-M 'F m -3 m'
+_symmetry_Int_Tables_number 225
+loop_
+_atom_site_label
+_atom_site_type_symbol
+_atom_site_fract_x
+_atom_site_fract_y
+_atom_site_fract_z
+Ar1 Ar 0 0 0
+"""
+
+
+def test_ase_objects_come_back_as_themselves(log_messages):
+    from ase.cell import Cell
+    from ase.spacegroup import Spacegroup
+
+    info = {"spacegroup": Spacegroup(225), "cell": Cell.fromcellpar([3, 4, 5, 90, 90, 100])}
+    text = info_to_json(info)
+    assert '"number": 225' in text  # readable in the store as it is
+    back = info_from_json(text)
+    assert isinstance(back["spacegroup"], Spacegroup) and back["spacegroup"].no == 225
+    assert back["spacegroup"].symbol == "F m -3 m"
+    assert isinstance(back["cell"], Cell)
+    assert np.array_equal(back["cell"].array, info["cell"].array)
+    assert not [m for _, m in log_messages if "not JSON data" in m]
+
+
+def test_cif_inputs_keep_their_spacegroup_without_a_warning(tmp_path, log_messages):
+    """Every CIF ASE reads carries a Spacegroup object in its info: a campaign over CIF
+    files printed one warning per file and stored the spacegroup as a repr."""
+    import alchemi_lit as al
+    from alchemi_lit.integrators import FIRE
+    from alchemi_lit.models import LennardJones
+    from alchemi_lit.sinks import ZarrSink
+
+    for k in range(3):
+        (tmp_path / f"ar{k}.cif").write_text(AR_CIF.replace("5.26", f"{5.2 + 0.05 * k:.2f}"))
+    store = tmp_path / "r.zarr"
+    sim = al.Simulator(
+        model=LennardJones(0.0104, 3.40, 6.0), stages=FIRE(max_steps=5), sinks=[ZarrSink(store)]
+    )
+    sim.run(str(tmp_path / "*.cif"))
+    assert not [m for _, m in log_messages if "not JSON data" in m]
+    atoms = ZarrSink(store).read()
+    assert len(atoms) == 3
+    for a in atoms:
+        assert a.info["spacegroup"].no == 225 and a.info["spacegroup"].symbol == "F m -3 m"
+        assert a.info["source_file"].endswith(".cif")
+
+
+def test_other_objects_warn_once_per_key_and_type(log_messages):
+    class Gadget:
+        def __repr__(self) -> str:
+            return "Gadget()"
+
+    texts = [info_to_json({"gadget": Gadget()}) for _ in range(5)]
+    assert {info_from_json(t)["gadget"] for t in texts} == {"Gadget()"}
+    warned = [m for _, m in log_messages if "'info.gadget' (Gadget) is not JSON data" in m]
+    assert len(warned) == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -18,10 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 import zarr
 from rich.console import Console
 
 import alchemi_lit as al
+from alchemi_lit import report_plots
+from alchemi_lit.callbacks import TrajectoryWriter, read_trajectory
 from alchemi_lit.cli import main
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
 from alchemi_lit.errors import ConfigError
@@ -302,3 +306,156 @@ def test_cli_summary_json_and_report_have_stage_energies(
     assert main(["report", str(store)]) == 0
     out = capsys.readouterr().out
     assert "E/atom at exit 0:FIRE" in out and "atom-steps/s" in out
+
+
+# ---------------------------------------------------------------------- MD-only summaries
+def test_md_only_summary_says_completed_not_converged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ "converged" (every optimizer met its criterion) is 0 for any MD run: the run's
+    table, the report and the JSON say how many completed instead."""
+    store = tmp_path / "md.zarr"
+    sim = al.Simulator(model=lj(), stages=md(), sinks=[ZarrSink(store)])
+    sim.run(DATA[:4])
+    summary, text = run_report(store)
+    assert summary["completed"] == 4 and not summary["has_optimizer"]
+    assert re.search(r"completed\W+4 / 4", text) and not re.search(r"converged\W+\d+ /", text)
+    config = tmp_path / "md.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "simulator": {
+                    "model": {"class_path": "lj-argon"},
+                    "stages": [{"class_path": "VelocityVerlet", "init_args": {"steps": 4}}],
+                    "sinks": [{"class_path": "ZarrSink", "init_args": {"store": "cli.zarr"}}],
+                },
+                "data": {"structures": "builtin:argon", "builtin_args": {"n_systems": 3}},
+            }
+        )
+    )
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        assert main(["run", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"completed\W+3 / 3", out) and not re.search(r"converged\W+\d+ /", out)
+    saved = json.loads((tmp_path / "cli.summary.json").read_text())
+    assert saved["completed"] == 3 and saved["has_optimizer"] is False
+
+
+def test_fused_summary_keeps_converged(fused_run) -> None:
+    summary, text = run_report(fused_run[0])
+    assert summary["has_optimizer"] and re.search(rf"converged\W+{summary['converged']} / 10", text)
+
+
+# ---------------------------------------------------------------------- plots
+@pytest.fixture
+def drawn_figures(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The matplotlib figures the report saves (kept after they are closed)."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    figures: list = []
+    save = Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        figures.append(self)
+        return save(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return figures
+
+
+def colliding_texts(fig) -> list[tuple[str, str]]:
+    """Pairs of texts drawn on ``fig`` whose boxes overlap: tick labels drawn on one
+    axis, axis labels, offset texts (``1e-6``) and titles of each panel."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # pyplot detached the figure's canvas when it closed it
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    found = []
+    for ax in fig.axes:
+        texts = [ax.title, ax.xaxis.label, ax.yaxis.label]
+        texts += [ax.xaxis.get_offset_text(), ax.yaxis.get_offset_text()]
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            span = hi - lo
+            texts += [
+                t.label1
+                for t, loc in zip(axis.get_major_ticks(), axis.get_majorticklocs())
+                if lo - 1e-9 * span <= loc <= hi + 1e-9 * span
+            ]
+        texts = [t for t in texts if t.get_visible() and t.get_text()]
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        for i in range(len(texts)):
+            for j in range(i):
+                if boxes[i].overlaps(boxes[j]):
+                    found.append((texts[i].get_text(), texts[j].get_text()))
+    return found
+
+
+def test_plot_labels_do_not_overlap(tmp_path: Path, drawn_figures: list) -> None:
+    """Step counts up to 10^5 in three narrow panels and energies per atom that differ
+    in the seventh decimal: the labels a user reads stay apart."""
+    rng = np.random.default_rng(0)
+    n = 300
+    n_atoms = rng.integers(8, 400, n)
+    systems = {
+        "energy": (-0.08012345 + rng.normal(0, 3e-7, n)) * n_atoms,
+        "n_atoms": n_atoms,
+        "stage_steps": np.stack(
+            [rng.integers(5, 100_000, n), rng.integers(0, 4, n), np.full(n, 1000)], 1
+        ),
+    }
+    report_plots.make_plots(systems, tmp_path, ["0:FIRE", "1:Langevin", "2:VelocityVerlet"])
+    assert len(drawn_figures) == 2
+    for fig in drawn_figures:
+        assert colliding_texts(fig) == []
+    # every panel still has ticks to read values from
+    assert all(len(ax.get_xticklabels()) >= 2 for fig in drawn_figures for ax in fig.axes)
+
+
+def md_trajectory(tmp_path: Path, **writer_args) -> Path:
+    path = tmp_path / "traj.zarr"
+    sim = al.Simulator(
+        model=lj(), stages=md(), callbacks=[TrajectoryWriter(path, every=2, **writer_args)]
+    )
+    sim.run(DATA[:3])
+    return path
+
+
+def test_trajectory_writer_defaults_fill_the_temperature_panel(
+    tmp_path: Path, drawn_figures: list
+) -> None:
+    import warnings
+
+    path = md_trajectory(tmp_path)
+    frames = read_trajectory(path, 1)
+    # the stored temperature is the one ASE computes from the stored velocities
+    temps = [f.info["temperature"] for f in frames]
+    assert temps == pytest.approx([f.get_temperature() for f in frames], rel=1e-10)
+    assert min(temps[1:]) > 5.0  # a 50 K thermostat heats the crystal
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "not recorded" warning
+        report_plots.plot_trajectory(path, tmp_path / "t.png")
+    (fig,) = drawn_figures
+    ax_t, ax_e = fig.axes
+    assert ax_t.get_ylabel() == "temperature (K)"
+    traces = [line.get_ydata() for line in ax_t.get_lines()]
+    assert len(traces) == 3 and all(np.isfinite(t).all() and t.max() > 5.0 for t in traces)
+    assert np.isfinite(ax_e.get_lines()[0].get_ydata()).all()
+    assert colliding_texts(fig) == []
+
+
+def test_trajectory_without_velocities_says_what_is_missing(
+    tmp_path: Path, drawn_figures: list, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = md_trajectory(tmp_path, fields=("positions", "energy"))
+    with pytest.warns(UserWarning, match=r"no temperature .* add 'temperature' or 'velocities'"):
+        report_plots.plot_trajectory(path, tmp_path / "t.png")
+    (fig,) = drawn_figures
+    notes = [t.get_text() for t in fig.axes[0].texts]
+    assert any("not recorded" in n and "'velocities'" in n for n in notes)
+    assert not fig.axes[1].texts  # the energy panel has its data

@@ -9,9 +9,9 @@ A report (``AFTER_STEP``, every ``frequency`` steps) holds: the loop step, the
 number of systems per status code (one entry per stage, plus the exit code), the
 systems finished so far, mean/min/max energy per atom and the largest atomic
 force over the *active* systems (those inside a stage), and steps/s since the last
-report.  At run end a summary gives systems, converged, quarantined, exit-reason
-counts, wall time and atom-steps/s (``sum(n_atoms * steps)`` of every system over
-the wall time).
+report.  At run end a summary gives systems, converged (``completed`` for a plan
+without an optimizer stage), quarantined, exit-reason counts, wall time and
+atom-steps/s (``sum(n_atoms * steps)`` of every system over the wall time).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from loguru import logger
 
 from ..hooks import Callback, StepContext
-from ..state import EXIT_QUARANTINED, EXIT_REASONS, EXIT_RUNNING
+from ..state import EXIT_COMPLETED, EXIT_QUARANTINED, EXIT_REASONS, EXIT_RUNNING
 from ..tensor_ops import row_dot
 
 
@@ -77,6 +77,7 @@ class Logger(Callback):
         self._last: tuple[int, float] = (0, 0.0)
         # system_id -> (exit_code, converged, atom_steps) of systems that finished
         self._finished: dict[int, tuple[int, bool, int]] = {}
+        self._restored = False  # loaded from a checkpoint: the run start keeps _finished
 
     def _log(self, message: str) -> None:
         logger.log(self.level, message)
@@ -85,7 +86,9 @@ class Logger(Callback):
     def on_run_start(self, ctx: StepContext) -> None:
         self._t0 = time.perf_counter()
         self._last = (ctx.step, self._t0)
-        self._finished = {}
+        if not self._restored:  # a resumed run keeps the systems finished before
+            self._finished = {}
+        self._restored = False
         b = ctx.batch
         total = ctx.state.get("total_systems", b.num_systems)
         plan = getattr(ctx.simulator, "plan", None)
@@ -193,14 +196,18 @@ class Logger(Callback):
             reasons[name] = reasons.get(name, 0) + 1
         atom_steps = sum(r[2] for r in records)
         converged = sum(r[1] for r in records)
+        completed = sum(r[0] == EXIT_COMPLETED for r in records)
         quarantined = sum(r[0] == EXIT_QUARANTINED for r in records)
         running = sum(r[0] == EXIT_RUNNING for r in records)
         graduated = int(ctx.state.get("graduated_systems", 0))
         systems = max(len(records), graduated + b.num_systems)
         reason_text = ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())) or "none"
         rate = atom_steps / wall if wall > 0 else 0.0
+        # "converged" means every optimizer stage met its criterion: MD alone completes
+        optimizing = any(getattr(s, "is_optimizer", False) for s in ctx.stages)
+        outcome = f"{converged} converged" if optimizing else f"{completed} completed"
         self._log(
-            f"run end: {systems} systems, {converged} converged, {quarantined} quarantined"
+            f"run end: {systems} systems, {outcome}, {quarantined} quarantined"
             f"{f', {running} unfinished' if running else ''} | exit reasons: {reason_text} | "
             f"{ctx.step} steps in {wall:.2f} s | {rate:.3g} atom-steps/s"
         )
@@ -210,3 +217,4 @@ class Logger(Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._finished = dict(state.get("finished", {}))
+        self._restored = True

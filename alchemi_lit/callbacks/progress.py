@@ -1,40 +1,66 @@
-"""ProgressBar: a rich progress bar of systems finished out of the run's total.
+"""ProgressBar: a rich progress bar of the run's work, in atom-steps, with rate and ETA.
 
-Why it is built like this: a progress bar needs host values (how many systems have
-finished), and the step loop must never wait on the host; so the bar is updated
-every ``frequency`` steps from one small device -> host copy and costs nothing in
-between.  It shows systems done / total, steps/s and atom-steps/s (active atoms x
-steps/s over the last interval).
+What it counts: a run's work is atom-steps (a system of n atoms taking one step is n),
+and its budget is known before it starts -- every stage has a step budget (an MD
+stage's ``steps``, an optimizer's ``max_steps``), so a system of n atoms entering a
+plan will take at most ``n x (sum of the budgets)`` atom-steps.  The bar shows the
+atom-steps done out of the budget still possible (done + what the systems not yet
+finished may still take), the rate (atom-steps/s over the last ten seconds), the time
+left at that rate, and systems finished / total.  For MD the budget is exact; an
+optimizer that converges early gives back the rest of its budget, so the total
+shrinks and is marked ``≤`` (and the ETA is an upper bound).  Counting finished
+systems instead stalls at 0/1 through a long MD run.
 
-The bar turns itself off (no output at all) when the console is not a terminal
-(CI logs, files, pipes, notebooks without a terminal) or when ``enable=False``, so
-logs never fill with control codes.  The live display is started in ``on_run_start``
-and stopped in ``on_run_end``, which the strategy also calls when the run fails,
-so the terminal is always restored.  ``transient=False``: the final bar stays on
-screen.
+Systems not in the batch yet (inflight batching) are counted at the mean size of the
+systems seen so far (the total is marked ``~`` while there are such systems).
+
+Why it is built like this: the step loop must never wait on the host, so the bar
+reads the batch every ``frequency`` steps in one small device -> host copy (plus one
+at each bookkeeping where systems leave the batch, to keep their atom-steps) and
+costs nothing in between.
+
+The bar turns itself off (no output at all) when the console is not a terminal (CI
+logs, files, pipes, notebooks without a terminal) or when ``enable=False``, so logs
+never fill with control codes.  The live display is started in ``on_run_start`` and
+stopped in ``on_run_end``, which the strategy also calls when the run fails, so the
+terminal is always restored.  ``transient=False``: the final bar stays on screen.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
+from collections import deque
+from typing import Any
 
 import torch
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ..hooks import Callback, StepContext
+from .logger import stage_codes
+
+#: seconds of history the rate is measured over
+RATE_WINDOW_S = 10.0
+
+
+def si(value: float) -> str:
+    """``12345`` -> ``"12.3k"``: three significant digits and an SI prefix."""
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{prefix}"
+    return f"{value:.3g}" if value != int(value) else str(int(value))
+
+
+def clock(seconds: float) -> str:
+    """``3725`` -> ``"1:02:05"``."""
+    s = round(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 class ProgressBar(Callback):
-    """Rich progress bar of finished systems (see module docstring).
+    """Rich progress bar of the run's atom-steps, rate and ETA (see module docstring).
 
     Args:
         frequency: loop steps between two updates (>= 1).
@@ -49,7 +75,7 @@ class ProgressBar(Callback):
         frequency: int = 10,
         enable: bool = True,
         console: Console | None = None,
-        description: str = "systems",
+        description: str = "run",
     ) -> None:
         super().__init__(frequency)
         if console is not None and not isinstance(console, Console):
@@ -61,7 +87,11 @@ class ProgressBar(Callback):
         self.description = str(description)
         self._progress: Progress | None = None
         self._task: TaskID | None = None
-        self._last: tuple[int, float] = (0, 0.0)
+        self._history: deque[tuple[float, int, int]] = deque()  # (time, atom-steps, loop step)
+        self._left_batch = [0, 0, 0]  # atom-steps, atoms, systems of systems that left the batch
+        self._restored = False
+        self._remaining_of: torch.Tensor | None = None  # status code -> steps still possible
+        self._optimizing = False
 
     @property
     def active(self) -> bool:
@@ -73,57 +103,121 @@ class ProgressBar(Callback):
 
     # ---------------------------------------------------------------- hooks
     def on_run_start(self, ctx: StepContext) -> None:
+        if not self._restored:  # a resumed run keeps what left the batch before
+            self._left_batch = [0, 0, 0]
+        self._restored = False
         console = self.console if self.console is not None else Console()
         if not self._enabled(console):
             return
-        total = int(ctx.state.get("total_systems", ctx.batch.num_systems))
+        self._remaining_of = self._budget_table(ctx)
+        self._optimizing = any(getattr(s, "is_optimizer", False) for s in ctx.stages)
         progress = Progress(
             TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[steps_per_s]:>8.1f} steps/s"),
-            TextColumn("{task.fields[atom_steps_per_s]:>9.3g} atom-steps/s"),
+            BarColumn(bar_width=30),
+            TextColumn("{task.fields[status]}"),
             TimeElapsedColumn(),
             console=console,
+            # prints go above the bar only where the bar is on the process's own
+            # terminal: a console drawing into a file must not capture sys.stdout
+            redirect_stdout=console.file in (sys.stdout, sys.stderr),
+            redirect_stderr=console.file in (sys.stdout, sys.stderr),
             transient=False,
             auto_refresh=False,  # refreshed at our frequency: no timer thread
         )
-        self._task = progress.add_task(
-            self.description, total=total, steps_per_s=0.0, atom_steps_per_s=0.0
-        )
+        self._task = progress.add_task(self.description, total=None, status="starting")
         progress.start()
-        progress.refresh()
         self._progress = progress
-        self._last = (ctx.step, time.perf_counter())
+        self._history = deque()
+        self._update(ctx, ctx.step)
+
+    def _budget_table(self, ctx: StepContext) -> torch.Tensor:
+        """``[max code + 1]`` steps a system may still take from the start of the stage
+        with that status code (its budget and the later stages'); 0 at the exit code."""
+        codes, _ = stage_codes(ctx)
+        exit_code = int(ctx.state.get("exit_code", max(codes, default=-1) + 1))
+        table = torch.zeros(max([*codes, exit_code]) + 1, dtype=torch.int64)
+        left = 0
+        for code, stage in reversed(list(zip(codes, ctx.stages))):
+            left += int(stage.max_steps)
+            table[code] = left
+        return table.to(ctx.batch.device)
 
     def after_step(self, ctx: StepContext) -> None:
         if self._progress is not None:
             self._update(ctx, ctx.step + 1)  # step ctx.step has just completed
 
+    def on_converge(self, ctx: StepContext) -> None:
+        # systems about to leave the batch take their atom-steps with them: keep them
+        if self._progress is None or ctx.graduated is None or ctx.batch.num_systems == 0:
+            return
+        b, rows = ctx.batch, ctx.graduated
+        sums = torch.stack(
+            [
+                torch.where(rows, b.n_atoms * b.total_steps, 0).sum(),
+                torch.where(rows, b.n_atoms, 0).sum(),
+                rows.sum(),
+            ]
+        ).tolist()  # one host copy, at a bookkeeping where systems leave
+        self._left_batch = [a + int(v) for a, v in zip(self._left_batch, sums)]
+
+    def _batch_counts(self, ctx: StepContext) -> list[int]:
+        """Atom-steps done, atom-steps still possible, atoms, systems and finished systems
+        of the batch, in one host copy."""
+        b = ctx.batch
+        if b.num_systems == 0 or self._remaining_of is None:
+            return [0, 0, 0, 0, 0]
+        exit_code = ctx.state.get("exit_code", -1)
+        table = self._remaining_of
+        status = b.status
+        budget = (table[status.clamp(0, table.numel() - 1)] - b.step).clamp_min(0)
+        # a negative status: added at a refill, entering the plan after the next forward
+        left = torch.where(status < 0, table.max(), budget)
+        return torch.stack(
+            [
+                (b.n_atoms * b.total_steps).sum(),
+                (b.n_atoms * left).sum(),
+                b.n_atoms.sum(),
+                torch.tensor(b.num_systems, device=b.device),
+                (status == exit_code).sum(),
+            ]
+        ).tolist()
+
     def _update(self, ctx: StepContext, steps_done: int) -> None:
         assert self._progress is not None and self._task is not None
-        b = ctx.batch
-        done = int(ctx.state.get("graduated_systems", 0))
-        active_atoms = 0
-        if b.num_systems:
-            exit_code = ctx.state.get("exit_code", -1)
-            active = (b.status >= 0) & (b.status != exit_code)
-            counts = torch.stack(
-                [(b.status == exit_code).sum(), torch.where(active, b.n_atoms, 0).sum()]
-            ).tolist()  # one host copy per update
-            done += int(counts[0])
-            active_atoms = int(counts[1])
+        done_b, left_b, atoms_b, systems_b, finished_b = self._batch_counts(ctx)
+        gone_work, gone_atoms, gone_systems = self._left_batch
+        done = gone_work + int(done_b)
+        total_systems = ctx.state.get("total_systems")
+        seen = gone_systems + int(systems_b)
+        unseen = max(int(total_systems) - seen, 0) if total_systems is not None else 0
+        mean_atoms = (gone_atoms + int(atoms_b)) / seen if seen else 0.0
+        total_atoms = ctx.state.get("total_atoms")  # known exactly on one device
+        unseen_atoms = (
+            max(int(total_atoms) - gone_atoms - int(atoms_b), 0)
+            if total_atoms is not None
+            else unseen * mean_atoms
+        )
+        entry_budget = int(self._remaining_of.max()) if self._remaining_of is not None else 0
+        left = int(left_b) + unseen_atoms * entry_budget
         now = time.perf_counter()
-        step0, t0 = self._last
-        rate = (steps_done - step0) / (now - t0) if now > t0 and steps_done > step0 else 0.0
-        self._last = (steps_done, now)
-        total = ctx.state.get("total_systems")
+        history = self._history
+        history.append((now, done, steps_done))
+        while len(history) > 2 and now - history[1][0] >= RATE_WINDOW_S:
+            history.popleft()
+        t0, done0, step0 = history[0]
+        rate = (done - done0) / (now - t0) if now > t0 else 0.0
+        steps_rate = (steps_done - step0) / (now - t0) if now > t0 else 0.0
+        estimated = unseen and total_atoms is None
+        mark = "~" if estimated else ("≤" if self._optimizing and left else "")
+        finished = gone_systems + int(finished_b)
+        parts = [
+            f"{si(done)}/{mark}{si(done + left)} atom-steps",
+            f"{finished}/{total_systems if total_systems is not None else '?'} systems",
+            f"{si(rate)} atom-steps/s ({steps_rate:.0f} steps/s)" if rate else "-- atom-steps/s",
+            f"ETA {'≤' if mark == '≤' else ''}{clock(left / rate)}" if rate and left else "ETA --",
+        ]
         self._progress.update(
-            self._task,
-            completed=done,
-            total=int(total) if total is not None else None,
-            steps_per_s=rate,
-            atom_steps_per_s=rate * active_atoms,
+            self._task, completed=done, total=max(done + left, 1), status=" | ".join(parts)
         )
         self._progress.refresh()
 
@@ -138,3 +232,11 @@ class ProgressBar(Callback):
         finally:
             self._progress = None
             progress.stop()
+
+    # ---------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        return {"left_batch": list(self._left_batch)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._left_batch = [int(v) for v in state.get("left_batch", [0, 0, 0])]
+        self._restored = True

@@ -42,7 +42,13 @@ there is complete.
 
 Fields: any batch field (``positions``, ``velocities``, ``forces``, ``masses``,
 ``energy``, ``stress``, integrator fields such as ``fire_dt``) plus the derived
-per-system ``temperature`` (K) and ``kinetic_energy`` (eV).
+per-system ``temperature`` (K) and ``kinetic_energy`` (eV).  The default,
+``positions, velocities, energy, temperature``, is what ``alchemi-lit report
+--trajectory`` plots and what restarting MD from a frame needs; velocities double the
+per-atom bytes of a frame (24 more per atom in float64, as much as positions), the
+temperature adds one number per system.  ``fields=("positions", "energy")`` halves
+the store where only structures matter (the report then says the temperature panel
+has no data).
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ from ..state import Batch
 FORMAT = "alchemi_lit.trajectory"
 VERSION = 1
 
+#: Written when ``fields`` is not given: what the report plots, and velocities.
+DEFAULT_FIELDS = ("positions", "velocities", "energy", "temperature")
 #: Always written; not valid in ``fields``.
 _RESERVED = frozenset(
     {
@@ -99,7 +107,8 @@ class TrajectoryWriter(Callback):
     Args:
         path: directory of the zarr store.
         every: loop steps between two frames (>= 1).
-        fields: batch fields to write per frame; must include ``"positions"``.
+        fields: batch fields to write per frame; must include ``"positions"``.  The
+            default records what the report plots (temperature, energy) and velocities.
         mode: ``"w"`` creates the store and refuses an existing one unless
             ``overwrite=True``; ``"a"`` appends to an existing store (same fields) or
             creates it.
@@ -114,7 +123,7 @@ class TrajectoryWriter(Callback):
         self,
         path: str | os.PathLike[str],
         every: int = 100,
-        fields: Sequence[str] = ("positions", "energy"),
+        fields: Sequence[str] = DEFAULT_FIELDS,
         mode: Literal["w", "a"] = "w",
         overwrite: bool = False,
         write_final: bool = True,

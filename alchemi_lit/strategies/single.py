@@ -104,9 +104,9 @@ class SingleDeviceStrategy(Strategy):
         if isinstance(source, SizeAwareSampler):
             source.bind(sim.model.cutoff + sim.model.neighbors.skin)
             feed: SamplerFeed | BatchFeed = SamplerFeed(sim, loop, source)
-            total = len(source)
+            total, atoms = len(source), int(source.sizes[source.order].sum())
         else:
-            feed, total = BatchFeed(source), source.num_systems
+            feed, total, atoms = BatchFeed(source), source.num_systems, source.num_atoms
         if resume is not None and "feed" not in resume:
             raise ConfigError(
                 f"cannot resume from {resume['path']!r}: it was written by another kind of run "
@@ -118,7 +118,7 @@ class SingleDeviceStrategy(Strategy):
         )
         run = RunLoop(
             loop, hooks, feed, delivery, LocalTransport(feed), checkpoints, sim.sync_every, sim,
-            context={"total_systems": total},
+            context={"total_systems": total, "total_atoms": atoms},
         )  # fmt: skip
         stream = (
             torch.cuda.stream(torch.cuda.Stream(self.device))

@@ -1,0 +1,200 @@
+"""ProgressBar tells the truth: atom-steps done of the run's budget, rate and ETA.
+
+The end-to-end test runs a real MD run in a child process whose stdout is a
+pseudo-terminal (the ``pty`` module), as a user's terminal would be, and reads what
+the bar printed: during the MD stage, while no system has finished yet, the
+atom-steps advance towards the exact budget (systems x atoms x steps), with a rate
+and an ETA.  A bar counting finished systems stood at 0/N all that time.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from alchemi_lit import Simulator
+from alchemi_lit.callbacks import ProgressBar
+from alchemi_lit.data import SizeAwareSampler, argon_crystals
+from alchemi_lit.integrators import FIRE, Langevin
+from alchemi_lit.models import LennardJones
+
+ROOT = Path(__file__).resolve().parents[1]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+STATUS = re.compile(
+    r"(?P<done>[\d.]+[kMG]?)/(?P<mark>[~≤]?)(?P<total>[\d.]+[kMG]?) atom-steps \| "
+    r"(?P<finished>\d+)/(?P<systems>\d+) systems \| (?P<rate>\S+) atom-steps/s.*?\| "
+    r"ETA (?P<eta>\S+)"
+)
+
+CHILD = """
+import alchemi_lit as al
+from alchemi_lit.callbacks import ProgressBar
+from alchemi_lit.data import argon_crystals
+from alchemi_lit.integrators import VelocityVerlet
+from alchemi_lit.models import LennardJones
+
+systems = argon_crystals(n_systems=2, repeat=2, noise=0.05)          # 2 x 32 atoms
+sim = al.Simulator(model=LennardJones(0.0104, 3.40, 6.0), stages=VelocityVerlet(dt=1.0, steps=60),
+                   callbacks=[ProgressBar(frequency=3)], accelerator="cpu", sync_every=10)
+sim.run(systems)
+"""
+
+
+def si_value(text: str) -> float:
+    scale = {"k": 1e3, "M": 1e6, "G": 1e9}.get(text[-1], 1.0)
+    return float(text[:-1] if text[-1] in "kMG" else text) * scale
+
+
+def run_in_pty(code: str, columns: int = 200, timeout: float = 120.0) -> str:
+    """Run ``python -c code`` with a pseudo-terminal as stdout and stderr; its output."""
+    import fcntl
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("NO_COLOR", None)
+    env["TERM"] = "xterm-256color"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT
+    )
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            elif child.poll() is not None:
+                break
+    finally:
+        os.close(master)
+        child.wait(timeout=30)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    assert child.returncode == 0, text[-3000:]
+    return text
+
+
+def frames(text: str) -> list[dict[str, str]]:
+    """Every state of the bar the terminal was shown, in order."""
+    lines = re.split(r"[\r\n]+", ANSI.sub("", text))
+    return [m.groupdict() for line in lines if (m := STATUS.search(line))]
+
+
+@pytest.mark.timeout(180)
+def test_bar_in_a_terminal_advances_through_md_with_rate_and_eta() -> None:
+    """A real run in a pseudo-terminal (subprocess: a few seconds, mostly imports)."""
+    shown = frames(run_in_pty(CHILD))
+    budget = 2 * 32 * 60
+    assert shown, "the bar printed nothing on a terminal"
+    # the budget is known from the start and exact for MD: no '~' or '≤'
+    assert {f["total"] for f in shown} == {"3.84k"} and {f["mark"] for f in shown} == {""}
+    assert si_value(shown[-1]["done"]) == budget and shown[-1]["finished"] == "2"
+    # during the MD stage, before any system finished, the work advances ...
+    running = [f for f in shown if f["finished"] == "0"]
+    done = [si_value(f["done"]) for f in running]
+    assert len(set(done)) >= 5 and done == sorted(done) and 0 < done[-1] < budget
+    # ... with a rate and a time left (h:mm:ss)
+    timed = [f for f in running if f["rate"] != "--"]
+    assert len(timed) >= 3
+    assert all(si_value(f["rate"]) > 0 and re.fullmatch(r"\d+:\d\d:\d\d", f["eta"]) for f in timed)
+
+
+def test_budget_of_an_optimizer_plan_shrinks_and_ends_at_the_work_done() -> None:
+    """Inflight batching (systems not in the batch yet count with their known atoms: an
+    upper bound '≤' from the start), an optimizer giving back the steps it did not
+    need, and the last frame: exactly the atom-steps done."""
+    out = io.StringIO()
+    bar = ProgressBar(frequency=2, console=Console(force_terminal=True, file=out, width=200))
+    structures = argon_crystals(n_systems=6, repeat=2, noise=0.1)
+    sim = Simulator(
+        model=LennardJones(0.0104, 3.40, 6.0),
+        stages=FIRE(fmax=0.02, max_steps=80) + Langevin(dt=1.0, temperature=40.0, steps=10),
+        callbacks=[bar],
+        accelerator="cpu",
+        sync_every=2,
+    )
+    res = sim.run(SizeAwareSampler(structures, max_atoms=70))  # 2 systems of 32 atoms at once
+    shown = frames(out.getvalue())
+    first_total = si_value(shown[0]["total"])
+    assert shown[0]["mark"] == "≤"
+    assert first_total == pytest.approx(6 * 32 * 90, rel=5e-3)  # every budget, in full
+    totals = [si_value(f["total"]) for f in shown]
+    assert totals == sorted(totals, reverse=True)  # never grows
+    work = int((res.batch.n_atoms * res.steps).sum())
+    assert work < first_total
+    last = shown[-1]
+    assert (last["finished"], last["systems"]) == ("6", "6")
+    assert si_value(last["done"]) == si_value(last["total"]) == pytest.approx(work, rel=5e-3)
+
+
+class Crash(Exception):
+    pass
+
+
+def test_a_resumed_run_counts_the_work_done_before_the_checkpoint(tmp_path: Path) -> None:
+    """Systems that left the batch before the checkpoint are part of the resumed run's
+    bar (and of the Logger's end line): its last frame is all the work and all systems."""
+    from loguru import logger
+
+    from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback, Logger
+    from alchemi_lit.sinks import ZarrSink
+
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(m.record["message"]), level="INFO")
+    structures = argon_crystals(n_systems=6, repeat=2, noise=0.1)
+
+    def sim(*extra) -> tuple[Simulator, io.StringIO]:
+        out = io.StringIO()
+        bar = ProgressBar(frequency=2, console=Console(force_terminal=True, file=out, width=200))
+        return Simulator(
+            model=LennardJones(0.0104, 3.40, 6.0),
+            stages=FIRE(fmax=0.02, max_steps=80),
+            callbacks=[Checkpoint(tmp_path / "ckpt", every_n_steps=4), bar, Logger(100), *extra],
+            sinks=[ZarrSink(tmp_path / "r.zarr", mode="w")],
+            accelerator="cpu",
+            sync_every=2,
+        ), out
+
+    def crash(ctx) -> None:
+        if ctx.state["graduated_systems"] >= 3 and ctx.step % 4 == 1:
+            raise Crash
+
+    first, _ = sim(LambdaCallback(HookStageEnum.AFTER_STEP, crash))
+    try:
+        with pytest.raises(Crash):
+            first.run(SizeAwareSampler(structures, max_atoms=70))
+        again, out = sim()
+        res = again.run(SizeAwareSampler(structures, max_atoms=70), resume=str(tmp_path / "ckpt"))
+    finally:
+        logger.remove(sink)
+    shown = frames(out.getvalue())
+    assert shown[0]["finished"] != "0"  # graduated before the checkpoint: counted from the start
+    last = shown[-1]
+    assert (last["finished"], last["systems"]) == ("6", "6")
+    assert len(res) == 6  # read back from the store: the systems of both parts
+    work = int((res.batch.n_atoms * res.steps).sum())
+    assert si_value(last["done"]) == pytest.approx(work, rel=5e-3)
+    end = [m for m in lines if m.startswith("run end")][-1]
+    assert f"6 systems, {int(res.converged.sum())} converged" in end
