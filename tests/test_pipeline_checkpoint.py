@@ -32,7 +32,9 @@ class Crash(Exception):
     pass
 
 
-def make(tmp: Path, mode: str, extra=(), temperature: float = 50.0) -> al.Simulator:
+def make(
+    tmp: Path, mode: str, extra=(), temperature: float = 50.0, checkpoint=None
+) -> al.Simulator:
     return al.Simulator(
         model=LennardJones(0.0104, 3.40, 6.0),
         stages=FIRE(fmax=0.05, max_steps=80)
@@ -45,7 +47,7 @@ def make(tmp: Path, mode: str, extra=(), temperature: float = 50.0) -> al.Simula
         sync_every=5,
         timeout=30,
         sinks=[ZarrSink(tmp / "res.zarr", mode="w")],
-        callbacks=[Checkpoint(tmp / "ckpt", every_n_steps=10), *extra],
+        callbacks=[checkpoint or Checkpoint(tmp / "ckpt", every_n_steps=10), *extra],
     )
 
 
@@ -104,6 +106,37 @@ def test_pipeline_resume_checks_the_run_and_passes_over_a_damaged_round(tmp_path
     data[len(data) // 2] ^= 0x01
     rounds[-1].write_bytes(bytes(data))
     make(cut, "async_recv").run(SizeAwareSampler(DATA, max_atoms=250), resume=str(cut / "ckpt"))
+    assert_stores_equal(tmp_path / "full" / "res.zarr", cut / "res.zarr")
+
+
+@pytest.mark.timeout(240)
+def test_time_scheduled_checkpoints_fall_on_the_same_round_on_every_rank(tmp_path):
+    """Checkpoint(every_seconds=...) on a pipeline: the rank whose timer runs out asks for
+    a round ahead in its message headers, so every rank checkpoints that same round; a
+    crashed run resumes from one and equals the uninterrupted run."""
+    make(tmp_path / "full", "async_recv").run(SizeAwareSampler(DATA, max_atoms=250))
+
+    def slow_then_boom(ctx):
+        time.sleep(0.01)
+        if ctx.state.get("rank") == 1 and ctx.step == 80:
+            raise Crash("crash on rank 1")
+
+    cut = tmp_path / "cut"
+    timed = Checkpoint(cut / "ckpt", every_n_steps=None, every_seconds=0.2, keep=50)
+    with pytest.raises(PipelineError):
+        make(
+            cut, "async_recv", [LambdaCallback(HookStageEnum.AFTER_STEP, slow_then_boom)],
+            checkpoint=timed,
+        ).run(SizeAwareSampler(DATA, max_atoms=250))  # fmt: skip
+    rounds = [
+        {int(p.stem.split("-")[1]) for p in (cut / "ckpt" / f"rank{r}").glob("round-*.ckpt")}
+        for r in (0, 1)
+    ]
+    assert rounds[1], "no time-scheduled checkpoint was written"
+    assert rounds[1] <= rounds[0]  # the same rounds on both ranks (a consistent cut)
+    make(cut, "async_recv", checkpoint=timed).run(
+        SizeAwareSampler(DATA, max_atoms=250), resume=str(cut / "ckpt")
+    )
     assert_stores_equal(tmp_path / "full" / "res.zarr", cut / "res.zarr")
 
 
