@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .callbacks.nan_guard import NaNGuard
+from .engine.cadence import check_sync_every
 from .errors import ConfigError
 from .hooks import Callback
 from .integrators.base import Integrator
@@ -55,8 +56,16 @@ class Simulator:
         devices: device count or indices (pipelines: one rank per device).
         precision: ``"64"`` (float64) or ``"32"`` (float32) for positions and forces.
         seed: key of every random stream (with system_id and step).
-        sync_every: steps between host bookkeeping (termination, graduation, refills,
-            ON_CONVERGE callbacks, pipeline exchanges); the step loop never waits on the host.
+        sync_every: when the host does its bookkeeping (graduation, refills, ON_CONVERGE
+            callbacks, termination): ``"auto"`` (default) as soon as it costs less than
+            the forward time finished systems waste by staying in the batch, read from
+            flags copied one step late without waiting (a system finished at step t is
+            out of the forward by t + 2 whenever that pays); an integer N: every N steps
+            (pipeline exchanges too; with "auto" they come every 10 steps).
+        stress: compute the stress in every forward (``True``: results carry it),
+            never (``False``), or only where a stage or callback needs it (``None``,
+            the default: cell filters and barostats).  Results carry NaN stress where
+            it was not computed; no extra model evaluation is made for it.
         strategy: ``"auto"`` (pipeline plans -> ``"pipeline"``, else ``"single"``),
             ``"single"``, ``"pipeline"`` (one rank per pipeline stage), ``"replicas"``
             (``devices`` copies of the plan, each on a shard of the data), the name of
@@ -90,7 +99,8 @@ class Simulator:
         devices: int | Sequence[int] = 1,
         precision: Precision = "64",
         seed: int = 0,
-        sync_every: int = 10,
+        sync_every: int | Literal["auto"] = "auto",
+        stress: bool | None = None,
         strategy: str | Strategy = "auto",
         buffer: BufferConfig | None = None,
         comm_mode: CommMode = "async_recv",
@@ -133,8 +143,10 @@ class Simulator:
         self.strategy_name = runner.name or type(runner).__name__
         if precision not in _DTYPES:
             raise ConfigError(f"precision must be one of {sorted(_DTYPES)}, got {precision!r}")
-        if int(sync_every) < 1:
-            raise ConfigError(f"sync_every must be >= 1, got {sync_every}")
+        self.sync_every = check_sync_every(sync_every)
+        if stress not in (None, True, False):
+            raise ConfigError(f"stress must be true, false or null (where needed), got {stress!r}")
+        self.stress = stress
         self.callbacks = list(callbacks or [])
         if not any(isinstance(cb, NaNGuard) for cb in self.callbacks):
             self.callbacks.insert(0, NaNGuard())
@@ -152,7 +164,6 @@ class Simulator:
         if compile in (True, "integrators"):
             for stage in _stages_of(plan):
                 stage.compile()
-        self.sync_every = int(sync_every)
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from one
         self.fingerprint: dict[str, Any] | None = None  # what a resume must find unchanged
         self.sinks = list(sinks) if sinks is not None else None  # None: fresh memory per run
@@ -403,6 +414,7 @@ class Simulator:
             "device": str(self.device),
             "seed": self.seed,
             "sync_every": self.sync_every,
+            "stress": self.stress,
             "fingerprint": self.fingerprint,
             "config": self.config,
             "versions": {

@@ -540,8 +540,9 @@ class Batch:
                 energy = float(s["energy"][b])
                 if np.isfinite(energy):
                     props: dict[str, Any] = {"energy": energy, "forces": a["forces"][lo:hi].copy()}
-                    if abs(np.linalg.det(s["cell"][b])) > 1e-12:
-                        props["stress"] = full_3x3_to_voigt_6_stress(s["stress"][b])
+                    stress = s["stress"][b]  # (NaN: not computed by the run)
+                    if abs(np.linalg.det(s["cell"][b])) > 1e-12 and np.isfinite(stress).all():
+                        props["stress"] = full_3x3_to_voigt_6_stress(stress)
                     atoms.calc = SinglePointCalculator(atoms, **props)
             out.append(atoms)
         if moved:

@@ -30,6 +30,17 @@ def row_sum(a: torch.Tensor) -> torch.Tensor:
     return a @ a.new_ones(a.shape[-1])
 
 
+#: Whether reading a CPU tensor's values on the host is free (it is).  Tests set it to
+#: False to run the accelerator's path on CPU: branch-free, no value read between
+#: bookkeepings (see :func:`host_reads_free`).
+CPU_READS_FREE = True
+
+
+def host_reads_free(t: torch.Tensor) -> bool:
+    """Whether ``t``'s values can be read on the host without waiting for a device."""
+    return CPU_READS_FREE and t.device.type == "cpu"
+
+
 def may_be_set(mask: torch.Tensor) -> bool:
     """False only when ``mask`` is known to hold no True element at no cost.
 
@@ -39,7 +50,7 @@ def may_be_set(mask: torch.Tensor) -> bool:
     accelerator the read would be a host sync, so this returns True and the caller
     takes its branch-free path -- the results are the same either way.
     """
-    return mask.device.type != "cpu" or bool(mask.any())
+    return not host_reads_free(mask) or bool(mask.any())
 
 
 def all_set(mask: torch.Tensor) -> bool:
@@ -49,7 +60,7 @@ def all_set(mask: torch.Tensor) -> bool:
     its ``torch.where`` on CPU; on an accelerator this returns False and the caller
     keeps the masked path.
     """
-    return mask.device.type == "cpu" and bool(mask.all())
+    return host_reads_free(mask) and bool(mask.all())
 
 
 def kept(

@@ -237,7 +237,9 @@ def test_results_carry_the_final_stress_as_ase_computes_it():
         atoms.rattle(0.05, seed=k)
     crystals[2].set_cell(crystals[2].cell * 1.02, scale_atoms=True)  # under tension
     molecule = Atoms("Ar3", positions=[[0, 0, 0], [3.7, 0, 0], [0.4, 3.6, 0]])
-    res = al.Simulator(model=lj(), stages=relax(), precision="64").run([*crystals, molecule])
+    res = al.Simulator(model=lj(), stages=relax(), precision="64", stress=True).run(
+        [*crystals, molecule]
+    )
     out = res.to_atoms()
     for atoms in out[:3]:
         ref = atoms.copy()

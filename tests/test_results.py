@@ -52,7 +52,9 @@ def test_run_sink_and_reader_give_the_same_results(tmp_path: Path) -> None:
     store = tmp_path / "r.zarr"
 
     def run(sink: object) -> al.Results:
-        return al.Simulator(model=lj(), stages=relax() + md(), sinks=[sink], seed=2).run(argon())
+        return al.Simulator(
+            model=lj(), stages=relax() + md(), sinks=[sink], seed=2, stress=True
+        ).run(argon())
 
     ran = run(HostMemory())
     answers = {
@@ -123,7 +125,9 @@ def emt_systems(tmp_path: Path) -> list[Atoms]:
 def test_to_pandas_against_ase(tmp_path: Path) -> None:
     """Every column from ASE's own EMT calculator on the result structures."""
     structures = emt_systems(tmp_path)
-    res = al.Simulator(model=EMT(), stages=FIRE(fmax=1e-3, max_steps=3)).run(structures)
+    res = al.Simulator(model=EMT(), stages=FIRE(fmax=1e-3, max_steps=3), stress=True).run(
+        structures
+    )
     table = res.to_pandas()
     assert list(table.columns) == [
         *COLUMNS,
@@ -188,7 +192,9 @@ def test_formulas_and_unevaluated_systems() -> None:
 @pytest.mark.parametrize("name", ["r.extxyz", "r.traj"])
 def test_write_round_trips_through_ase(tmp_path: Path, name: str) -> None:
     structures = emt_systems(tmp_path)
-    res = al.Simulator(model=EMT(), stages=FIRE(fmax=1e-3, max_steps=3) + md()).run(structures)
+    res = al.Simulator(model=EMT(), stages=FIRE(fmax=1e-3, max_steps=3) + md(), stress=True).run(
+        structures
+    )
     res.write(tmp_path / name)
     back = ase.io.read(tmp_path / name, ":")
     tol = 1e-8 if name.endswith("extxyz") else 0.0  # extxyz: 8 decimals

@@ -24,7 +24,7 @@ from loguru import logger
 from .. import kernels
 from ..hooks import Callback, StepContext
 from ..state import EXIT_QUARANTINED, Batch
-from ..tensor_ops import may_be_set
+from ..tensor_ops import host_reads_free, may_be_set
 
 NAN_ENERGY, NAN_FORCES, NAN_POSITIONS = 1, 2, 4
 _KEPT = ("positions", "velocities", "forces", "energy")
@@ -120,7 +120,7 @@ def _may_be_non_finite(b: Batch) -> bool:
     if kernels.usable(forces, positions, energy):  # the same sum, one compiled pass
         check = kernels.load("reductions").finite_total
         return not check(forces.numpy(), positions.numpy(), energy.numpy())
-    if not forces.is_cpu:
+    if not host_reads_free(forces):
         return True
     total = b.force_sq_norms().sum() + b.positions.sum() + b.energy.sum()  # (|F|^2: shared)
     return not bool(torch.isfinite(total))

@@ -113,8 +113,9 @@ class SinkDelivery:
     """Write graduates to the sinks (a priority chain that never drops a system).
 
     ``status_offset`` turns a pipeline rank's status codes into pipeline-wide ones, as
-    a fused run of all stages would report them.  Graduates get their final stress
-    here when the run's forwards did not compute it.
+    a fused run of all stages would report them.  Where the run's forwards did not
+    compute the stress (``Simulator(stress=...)``), graduates carry NaN stress rather
+    than a stale or zero one: no extra model evaluation is made for it.
     """
 
     def __init__(
@@ -135,9 +136,8 @@ class SinkDelivery:
         self.sinks.open({**run_info, **self.info})
 
     def deliver(self, graduates: Batch) -> None:
-        model = self.sim.model
-        if model.compute_stress and not self.loop.needs_stress:
-            graduates.stress = model.final_stress(graduates)
+        if not self.loop.needs_stress:
+            graduates.stress = torch.full_like(graduates.stress, float("nan"))
         if self.status_offset:
             graduates.status = graduates.status + self.status_offset
         self.sinks.write(graduates)

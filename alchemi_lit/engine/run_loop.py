@@ -5,7 +5,8 @@ Like Lightning's ``_Loop.run``, it owns the order of things and nothing else::
     restore or take the first systems         (Feed.initial / a checkpoint)
     forces before the first step; callbacks' on_run_start; systems enter the plan
     repeat:
-        steps until the next multiple of sync_every (cut short by a quarantine or a signal)
+        steps until bookkeeping is due (:mod:`.cadence`: every sync_every, or as soon
+        as it pays), cut short by a quarantine or a signal
         graduate the finished systems          -> Delivery.deliver
         one round with the rest of the run     -> Transport.round (a pipeline's exchange)
         checkpoint when due                     -> CheckpointPolicy
@@ -27,9 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..hooks import HookDispatcher, StepContext, callback_states, restore_callback_states
+from ..hooks import (
+    HookDispatcher,
+    HookStageEnum,
+    StepContext,
+    callback_states,
+    restore_callback_states,
+)
 from ..sinks import batch_from_state, batch_state
 from ..state import Batch
+from .cadence import MAX_AUTO_INTERVAL, Cadence, SyncEvery
 from .fingerprint import refuse_mismatch
 from .interrupt import InterruptGuard, RunInterrupted
 
@@ -73,6 +81,12 @@ class Transport(Protocol):
     def start(self, batch: Batch, resumed: bool) -> None:
         """Before the first step (a pipeline posts receives and first credits)."""
 
+    def steps_left(self, step: int) -> int | None:
+        """Steps that may run before the next round at most (None: no limit)."""
+
+    def round_due(self, step: int, batch: Batch) -> bool:
+        """Whether this bookkeeping ends with a round."""
+
     def round(self, batch: Batch) -> bool:
         """One round after graduation; True when this part of the run is done."""
 
@@ -84,6 +98,9 @@ class CheckpointPolicy(Protocol):
     """When checkpoints are due and where they go."""
 
     def due(self, step: int, done: bool, interrupted: bool) -> bool: ...
+    def pending(self, step: int) -> bool:
+        """Whether a checkpoint is due already (the auto cadence books for it)."""
+
     def save(self, state: dict[str, Any], step: int, done: bool) -> Path: ...
 
 
@@ -95,6 +112,12 @@ class LocalTransport:
 
     def start(self, batch: Batch, resumed: bool) -> None:
         return None
+
+    def steps_left(self, step: int) -> int | None:
+        return None
+
+    def round_due(self, step: int, batch: Batch) -> bool:
+        return True
 
     def round(self, batch: Batch) -> bool:
         return batch.num_systems == 0 and self.feed.exhausted()
@@ -129,14 +152,14 @@ class RunLoop:
         delivery: Delivery,
         transport: Transport,
         checkpoints: CheckpointPolicy | None,
-        sync_every: int,
+        sync_every: SyncEvery,
         simulator: Any,
         context: dict[str, Any] | None = None,
     ) -> None:
         self.loop, self.hooks = loop, hooks
         self.feed, self.delivery, self.transport = feed, delivery, transport
         self.checkpoints = checkpoints
-        self.sync_every = int(sync_every)
+        self.cadence = Cadence(sync_every, simulator.device, hooks.has(HookStageEnum.ON_CONVERGE))
         self.sim = simulator
         self.context = dict(context or {})
         self.stats = LoopStats()
@@ -183,21 +206,26 @@ class RunLoop:
         return self.stats
 
     def _loop(self, ctx: StepContext, guard: InterruptGuard) -> None:
-        budget = self.loop.plan.total_budget() + 2 * self.sync_every + 2
+        interval = self.cadence.fixed or MAX_AUTO_INTERVAL
+        budget = self.loop.plan.total_budget() + 2 * interval + 2
         idle = 0
         while True:
             steps = self._steps(ctx, guard)
+            started = time.perf_counter()
             graduated = self._graduate(ctx)
             interrupted = guard.received is not None
-            done = self.transport.round(ctx.batch)
-            if self.checkpoints is not None and self.checkpoints.due(ctx.step, done, interrupted):
-                self.stats.checkpoint = self.checkpoints.save(self.state_dict(), ctx.step, done)
-            if done:
-                return
+            if interrupted or self.transport.round_due(ctx.step, ctx.batch):
+                done = self.transport.round(ctx.batch)
+                policy = self.checkpoints
+                if policy is not None and policy.due(ctx.step, done, interrupted):
+                    self.stats.checkpoint = policy.save(self.state_dict(), ctx.step, done)
+                if done:
+                    return
             if interrupted:
                 self.delivery.flush()
                 raise RunInterrupted(self.stats.checkpoint, guard.received, self.delivery.where())
             ctx.batch = self._admit(ctx.batch)
+            self.cadence.booked(time.perf_counter() - started)
             # safety net: every stage has a finite budget, so no system can stay longer
             idle = 0 if graduated or not steps else idle + steps
             if idle > budget:
@@ -208,17 +236,27 @@ class RunLoop:
                 )
 
     def _steps(self, ctx: StepContext, guard: InterruptGuard) -> int:
-        """Steps until the next multiple of ``sync_every`` (bookkeeping stays aligned when
-        a step was cut short), fewer after a quarantine or a signal; returns how many."""
+        """Steps until the cadence books (a fixed ``sync_every`` stays aligned on its
+        multiples when a step was cut short), a round is due, a quarantine or a signal;
+        returns how many."""
         if not ctx.batch.num_systems:
             return 0
         t0 = time.perf_counter()
+        cadence, exit_code = self.cadence, self.loop.plan.exit
+        limit = cadence.steps_left(ctx.step)
+        to_round = self.transport.steps_left(ctx.step)
+        if to_round is not None:
+            limit = min(limit, to_round)
+        watch_checkpoints = cadence.auto and self.checkpoints is not None
         n = 0
-        for _ in range(self.sync_every - ctx.step % self.sync_every):
+        while n < limit:
             self.loop.step(ctx.batch, ctx)
             n += 1
-            if self.loop.evict or guard.received is not None:
+            due = cadence.after_step(ctx.batch, exit_code, ctx.exited)
+            if due or self.loop.evict or guard.received is not None:
                 break  # quarantined systems leave before the next forward; signals stop
+            if watch_checkpoints and self.checkpoints.pending(ctx.step):
+                break
         self.loop.evict = False
         self.stats.steps += n
         self.stats.busy_s += time.perf_counter() - t0

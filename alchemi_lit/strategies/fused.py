@@ -31,6 +31,7 @@ import torch
 
 from .. import kernels
 from ..convergence import Criterion
+from ..errors import ConfigError
 from ..hooks import HookDispatcher, HookStageEnum, StepContext
 from ..models.base import Model
 from ..stages import Fused
@@ -136,9 +137,12 @@ class FusedLoop:
         history_offset: int = 0,
         history_width: int | None = None,
         optimizer_columns: list[int] | None = None,
+        stress: bool | None = None,
     ) -> None:
         """``history_offset``/``history_width`` place this plan's columns in the
-        ``stage_steps``/``stage_exit`` history (a pipeline records all ranks' stages)."""
+        ``stage_steps``/``stage_exit`` history (a pipeline records all ranks' stages);
+        ``stress``: compute it in every forward (True), never (False), or where a stage
+        or callback needs it (None)."""
         self.model = model
         self.offset = int(history_offset)
         self.width = len(plan) + self.offset if history_width is None else int(history_width)
@@ -157,10 +161,15 @@ class FusedLoop:
         self.pending = False  # set by the strategy when it appended PENDING systems
         self.evict = False  # set when systems were quarantined for a model error
         self.failed: torch.Tensor | None = None  # [B] quarantined by the last forward
-        # stress costs a [P, 3, 3] reduction per step: only when a stage or callback uses it
-        self.needs_stress = any(getattr(s, "requires_stress", False) for s in plan.stages) or any(
-            getattr(cb, "requires_stress", False) for cb in hooks.callbacks
-        )
+        # stress costs a [P, 3, 3] reduction per step: only when asked for or needed
+        needed = [type(s).__name__ for s in plan.stages if getattr(s, "requires_stress", False)]
+        needed += [type(c).__name__ for c in hooks.callbacks if getattr(c, "requires_stress", 0)]
+        if stress is False and needed:
+            raise ConfigError(
+                f"{', '.join(needed)} need(s) the stress, but the Simulator has stress=False; "
+                f"leave stress at its default (computed where needed)"
+            )
+        self.needs_stress = bool(needed) or stress is True
 
     # ----------------------------------------------------------------- setup
     def declare(self, batch: Batch) -> None:

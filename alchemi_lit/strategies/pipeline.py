@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 #: how an abort message says a rank was stopped by a signal (``interrupted by SIGTERM``)
 INTERRUPTED = "interrupted by"
+#: steps between exchange rounds with ``sync_every="auto"``
+ROUND_STEPS = 10
 
 __all__ = ["INTERRUPTED", "CommMode", "HistoryLayout", "PipelineError", "PipelineWorker"]
 
@@ -122,7 +124,7 @@ class RoundCheckpoints:
     """A rank's checkpoints: at the same exchange rounds on every rank (a consistent
     cut), when the rank finishes (``done.ckpt``) and when a signal stops it.
 
-    Rounds come from ``every_n_steps`` (every ``ceil(n / sync_every)`` rounds) and from
+    Rounds come from ``every_n_steps`` (every ``ceil(n / round_steps)`` rounds) and from
     ``every_seconds``: a rank whose timer runs out asks for a round far enough ahead
     that the request, carried in every message header, reaches every rank first.
     """
@@ -147,6 +149,9 @@ class RoundCheckpoints:
             or (self.every_rounds is not None and completed % self.every_rounds == 0)
             or self.exchange.checkpoint_round == completed
         )
+
+    def pending(self, step: int) -> bool:
+        return False  # (only rounds are checkpointed: see due)
 
     def save(self, state: dict[str, Any], step: int, done: bool) -> Path:
         self.exchange.flush_all()  # nothing of this round left in flight
@@ -190,6 +195,8 @@ class PipelineWorker:
         self.sampler, self.buffer, self.capacity = sampler, buffer, capacity
         self.mode: CommMode = "sync" if synchronized else comm_mode
         self.sync_every = 1 if synchronized else sim.sync_every
+        # exchange rounds: every sync_every steps, or every ROUND_STEPS with "auto"
+        self.round_steps = ROUND_STEPS if self.sync_every == "auto" else int(self.sync_every)
         self.devices = (device, comm_device)
         self.debug = debug
         self.stats = RankStats(rank)
@@ -206,7 +213,7 @@ class PipelineWorker:
         return FusedLoop(
             self.sim.model, self.pipeline.stages[r], hooks, seed=self.sim.seed,
             forward=self.sim.forward_fn(), history_offset=h.offsets[r], history_width=h.width,
-            optimizer_columns=h.optimizer_columns,
+            optimizer_columns=h.optimizer_columns, stress=self.sim.stress,
         )  # fmt: skip
 
     def empty(self) -> Batch:
@@ -257,9 +264,9 @@ class PipelineWorker:
         if self.checkpoint is not None:
             folder = Path(self.checkpoint.dirpath) / f"rank{self.rank}"
             policy = RoundCheckpoints(
-                self.checkpoint, self.exchange, folder, self.sync_every, self.pipeline.num_ranks
+                self.checkpoint, self.exchange, folder, self.round_steps, self.pipeline.num_ranks
             )
-        transport = _RoundTransport(self.exchange)
+        transport = _RoundTransport(self.exchange, self.round_steps)
         self.run_loop = RunLoop(
             self.loop, self.hooks, self.io, delivery, transport, policy, self.sync_every,
             self.sim, context={"rank": self.rank},
@@ -354,13 +361,21 @@ class PipelineWorker:
 
 
 class _RoundTransport:
-    """The run loop's transport on a rank: each bookkeeping ends with an exchange round."""
+    """The run loop's transport on a rank: an exchange round every ``round_steps``
+    steps (and whenever the rank has nothing to step); with ``sync_every="auto"`` the
+    rank books in between as soon as it pays, graduating into its outbox."""
 
-    def __init__(self, exchange: Exchange) -> None:
-        self.exchange = exchange
+    def __init__(self, exchange: Exchange, round_steps: int) -> None:
+        self.exchange, self.round_steps = exchange, round_steps
 
     def start(self, batch: Batch, resumed: bool) -> None:
         self.exchange.start(batch, resumed)
+
+    def steps_left(self, step: int) -> int | None:
+        return self.round_steps - step % self.round_steps
+
+    def round_due(self, step: int, batch: Batch) -> bool:
+        return step % self.round_steps == 0 or batch.num_systems == 0
 
     def round(self, batch: Batch) -> bool:
         return self.exchange.round_trip(batch)

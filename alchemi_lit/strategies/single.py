@@ -62,6 +62,9 @@ class CallbackCheckpoints:
         self.sinks.failure_pending = False
         return bool(self._due)
 
+    def pending(self, step: int) -> bool:
+        return self.sinks.failure_pending or any(c.due(step) for c in self.callbacks)
+
     def save(self, state: dict[str, Any], step: int, done: bool) -> Path:
         return [cp.save(state, step) for cp in self._due][-1]
 
@@ -98,7 +101,9 @@ class SingleDeviceStrategy(Strategy):
         """The run loop over a prepared batch or a sampler (``resume``: a loaded
         checkpoint state)."""
         hooks = HookDispatcher(sim.callbacks)
-        loop = FusedLoop(sim.model, plan, hooks, seed=sim.seed, forward=sim.forward_fn())
+        loop = FusedLoop(
+            sim.model, plan, hooks, seed=sim.seed, forward=sim.forward_fn(), stress=sim.stress
+        )
         self.loop = loop
         sinks = SinkChain(sim.sinks if sim.sinks is not None else [HostMemory()])
         if isinstance(source, SizeAwareSampler):

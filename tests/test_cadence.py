@@ -1,0 +1,189 @@
+"""Every atom through the model is one that needs it (issue #18, part 1).
+
+With ``sync_every="auto"`` finished systems leave the forward one step after they
+finish (their flags are read one step late, without waiting), results equal a run
+that books after every step bit for bit, the step loop reads no device value, and a
+positions-only relaxation makes exactly one model evaluation per step.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import alchemi_lit as al
+from alchemi_lit import tensor_ops
+from alchemi_lit.data import SizeAwareSampler, mixed_argon
+from alchemi_lit.engine import cadence as cadence_module
+from alchemi_lit.engine.cadence import Cadence
+from alchemi_lit.integrators import FIRE, Langevin
+from alchemi_lit.models import LennardJones
+
+DATA = mixed_argon(16, 8, 40, seed=11)
+
+
+class Counting(LennardJones):
+    """LJ argon that counts its evaluations and the atoms it is given (``delay``: a
+    slower model, so that keeping finished atoms costs more than a bookkeeping)."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__(0.0104, 3.40, 6.0)
+        self.delay = delay
+        self.calls = 0
+        self.atoms = 0
+
+    def forward(self, batch, compute_stress=None, neighbors=None):
+        self.calls += 1
+        self.atoms += batch.num_atoms
+        if self.delay:
+            time.sleep(self.delay)
+        return super().forward(batch, compute_stress=compute_stress, neighbors=neighbors)
+
+
+def relax(model, sync_every, **kw) -> al.Results:
+    sim = al.Simulator(
+        model=model, stages=FIRE(fmax=0.05, max_steps=60), sync_every=sync_every, **kw
+    )
+    return sim.run(SizeAwareSampler(DATA, max_atoms=120))
+
+
+def needed_atom_evaluations(res: al.Results) -> int:
+    """Each system's atoms once per step it took, plus its first evaluation."""
+    n = res.batch.n_atoms
+    return int((n * (res.stage_steps.sum(1) + 1)).sum())
+
+
+@pytest.fixture
+def bookkeeping_pays(monkeypatch):
+    """An expensive model: every bookkeeping costs less than the forward time a finished
+    system wastes (the cost rule itself is tested with a fake clock below)."""
+    booked = Cadence.booked
+
+    def cheap(self, seconds):
+        booked(self, seconds)
+        self.book_s = 0.0
+
+    monkeypatch.setattr(Cadence, "booked", cheap)
+
+
+def test_finished_systems_leave_the_forward_one_step_late_and_results_are_equal(
+    bookkeeping_pays,
+):
+    model = Counting()
+    auto = relax(model, "auto")
+    needed = needed_atom_evaluations(auto)
+    lag = int(auto.batch.n_atoms.sum())  # one more evaluation per system, at most
+    assert needed <= model.atoms <= needed + lag, (model.atoms, needed, lag)
+    every = Counting()
+    each_step = relax(every, 1)
+    coarse = Counting()
+    relax(coarse, 10)
+    assert model.atoms < coarse.atoms  # the fixed cadence keeps finished atoms longer
+    for key in ("positions", "velocities", "forces"):
+        assert torch.equal(auto.batch.atom[key], each_step.batch.atom[key]), key
+    for key in ("energy", "total_steps", "converged", "stage_steps"):
+        assert torch.equal(auto.batch.system[key], each_step.batch.system[key]), key
+
+
+def test_a_positions_only_relaxation_makes_one_evaluation_per_step():
+    model = Counting()
+    res = relax(model, "auto")
+    assert model.calls == res.stats["forward_calls"] == res.stats["steps"] + 1
+    assert torch.isnan(res.batch.stress).all()  # not asked for: not computed, not faked
+    assert np.isnan(res.to_pandas()["pressure"]).all()
+    assert "stress" not in res[0].calc.results
+
+    with_stress = Counting()
+    res = relax(with_stress, "auto", stress=True)
+    assert with_stress.calls == res.stats["steps"] + 1  # in the step's own forward
+    direct = LennardJones(0.0104, 3.40, 6.0)(al.Batch.from_atoms(res.to_atoms()))
+    assert torch.allclose(res.batch.stress, direct["stress"], rtol=0, atol=1e-12)
+
+
+def test_stress_false_with_a_stage_that_needs_it_is_refused():
+    class NeedsStress(FIRE):
+        requires_stress = True
+
+    sim = al.Simulator(model=Counting(), stages=NeedsStress(), stress=False)
+    with pytest.raises(al.ConfigError, match=r"NeedsStress need.*stress=False"):
+        sim.run(DATA[:2])
+
+
+@pytest.fixture
+def accelerator_path(monkeypatch):
+    """The accelerator's path on CPU: branch-free, kernels off, no free host reads."""
+    from alchemi_lit import kernels
+
+    monkeypatch.setattr(tensor_ops, "CPU_READS_FREE", False)
+    monkeypatch.setattr(kernels, "ENABLED", False)
+
+
+#: where the framework's step loop lives (the model's own internals are its business)
+LOOP_CODE = ("engine", "strategies", "hooks.py", "integrators", "convergence.py", "callbacks")
+
+
+def test_the_step_loop_reads_no_device_value_between_bookkeepings(accelerator_path, monkeypatch):
+    from alchemi_lit.engine.run_loop import RunLoop
+
+    reads: list[str] = []
+    inside = [False]
+
+    def counted(name):
+        original = getattr(torch.Tensor, name)
+
+        def wrapper(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            ours = "alchemi_lit" in caller and any(p in caller for p in LOOP_CODE)
+            if inside[0] and ours and not getattr(self, "host_buffer", False):
+                reads.append(f"{name} from {caller}:{sys._getframe(1).f_lineno}")
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, wrapper)
+
+    for name in ("item", "__bool__", "cpu", "tolist", "numpy"):
+        counted(name)
+    steps = RunLoop._steps
+
+    def watched(self, ctx, guard):
+        inside[0] = True
+        try:
+            return steps(self, ctx, guard)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(RunLoop, "_steps", watched)
+    plan = FIRE(fmax=0.05, max_steps=30) + Langevin(dt=2.0, temperature=50.0, steps=10)
+    sim = al.Simulator(model=Counting(), stages=plan, sync_every="auto")
+    res = sim.run(SizeAwareSampler(DATA, max_atoms=120))
+    assert len(res) == len(DATA)
+    assert not reads, reads[:10]
+
+
+def test_auto_books_as_soon_as_the_wasted_forward_time_pays_for_it(monkeypatch):
+    """A cheap bookkeeping is made at once; an expensive one waits until the finished
+    atoms have wasted as much forward time as it costs."""
+    clock = [0.0]
+    monkeypatch.setattr(cadence_module.time, "perf_counter", lambda: clock[0])
+    batch = al.Batch.from_atoms(DATA[:4])  # some finished, the rest not
+    batch.status = torch.tensor([1, 0, 0, 0])
+    share = int(batch.n_atoms[0]) / batch.num_atoms
+
+    def steps_until_booked(book_s: float) -> int:
+        c = Cadence("auto", torch.device("cpu"), on_converge=False)
+        c.book_s = book_s
+        for n in range(1, 200):
+            clock[0] += 1.0  # every step takes one second
+            if c.after_step(batch, exit_code=1, exited=None):
+                return n
+        return -1
+
+    assert steps_until_booked(0.0) == 2  # finished at step 1: seen one step late
+    waste, waited = 0.0, 0
+    while waste < 10.0:  # the finished atoms' share of each one-second step, summed
+        waste += 1.0 * share
+        waited += 1
+    assert waited > 5 and steps_until_booked(10.0) == 1 + waited
