@@ -369,8 +369,8 @@ def test_decisions_on_one_systems_numbers_equal_numpy_bit_for_bit(seed):
     import numba
     from test_per_system import fire_inputs
 
-    from alchemi_lit.integrators.fire import _fire_coefficients
-    from alchemi_lit.integrators.fire2 import _fire2_coefficients
+    from alchemi_lit.integrators.formulas import fire_coefficients as _fire_coefficients
+    from alchemi_lit.integrators.formulas import fire2_coefficients as _fire2_coefficients
     from alchemi_lit.kernels import scalar_xp
 
     one = numba.njit(_fire_coefficients.__wrapped__)

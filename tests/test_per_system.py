@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from alchemi_lit.integrators.fire import _fire_coefficients
+from alchemi_lit.integrators.formulas import fire_coefficients as _fire_coefficients
 from alchemi_lit.tensor_ops import per_system
 
 
@@ -80,7 +80,7 @@ def test_per_system_views_and_returns_tensors_without_warnings():
 @pytest.mark.parametrize("use_abc", [False, True])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_fire2_coefficients_numpy_equals_torch(use_abc, seed):
-    from alchemi_lit.integrators.fire2 import _fire2_coefficients
+    from alchemi_lit.integrators.formulas import fire2_coefficients as _fire2_coefficients
 
     mask, step, vf, ff, vv, dt, alpha, n = fire_inputs(torch.float64, seed)
     back = torch.rand(len(mask), generator=torch.Generator().manual_seed(seed)) < 0.2
