@@ -66,10 +66,10 @@ def as_param(
         return value
     number = re.match(r"\s*([-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)", str(value))
     fix = f"{name}={float(number.group(1))!r}" if number else f"{name}=<a number>"
-    in_unit = f" in {unit}" if unit else ""
+    in_unit, implied = (f" in {unit}", f" ({unit} is implied)") if unit else ("", "")
     raise ConfigError(
         f"{owner + ': ' if owner else ''}{name} must be a number{in_unit} (or a list of them, "
-        f"one per system), got {value!r}; write {fix} (the unit is implied{in_unit})"
+        f"one per system), got {value!r}; write {fix}{implied}"
     )
 
 

@@ -1,15 +1,18 @@
 """The numba kernels as a backend: faster implementations of the integrators' primitives
-(:mod:`alchemi_lit.integrators.ops`) and of the keyed noise (:func:`alchemi_lit.random.
-atom_normals`), registered with :mod:`alchemi_lit.backends` when it first dispatches.
+(:mod:`alchemi_lit.integrators.ops`), of the keyed noise (:func:`alchemi_lit.random.
+atom_normals`) and of the force criterion (:func:`alchemi_lit.convergence.
+largest_force_below`), registered with :mod:`alchemi_lit.backends` when it first
+dispatches.
 
 Each registration takes the inputs :func:`~alchemi_lit.kernels.usable` accepts (kernels
 enabled, numba importable, CPU tensors NumPy can view, not inside ``torch.compile``) and
-runs one compiled call of :mod:`.dynamics`, :mod:`.fire` or :mod:`.philox` -- the same
-arithmetic as the torch reference, held to it by ``tests/test_cpu_kernels.py``.
+runs one compiled call of :mod:`.dynamics`, :mod:`.fire`, :mod:`.philox` or
+:mod:`.reductions` -- the same arithmetic as the torch reference, held to it by
+``tests/test_cpu_kernels.py``.
 
 What a kernel reads besides the batch (``dt / m`` per atom, the noise amplitude, a
 thermostat's per-system constants) is kept here between steps (:func:`kept`): gathering
-it again after each forward costs ~50 µs of lookups and conversions a step.  The noise
+it again after each forward would cost more lookups and conversions than the kernel.  The noise
 comes from the integrator's draws ahead (:func:`~alchemi_lit.integrators.noise.
 noise_source`), which a kernel reads at each system's own step.  Importing this module
 does not import numba: the kernel modules are loaded at their first call.
@@ -24,7 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from .. import kernels
+from .. import convergence, kernels
 from .. import random as rng
 from ..integrators import ops
 from ..integrators.formulas import SUZUKI_YOSHIDA
@@ -212,6 +215,13 @@ def atom_normals(
         system_idx.numpy(), local_index.numpy(), purpose, 2 * math.pi, ahead,
     )  # fmt: skip
     return rng.box_muller_block(torch.from_numpy(uniforms), dtype)
+
+
+@convergence.largest_force_below.register(BACKEND, lambda batch, fmax: kernels.usable(batch.forces))
+def largest_force_below(batch: Batch, fmax: float) -> torch.Tensor:
+    starts, counts = batch.segments.bounds
+    below = kernels.load("reductions").max_sq_norm_below
+    return torch.from_numpy(below(batch.forces.numpy(), starts, counts, fmax**2))
 
 
 def _noisy_step(
