@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
+import torch
 
 from alchemi_lit.errors import ConfigError, UnitWarning
 from alchemi_lit.integrators import (
@@ -152,3 +154,5 @@ def test_check_functions_are_public_and_clear():
     with pytest.raises(ConfigError, match=r"Mine: tau \(fs\) must be > 0\.0, got nan"):
         params.check_positive("Mine", "tau", float("nan"), "fs")
     assert params.check_count("Mine", "n", 3.0) == 3
+    per_system = params.check_positive("Mine", "tau", np.array([1.0, 2.0]), "fs")
+    assert per_system.dtype == torch.float64 and per_system.tolist() == [1.0, 2.0]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import re
 import sys
 import warnings
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from ..errors import ConfigError, UnitWarning
@@ -49,7 +51,7 @@ TEMPERATURE = Usual(0.0, 1e5, None, (1e-3, "{value} mK"))
 FORCE = Usual(0.0, 5.0, None, (1e-3, "{value} meV/Å"))
 
 _warned: set[tuple[str, str, float]] = set()
-_PACKAGE = str(Path(__file__).resolve().parents[1])
+_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
 
 
 def as_param(
@@ -57,6 +59,8 @@ def as_param(
 ) -> Param:
     """A number or tensor as it is, a list/tuple as a float64 tensor (per-system values
     indexed by ``system_id``); text (``"300K"``) is a :class:`ConfigError` naming the fix."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
     if isinstance(value, (list, tuple)):
         value = [as_param(v, name, owner, unit) for v in value]
         return torch.as_tensor(value, dtype=torch.float64)
