@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from . import kernels
+from .backends import primitive
 
 if TYPE_CHECKING:
     from .state import Batch
@@ -59,17 +59,20 @@ class ForceMax(Criterion):
         self.fmax = float(fmax)
 
     def __call__(self, batch: Batch) -> torch.Tensor:
-        if kernels.usable(batch.forces):  # one compiled pass on CPU
-            starts, counts = batch.segments.bounds
-            below = kernels.load("reductions").max_sq_norm_below
-            return torch.from_numpy(below(batch.forces.numpy(), starts, counts, self.fmax**2))
-        f2 = batch.force_sq_norms()
-        fmax2 = torch.zeros(batch.num_systems, dtype=f2.dtype, device=f2.device)
-        fmax2 = fmax2.scatter_reduce(0, batch.system_idx, f2, "amax", include_self=True)
-        return fmax2 < self.fmax**2
+        return largest_force_below(batch, self.fmax)
 
     def __repr__(self) -> str:
         return f"ForceMax({self.fmax})"
+
+
+@primitive
+def largest_force_below(batch: Batch, fmax: float) -> torch.Tensor:
+    """Whether each system's largest atomic force is below ``fmax`` ``[B]`` (a system
+    with a NaN force is not).  A primitive: one compiled pass on CPU (:mod:`.backends`)."""
+    f2 = batch.force_sq_norms()
+    fmax2 = torch.zeros(batch.num_systems, dtype=f2.dtype, device=f2.device)
+    fmax2 = fmax2.scatter_reduce(0, batch.system_idx, f2, "amax", include_self=True)
+    return fmax2 < fmax**2
 
 
 class EnergyChange(Criterion):

@@ -48,3 +48,14 @@ class StructureWarning(UserWarning):
         super().__init__(message)
         self.system_index = system_index
         self.system_id = system_id
+
+
+class UnitWarning(UserWarning):
+    """A parameter whose value is far outside its usual range, most likely given in
+    another unit (``dt=0.002``: ps for fs; ``fmax=50``: meV/Å for eV/Å).
+
+    A warning, not an error, because unusual values are sometimes meant (a 0.01 fs step
+    for a hydrogen plasma).  The message names the parameter, its unit and the value
+    most likely meant; each parameter and value is reported once per process.  Filter it
+    with :mod:`warnings` (``warnings.simplefilter("ignore", UnitWarning)``).
+    """

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from . import kernels
+from .backends import primitive
 from .tensor_ops import identity_key, same_key
 
 _MASK32 = 0xFFFFFFFF
@@ -70,6 +70,7 @@ def _uniform(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     return (x.to(torch.float64) + 0.5).mul_(scale / 4294967296.0)
 
 
+@primitive
 def atom_normals(
     seed: int,
     system_id: torch.Tensor,
@@ -85,14 +86,9 @@ def atom_normals(
     ``system_id``/``step`` are per system ``[B]``; ``system_idx``/``local_index`` per
     atom (index of the atom inside its own system).  With ``ahead = K`` the draws of
     steps ``step .. step + K - 1`` too, as ``[K N, 3]``: block ``k`` holds ``step + k``.
+    (A primitive: on CPU Philox and the uniforms run as one compiled loop,
+    :mod:`alchemi_lit.kernels.philox`, and Box-Muller as :func:`box_muller_block`.)
     """
-    # CPU: Philox and the uniforms in one compiled loop (never inside torch.compile)
-    if kernels.usable(system_id, step, system_idx, local_index):
-        uniforms = kernels.load("philox").atom_uniforms(
-            seed & _MASK32, (seed >> 32) & _MASK32, system_id.numpy(), step.numpy(),
-            system_idx.numpy(), local_index.numpy(), purpose, 2 * math.pi, ahead,
-        )  # fmt: skip
-        return box_muller_block(torch.from_numpy(uniforms), dtype)
     if ahead > 1:  # the same draw for K copies of the batch, copy k at step + k
         b, ks = int(system_id.shape[0]), torch.arange(ahead, device=step.device)
         system_id = system_id.repeat(ahead)
@@ -280,7 +276,7 @@ def compiled_atom_normals() -> Callable[..., torch.Tensor]:
     if _compiled_atom_normals is None:
         from .compiling import compile_or_eager
 
-        _compiled_atom_normals = compile_or_eager(atom_normals, "the Philox noise kernel")
+        _compiled_atom_normals = compile_or_eager(atom_normals.reference, "the Philox noise kernel")
     return _compiled_atom_normals
 
 

@@ -55,10 +55,15 @@ def both_ways(monkeypatch, batch: Batch, update) -> tuple[Batch, Batch]:
     """``update`` applied to two copies of ``batch``: compiled kernels, then torch."""
     compiled, plain = batch.clone(), batch.clone()
     assert kernels.usable(batch.positions)
+    loaded, load = [], kernels.load
+    monkeypatch.setattr(kernels, "load", lambda name: loaded.append(name) or load(name))
     update(compiled)
+    assert loaded, "no compiled kernel ran: are the primitives' backends registered?"
     monkeypatch.setattr(kernels, "ENABLED", False)
     assert not kernels.usable(batch.positions)
+    loaded.clear()
     update(plain)
+    assert not loaded, f"kernels {loaded} ran with ALCHEMI_LIT_CPU_KERNELS off"
     return compiled, plain
 
 
@@ -369,12 +374,11 @@ def test_decisions_on_one_systems_numbers_equal_numpy_bit_for_bit(seed):
     import numba
     from test_per_system import fire_inputs
 
-    from alchemi_lit.integrators.fire import _fire_coefficients
-    from alchemi_lit.integrators.fire2 import _fire2_coefficients
+    from alchemi_lit.integrators.formulas import fire2_coefficients, fire_coefficients
     from alchemi_lit.kernels import scalar_xp
 
-    one = numba.njit(_fire_coefficients.__wrapped__)
-    two = numba.njit(_fire2_coefficients.__wrapped__)
+    one = numba.njit(fire_coefficients.__wrapped__)
+    two = numba.njit(fire2_coefficients.__wrapped__)
     p1 = (2, 1.1, 0.5, 0.4, 0.1, 0.99, 0.2, True)
     p2 = (2, 1.1, 0.5, 0.4, 0.01, 0.25, 0.99, 0.2, False)
 
@@ -403,8 +407,8 @@ def test_decisions_on_one_systems_numbers_equal_numpy_bit_for_bit(seed):
     back = np.random.default_rng(seed).random(len(mask)) < 0.2
     got1, got2 = per_system(mask, step, back, vf, ff, vv, dt, alpha, n)
     with np.errstate(all="ignore"):
-        want1 = _fire_coefficients.__wrapped__(np, mask, step, vf, ff, vv, dt, alpha, n, *p1)
-        want2 = _fire2_coefficients.__wrapped__(np, mask, step, back, vf, ff, vv, dt, alpha, n, *p2)
+        want1 = fire_coefficients.__wrapped__(np, mask, step, vf, ff, vv, dt, alpha, n, *p1)
+        want2 = fire2_coefficients.__wrapped__(np, mask, step, back, vf, ff, vv, dt, alpha, n, *p2)
     for got, want in ((got1, want1), (got2, want2)):
         for g, w in zip(got, want):
             assert np.array_equal(g, np.asarray(w, dtype=np.float64), equal_nan=True)

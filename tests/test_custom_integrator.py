@@ -17,6 +17,8 @@ from ase.build import bulk
 from ase.calculators.lj import LennardJones as AseLennardJones
 from conftest import readme_block
 
+from alchemi_lit.hooks import Callback
+
 EXAMPLE = readme_block("custom-integrator")
 LJ = {"epsilon": 0.0104, "sigma": 3.40, "rc": 8.5}
 
@@ -89,3 +91,96 @@ def test_relax_argon_converges_like_the_reference(example: dict) -> None:
         assert np.linalg.norm(after.get_forces(), axis=1).max() < fmax
         assert after.get_potential_energy() < before.get_potential_energy()
         np.testing.assert_allclose(after.get_velocities(), 0.0)
+
+
+# ---------------------------------------------------------------------- OBABO (ops)
+MD_EXAMPLE = readme_block("custom-md")
+SEED, DT, TEMPERATURE, FRICTION, MD_STEPS = 5, 4.0, 60.0, 0.02, 30
+
+
+@pytest.fixture(scope="module")
+def md_example() -> dict:
+    namespace: dict = {"__name__": "readme_custom_md"}
+    exec(compile(MD_EXAMPLE, "README.md: custom-md", "exec"), namespace)
+    return namespace
+
+
+def moving(atoms: Atoms, seed: int) -> Atoms:
+    """``atoms`` with Gaussian velocities (about 40 K) and zero momentum."""
+    from ase import units
+
+    atoms, m = atoms.copy(), atoms.get_masses()[:, None]
+    v = np.random.default_rng(seed).normal(size=(len(atoms), 3)) * np.sqrt(units.kB * 40 / m)
+    atoms.set_velocities(v - (m * v).sum(0) / m.sum())
+    return atoms
+
+
+def obabo_reference(atoms: Atoms, system_id: int) -> np.ndarray:
+    """OBABO on one structure in NumPy with ASE's LJ; the O steps read the keyed normals
+    of this system (purposes 11 and 12 at each step), as ``Langevin``'s test feeds them
+    to ASE.  Returns the positions after every step."""
+    import torch
+    from ase import units
+
+    from alchemi_lit import random as rng
+
+    def normals(step: int, purpose: int) -> np.ndarray:
+        n = len(atoms)
+        z = rng.atom_normals(
+            SEED, torch.tensor([system_id]), torch.tensor([step]),
+            torch.zeros(n, dtype=torch.long), torch.arange(n), purpose, torch.float64,
+        )  # fmt: skip
+        return z.numpy()
+
+    atoms = atoms.copy()
+    atoms.calc = AseLennardJones(**LJ)
+    m = atoms.get_masses()[:, None]
+    dt, gamma = DT * units.fs, FRICTION / units.fs
+    c1 = np.exp(-gamma * 0.5 * dt)
+    c2 = np.sqrt((1.0 - c1 * c1) * units.kB * TEMPERATURE / m)
+    v, f, frames = atoms.get_velocities(), atoms.get_forces(), []
+    for step in range(MD_STEPS):
+        v = c1 * v + c2 * normals(step, 11)
+        v = v + 0.5 * dt * f / m
+        atoms.positions = atoms.positions + dt * v
+        f = atoms.get_forces()
+        v = v + 0.5 * dt * f / m
+        v = c1 * v + c2 * normals(step, 12)
+        frames.append(atoms.positions.copy())
+    return np.array(frames)
+
+
+class Positions(Callback):
+    """Positions of every system after every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[np.ndarray] = []
+
+    def after_step(self, ctx) -> None:
+        self.frames.append(ctx.batch.positions.detach().clone().numpy())
+
+
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["kernels", "torch"])
+def test_obabo_follows_the_reference_step_for_step(md_example, monkeypatch, cpu_kernels):
+    """Three moving argon structures in one batch, 30 steps, the kicks on the compiled CPU
+    path and on the torch path: every position after every step agrees to round-off with
+    the one-structure NumPy loop."""
+    from alchemi_lit import Simulator, kernels
+    from alchemi_lit.models import LennardJones
+
+    monkeypatch.setattr(kernels, "ENABLED", cpu_kernels)
+    systems = [moving(a, k) for k, a in enumerate(structures())]
+    stage = md_example["OBABO"](dt=DT, temperature=TEMPERATURE, friction=FRICTION,
+                                steps=MD_STEPS)  # fmt: skip
+    probe = Positions()
+    model = LennardJones(epsilon=0.0104, sigma=3.40, cutoff=8.5)
+    sim = Simulator(model=model, stages=stage, precision="64", seed=SEED, sync_every=MD_STEPS,
+                    accelerator="cpu", callbacks=[probe])  # fmt: skip
+    res = sim.run(systems)
+    assert res.steps.tolist() == [MD_STEPS] * 3
+    ptr = np.cumsum([0] + [len(a) for a in systems])
+    ours = np.array(probe.frames)
+    for k, atoms in enumerate(systems):
+        want = obabo_reference(atoms, system_id=k)
+        np.testing.assert_allclose(ours[:, ptr[k] : ptr[k + 1]], want, rtol=0, atol=1e-9)

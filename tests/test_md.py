@@ -34,7 +34,7 @@ from alchemi_lit.integrators import (
     VelocityVerlet,
     maxwell_boltzmann,
 )
-from alchemi_lit.integrators.bussi import bussi_noise
+from alchemi_lit.integrators.ops import bussi_noise
 from alchemi_lit.models import LennardJones
 from alchemi_lit.state import Batch
 

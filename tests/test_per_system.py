@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from alchemi_lit.integrators.fire import _fire_coefficients
+from alchemi_lit.integrators.formulas import fire_coefficients
 from alchemi_lit.tensor_ops import per_system
 
 
@@ -51,14 +51,14 @@ def assert_same_outputs(via_numpy: tuple, via_torch: tuple, ulps: int) -> None:
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("whole_step", [True, False])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_fire_coefficients_numpy_equals_torch(dtype, whole_step, seed):
+def testfire_coefficients_numpy_equals_torch(dtype, whole_step, seed):
     args = fire_inputs(dtype, seed)
     params = dict(
         n_min=2, finc=1.1, fdec=0.5, dtmax=0.4, astart=0.1, fa=0.99, maxstep=0.2,
         whole_step=whole_step,
     )  # fmt: skip
-    via_numpy = _fire_coefficients(*args, **params)  # CPU tensors: the NumPy path
-    via_torch = _fire_coefficients.__wrapped__(torch, *args, **params)  # the GPU path
+    via_numpy = fire_coefficients(*args, **params)  # CPU tensors: the NumPy path
+    via_torch = fire_coefficients.__wrapped__(torch, *args, **params)  # the GPU path
     assert len(via_numpy) == len(via_torch) == 6
     assert_same_outputs(via_numpy, via_torch, ulps=2)
 
@@ -79,8 +79,8 @@ def test_per_system_views_and_returns_tensors_without_warnings():
 
 @pytest.mark.parametrize("use_abc", [False, True])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_fire2_coefficients_numpy_equals_torch(use_abc, seed):
-    from alchemi_lit.integrators.fire2 import _fire2_coefficients
+def testfire2_coefficients_numpy_equals_torch(use_abc, seed):
+    from alchemi_lit.integrators.formulas import fire2_coefficients
 
     mask, step, vf, ff, vv, dt, alpha, n = fire_inputs(torch.float64, seed)
     back = torch.rand(len(mask), generator=torch.Generator().manual_seed(seed)) < 0.2
@@ -89,8 +89,8 @@ def test_fire2_coefficients_numpy_equals_torch(use_abc, seed):
         n_min=2, finc=1.1, fdec=0.5, dtmax=0.4, dtmin=0.01, astart=0.25, fa=0.99,
         maxstep=0.2, use_abc=use_abc,
     )  # fmt: skip
-    via_numpy = _fire2_coefficients(*args, **params)
-    via_torch = _fire2_coefficients.__wrapped__(torch, *args, **params)
+    via_numpy = fire2_coefficients(*args, **params)
+    via_torch = fire2_coefficients.__wrapped__(torch, *args, **params)
     assert len(via_numpy) == len(via_torch) == 9
     assert_same_outputs(via_numpy, via_torch, ulps=4)
 

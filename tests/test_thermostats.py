@@ -160,7 +160,7 @@ def test_bussi_noise_shortcut_without_fixed_atoms_equals_the_general_count(monke
     all other squares (total minus R1^2); the general path finds the first free atom and
     sums the others directly.  Both must agree."""
     from alchemi_lit import Batch
-    from alchemi_lit.integrators.bussi import bussi_noise
+    from alchemi_lit.integrators.ops import bussi_noise
 
     batch = Batch.from_atoms(perturbed_argon(3, repeat=1, seed=4), system_ids=[4, 9, 2])
     batch.total_steps = torch.tensor([3, 0, 17])

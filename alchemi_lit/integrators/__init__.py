@@ -1,12 +1,20 @@
-"""Integrator plugins: optimizers and molecular-dynamics methods."""
+"""Integrator plugins: optimizers and molecular-dynamics methods.
 
-from .base import FieldSpec, Integrator, MDIntegrator, maxwell_boltzmann
+The plugin contract is :class:`Integrator` (:mod:`.base`; MD methods: :class:`MDIntegrator`),
+the steps integrators are made of are in :mod:`.ops`, parameter checks in :mod:`.params`.
+"""
+
+from . import ops
+from .base import FieldSpec, Integrator
 from .berendsen import Berendsen
 from .bussi import Bussi
 from .fire import FIRE
 from .fire2 import FIRE2
 from .langevin import Langevin
+from .md import MDIntegrator
 from .nose_hoover import NoseHooverChain
+from .ops import maxwell_boltzmann
+from .params import as_param, check_count, check_param, check_positive, check_range
 from .verlet import VelocityVerlet
 
 __all__ = [
@@ -20,5 +28,11 @@ __all__ = [
     "MDIntegrator",
     "NoseHooverChain",
     "VelocityVerlet",
+    "as_param",
+    "check_count",
+    "check_param",
+    "check_positive",
+    "check_range",
     "maxwell_boltzmann",
+    "ops",
 ]

@@ -17,12 +17,21 @@ import torch
 
 from ..state import Batch
 from ..units import fs
-from .base import MDIntegrator, Param, _check_param, as_param, system_sum
-from .langevin import _fmt
+from . import ops
+from .md import MDIntegrator, describe
+from .params import Param, check_param
 
 
 class Berendsen(MDIntegrator):
-    """Berendsen NVT.  ``dt``/``taut`` in fs, ``temperature`` in K."""
+    """Berendsen NVT (as ``ase.md.nvtberendsen.NVTBerendsen``); not canonical.
+
+    Args:
+        dt: time step in fs (a number, or one per system as a list indexed by system_id).
+        temperature: target temperature in K (a number, or one per system).
+        taut: coupling time in fs: how fast the temperature relaxes to the target.
+        steps: the stage's number of steps.
+        fixcm: remove each system's mean momentum every step (as ASE).
+    """
 
     def __init__(
         self,
@@ -33,37 +42,37 @@ class Berendsen(MDIntegrator):
         fixcm: bool = True,
     ) -> None:
         super().__init__(dt, steps, temperature)
-        self.taut_fs = _check_param("taut (fs)", type(self).__name__, as_param(taut))
+        self.taut_fs = check_param("taut", type(self).__name__, taut, unit="fs")
         self.taut = self.taut_fs * fs
         self.fixcm = bool(fixcm)
 
     def __repr__(self) -> str:
-        return f"Berendsen(dt={_fmt(self.dt_fs)}, T={_fmt(self.temperature)}, steps={self.steps})"
+        dt, t = describe(self.dt_fs), describe(self.temperature)
+        return f"Berendsen(dt={dt}, T={t}, steps={self.steps})"
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        am = self.atom_mask(batch, mask)
+        am = ops.atom_mask(batch, mask)
         am3 = am.unsqueeze(-1)
-        dt = self.dt_tensor(batch)
         lam = self.scale_factor(batch)
         scaled = batch.velocities * lam.index_select(0, batch.system_idx).unsqueeze(-1)
         batch.velocities = torch.where(am3, scaled, batch.velocities)
-        self.kick(batch, am, 0.5 * dt)
+        ops.kick(batch, mask, 0.5 * self.dt)
         if self.fixcm:  # ASE: p -= sum(p) / N over the (free) atoms
             m = batch.masses.unsqueeze(-1)
-            p_sum = system_sum(batch, torch.where(am3, m * batch.velocities, 0.0))
-            n = system_sum(batch, am.to(batch.dtype)).clamp_min(1.0)
+            p_sum = ops.system_sum(batch, torch.where(am3, m * batch.velocities, 0.0))
+            n = ops.system_sum(batch, am.to(batch.dtype)).clamp_min(1.0)
             v = batch.velocities - (p_sum / n.unsqueeze(-1)).index_select(0, batch.system_idx) / m
             batch.velocities = torch.where(am3, v, batch.velocities)
-        self.drift(batch, am, dt)
+        ops.drift(batch, mask, self.dt)
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        self.kick_stage(batch, mask, 0.5 * self.dt_tensor(batch))
+        ops.kick(batch, mask, 0.5 * self.dt)
 
     def scale_factor(self, batch: Batch) -> torch.Tensor:
         """``lambda [B]``; a system at 0 K is heated at the maximum rate (as ASE)."""
         ones = torch.ones(batch.num_systems, dtype=batch.dtype, device=batch.device)
-        t0 = self.per_system(batch, self.temperature) * ones
-        ratio = self.per_system(batch, self.dt) / self.per_system(batch, self.taut) * ones
+        t0 = ops.per_system(batch, self.temperature) * ones
+        ratio = ops.per_system(batch, self.dt) / ops.per_system(batch, self.taut) * ones
         t = batch.temperature()
         at_rest = torch.where(t0 > 0, ones * 1e6, ones)  # T0/0: clamped to 1.1 below
         rel = torch.where(t > 0, t0 / torch.where(t > 0, t, ones), at_rest)

@@ -9,21 +9,23 @@ own, which behaves better for systems mixing light and heavy atoms.
 
 Defaults equal ASE's (``dt = 0.1`` and ``dtmax = 1.0`` ASE time units, here given
 in fs).  State per system: ``fire_dt``, ``fire_alpha``, ``fire_n`` (steps since the
-last uphill reset); velocities live in ``batch.velocities``.
+last uphill reset); velocities live in ``batch.velocities``.  The update is
+:func:`~.ops.fire_update`; its decisions :func:`~.formulas.fire_coefficients`.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+import math
+from typing import ClassVar, Literal
 
 import torch
 
-from .. import kernels
 from ..convergence import Criterion, ForceMax
 from ..state import Batch
-from ..tensor_ops import per_system
 from ..units import fs
-from .base import FieldSpec, Integrator, _check_param
+from . import ops
+from .base import FieldSpec, Integrator
+from .params import FORCE, TIME_STEP, check_count, check_param, check_range
 
 #: ASE's FIRE defaults expressed in femtoseconds.
 ASE_FIRE_DT_FS = 0.1 / fs
@@ -31,7 +33,23 @@ ASE_FIRE_DTMAX_FS = 1.0 / fs
 
 
 class FIRE(Integrator):
-    """Fast inertial relaxation engine; converges when max |F| < ``fmax``."""
+    """Fast inertial relaxation engine; converges when max |F| < ``fmax``.
+
+    Args:
+        fmax: force threshold in eV/Å: converged when every atom's force is below it.
+        max_steps: the stage's step budget (force calls).
+        dt: initial time step in fs (ASE's 0.1 ASE time units).
+        dtmax: largest time step in fs (ASE's 1.0 ASE time unit).
+        maxstep: largest displacement per step in Å (of the system with ``mode="ase"``,
+            of each atom with ``"mass_weighted"``).
+        n_min: downhill steps before the time step may grow.
+        finc: time-step growth factor on a downhill step, >= 1 (dimensionless).
+        fdec: time-step shrink factor on an uphill step, > 0 (dimensionless).
+        astart: initial velocity-mixing parameter alpha (dimensionless).
+        fa: alpha's decay factor on growing steps (dimensionless).
+        mode: ``"ase"`` (ASE's FIRE, masses ignored) or ``"mass_weighted"``.
+        criterion: convergence criterion instead of ``ForceMax(fmax)``.
+    """
 
     is_optimizer = True
     fields: ClassVar[dict[str, FieldSpec]] = {
@@ -57,17 +75,15 @@ class FIRE(Integrator):
     ) -> None:
         super().__init__(max_steps)
         name = type(self).__name__
-        self.fmax = _check_param("fmax (eV/Å)", name, fmax)
-        self.dt0 = _check_param("dt (fs)", name, dt) * fs
-        self.dtmax = _check_param("dtmax (fs)", name, dtmax) * fs
-        self.maxstep = _check_param("maxstep (Å)", name, maxstep)
-        self.finc = _check_param("finc", name, finc, 1.0, strict=False)
-        self.fdec = _check_param("fdec", name, fdec)
-        self.astart = _check_param("astart", name, astart)
-        self.fa = _check_param("fa", name, fa)
-        if int(n_min) < 0:
-            raise ValueError(f"{name}: n_min must be >= 0, got {n_min}")
-        self.n_min = int(n_min)
+        self.fmax = check_param("fmax", name, fmax, unit="eV/Å", usual=FORCE)
+        self.dt0 = check_param("dt", name, dt, unit="fs", usual=TIME_STEP) * fs
+        self.dtmax = check_param("dtmax", name, dtmax, unit="fs") * fs
+        self.maxstep = check_param("maxstep", name, maxstep, unit="Å")
+        self.finc = check_range(name, "finc", finc, 1.0, math.inf)
+        self.fdec = check_param("fdec", name, fdec)
+        self.astart = check_param("astart", name, astart)
+        self.fa = check_param("fa", name, fa)
+        self.n_min = check_count(name, "n_min", n_min)
         if mode not in ("ase", "mass_weighted"):
             raise ValueError(f"{name}: mode must be 'ase' or 'mass_weighted', got {mode!r}")
         self.mode = mode
@@ -83,107 +99,8 @@ class FIRE(Integrator):
         batch.velocities.masked_fill_(batch.atom_mask(mask).unsqueeze(-1), 0.0)
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        if kernels.usable(batch.positions, batch.velocities, batch.forces, batch.fire_dt):
-            self._compiled_update(batch, mask)
-            return
-        # Written as per-system coefficients: v' = a v + c F and r' = r + s v', with
-        # a = 1, c = s = 0 for systems outside the stage.  Every per-atom operation is
-        # then one elementwise pass, and the three per-system sums (v.F, F.F, v.v) are
-        # all the reductions needed: |v'|^2 follows from them.  See ``Segments``.
-        seg = batch.segments
-        f, v = batch.forces, batch.velocities
-        vf, ff, vv = power_sums(batch)
-        a, c, s, batch.fire_dt, batch.fire_alpha, batch.fire_n = _fire_coefficients(
-            mask, batch.step, vf, ff, vv, batch.fire_dt, batch.fire_alpha, batch.fire_n,
-            n_min=self.n_min, finc=self.finc, fdec=self.fdec, dtmax=self.dtmax,
-            astart=self.astart, fa=self.fa, maxstep=self.maxstep, whole_step=self.mode == "ase",
+        batch.fire_dt, batch.fire_alpha, batch.fire_n = ops.fire_update(
+            batch, mask, batch.fire_dt, batch.fire_alpha, batch.fire_n, n_min=self.n_min,
+            finc=self.finc, fdec=self.fdec, dtmax=self.dtmax, astart=self.astart, fa=self.fa,
+            maxstep=self.maxstep, whole_step=self.mode == "ase",
         )  # fmt: skip
-        a3, c3, s3 = seg.to_xyz(a, c, s)
-        if self.mode == "ase":
-            v_new = torch.addcmul(a3 * v, c3, f)
-            r_new = torch.addcmul(batch.positions, s3, v_new)
-        else:  # c = mixing scale, s = the system's dt: v' = a v + (c + dt / m) F
-            v_new = a3 * v + (c3 + s3 / seg.atom_xyz(batch.masses)) * f
-            dr = s3 * v_new
-            norm = dr.norm(dim=-1, keepdim=True)
-            dr = torch.where(norm > self.maxstep, dr * (self.maxstep / norm.clamp_min(1e-300)), dr)
-            r_new = batch.positions + dr
-        moving = self.moving_atoms(batch, mask)
-        batch.velocities = self.masked(moving, v_new, batch.velocities)
-        batch.positions = self.masked(moving, r_new, batch.positions)
-
-    def _compiled_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        """The same update as one compiled CPU call (:mod:`alchemi_lit.kernels.fire`)."""
-        starts, counts = batch.segments.bounds
-        out = kernels.load("fire").fire_update(
-            batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy(),
-            batch.masses.numpy(), starts, counts, batch.fixed.numpy(), mask.numpy(),
-            batch.step.numpy(), batch.fire_dt.numpy(), batch.fire_alpha.numpy(),
-            batch.fire_n.numpy(), self.n_min, self.finc, self.fdec, self.dtmax, self.astart,
-            self.fa, self.maxstep, self.mode == "ase",
-        )  # fmt: skip
-        r, v, batch.fire_dt, batch.fire_alpha, batch.fire_n = map(torch.from_numpy, out)
-        batch.positions, batch.velocities = r, v
-
-
-def power_sums(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-system ``v.F``, ``F.F`` and ``v.v`` ``[B]``: all the reductions a FIRE step needs
-    (the norms of its mixed velocity and step follow from them)."""
-    seg, f, v = batch.segments, batch.forces, batch.velocities
-    return seg.sum_xyz(v * f), seg.sum(batch.force_sq_norms()), seg.sum_xyz(v * v)
-
-
-@per_system
-def _fire_coefficients(
-    xp: Any,
-    mask: Any,
-    step: Any,
-    vf: Any,
-    ff: Any,
-    vv: Any,
-    dt: Any,
-    alpha: Any,
-    n: Any,
-    n_min: int,
-    finc: float,
-    fdec: float,
-    dtmax: float,
-    astart: float,
-    fa: float,
-    maxstep: float,
-    whole_step: bool,
-) -> tuple[Any, ...]:
-    """FIRE's per-system update from the sums v.F, F.F, v.v: ``(a, c, s)`` of
-    ``v' = a v + c F``, ``r' = r + s v'`` (``whole_step``: ASE's step-length control over
-    the system) or ``(a, mixing scale, dt)``, then the new ``dt``, ``alpha``, ``n``
-    (unchanged outside ``mask``).  ``xp`` is NumPy or torch (see :func:`per_system`).
-    """
-    one, zero = xp.ones_like(vf), xp.zeros_like(vf)
-    # velocity mixing (skipped on a system's first step in the stage, as ASE does)
-    moving = mask & (step != 0)
-    downhill = moving & (vf > 0)
-    uphill = moving & ~(vf > 0)
-    f_norm = xp.sqrt(ff)
-    safe_norm = xp.where(f_norm > 1e-300, f_norm, 1e-300)  # clamp_min, in both namespaces
-    scale = xp.where(f_norm > 0, alpha * xp.sqrt(vv) / safe_norm, zero)
-    a = xp.where(downhill, 1.0 - alpha, xp.where(uphill, zero, one))
-    b = xp.where(downhill, scale, zero)
-    grow = downhill & (n > n_min)
-    dt_new = xp.where(grow, xp.where(dt * finc > dtmax, dtmax, dt * finc), dt)
-    alpha_new = xp.where(grow, alpha * fa, alpha)
-    n_new = xp.where(downhill, n + 1, n)
-    dt_new = xp.where(uphill, dt_new * fdec, dt_new)
-    alpha_new = xp.where(uphill, astart, alpha_new)
-    n_new = xp.where(uphill, 0, n_new)
-    kept = dt_new, alpha_new, n_new  # (downhill, uphill and grow imply mask: others keep theirs)
-    # Euler step v' = a v + (b + dt) F, dr = dt v', with step-length control
-    step_dt = xp.where(mask, dt_new, zero)
-    if not whole_step:
-        return (a, b, step_dt, *kept)
-    c = b + step_dt
-    # |dr| over the system from the sums above (every term >= 0 but round-off)
-    v2 = a * a * vv + 2.0 * a * c * vf + c * c * ff
-    norm = step_dt * xp.sqrt(xp.where(v2 > 0, v2, zero))
-    # (tensor / tensor: torch computes number / tensor as a reciprocal times the number)
-    s = xp.where(norm > maxstep, step_dt * maxstep / xp.where(norm > 0, norm, one), step_dt)
-    return (a, c, s, *kept)

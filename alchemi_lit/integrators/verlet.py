@@ -10,11 +10,20 @@ from __future__ import annotations
 import torch
 
 from ..state import Batch
-from .base import MDIntegrator, Param
+from . import ops
+from .md import MDIntegrator, describe
+from .params import Param
 
 
 class VelocityVerlet(MDIntegrator):
-    """NVE molecular dynamics; ``dt`` in fs.  ``temperature`` only seeds velocities."""
+    """NVE molecular dynamics (velocity Verlet, as ``ase.md.VelocityVerlet``).
+
+    Args:
+        dt: time step in fs (a number, or one per system).
+        steps: the stage's number of steps.
+        temperature: K; only seeds Maxwell-Boltzmann velocities for systems that enter
+            at rest (None: they stay at rest).
+    """
 
     def __init__(
         self, dt: Param = 1.0, steps: int = 1000, temperature: Param | None = None
@@ -22,10 +31,10 @@ class VelocityVerlet(MDIntegrator):
         super().__init__(dt, steps, temperature)
 
     def __repr__(self) -> str:
-        return f"VelocityVerlet(dt={self.dt_fs}, steps={self.steps})"
+        return f"VelocityVerlet(dt={describe(self.dt_fs)}, steps={self.steps})"
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        self.kick_drift_stage(batch, mask, self.dt_tensor(batch))
+        ops.kick_drift(batch, mask, self.dt)
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        self.kick_stage(batch, mask, 0.5 * self.dt_tensor(batch))
+        ops.kick(batch, mask, 0.5 * self.dt)

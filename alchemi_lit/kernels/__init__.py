@@ -1,5 +1,5 @@
-"""Integrator updates compiled for CPU by numba: one native call per step instead of
-a few dozen torch operations.
+"""Per-step updates compiled for CPU by numba: one native call per step instead of a
+few dozen torch operations.
 
 Why: with a cheap model (Lennard-Jones) the framework's part of a CPU step is dominated
 by how many *kinds* of operations it runs, not by arithmetic.  Right after the model's
@@ -8,12 +8,17 @@ back to back), and FIRE's update alone touched ~30 of them: 650 µs of a 7.5 ms 
 64 x 108 argon atoms.  The same arithmetic as one compiled loop over the atoms reads
 each array once and costs ~150 µs in that step (47 µs warm).
 
-The kernels are a CPU fast path, not a second physics: each integrator keeps its torch
-path (accelerators, autograd, bfloat16, inside ``torch.compile``, and any CPU run
-without numba or with ``ALCHEMI_LIT_CPU_KERNELS=0``), and the tests hold both to the
-same results within rounding.  Per-system decision logic is written once: a kernel
-calls the same ``xp`` function (:func:`~alchemi_lit.tensor_ops.per_system`) that NumPy
-and torch run, on one system's numbers (:mod:`~alchemi_lit.kernels.scalar_xp`).
+The kernels are a CPU fast path, not a second physics: :mod:`.backend` registers them
+as implementations of primitives (:mod:`alchemi_lit.backends`) whose torch code is the
+reference -- the integrators' operations (:mod:`alchemi_lit.integrators.ops`), the
+keyed noise, the force criterion -- and which runs wherever a kernel does not
+(accelerators, autograd, bfloat16, inside ``torch.compile``, and any CPU run without
+numba or with ``ALCHEMI_LIT_CPU_KERNELS=0``); the tests hold both to the same results
+within rounding.  No integrator imports this package.  Per-system decision logic is
+written once: a kernel calls the same ``xp`` function
+(:mod:`alchemi_lit.integrators.formulas`) that NumPy and torch run, on one system's
+numbers (:mod:`~alchemi_lit.kernels.scalar_xp`).  The fused loop's bookkeeping and
+NaNGuard's check (layers above) call their kernels directly.
 Kernels are compiled on first use and cached on disk by numba: ~5 s once for all of
 them (float64), then ~0.7 s per process (numba's import and start-up, paid at the
 first kernel call; numba is not imported before).

@@ -1,9 +1,11 @@
 """Molecular-dynamics updates as compiled CPU loops (see :mod:`alchemi_lit.kernels`).
 
-Each takes the factors the torch path builds and keeps for the run (``dt / m`` and the
-noise amplitude), so both paths multiply the same numbers in the same order -- one per
-atom ``[N]`` here (the torch path's ``[N, 3]`` repeats it per component): a third less
-to read in a pass that, right after the forward, runs at memory speed.
+Each runs one primitive of :mod:`alchemi_lit.integrators.ops` (registered by
+:mod:`.backend`) and takes the factors the torch path builds and keeps for the run
+(``dt / m`` and the noise amplitude), so both paths multiply the same numbers in the
+same order -- one per atom ``[N]`` here (the torch path's ``[N, 3]`` repeats it per
+component): a third less to read in a pass that, right after the forward, runs at
+memory speed.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ import numba
 import numpy as np
 from numba.extending import register_jitable
 
-from ..integrators import bussi, nose_hoover
+from ..integrators import formulas
 from . import scalar_xp
 
 # the chain's own update, on one system's numbers (its helper compiled where it is called)
-register_jitable(nose_hoover._p_eta_step)
-_chain_update = numba.njit(cache=True, nogil=True)(nose_hoover.chain_update)
-_bussi_alpha = numba.njit(cache=True, nogil=True)(bussi._bussi_alpha.__wrapped__)
+register_jitable(formulas.p_eta_step)
+_chain_update = numba.njit(cache=True, nogil=True)(formulas.chain_update)
+_bussi_alpha = numba.njit(cache=True, nogil=True)(formulas.bussi_alpha.__wrapped__)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -93,7 +95,8 @@ def bussi_kick_drift(r, v, f, kick, dt, masses, c, kt, xi, xi_base, step, xi_ste
                      counts, mask, fixed):  # fmt: skip
     """Bussi's opening of a step for ``mask``'s systems: each one's kinetic energy over
     its free atoms, ``R1`` (its first free atom's first noise component) and ``S`` (the
-    other squares), its velocity scale from the integrator's own eq. A7 function, then
+    other squares), its velocity scale from :func:`~alchemi_lit.integrators.formulas.
+    bussi_alpha`, then
     ``v = alpha v + kick F``, ``r += dt v`` for its free atoms (``kick = dt/2m`` per
     atom).  The noise is read as in :func:`baoab_first_half`; ``(r, v, False)``,
     nothing computed, if a system of ``mask`` lies outside the draw."""
@@ -130,8 +133,8 @@ def bussi_kick_drift(r, v, f, kick, dt, masses, c, kt, xi, xi_base, step, xi_ste
 @numba.njit(cache=True, nogil=True)
 def nhc_half_step(v, masses, starts, counts, mask, fixed, eta, p, q, kt, nf, delta, weights,
                   chain_steps):  # fmt: skip
-    """A Nosé-Hoover chain's half step (:meth:`~alchemi_lit.integrators.NoseHooverChain.
-    chain_half_step`) for ``mask``'s systems: ``m v^2`` over their free atoms, the chain
+    """A Nosé-Hoover chain's half step (:func:`~alchemi_lit.integrators.ops.nhc_half_step`)
+    for ``mask``'s systems: ``m v^2`` over their free atoms, the chain
     update, the free atoms' velocities scaled.  New ``(velocities, eta, p_eta)``."""
     v_new = v.copy()
     eta_new, p_new = eta.copy(), p.copy()

@@ -2,7 +2,7 @@
 :mod:`alchemi_lit.kernels`).
 
 System by system: one loop sums ``v.F``, ``F.F`` and ``v.v`` over its atoms, the
-integrator's own per-system function (``_fire_coefficients``, ``_fire2_coefficients``)
+integrators' own per-system function (:mod:`alchemi_lit.integrators.formulas`)
 decides on those numbers (:mod:`~alchemi_lit.kernels.scalar_xp` as its ``xp``), and
 one loop moves its atoms with the coefficients, as the torch path does.
 """
@@ -12,18 +12,17 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..integrators.fire import _fire_coefficients
-from ..integrators.fire2 import _fire2_coefficients
+from ..integrators.formulas import fire2_coefficients, fire_coefficients
 from . import scalar_xp
 
-_coefficients = numba.njit(cache=True, nogil=True)(_fire_coefficients.__wrapped__)
-_coefficients2 = numba.njit(cache=True, nogil=True)(_fire2_coefficients.__wrapped__)
+_coefficients = numba.njit(cache=True, nogil=True)(fire_coefficients.__wrapped__)
+_coefficients2 = numba.njit(cache=True, nogil=True)(fire2_coefficients.__wrapped__)
 
 
 @numba.njit(cache=True, nogil=True)
 def power_sums(v, f, lo, hi):
     """``v.F``, ``F.F`` and ``v.v`` over atoms ``lo:hi`` (one system; see
-    :func:`~alchemi_lit.integrators.fire.power_sums`)."""
+    :func:`~alchemi_lit.integrators.ops.power_sums`)."""
     vf = ff = vv = 0.0
     for i in range(lo, hi):
         for k in range(3):
@@ -76,7 +75,7 @@ def fire2_update(
     r, v, f, starts, counts, fixed, mask, step, back, dt, alpha, n,
     n_min, finc, fdec, dtmax, dtmin, astart, fa, maxstep, use_abc,
 ):  # fmt: skip
-    """FIRE2's step (:meth:`~alchemi_lit.integrators.FIRE2.pre_update`): new
+    """FIRE2's step (:func:`~alchemi_lit.integrators.ops.fire2_update`): new
     ``(positions, velocities, dt, alpha, n, back)``; atoms outside ``mask``'s systems
     and ``fixed`` atoms keep their positions and velocities."""
     r_new, v_new = np.empty_like(r), np.empty_like(v)

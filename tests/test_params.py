@@ -1,0 +1,158 @@
+"""Integrator parameters: text refused with the fix, values most likely given in another
+unit reported once (``UnitWarning``) with the value most likely meant, sensible values
+and the defaults silent."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from alchemi_lit.errors import ConfigError, UnitWarning
+from alchemi_lit.integrators import (
+    FIRE,
+    FIRE2,
+    Berendsen,
+    Bussi,
+    Langevin,
+    NoseHooverChain,
+    VelocityVerlet,
+    params,
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings(monkeypatch):
+    """Each test starts as a fresh process: nothing reported yet."""
+    monkeypatch.setattr(params, "_warned", set())
+
+
+def unit_warnings(make) -> list[str]:
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        make()
+    return [str(w.message) for w in record if issubclass(w.category, UnitWarning)]
+
+
+# (call, the message's parameter and value, the value most likely meant and why)
+CASES = {
+    "dt in ps": (
+        lambda: Langevin(dt=0.002),
+        "Langevin: dt=0.002 fs",
+        "did you mean 2 fs (0.002 ps)?",
+    ),
+    "dt in as": (
+        lambda: VelocityVerlet(dt=500.0),
+        "VelocityVerlet: dt=500 fs",
+        "did you mean 0.5 fs (500 as)?",
+    ),
+    "FIRE's dt in ps": (lambda: FIRE(dt=0.001), "FIRE: dt=0.001 fs", "did you mean 1 fs"),
+    "friction in 1/ps": (
+        lambda: Langevin(friction=10.0),
+        "Langevin: friction=10 1/fs",
+        "did you mean 0.01 1/fs (10 1/ps)?",
+    ),
+    "friction too weak": (
+        lambda: Langevin(friction=1e-6),
+        "Langevin: friction=1e-06 1/fs",
+        "did you mean 0.001 1/fs (a damping time of 1e+06 fs)?",
+    ),
+    "temperature": (
+        lambda: Bussi(temperature=3e5),
+        "Bussi: temperature=300000 K",
+        "did you mean 300 K (300000 mK)?",
+    ),
+    "per-system temperature": (
+        lambda: Berendsen(temperature=[300.0, 2e5]),
+        "Berendsen: temperature=200000 K",
+        "did you mean 200 K",
+    ),
+    "fmax in meV/Å": (
+        lambda: FIRE2(fmax=50.0),
+        "FIRE2: fmax=50 eV/Å",
+        "did you mean 0.05 eV/Å (50 meV/Å)?",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_value_in_another_unit_is_reported_with_the_value_meant(case):
+    make, given, meant = CASES[case]
+    messages = unit_warnings(make)
+    assert len(messages) == 1, messages
+    assert given in messages[0] and meant in messages[0], messages[0]
+
+
+def test_the_warning_points_at_the_callers_line_and_can_be_filtered():
+    with pytest.warns(UnitWarning) as record:
+        Langevin(dt=0.002)
+    assert record[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnitWarning)
+        with pytest.raises(UnitWarning, match=r"dt=0\.02 fs"):
+            NoseHooverChain(dt=0.02)
+
+
+def test_each_parameter_and_value_is_reported_once():
+    assert len(unit_warnings(lambda: Langevin(dt=0.002))) == 1
+    assert unit_warnings(lambda: Langevin(dt=0.002)) == []  # said already
+    assert len(unit_warnings(lambda: Langevin(dt=0.003))) == 1  # another value
+    assert len(unit_warnings(lambda: VelocityVerlet(dt=0.002))) == 1  # another integrator
+    # NoseHooverChain checks its temperature twice (> 0 first): still one warning
+    assert len(unit_warnings(lambda: NoseHooverChain(temperature=2e5))) == 1
+
+
+def test_defaults_and_sensible_values_are_silent():
+    def make_all() -> None:
+        for cls in (FIRE, FIRE2, VelocityVerlet, Langevin, NoseHooverChain, Berendsen, Bussi):
+            cls()
+        # the edges of the usual ranges, and values people use
+        Langevin(dt=0.05, temperature=1e5, friction=1e-5)
+        Langevin(dt=20.0, temperature=0.0, friction=1.0)
+        Langevin(dt=[0.5, 2.0], temperature=[10.0, 3000.0], friction=[0.001, 0.1])
+        FIRE(fmax=5.0, dt=0.5)
+        FIRE2(fmax=1e-4)  # its dtmin default (0.02 fs) is not a time step
+
+    assert unit_warnings(make_all) == []
+
+
+def test_just_outside_the_usual_range_warns():
+    assert len(unit_warnings(lambda: Langevin(dt=0.0499))) == 1
+    assert len(unit_warnings(lambda: Langevin(dt=20.01))) == 1
+    assert len(unit_warnings(lambda: Langevin(friction=1.01))) == 1
+    assert len(unit_warnings(lambda: FIRE(fmax=5.01))) == 1
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: Langevin(temperature="300K"),
+            r"Langevin: temperature must be a number in K .*got '300K'; write "
+            r"temperature=300\.0 \(K is implied\)",
+        ),
+        (lambda: VelocityVerlet(dt="2 fs"), r"VelocityVerlet: dt must be .*write dt=2\.0"),
+        (lambda: FIRE(fmax="0.05 eV/A"), r"FIRE: fmax must be a number in eV/Å.*fmax=0\.05"),
+        (lambda: Bussi(taut="fast"), r"Bussi: taut must be a number .*write taut=<a number>"),
+        (lambda: Langevin(friction=[0.01, "0.02/fs"]), r"friction=0\.02"),
+        (lambda: FIRE(max_steps="1000 steps"), r"FIRE: max_steps .*integer >= 0"),
+        (lambda: NoseHooverChain(chain_length=2.5), r"chain_length must be an integer >= 1"),
+    ],
+)
+def test_text_and_non_integers_are_refused_with_the_fix(make, message):
+    with pytest.raises(ConfigError, match=message):
+        make()
+
+
+def test_check_functions_are_public_and_clear():
+    assert params.check_positive("Mine", "tau", 2, "fs") == 2.0
+    assert params.check_range("Mine", "mix", 0.5, 0.0, 1.0) == 0.5
+    with pytest.raises(ConfigError, match=r"Mine: mix must be in \[0\.0, 1\.0\], got 2"):
+        params.check_range("Mine", "mix", 2, 0.0, 1.0)
+    with pytest.raises(ConfigError, match=r"Mine: tau \(fs\) must be > 0\.0, got nan"):
+        params.check_positive("Mine", "tau", float("nan"), "fs")
+    assert params.check_count("Mine", "n", 3.0) == 3
+    per_system = params.check_positive("Mine", "tau", np.array([1.0, 2.0]), "fs")
+    assert per_system.dtype == torch.float64 and per_system.tolist() == [1.0, 2.0]
