@@ -199,10 +199,12 @@ class Logger(Callback):
         systems = max(len(records), graduated + b.num_systems)
         reason_text = ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())) or "none"
         rate = atom_steps / wall if wall > 0 else 0.0
+        note = getattr(getattr(ctx.simulator, "model", None), "summary_note", None)  # slow path
         self._log(
             f"run end: {systems} systems, {converged} converged, {quarantined} quarantined"
             f"{f', {running} unfinished' if running else ''} | exit reasons: {reason_text} | "
             f"{ctx.step} steps in {wall:.2f} s | {rate:.3g} atom-steps/s"
+            + (f" | {note}" if note else "")
         )
 
     def state_dict(self) -> dict[str, Any]:
