@@ -43,6 +43,7 @@ TINY_SLOW = {
 NEEDS_PLUGIN = {
     "sevennet_relax": ("alchemi-lit-sevenn", "pip install -e plugins/alchemi_lit_sevenn"),
     "chgnet_relax": ("alchemi-lit-chgnet", "pip install -e plugins/alchemi_lit_chgnet"),
+    "torchsim_relax": ("alchemi-lit-torchsim", "scripts/install_extra_models.sh"),
 }
 
 
