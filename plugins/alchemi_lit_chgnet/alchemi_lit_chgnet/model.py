@@ -117,8 +117,10 @@ def load_network(model: str) -> torch.nn.Module:
 
 
 class CHGNet(Model):
-    """CHGNet (default: the pretrained CHGNet 0.3.0, elements H-Pu, 6 Å cutoff), all
-    systems in one forward.  See the module docstring for how the graph is built.
+    """CHGNet universal potential, every system in flight in one forward.
+
+    Default: the pretrained CHGNet 0.3.0 (elements H-Pu, 6 Å cutoff).  See the module
+    docstring for how the graph is built.
 
     Args:
         model: a pretrained version (``"0.3.0"``, ``"0.2.0"``, ``"r2scan"``) whose
