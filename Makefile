@@ -6,9 +6,12 @@ PY ?= python3
 	PYTHON=$(PY) ./scripts/install.sh
 	touch .install.stamp
 
-# The test-suite also needs the MACE plugin (mace-torch with --no-deps: see the script).
-.install-test.stamp: .install.stamp scripts/install_mace.sh plugins/alchemi_lit_mace/pyproject.toml
+# The test-suite also needs the MACE, CHGNet and TorchSim plugins (see the scripts).
+.install-test.stamp: .install.stamp scripts/install_mace.sh plugins/alchemi_lit_mace/pyproject.toml \
+		scripts/install_extra_models.sh plugins/alchemi_lit_chgnet/pyproject.toml \
+		plugins/alchemi_lit_torchsim/pyproject.toml
 	PYTHON=$(PY) ./scripts/install_mace.sh
+	PYTHON=$(PY) ./scripts/install_extra_models.sh
 	touch .install-test.stamp
 
 install: .install.stamp

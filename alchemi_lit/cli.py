@@ -1584,6 +1584,8 @@ def _run(built: _Built, resolved: dict[str, Any], resume: str | bool | None = No
     if len(names) != k:  # e.g. appended to a store an older plan wrote
         names = [f"stage {i}" for i in range(k)]
     summary = summarize(systems, names, results.stats, _optimizer_flags(sim.plan, k))
+    if sim.model.summary_note:  # a caveat such as ASECalculatorModel's slow path
+        summary["model_note"] = sim.model.summary_note
     thermo = _thermo_temperature(sim)
     if thermo is not None:
         summary["temperature_K"] = thermo

@@ -18,7 +18,7 @@ from .integrators import (
     NoseHooverChain,
     VelocityVerlet,
 )
-from .models import EMT, LennardJones, Morse
+from .models import EMT, ASECalculatorModel, LennardJones, Morse
 from .registry import register, register_preset
 from .sinks import HostMemory, ZarrSink
 from .strategies.distributed import PipelineStrategy, ReplicasStrategy
@@ -29,7 +29,7 @@ for _cls in (FIRE, FIRE2, VelocityVerlet, Langevin, NoseHooverChain, Berendsen, 
 register_preset("integrator", "fire-ase", FIRE, mode="ase")
 register_preset("integrator", "fire-mass-weighted", FIRE, mode="mass_weighted")
 
-for _cls in (LennardJones, Morse, EMT):
+for _cls in (LennardJones, Morse, EMT, ASECalculatorModel):
     register("model")(_cls)
 register_preset("model", "lj-argon", LennardJones, epsilon=0.0104, sigma=3.40, cutoff=8.5)
 

@@ -299,6 +299,8 @@ def summary_table(
         if summary.get("systems_per_s") is not None:
             rate += f", {summary['systems_per_s']:.3g} systems/s"
         table.add_row("throughput", rate)
+    if summary.get("model_note"):  # e.g. ASECalculatorModel's slow path
+        table.add_row("model", escape(summary["model_note"]))
     for line in where:
         table.add_row("output", escape(line))
     return table

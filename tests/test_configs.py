@@ -36,10 +36,15 @@ TINY_FRAMES = ":3"
 TINY_STEPS = {"steps": 6, "max_steps": 25}
 #: configs whose model is slow on a CPU: fewer frames and steps (an MLIP forward costs
 #: ~0.3 s here where a built-in potential costs milliseconds)
-TINY_SLOW = {"sevennet_relax": {"frames": ":2", "steps": {"steps": 3, "max_steps": 5}}}
+TINY_SLOW = {
+    name: {"frames": ":2", "steps": {"steps": 3, "max_steps": 5}}
+    for name in ("sevennet_relax", "chgnet_relax")
+}
 #: config -> (distribution of the plugin it needs, how to install it)
 NEEDS_PLUGIN = {
     "sevennet_relax": ("alchemi-lit-sevenn", "pip install -e plugins/alchemi_lit_sevenn"),
+    "chgnet_relax": ("alchemi-lit-chgnet", "pip install -e plugins/alchemi_lit_chgnet"),
+    "torchsim_relax": ("alchemi-lit-torchsim", "scripts/install_extra_models.sh"),
 }
 
 

@@ -27,7 +27,8 @@ SHRINK = [
     ),  # not popen under pytest
     ("every_n_steps=1000", "every_n_steps=5"),
 ]
-SKIP = ("my_package", "alchemi_lit_sevenn")  # illustrative plugin code / covered by plugin tests
+SKIP = ("my_package", "alchemi_lit_sevenn", "alchemi_lit_chgnet", "alchemi_lit_torchsim")
+# (illustrative plugin code / plugins' examples, covered by their own tests)
 
 
 def shrink(block: str) -> str:

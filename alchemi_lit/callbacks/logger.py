@@ -206,10 +206,12 @@ class Logger(Callback):
         # "converged" means every optimizer stage met its criterion: MD alone completes
         optimizing = any(getattr(s, "is_optimizer", False) for s in ctx.stages)
         outcome = f"{converged} converged" if optimizing else f"{completed} completed"
+        note = getattr(getattr(ctx.simulator, "model", None), "summary_note", None)  # slow path
         self._log(
             f"run end: {systems} systems, {outcome}, {quarantined} quarantined"
             f"{f', {running} unfinished' if running else ''} | exit reasons: {reason_text} | "
             f"{ctx.step} steps in {wall:.2f} s | {rate:.3g} atom-steps/s"
+            + (f" | {note}" if note else "")
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -39,6 +39,8 @@ class Model(torch.nn.Module):
 
     #: Elements (atomic numbers) the model can evaluate; None means any.
     supported_elements: frozenset[int] | None = None
+    #: A caveat the run summary repeats (e.g. a slow path); None for none.
+    summary_note: str | None = None
 
     def __init__(self, cutoff: float, skin: float = 1.0, compute_stress: bool = True) -> None:
         super().__init__()
