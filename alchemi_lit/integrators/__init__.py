@@ -1,8 +1,8 @@
 """Integrator plugins: optimizers and molecular-dynamics methods."""
 
 from .base import FieldSpec, Integrator, MDIntegrator, maxwell_boltzmann
-from .bfgs import BFGS
 from .berendsen import Berendsen
+from .bfgs import BFGS
 from .bussi import Bussi
 from .cell import CellFilter
 from .fire import FIRE
