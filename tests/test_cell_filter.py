@@ -40,12 +40,34 @@ DT = torch.float64
 CUTOFF = 8.5
 
 
+def _memoized(fn):
+    """``fn`` of arrays, remembered by their bytes: the same numbers, computed once (ASE's
+    optimizers ask for the filter's forces three times a step, each a scipy ``logm`` and
+    nine ``expm_frechet`` -- most of a test's time)."""
+    cache = {}
+
+    def call(*args, **kwargs):
+        key = tuple(a.tobytes() for a in args) + tuple(sorted(kwargs.items()))
+        if key not in cache:
+            cache[key] = fn(*args, **kwargs)
+        return cache[key].copy()
+
+    return call
+
+
 class ExactFrechet(FrechetCellFilter):
     """ASE's FrechetCellFilter with cell coordinates ``c log F`` (no ``c ln(n) I``)."""
 
+    def __init__(self, atoms, **kwargs):
+        super().__init__(atoms, **kwargs)
+        self._utility.logm = _memoized(self._utility.logm)
+        self._utility.expm_frechet = _memoized(self._utility.expm_frechet)
+
     def get_positions(self):
-        pos = super().get_positions()
-        pos[len(self.atoms) :] = sl.logm(self.deform_grad()) * self.exp_cell_factor
+        n = len(self.atoms)
+        pos = np.zeros((n + 3, 3))
+        pos[:n] = np.linalg.solve(self.deform_grad(), self.atoms.positions.T).T  # as ASE
+        pos[n:] = self._utility.logm(self.deform_grad()) * self.exp_cell_factor
         return pos
 
     def set_positions(self, new, **kwargs):
