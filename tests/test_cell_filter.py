@@ -190,12 +190,14 @@ def test_logm_matches_scipy() -> None:
         np.array([[1.0, 2.0, 0.5], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]),
         np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]]) * 1.1,  # complex eigenvalues
         np.diag([0.5, 1.0, 2.5]),
+        np.eye(3) + np.full((3, 3), 0.083),  # |F - I|_1 just below the series' radius
+        np.diag([1.24, 0.9, 1.1]),
     ]
     ours = logm(torch.tensor(np.array(mats))).numpy()
     for a, log in zip(mats, ours):
         np.testing.assert_allclose(log, sl.logm(a), rtol=0, atol=1e-12)
         np.testing.assert_allclose(sl.expm(log), a, rtol=1e-13, atol=1e-12)
-    assert np.all(ours[len(mats) - 5] == 0.0)  # log I = 0 exactly
+    assert np.all(ours[len(mats) - 7] == 0.0)  # log I = 0 exactly
 
 
 def test_expm_is_accurate_where_torch_matrix_exp_is_not() -> None:
