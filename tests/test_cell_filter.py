@@ -200,6 +200,22 @@ def test_logm_matches_scipy() -> None:
     assert np.all(ours[len(mats) - 7] == 0.0)  # log I = 0 exactly
 
 
+def test_logm_is_accurate_to_round_off_near_the_identity() -> None:
+    """Against 40-digit mpmath: strains of a relaxation, and the series' radius."""
+    import mpmath
+
+    mpmath.mp.dps = 40
+    rng = np.random.default_rng(5)
+    mats = [sl.expm(rng.normal(scale=0.05, size=(3, 3))) for _ in range(5)]
+    mats += [np.eye(3) + np.full((3, 3), 0.083), np.diag([0.76, 1.0, 1.2])]
+    mats += [np.diag([0.6, 1.0, 1.3]), sl.expm(rng.normal(scale=0.4, size=(3, 3)))]  # roots
+    ours = logm(torch.tensor(np.array(mats))).numpy()
+    for k, (a, log) in enumerate(zip(mats, ours)):
+        exact = np.array(mpmath.logm(mpmath.matrix(a.tolist())).tolist(), dtype=float)
+        tol = 2e-15 if k < 7 else 1e-14  # square roots: their errors double at each
+        np.testing.assert_allclose(log, exact, rtol=0, atol=tol)
+
+
 def test_expm_is_accurate_where_torch_matrix_exp_is_not() -> None:
     """1-norms 0.008-0.05, a cell step's size: torch.linalg.matrix_exp loses ~1e-11 on
     such a matrix alone (in a batch it picks one Taylor degree for all: batch-dependent)."""
