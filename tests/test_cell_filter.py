@@ -32,7 +32,7 @@ from conftest import AR_EPSILON, AR_SIGMA, cluster_argon, perturbed_argon, strai
 from alchemi_lit import Batch
 from alchemi_lit.errors import ConfigError
 from alchemi_lit.integrators import BFGS, LBFGS, CellFilter
-from alchemi_lit.integrators.cell import expm, expm_frechet_adjoint, logm
+from alchemi_lit.linalg import expm, expm_frechet_adjoint, logm
 from alchemi_lit.models import LennardJones
 from alchemi_lit.units import bar_to_ev_per_a3, gpa_to_ev_per_a3
 
@@ -276,13 +276,15 @@ def test_bad_descriptions_are_refused(kwargs: dict, words: str) -> None:
         CellFilter(**kwargs)
 
 
-def test_per_system_values_must_cover_every_system_id() -> None:
-    batch = evaluated(Batch.from_atoms(crystals()[:3], dtype=DT))
-    cell = CellFilter(scalar_pressure=[0.0, 0.01])
-    batch.ensure_field("cell_ref", "system", (3, 3))
-    cell.init(batch, torch.ones(3, dtype=torch.bool))
-    with pytest.raises(ConfigError, match="one per system_id"):
-        cell.forces(batch)
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"scalar_pressure": [0.0, 0.01]}, {"mask": [[1] * 6] * 2}, {"constant_volume": [True]}],
+)
+def test_per_system_values_must_cover_every_system_id(kwargs: dict) -> None:
+    batch = Batch.from_atoms(crystals()[:3], dtype=DT)
+    with pytest.raises(ConfigError, match=r"got system_id 2; give one value per system_id"):
+        LBFGS(cell=CellFilter(**kwargs)).setup(batch, 0, "stage0")
+    LBFGS(cell=CellFilter(mask=[1] * 6)).setup(batch, 0, "stage0")  # one mask for all
 
 
 def test_yaml_config_builds_cell_filters(tmp_path) -> None:

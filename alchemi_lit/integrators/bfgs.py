@@ -35,6 +35,7 @@ class BFGS(CellOptimizer):
     """Quasi-Newton optimizer with a full Hessian per system; converges at max |F| < fmax."""
 
     shaped_by = "max_atoms"
+    reads_host = True  # groups of systems by size
 
     def __init__(
         self,

@@ -11,18 +11,16 @@ hydrostatic, constant-volume and mask options.  Every formula follows
 ``ase/_4/optimize/cellutil.py`` (ASE 3.29) step for step; the tests hold
 ``get_positions``, ``get_forces`` and ``set_positions`` of ASE's filters to round-off.
 
-Two departures, both exact in arithmetic:
+Departures, all exact in arithmetic:
 
 * ASE's Frechet coordinates are ``c logm(n F)``, which is ``c (log F + ln(n) I)``; the
   constant ``c ln(n) I`` cancels in every step an optimizer takes, so we keep ``c log F``
-  (more accurate: no large diagonal to subtract again).
-* ``logm`` is an inverse scaling-and-squaring (Denman-Beavers square roots until
-  ``|F - I|_1 <= 1/4``, then the series ``2 artanh((F - I)(F + I)^-1)``), batched,
-  accurate to ~1e-15 near the identity (scipy's ``logm``: ~2e-15), defined for the
-  defective (sheared) and rotating deformations where an eigendecomposition fails.
-  The Frechet cell forces are the adjoint of ``expm``'s Frechet derivative,
-  ``D exp(L^T)[G]``, read off one 6x6 block exponential per system (ASE sums nine
-  ``expm_frechet`` calls).
+  (more accurate: computing around the constant costs ASE ~1e-12 a step).
+* ``logm``/``expm`` are batched and accurate to ~1e-15 (:mod:`alchemi_lit.linalg`: why
+  neither scipy nor ``torch.linalg.matrix_exp``), and the Frechet cell forces are the
+  adjoint of ``expm``'s Frechet derivative, ``D exp(L^T)[G]``, one 6x6 block exponential
+  per system (ASE sums nine ``expm_frechet`` calls).
+* The stress is symmetrised (ASE's calculators hand the filter Voigt stresses).
 
 The reference cell is a batch field (``cell_ref``) set when a system enters the stage,
 so it migrates and checkpoints with the system.  Only the cell and positions are
@@ -39,103 +37,14 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..linalg import expm, expm_frechet_adjoint, logm, voigt_mask
 from ..state import Batch, system_name
-from ..tensor_ops import identity_key, may_be_set, same_key
+from ..tensor_ops import identity_key, same_key
 from ..units import GPa, bar
 from .base import FieldSpec
 
-#: ``|F - I|_1`` below which the log series is used without further square roots
-_LOG_RADIUS = 0.25
-#: series terms: |z| <= 1/7 there, and (1/7)^21 < 1e-17
-_LOG_TERMS = 11
-#: square roots at most (log norms up to ~2^8 / 4: any physical deformation)
-_MAX_ROOTS = 8
-#: Denman-Beavers iterations at most (|F - I| ~ 1e3 needs 12)
-_MAX_DB = 16
-#: ``|A|_1`` below which the Taylor series of exp is used without squaring
-_EXP_RADIUS = 0.25
-#: Taylor terms: 0.25^14 / 14! < 5e-18
-_EXP_TERMS = 13
-#: squarings at most (norms up to 0.25 2^40) on accelerators, where they are not read
-_MAX_SQUARINGS = 40
 #: cells of at most this volume (Å^3) carry no cell degrees of freedom
 _MIN_VOLUME = 1e-12
-
-
-def _norm1(a: torch.Tensor) -> torch.Tensor:
-    """Matrix 1-norm (largest column sum of magnitudes) of ``[..., 3, 3]``."""
-    return a.abs().sum(-2).amax(-1)
-
-
-def sqrtm(a: torch.Tensor) -> torch.Tensor:
-    """Principal square root of ``[B, 3, 3]`` matrices (product-form Denman-Beavers,
-    stable; converged on CPU as soon as every matrix has, else after ``_MAX_DB``)."""
-    eye = torch.eye(3, dtype=a.dtype, device=a.device).expand_as(a)
-    m, y = a, a
-    for _ in range(_MAX_DB):
-        m_inv = torch.linalg.inv(m)
-        y = y @ (eye + m_inv) * 0.5
-        m = (eye + (m + m_inv) * 0.5) * 0.5
-        if not may_be_set(_norm1(m - eye) > 1e-15):
-            break
-    return y
-
-
-def logm(a: torch.Tensor) -> torch.Tensor:
-    """Principal matrix logarithm of ``[B, 3, 3]`` matrices with no eigenvalue on the
-    closed negative real axis (deformation gradients); see the module docstring."""
-    eye = torch.eye(3, dtype=a.dtype, device=a.device).expand_as(a)
-    scale = torch.ones(a.shape[:-2], dtype=a.dtype, device=a.device)
-    x = a
-    for _ in range(_MAX_ROOTS):
-        far = _norm1(x - eye) > _LOG_RADIUS
-        if not may_be_set(far):
-            break
-        x = torch.where(far[..., None, None], sqrtm(x), x)
-        scale = torch.where(far, 2.0 * scale, scale)
-    z = torch.linalg.solve(x + eye, x - eye)  # (x - I)(x + I)^-1: they commute
-    z2, term, total = z @ z, z, z
-    for k in range(1, _LOG_TERMS):
-        term = term @ z2
-        total = total + term / (2 * k + 1)
-    return (2.0 * scale)[..., None, None] * total
-
-
-def expm(a: torch.Tensor) -> torch.Tensor:
-    """Matrix exponential of ``[B, n, n]`` matrices: scaling by powers of two until
-    ``|A|_1 <= 1/4``, 13 Taylor terms, squaring back.  (``torch.linalg.matrix_exp`` loses
-    up to 1e-11 in float64 for 1-norms between ~0.008 and 0.05, the size of a cell
-    step; this keeps ~1e-16.)"""
-    norm = _norm1(a)
-    squarings = torch.clamp(torch.ceil(torch.log2(norm / _EXP_RADIUS)), 0, _MAX_SQUARINGS)
-    squarings = torch.nan_to_num(squarings, nan=0.0)  # (a zero matrix: log2(0) = -inf)
-    x = a * torch.exp2(-squarings)[..., None, None]  # exact: a power of two
-    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device).expand_as(a)
-    out = eye
-    for k in range(_EXP_TERMS, 0, -1):  # Horner: I + x (I + x/2 (I + ...))
-        out = eye + (x @ out) / k
-    rounds = _MAX_SQUARINGS if a.device.type != "cpu" else int(squarings.max()) if len(a) else 0
-    for i in range(rounds):
-        out = torch.where((i < squarings)[..., None, None], out @ out, out)
-    return out
-
-
-def expm_frechet_adjoint(l: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """``D exp(L^T)[G]``: the matrix ``M`` with ``<M, E> = <D exp(L)[E], G>`` for every
-    ``E`` (the gradient of ``<exp(L), G>``), from the block exponential
-    ``exp([[L^T, G], [0, L^T]])``."""
-    lt = l.transpose(-1, -2)
-    # linear in G: scaled to norm ~1 by a power of two, so that |block| stays ~|L| + 1
-    size = torch.exp2(torch.round(torch.log2(_norm1(g).clamp_min(1e-300))))[..., None, None]
-    unit = g / size
-    block = torch.cat([torch.cat([lt, unit], -1), torch.cat([torch.zeros_like(g), lt], -1)], -2)
-    return expm(block)[..., :3, 3:] * size
-
-
-def voigt_mask(mask: torch.Tensor) -> torch.Tensor:
-    """6-component Voigt masks (xx, yy, zz, yz, xz, xy) ``[..., 6]`` as ``[..., 3, 3]``."""
-    order = [0, 5, 4, 5, 1, 3, 4, 3, 2]
-    return mask[..., order].reshape(*mask.shape[:-1], 3, 3)
 
 
 PerSystem = float | Sequence[float]
@@ -236,8 +145,20 @@ class CellFilter:
         return batch.pbc.any(-1) & (batch.volume > _MIN_VOLUME)
 
     def check(self, batch: Batch, owner: str, mask: torch.Tensor) -> None:
-        """Refuse systems of ``mask`` without a periodic 3-D cell unless told to ignore
-        them."""
+        """Refuse systems of ``mask`` without a periodic 3-D cell (unless told to ignore
+        them) or beyond the per-system values given (reads the batch on the host)."""
+        ids = batch.system_id[mask]
+        top = int(ids.max()) if len(ids) else -1
+        for name in ("pressure", "hydrostatic_strain", "constant_volume", "mask"):
+            value = getattr(self, name)
+            count = None if value is None or isinstance(value, (bool, int, float)) else len(value)
+            if name == "mask" and value is not None and not isinstance(value[0], Sequence):
+                count = None  # one mask for all
+            if count is not None and top >= count:
+                raise ConfigError(
+                    f"CellFilter: {name} has {count} values (one per system_id) but {owner} "
+                    f"got system_id {top}; give one value per system_id, or one for all"
+                )
         if self.cell_for_nonperiodic == "ignore":
             return
         rows = (mask & ~self.carries_cell(batch)).nonzero().flatten().tolist()
@@ -292,7 +213,7 @@ class CellFilter:
         eye = torch.eye(3, dtype=batch.dtype, device=batch.device)
         stress = batch.stress
         sigma = 0.5 * (stress + stress.transpose(-1, -2))  # ASE's Voigt stress, symmetric
-        p = _per_system(self.pressure, batch, "pressure")
+        p = _per_system(self.pressure, batch)
         p = p[:, None, None] if isinstance(p, torch.Tensor) else p
         virial = -batch.volume[:, None, None] * (sigma + p * eye)
         if log_f is None:
@@ -312,7 +233,7 @@ class CellFilter:
     def _hydrostatic_and_mask(
         self, batch: Batch, virial: torch.Tensor, eye: torch.Tensor
     ) -> torch.Tensor:
-        hydro = _per_system(self.hydrostatic_strain, batch, "hydrostatic_strain")
+        hydro = _per_system(self.hydrostatic_strain, batch)
         if isinstance(hydro, torch.Tensor) or hydro:
             trace = virial.diagonal(0, -2, -1).sum(-1)
             uniform = (trace / 3.0)[:, None, None] * eye
@@ -376,20 +297,15 @@ def _per_atom_product(batch: Batch, rows: torch.Tensor, per_system: torch.Tensor
     return torch.bmm(rows.unsqueeze(1), m).squeeze(1)
 
 
-def _per_system(value: Any, batch: Batch, name: str) -> Any:
-    """A parameter as a plain value, or gathered by ``system_id`` from a per-system list."""
+def _per_system(value: Any, batch: Batch) -> Any:
+    """A parameter as a plain value, or gathered by ``system_id`` from a per-system list
+    (whose length :meth:`CellFilter.check` checked when the systems entered)."""
     if isinstance(value, (bool, int, float)):
         return value
     table = torch.as_tensor(np.asarray(value), device=batch.device)  # floats: float64
     if table.is_floating_point():
         table = table.to(batch.dtype)
-    ids = batch.system_id
-    if len(ids) and int(ids.max()) >= len(table):
-        raise ConfigError(
-            f"CellFilter: {name} has {len(table)} values (one per system_id) but the batch "
-            f"has system_id {int(ids.max())}; give one value per system_id, or one for all"
-        )
-    return table[ids]
+    return table[batch.system_id]
 
 
 def _choose(flag: Any, yes: torch.Tensor, no: torch.Tensor) -> torch.Tensor:
@@ -403,7 +319,7 @@ def _project_volume(
     batch: Batch, constant: Any, m: torch.Tensor, eye: torch.Tensor
 ) -> torch.Tensor:
     """``m - tr(m)/3 I`` where the volume is held (ASE's ``constant_volume``)."""
-    flag = _per_system(constant, batch, "constant_volume")
+    flag = _per_system(constant, batch)
     if not (isinstance(flag, torch.Tensor) or flag):
         return m
     trace = m.diagonal(0, -2, -1).sum(-1)

@@ -149,6 +149,8 @@ class CellOptimizer(Integrator):
 
     is_optimizer = True
     shaped_by = "parameters"
+    #: the step reads the batch on the host anyway (then arrivals are checked everywhere)
+    reads_host = False
 
     def __init__(
         self,
@@ -188,7 +190,9 @@ class CellOptimizer(Integrator):
         self.view.check(batch, type(self).__name__, mask)
 
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
-        if may_be_set(mask):  # also systems arriving after a refill or from another rank
+        # systems arriving after a refill were checked by setup; from another rank, here
+        # (on an accelerator only where the step reads the host anyway: no sync added)
+        if (self.reads_host or batch.device.type == "cpu") and may_be_set(mask):
             self.refuse(batch, mask)
         super().init_systems(batch, mask)
         self.view.init(batch, mask)
