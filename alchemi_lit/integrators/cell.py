@@ -151,9 +151,8 @@ class CellFilter:
         top = int(ids.max()) if len(ids) else -1
         for name in ("pressure", "hydrostatic_strain", "constant_volume", "mask"):
             value = getattr(self, name)
-            count = None if value is None or isinstance(value, (bool, int, float)) else len(value)
-            if name == "mask" and value is not None and not isinstance(value[0], Sequence):
-                count = None  # one mask for all
+            per_system = value is not None and np.ndim(value) == (2 if name == "mask" else 1)
+            count = len(value) if per_system else None
             if count is not None and top >= count:
                 raise ConfigError(
                     f"CellFilter: {name} has {count} values (one per system_id) but {owner} "
@@ -181,7 +180,9 @@ class CellFilter:
         hit = self._memo.get("geometry")
         if hit is not None and same_key(hit[0], key):
             return hit[1]
-        active = self.carries_cell(batch)
+        # (a system outside the stage may hold no reference: NaN, or 0 where a batch that
+        # lacked the field was concatenated; torch's solve raises on a singular matrix)
+        active = self.carries_cell(batch) & (torch.linalg.det(batch.cell_ref).abs() > _MIN_VOLUME)
         eye = torch.eye(3, dtype=batch.dtype, device=batch.device).expand_as(batch.cell)
         ref = torch.where(active[:, None, None], batch.cell_ref, eye)
         cell = torch.where(active[:, None, None], batch.cell, eye)
