@@ -43,12 +43,13 @@ def sqrtm(a: torch.Tensor) -> torch.Tensor:
     """Principal square root of ``[B, 3, 3]`` matrices (product-form Denman-Beavers,
     stable; converged on CPU as soon as every matrix has, else after ``_MAX_DB``)."""
     eye = torch.eye(3, dtype=a.dtype, device=a.device).expand_as(a)
+    tol = max(1e-15, 4 * torch.finfo(a.dtype).eps)  # float32 stalls at its round-off
     m, y = a, a
     for _ in range(_MAX_DB):
         m_inv = torch.linalg.inv(m)
         y = y @ (eye + m_inv) * 0.5
         m = (eye + (m + m_inv) * 0.5) * 0.5
-        if not may_be_set(_norm1(m - eye) > 1e-15):
+        if not may_be_set(_norm1(m - eye) > tol):
             break
     return y
 
