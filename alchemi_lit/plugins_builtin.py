@@ -10,8 +10,10 @@ from .callbacks import Checkpoint, Logger, NaNGuard, ProgressBar, ThermoMonitor,
 from .convergence import All, Any_, EnergyChange, ForceMax
 from .data import SizeAwareSampler
 from .integrators import (
+    BFGS,
     FIRE,
     FIRE2,
+    LBFGS,
     Berendsen,
     Bussi,
     Langevin,
@@ -24,7 +26,7 @@ from .sinks import HostMemory, ZarrSink
 from .strategies.distributed import PipelineStrategy, ReplicasStrategy
 from .strategies.single import SingleDeviceStrategy
 
-for _cls in (FIRE, FIRE2, VelocityVerlet, Langevin, NoseHooverChain, Berendsen, Bussi):
+for _cls in (FIRE, FIRE2, BFGS, LBFGS, VelocityVerlet, Langevin, NoseHooverChain, Berendsen, Bussi):
     register("integrator")(_cls)
 register_preset("integrator", "fire-ase", FIRE, mode="ase")
 register_preset("integrator", "fire-mass-weighted", FIRE, mode="mass_weighted")

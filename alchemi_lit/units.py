@@ -32,3 +32,13 @@ def per_fs_to_internal(rate_per_fs: float) -> float:
 def ev_per_a3_to_gpa(p: float) -> float:
     """Convert a pressure/stress in eV/Å^3 to GPa."""
     return p / GPa
+
+
+def gpa_to_ev_per_a3(p: float) -> float:
+    """Convert a pressure in GPa to eV/Å^3 (the unit of ``CellFilter.scalar_pressure``)."""
+    return p * GPa
+
+
+def bar_to_ev_per_a3(p: float) -> float:
+    """Convert a pressure in bar to eV/Å^3 (the unit of ``CellFilter.scalar_pressure``)."""
+    return p * bar

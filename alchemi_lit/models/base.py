@@ -34,7 +34,12 @@ class Model(torch.nn.Module):
     """Base of all interatomic models; see module docstring.
 
     Calling ``model(batch)`` returns ``{"energy": [B], "forces": [N, 3], "stress": [B, 3, 3]}``.
-    ``stress`` is zero for systems without a 3-D cell.
+    ``stress`` is zero for systems without a 3-D cell.  Its sign is ASE's, which the cell
+    filters of the optimizers rely on: ``stress = (1/V) dE/d(strain)``, positive under
+    tension (a stretched crystal), negative under compression; pressure is
+    ``-trace(stress) / 3``.  A model overriding :meth:`forward` must keep it
+    (``tests/test_stress.py`` checks the built-in models against ASE and the strain
+    derivative; the plugins check theirs against their own ASE calculators).
     """
 
     #: Elements (atomic numbers) the model can evaluate; None means any.

@@ -1,0 +1,150 @@
+"""BFGS structure optimizer, batched: ``ase.optimize.BFGS`` step for step.
+
+Each system keeps its own Hessian (initially ``alpha I``), updated with ASE's formula
+``H += y y^T / (s.y) - (H s)(H s)^T / (s.H s)`` (skipped when no coordinate moved by
+1e-7), and steps ``-V |w|^-1 V^T g`` from its eigendecomposition, scaled down as a
+whole when its longest row exceeds ``maxstep``.  With ``cell=`` it optimizes ASE's
+filter coordinates (see :mod:`.cell`) and converges on their forces, cell included.
+
+Memory: the Hessian has ``(3n + 9)^2`` values for a system of n atoms (``(3n)^2``
+without a cell).  It lives in the batch as one row block per atom, ``bfgs_hessian``
+``[N, 3, W]``, plus the cell rows ``bfgs_hessian_cell`` ``[B, 9, W]``, padded to the
+widest allowed system, ``W = 3 max_atoms + 9``; so it migrates, checkpoints and crosses
+ranks like any field, and a system takes ``(3n + 9) W`` values.  A batch whose
+Hessians would exceed ``max_memory_gb`` is refused: use LBFGS (``2 memory (3n + 9)``
+values a system).  Each step diagonalises every system's Hessian (``O((3n)^3)``),
+batched over systems of equal size; the groups are read on the host.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from ..convergence import Criterion
+from ..errors import ConfigError
+from ..state import Batch, system_name
+from ..tensor_ops import may_be_set
+from .base import FieldSpec, _check_param
+from .cell import CellFilter
+from .extended import CellOptimizer, dense_groups
+
+
+class BFGS(CellOptimizer):
+    """Quasi-Newton optimizer with a full Hessian per system; converges at max |F| < fmax."""
+
+    shaped_by = "max_atoms"
+    reads_host = True  # groups of systems by size
+
+    def __init__(
+        self,
+        fmax: float = 0.05,
+        max_steps: int = 1000,
+        maxstep: float = 0.2,
+        alpha: float = 70.0,
+        cell: CellFilter | str | None = None,
+        max_atoms: int = 256,
+        max_memory_gb: float = 4.0,
+        criterion: Criterion | None = None,
+    ) -> None:
+        super().__init__(fmax, max_steps, maxstep, cell, criterion)
+        name = type(self).__name__
+        if self.maxstep > 1.0:  # as ASE
+            warnings.warn(f"{name}: a *very* large maxstep, {self.maxstep} Å", stacklevel=2)
+        self.alpha = _check_param("alpha (eV/Å^2)", name, alpha)
+        self.max_memory_gb = _check_param("max_memory_gb", name, max_memory_gb)
+        if int(max_atoms) < 1:
+            raise ConfigError(f"{name}: max_atoms must be >= 1, got {max_atoms}")
+        self.max_atoms = int(max_atoms)
+        c = self.view.width
+        self.width = w = 3 * self.max_atoms + c
+        shapes = {"hessian": ((3, w), (c, w)), "r0": ((3,), (c,)), "f0": ((3,), (c,))}
+        for key, (atom_shape, cell_shape) in shapes.items():
+            self.fields[f"bfgs_{key}"] = FieldSpec("atom", atom_shape)
+            if c:
+                self.fields[f"bfgs_{key}_cell"] = FieldSpec("system", cell_shape)
+
+    def refuse(self, batch: Batch, mask: torch.Tensor) -> None:
+        """Also systems above ``max_atoms``, and a batch whose Hessians exceed the budget."""
+        super().refuse(batch, mask)
+        name = type(self).__name__
+        big = (mask & (batch.n_atoms > self.max_atoms)).nonzero().flatten().tolist()
+        if big:
+            raise ConfigError(
+                f"{name}(max_atoms={self.max_atoms}): "
+                f"{', '.join(system_name(r, int(batch.system_id[r])) for r in big[:5])} "
+                f"{'has' if len(big) == 1 else 'have'} more atoms; raise max_atoms (the "
+                f"Hessian takes (3n+9)(3 max_atoms+9) values per system) or use LBFGS"
+            )
+        rows = 3 * batch.num_atoms + self.view.width * batch.num_systems
+        gb = rows * self.width * torch.finfo(batch.dtype).bits / 8 / 2**30
+        if gb > self.max_memory_gb:
+            raise ConfigError(
+                f"{type(self).__name__}: the Hessians of {batch.num_systems} systems "
+                f"({batch.num_atoms} atoms, rows of {self.width} values) need {gb:.2f} GB > "
+                f"max_memory_gb={self.max_memory_gb}; use LBFGS (memory grows as "
+                f"2 memory (3n+9) per system), fewer systems per batch, or raise max_memory_gb"
+            )
+
+    def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
+        super().init_systems(batch, mask)
+        atoms, k = torch.arange(batch.num_atoms, device=batch.device)[:, None], torch.arange(3)
+        cols = 3 * batch.segments.local_index[:, None] + k.to(batch.device)
+        _set_diagonal(batch.bfgs_hessian, atoms, cols, batch.atom_mask(mask), self.alpha)
+        if self.view.width:
+            rows = torch.arange(batch.num_systems, device=batch.device)[:, None]
+            cols = 3 * batch.n_atoms[:, None] + torch.arange(9, device=batch.device)
+            _set_diagonal(batch.bfgs_hessian_cell, rows, cols, mask, self.alpha)
+
+    def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        x_atoms, x_cell = self.view.coordinates(batch)
+        f_atoms, f_cell = self.view.forces(batch)
+        new_atoms, new_cell = x_atoms, x_cell
+        state = [getattr(batch, f"bfgs_{k}") for k in ("hessian", "r0", "f0")]
+        cells = [
+            getattr(batch, f"bfgs_{k}_cell") if self.view.width else x_cell
+            for k in ("hessian", "r0", "f0")
+        ]
+        for group in dense_groups(batch, mask, self.view):
+            x, f = group.pack(x_atoms, x_cell), group.pack(f_atoms, f_cell)
+            hess, r0, f0 = (group.pack(a, c) for a, c in zip(state, cells))
+            hess = hess[..., : group.dim]
+            moved = batch.step.index_select(0, group.sys) > 0
+            hess = _update(hess, x - r0, f0 - f, moved)  # gradient change (-f) - (-f0)
+            omega, vectors = torch.linalg.eigh(hess)
+            coef = (-f).unsqueeze(1) @ vectors  # ASE: -V ((g V) / |w|), g = -f
+            dx = -(vectors @ (coef.squeeze(1) / omega.abs()).unsqueeze(-1)).squeeze(-1)
+            longest = (dx.reshape(len(dx), -1, 3) ** 2).sum(-1).amax(-1).sqrt()
+            too_long = (longest >= self.maxstep)[:, None]
+            dx = torch.where(too_long, dx * (self.maxstep / longest)[:, None], dx)
+            hess = torch.nn.functional.pad(hess, (0, self.width - group.dim))
+            for dense, atoms, cell in zip((hess, x, f), state, cells):
+                group.scatter(dense, atoms, cell, in_place=True)
+            new_atoms, new_cell = group.scatter(x + dx, new_atoms, new_cell)
+        if may_be_set(mask):
+            self.view.set_coordinates(batch, new_atoms, new_cell, mask)
+
+
+def _update(
+    hess: torch.Tensor, dx: torch.Tensor, dg: torch.Tensor, moved: torch.Tensor
+) -> torch.Tensor:
+    """ASE's BFGS update of ``[G, D, D]`` Hessians for steps ``dx`` with gradient changes
+    ``dg``, where ``moved`` and some coordinate moved by 1e-7 or more."""
+    a = (dx * dg).sum(-1)[:, None, None]
+    hdx = (hess @ dx.unsqueeze(-1)).squeeze(-1)
+    b = (dx * hdx).sum(-1)[:, None, None]
+    new = hess + (
+        dg.unsqueeze(-1) * dg.unsqueeze(-2) / a - hdx.unsqueeze(-1) * hdx.unsqueeze(-2) / b
+    )
+    update = moved & (dx.abs().amax(-1) >= 1e-7)
+    return torch.where(update[:, None, None], new, hess)
+
+
+def _set_diagonal(
+    t: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, mask: torch.Tensor, value: float
+) -> None:
+    """``t[r, k, cols[r, k]] = value`` for the rows of ``mask`` (in place: fresh state)."""
+    k = torch.arange(cols.shape[1], device=t.device)[None, :]
+    current = t[rows, k, cols]
+    t[rows, k, cols] = torch.where(mask[:, None], torch.full_like(current, value), current)

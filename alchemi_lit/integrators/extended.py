@@ -1,0 +1,267 @@
+"""What quasi-Newton optimizers (and any optimizer taking ``cell=``) see of a batch --
+extended coordinates and forces, with or without a :class:`~.cell.CellFilter` -- and
+the state they keep in it.
+
+Both views give per-atom rows ``[N, 3]`` plus per-system cell rows ``[B, c]`` (``c`` = 9
+with a cell filter, 0 without), so an optimizer is written once for both.  Systems that
+carry no cell in a filtered stage (``cell_for_nonperiodic="ignore"``) have zero cell
+rows, which add nothing to a dot product, a norm or a step.  :class:`DenseGroup` packs
+the rows of systems of one size into ``[G, D]`` vectors in ASE's order (atoms, then the
+three cell rows) for optimizers that need dense linear algebra (BFGS); :class:`History`
+is L-BFGS's ring of steps and gradient changes in batch fields.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..convergence import Criterion, ForceMax
+from ..errors import ConfigError
+from ..state import Batch
+from ..tensor_ops import may_be_set, row_dot
+from .base import FieldSpec, Integrator, _check_param
+from .cell import CellFilter, as_cell_filter
+
+
+class PositionsOnly:
+    """The view of an optimizer without a cell filter: positions and forces."""
+
+    width = 0
+    kind = None
+
+    def field_specs(self) -> dict[str, FieldSpec]:
+        return {}
+
+    def check(self, batch: Batch, owner: str, mask: torch.Tensor) -> None:
+        pass
+
+    def init(self, batch: Batch, mask: torch.Tensor) -> None:
+        pass
+
+    def carries_cell(self, batch: Batch) -> torch.Tensor:
+        return torch.zeros_like(batch.pbc[:, 0])
+
+    def coordinates(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch.positions, batch.positions.new_zeros((batch.num_systems, 0))
+
+    def forces(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch.forces, batch.forces.new_zeros((batch.num_systems, 0))
+
+    def set_coordinates(
+        self, batch: Batch, x_atoms: torch.Tensor, x_cell: torch.Tensor, moving: torch.Tensor
+    ) -> None:
+        """Positions of the free atoms of the systems of ``moving`` ``[B]``."""
+        atoms = (batch.atom_mask(moving) & ~batch.fixed)[:, None]
+        batch.positions = torch.where(atoms, x_atoms, batch.positions)
+
+
+CellView = CellFilter | PositionsOnly
+
+
+def cell_view(cell: CellFilter | None) -> CellView:
+    return PositionsOnly() if cell is None else cell
+
+
+def max_row_norm_sq(batch: Batch, atoms: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+    """Per system ``[B]``, the largest squared norm of a row of ``atoms`` ``[N, 3]`` or of
+    the three rows of ``cell`` ``[B, 9]`` (ASE's ``gradient_norm`` of a filter, squared)."""
+    sq = row_dot(atoms)
+    out = sq.new_zeros(batch.num_systems).scatter_reduce(
+        0, batch.system_idx, sq, "amax", include_self=True
+    )
+    if cell.shape[-1]:
+        out = torch.maximum(out, (cell.reshape(-1, 3, 3) ** 2).sum(-1).amax(-1))
+    return out
+
+
+class FilterForceMax(Criterion):
+    """Largest row of a cell filter's forces below ``fmax``: the atoms' ``f F`` and the
+    three cell rows, as ``ase.optimize`` checks an optimizer running on the filter.
+
+    Args:
+        fmax: threshold in eV/Å (> 0).
+        cell: the optimizer's cell filter.
+    """
+
+    def __init__(self, fmax: float, cell: CellFilter) -> None:
+        if not fmax > 0:
+            raise ValueError(f"fmax must be > 0 eV/Å, got {fmax}")
+        self.fmax = float(fmax)
+        self.cell = cell
+
+    def __call__(self, batch: Batch) -> torch.Tensor:
+        return max_row_norm_sq(batch, *self.cell.forces(batch)) < self.fmax**2
+
+    def __repr__(self) -> str:
+        return f"FilterForceMax({self.fmax}, {self.cell.kind!r})"
+
+
+def default_criterion(fmax: float, cell: CellFilter | None) -> Criterion:
+    """ASE's convergence test of an optimizer: on the forces, or on the filter's forces."""
+    return ForceMax(fmax) if cell is None else FilterForceMax(fmax, cell)
+
+
+class DenseGroup:
+    """Systems of a stage with one atom count and cell use, packed densely: a system's
+    coordinates are its atoms' rows, then its cell's (ASE's order)."""
+
+    def __init__(self, batch: Batch, members: list[int], n: int, cell_width: int) -> None:
+        self.sys = torch.tensor(members, device=batch.device)
+        self.idx = batch.atom_index(self.sys)
+        self.n, self.c, self.dim = n, cell_width, 3 * n + cell_width
+
+    def pack(self, atoms: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+        """``[N, 3, ...]`` atom rows and ``[B, c, ...]`` cell rows as ``[G, dim, ...]``."""
+        g = len(self.sys)
+        rows = atoms.index_select(0, self.idx).reshape(g, 3 * self.n, *atoms.shape[2:])
+        return torch.cat([rows, cell.index_select(0, self.sys)], 1) if self.c else rows
+
+    def scatter(
+        self, dense: torch.Tensor, atoms: torch.Tensor, cell: torch.Tensor, in_place: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`pack` undone: ``dense`` written into copies of (or into) atoms and cell."""
+        rows = dense[:, : 3 * self.n].reshape(-1, *atoms.shape[1:])
+        if in_place:
+            atoms.index_copy_(0, self.idx, rows)
+            if self.c:
+                cell.index_copy_(0, self.sys, dense[:, 3 * self.n :])
+            return atoms, cell
+        atoms = atoms.index_copy(0, self.idx, rows)
+        return atoms, cell.index_copy(0, self.sys, dense[:, 3 * self.n :]) if self.c else cell
+
+
+def dense_groups(batch: Batch, mask: torch.Tensor, view: CellView) -> list[DenseGroup]:
+    """The systems of ``mask`` ``[B]`` grouped by (atom count, carries a cell); the
+    grouping is read on the host."""
+    rows = mask.nonzero().flatten().tolist()
+    carries = view.carries_cell(batch).tolist()
+    found: dict[tuple[int, bool], list[int]] = {}
+    for r, n in zip(rows, batch.n_atoms[rows].tolist()):
+        found.setdefault((n, bool(carries[r])), []).append(r)
+    return [DenseGroup(batch, m, n, view.width if c else 0) for (n, c), m in found.items()]
+
+
+class CellOptimizer(Integrator):
+    """Base of optimizers that take ``cell=`` (a :class:`CellFilter`, ``"frechet"``,
+    ``"unit"`` or None): ``fmax``, ``maxstep``, the view of the batch (:attr:`view`) and
+    ASE's convergence test on its forces.  Subclasses add their fields to
+    :attr:`fields` and name the parameter that sets their shapes (:attr:`shaped_by`)."""
+
+    is_optimizer = True
+    shaped_by = "parameters"
+    #: the step reads the batch on the host anyway (then arrivals are checked everywhere)
+    reads_host = False
+
+    def __init__(
+        self,
+        fmax: float,
+        max_steps: int,
+        maxstep: float,
+        cell: CellFilter | str | None,
+        criterion: Criterion | None,
+    ) -> None:
+        super().__init__(max_steps)
+        name = type(self).__name__
+        self.fmax = _check_param("fmax (eV/Å)", name, fmax)
+        self.maxstep = _check_param("maxstep (Å)", name, maxstep)
+        self.cell = as_cell_filter(cell)
+        self.view = cell_view(self.cell)
+        self.requires_stress = self.cell is not None  # the cell forces come from the stress
+        self.criterion = criterion or default_criterion(self.fmax, self.cell)
+        self.fields: dict[str, FieldSpec] = dict(self.view.field_specs())
+
+    def __repr__(self) -> str:
+        cell = "" if self.cell is None else f", cell={self.cell.kind!r}"
+        return f"{type(self).__name__}(fmax={self.fmax}, max_steps={self.max_steps}{cell})"
+
+    def setup(self, batch: Batch, seed: int, prefix: str) -> None:
+        for key, spec in self.fields.items():  # two stages of a kind share fields by name
+            if batch.has_field(key) and tuple(getattr(batch, key).shape[1:]) != spec.shape:
+                raise ConfigError(
+                    f"two {type(self).__name__} stages with different {self.shaped_by} or "
+                    f"cell share the batch field {key!r}: give them the same {self.shaped_by} "
+                    f"and cell"
+                )
+        self.refuse(batch, torch.ones_like(batch.pbc[:, 0]))  # before any model call
+        super().setup(batch, seed, prefix)
+
+    def refuse(self, batch: Batch, mask: torch.Tensor) -> None:
+        """Raise ConfigError for systems of ``mask`` this stage cannot take."""
+        self.view.check(batch, type(self).__name__, mask)
+
+    def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
+        # systems arriving after a refill were checked by setup; from another rank, here
+        # (on an accelerator only where the step reads the host anyway: no sync added)
+        if (self.reads_host or batch.device.type == "cpu") and may_be_set(mask):
+            self.refuse(batch, mask)
+        super().init_systems(batch, mask)
+        self.view.init(batch, mask)
+
+
+class History:
+    """A stage's L-BFGS ring buffers in the batch: write a pair, read a slot per system,
+    and the per-system dot products and updates of the recursion (atoms plus cell)."""
+
+    def __init__(self, batch: Batch, cell_width: int) -> None:
+        self.batch, self.c = batch, cell_width
+        self.atoms = torch.arange(batch.num_atoms, device=batch.device)
+        self.systems = torch.arange(batch.num_systems, device=batch.device)
+
+    def write(
+        self,
+        upd: torch.Tensor,
+        slot: torch.Tensor,
+        x_a: torch.Tensor,
+        x_c: torch.Tensor,
+        f_a: torch.Tensor,
+        f_c: torch.Tensor,
+    ) -> None:
+        """Store ``s = x - r0``, ``y = (-f) - (-f0)``, ``rho = 1 / y.s`` in ``slot`` ``[B]``
+        for the systems of ``upd`` (in place: the ring is this stage's own state)."""
+        b = self.batch
+        s_a, y_a = x_a - b.lbfgs_r0, b.lbfgs_f0 - f_a
+        s_c = x_c - b.lbfgs_r0_cell if self.c else x_c
+        y_c = b.lbfgs_f0_cell - f_c if self.c else f_c
+        rho = 1.0 / self.dot(s_a, s_c, y_a, y_c)
+        atom_slot, atom_upd = slot.index_select(0, b.system_idx), b.atom_mask(upd)[:, None]
+        for name, new in (("lbfgs_s", s_a), ("lbfgs_y", y_a)):
+            t = getattr(b, name)
+            t[self.atoms, atom_slot] = torch.where(atom_upd, new, t[self.atoms, atom_slot])
+        b.lbfgs_rho[self.systems, slot] = torch.where(upd, rho, b.lbfgs_rho[self.systems, slot])
+        for name, new in (("lbfgs_s_cell", s_c), ("lbfgs_y_cell", y_c))[: 2 if self.c else 0]:
+            t = getattr(b, name)
+            t[self.systems, slot] = torch.where(upd[:, None], new, t[self.systems, slot])
+
+    def read(self, slot: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``(s_atoms, s_cell, y_atoms, y_cell, rho)`` of each system's ``slot``."""
+        b = self.batch
+        atom_slot = slot.index_select(0, b.system_idx)
+        s_a, y_a = b.lbfgs_s[self.atoms, atom_slot], b.lbfgs_y[self.atoms, atom_slot]
+        if self.c:
+            s_c, y_c = b.lbfgs_s_cell[self.systems, slot], b.lbfgs_y_cell[self.systems, slot]
+        else:
+            s_c = y_c = b.positions.new_zeros((b.num_systems, 0))
+        return s_a, s_c, y_a, y_c, b.lbfgs_rho[self.systems, slot]
+
+    def dot(
+        self, u_a: torch.Tensor, u_c: torch.Tensor, v_a: torch.Tensor, v_c: torch.Tensor
+    ) -> torch.Tensor:
+        """Per-system dot product of (atoms, cell) vectors ``[B]``."""
+        total = self.batch.segments.sum_xyz(u_a * v_a)
+        return total + (u_c * v_c).sum(-1) if self.c else total
+
+    def axpy(
+        self,
+        valid: torch.Tensor,
+        a: torch.Tensor,
+        u_a: torch.Tensor,
+        u_c: torch.Tensor,
+        v_a: torch.Tensor,
+        v_c: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``v + a u`` for the systems of ``valid``, ``v`` elsewhere."""
+        seg = self.batch.segments
+        v_a = torch.where(
+            self.batch.atom_mask(valid)[:, None], v_a + seg.to_atoms(a)[:, None] * u_a, v_a
+        )
+        return v_a, torch.where(valid[:, None], v_c + a[:, None] * u_c, v_c)
