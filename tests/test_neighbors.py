@@ -395,8 +395,9 @@ def test_molecule_path_reproduces_vesin_bit_for_bit(monkeypatch: pytest.MonkeyPa
     of a vesin call each; the edges must be vesin's exactly (pairs, orientation, order,
     shifts), and so must the pair counts of edge budgets and the closest pair that
     structure validation reports."""
+    from alchemi_lit import geometry
+    from alchemi_lit.geometry import closest_pair as _closest_pair
     from alchemi_lit.models import neighbors
-    from alchemi_lit.state import _closest_pair
 
     rng = np.random.default_rng(23)
     systems = []
@@ -412,7 +413,7 @@ def test_molecule_path_reproduces_vesin_bit_for_bit(monkeypatch: pytest.MonkeyPa
     fast = neighbors._build_rows(batch, rows, radius)
     counts = [neighbors.count_pairs(a.positions, a.cell.array, a.pbc, radius) for a in systems]
     closest = [_closest_pair(a.positions, a.cell.array, a.pbc, 2.5) for a in systems]
-    monkeypatch.setattr(neighbors, "_ALL_PAIRS_MAX_ATOMS", 0)  # vesin for all
+    monkeypatch.setattr(geometry, "_ALL_PAIRS_MAX_ATOMS", 0)  # vesin for all
     by_vesin = neighbors._build_rows(batch, rows, radius)
     for got, want in zip(fast, by_vesin):
         assert got.dtype == want.dtype and got.shape == want.shape

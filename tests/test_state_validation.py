@@ -367,7 +367,7 @@ def test_closest_pair_matches_ase_whatever_the_search_radius(cutoff: float) -> N
     included -- or none when ASE finds none."""
     from ase.neighborlist import neighbor_list
 
-    from alchemi_lit.state import _closest_pair
+    from alchemi_lit.geometry import closest_pair as _closest_pair
 
     rng = np.random.default_rng(7)
     for k in range(12):

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, StructureError
+from ..geometry import count_pairs
 from ..state import default_system_ids, require_atoms, validate_atoms
 from .io import read_structures
 
@@ -221,6 +222,4 @@ class SizeAwareSampler:
 
 
 def _count_edges(atoms: Any, cutoff: float) -> int:
-    from ..models.neighbors import count_pairs
-
     return count_pairs(atoms.positions, atoms.cell.array, atoms.pbc, cutoff)

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..geometry import all_pairs_suit, count_pairs, molecule_pairs
 from ..segments import ones_rows
 from ..state import Batch
 from ..tensor_ops import row_dot
@@ -332,22 +333,6 @@ def _flat3(j: torch.Tensor) -> torch.Tensor:
     return ((3 * j).unsqueeze(-1) + torch.arange(3, device=j.device)).reshape(-1)
 
 
-def count_pairs(positions: Any, cell: Any, pbc: Any, radius: float) -> int:
-    """Neighbour pairs (half list) of one system within ``radius`` (edge budgets)."""
-    import vesin
-
-    if all_pairs_suit(len(positions), pbc):
-        return len(molecule_pairs(np.asarray(positions, dtype=np.float64), radius)[0])
-    calc = vesin.NeighborList(cutoff=radius, full_list=False, n_threads=1)
-    i = calc.compute(
-        np.asarray(positions, dtype=np.float64),
-        np.asarray(cell, dtype=np.float64),
-        [bool(p) for p in pbc],
-        "i",
-    )[0]
-    return len(i)
-
-
 def batch_pair_counts(batch: Batch, radius: float) -> list[int]:
     """:func:`count_pairs` for every system of a batch."""
     host = batch.to(device="cpu", dtype=torch.float64)
@@ -433,38 +418,6 @@ def _build_rows(batch: Batch, rows: list[int], radius: float):
         torch.tensor([part[0] for part in parts]), torch.tensor(sizes_e), output_size=len(i)
     )
     return i, j, cart, system, ishift
-
-
-#: a non-periodic system of at most this many atoms gets its pairs from one vectorised
-#: all-pairs test (:func:`molecule_pairs`), faster than a vesin call up to ~50 atoms
-#: (measured, rc 5-9.5 Å: 2 atoms 10 vs 38 us, 32 atoms 24 vs 42 us, 64 atoms 72 vs 61 us)
-_ALL_PAIRS_MAX_ATOMS = 48
-
-
-def all_pairs_suit(num_atoms: int, pbc: Any) -> bool:
-    """Whether :func:`molecule_pairs` is the faster search for this system."""
-    return num_atoms <= _ALL_PAIRS_MAX_ATOMS and not any(bool(p) for p in pbc)
-
-
-def molecule_pairs(pos: np.ndarray, radius: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pairs ``i < j`` of a non-periodic system closer than ``radius``, in (i, j) order,
-    and their squared distances: vesin's pairs, orientation and arithmetic
-    (``(x*x + y*y) + z*z`` of ``r_j - r_i``), so the edges are the same to the bit."""
-    iu, ju = _strict_upper_pairs(len(pos))
-    d = pos.take(ju, axis=0)
-    d -= pos.take(iu, axis=0)
-    r2 = d[:, 0] * d[:, 0]
-    r2 += d[:, 1] * d[:, 1]
-    r2 += d[:, 2] * d[:, 2]
-    keep = r2 < radius * radius
-    return iu[keep], ju[keep], r2[keep]
-
-
-@functools.lru_cache(maxsize=_ALL_PAIRS_MAX_ATOMS + 1)
-def _strict_upper_pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs i < j of n atoms, row-major (int64)."""
-    iu, ju = np.triu_indices(n, 1)
-    return iu.astype(np.int64), ju.astype(np.int64)
 
 
 #: below this many atoms in the systems vesin builds, one thread does it all

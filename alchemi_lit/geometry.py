@@ -1,0 +1,123 @@
+"""Geometry of one structure on the host: neighbour pairs and periodic thickness.
+
+Used where a structure is checked or sized before it enters a batch (validation, edge
+budgets) as well as by the model's neighbour lists, so it sits below both.  Pairs come
+from `vesin <https://github.com/Luthaf/vesin>`_, or, for small non-periodic systems,
+from one vectorised all-pairs test that yields vesin's pairs and arithmetic bit for bit.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+#: a non-periodic system of at most this many atoms gets its pairs from one vectorised
+#: all-pairs test (:func:`molecule_pairs`), faster than a vesin call up to ~50 atoms
+#: (measured, rc 5-9.5 Å: 2 atoms 10 vs 38 us, 32 atoms 24 vs 42 us, 64 atoms 72 vs 61 us)
+_ALL_PAIRS_MAX_ATOMS = 48
+
+
+def all_pairs_suit(num_atoms: int, pbc: Any) -> bool:
+    """Whether :func:`molecule_pairs` is the faster search for this system."""
+    return num_atoms <= _ALL_PAIRS_MAX_ATOMS and not any(bool(p) for p in pbc)
+
+
+def molecule_pairs(pos: np.ndarray, radius: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs ``i < j`` of a non-periodic system closer than ``radius``, in (i, j) order,
+    and their squared distances: vesin's pairs, orientation and arithmetic
+    (``(x*x + y*y) + z*z`` of ``r_j - r_i``), so the edges are the same to the bit."""
+    iu, ju = _strict_upper_pairs(len(pos))
+    d = pos.take(ju, axis=0)
+    d -= pos.take(iu, axis=0)
+    r2 = d[:, 0] * d[:, 0]
+    r2 += d[:, 1] * d[:, 1]
+    r2 += d[:, 2] * d[:, 2]
+    keep = r2 < radius * radius
+    return iu[keep], ju[keep], r2[keep]
+
+
+@functools.lru_cache(maxsize=_ALL_PAIRS_MAX_ATOMS + 1)
+def _strict_upper_pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs i < j of n atoms, row-major (int64)."""
+    iu, ju = np.triu_indices(n, 1)
+    return iu.astype(np.int64), ju.astype(np.int64)
+
+
+def count_pairs(positions: Any, cell: Any, pbc: Any, radius: float) -> int:
+    """Neighbour pairs (half list) of one system within ``radius`` (edge budgets)."""
+    import vesin
+
+    if all_pairs_suit(len(positions), pbc):
+        return len(molecule_pairs(np.asarray(positions, dtype=np.float64), radius)[0])
+    calc = vesin.NeighborList(cutoff=radius, full_list=False, n_threads=1)
+    i = calc.compute(
+        np.asarray(positions, dtype=np.float64),
+        np.asarray(cell, dtype=np.float64),
+        [bool(p) for p in pbc],
+        "i",
+    )[0]
+    return len(i)
+
+
+#: Atoms closer than this (Å) are one atom given twice: an error whatever ``min_distance``.
+COINCIDENT_DISTANCE = 1e-4
+
+
+def periodic_heights(cell: np.ndarray, pbc: np.ndarray) -> np.ndarray:
+    """Thickness of the cell along each periodic direction (Å), in ``pbc`` order.
+
+    How far periodic lattice vector i reaches out of the span of the other periodic
+    vectors: the spacing of the lattice planes, 0 where the vectors are dependent.  A
+    periodic image of an atom is at least the smallest of these away, and a neighbour
+    search needs about cutoff/thickness images.
+    """
+    vectors = cell[np.asarray(pbc, dtype=bool)]
+    heights = np.empty(len(vectors))
+    for i, v in enumerate(vectors):
+        others = np.delete(vectors, i, axis=0).T
+        if others.size:
+            v = v - others @ np.linalg.lstsq(others, v, rcond=None)[0]
+        heights[i] = np.linalg.norm(v)
+    return heights
+
+
+def closest_pair(
+    pos: np.ndarray,
+    cell: np.ndarray,
+    pbc: np.ndarray,
+    cutoff: float,
+    heights: np.ndarray | None = None,
+) -> tuple[float, int, int, bool] | None:
+    """Closest pair within ``cutoff`` (an atom and its own periodic images included) as
+    (distance, i, j, through a periodic image), or None.  ``heights``: the periodic
+    heights of the cell (:func:`periodic_heights`), when the caller has them."""
+    import vesin  # vesin accepts degenerate cell vectors along non-periodic axes
+
+    cutoff = max(cutoff, COINCIDENT_DISTANCE)
+    if all_pairs_suit(len(pos), pbc):  # a small molecule: one vectorised test
+        i, j, r2 = molecule_pairs(pos, cutoff)
+        if len(r2) == 0:
+            return None
+        k = int(np.argmin(r2))
+        return float(np.sqrt(r2[k])), int(i[k]), int(j[k]), False
+    # vesin bins space by its cutoff: searching 0.5 Å in a 21 Å crystal means 80 000 bins
+    # for 256 atoms (12 ms, against 0.15 ms within 3 Å), so search wider and keep the
+    # closest -- no wider than twice the thinnest periodic height, which bounds the images
+    if heights is None:
+        heights = periodic_heights(cell, pbc)
+    reach = min(_CLOSEST_PAIR_SEARCH, 2 * heights.min()) if heights.size else _CLOSEST_PAIR_SEARCH
+    i, j, shifts, d = vesin.NeighborList(
+        cutoff=max(cutoff, reach), full_list=False, n_threads=1
+    ).compute(pos, cell, pbc.tolist(), "ijSd")
+    if len(d) == 0:
+        return None
+    k = int(np.argmin(d))
+    if d[k] >= cutoff:
+        return None
+    return float(d[k]), int(i[k]), int(j[k]), bool(np.any(shifts[k]))
+
+
+#: radius (Å) of the closest-pair search of structure validation (see closest_pair)
+_CLOSEST_PAIR_SEARCH = 3.0

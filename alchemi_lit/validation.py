@@ -1,0 +1,262 @@
+"""Checks of an input structure before it enters a batch, with messages naming it.
+
+Every error names the system as the user knows it (``system 2 (system_id 30)``) and the
+fix; plausible-but-odd structures (atoms very close, momenta on fixed atoms) give a
+:class:`~alchemi_lit.errors.StructureWarning` pointing at the user's line instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import numpy as np
+import torch
+
+from .errors import BatchError, StructureError, StructureWarning
+from .geometry import COINCIDENT_DISTANCE, closest_pair, periodic_heights
+
+#: A periodic cell thinner than this (Å) along a periodic direction is (nearly) singular:
+#: the neighbour search would need about cutoff/thickness images of it.
+MIN_CELL_HEIGHT = 1e-3
+
+
+def system_name(index: int, system_id: int | None = None) -> str:
+    """How every message names a system: ``system 2 (system_id 30)``.
+
+    ``index`` is the position in the caller's input, ``system_id`` the global id; the id
+    is left out when unknown or equal to the index (the default ids): ``system 2``.
+    """
+    if system_id is None or int(system_id) == int(index):
+        return f"system {index}"
+    return f"system {index} (system_id {int(system_id)})"
+
+
+def warn_structure(message: str, index: int | None = None, system_id: int | None = None) -> None:
+    """A :class:`StructureWarning` (filterable, testable); the CLI routes warnings to
+    its log."""
+    warnings.warn(StructureWarning(message, index, system_id), stacklevel=_outside_level())
+
+
+def _outside_level() -> int:
+    """``stacklevel`` for :func:`warn_structure` that points at the first caller outside this
+    package (user code), wherever in alchemi_lit the warning came from."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(2), 2  # the caller of warn_structure
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def first_few(indices: np.ndarray) -> list[int]:
+    """The first few of ``indices`` for a message."""
+    return np.asarray(indices)[:10].tolist()
+
+
+def fixed_mask(atoms: Any, index: int, system_id: int | None = None) -> np.ndarray:
+    """Atoms fixed by ``FixAtoms`` or by a ``FixCartesian`` of all three directions.
+
+    Any other constraint is a :class:`StructureError`: dropping it would silently change
+    the physics.
+    """
+    from ase.constraints import FixAtoms, FixCartesian
+
+    name = system_name(index, system_id)
+    mask = np.zeros(len(atoms), dtype=bool)
+    for c in atoms.constraints:
+        if isinstance(c, FixAtoms):
+            mask[c.index] = True
+        elif isinstance(c, FixCartesian):
+            mask[_fully_fixed(c, name, index)] = True
+        else:
+            raise StructureError(
+                f"{name}: constraint {type(c).__name__} is not supported; only FixAtoms (and "
+                f"FixCartesian of all of x, y, z) is. Remove it (atoms.set_constraint()) or "
+                f"express it with FixAtoms.",
+                index,
+            )
+    return mask
+
+
+def _fully_fixed(constraint: Any, name: str, index: int) -> np.ndarray:
+    """Atoms a ``FixCartesian`` fixes in x, y and z; fixing only some directions raises."""
+    kwargs = constraint.todict()["kwargs"]  # True = fixed here in every ASE version
+    atoms = np.atleast_1d(np.asarray(kwargs["a"], dtype=np.int64))
+    mask = np.asarray(kwargs["mask"], dtype=bool).reshape(-1, 3)
+    mask = np.broadcast_to(mask, (len(atoms), 3))
+    partial = mask.any(axis=1) & ~mask.all(axis=1)
+    if partial.any():
+        raise StructureError(
+            f"{name}: FixCartesian fixes only some of x, y, z of atom(s) "
+            f"{first_few(atoms[partial])} (mask {mask[partial][0].tolist()}); partial fixing is "
+            f"not supported. Fix those atoms completely (FixAtoms, or FixCartesian with "
+            f"mask=(True, True, True)) or remove the constraint (atoms.set_constraint()).",
+            index,
+        )
+    return atoms[mask.all(axis=1)]
+
+
+def validate_atoms(
+    atoms: Any, index: int, min_distance: float = 0.5, system_id: int | None = None
+) -> None:
+    """Check one structure; raise :class:`StructureError` naming the system and the fix.
+
+    Errors: no atoms; non-finite coordinates, momenta or cell; zero, negative or
+    non-finite masses; a cell that is singular, or thinner than :data:`MIN_CELL_HEIGHT`,
+    along a periodic direction; unsupported constraints; two atoms (periodic images
+    count) within :data:`COINCIDENT_DISTANCE`.  Atoms closer than
+    ``min_distance`` Å (periodic images count; 0 turns this off) are only a
+    :class:`StructureWarning`: such structures are sometimes meant.
+    """
+    name = system_name(index, system_id)
+    if len(atoms) == 0:
+        raise StructureError(f"{name} has no atoms: remove it from the input", index)
+
+    def fail(problem: str) -> NoReturn:
+        raise StructureError(f"{name}: {problem}", index)
+
+    pos = np.asarray(atoms.positions, dtype=np.float64)
+    bad = _bad_rows(~np.isfinite(pos))
+    if bad.size:
+        fail(
+            f"non-finite (NaN/inf) coordinates at atom(s) {first_few(bad)}; fix or drop this "
+            f"structure"
+        )
+    bad = _bad_rows(~np.isfinite(np.asarray(atoms.get_momenta(), dtype=np.float64)))
+    if bad.size:
+        fail(f"non-finite (NaN/inf) momenta at atom(s) {first_few(bad)}; fix or zero them")
+    masses = np.asarray(atoms.get_masses(), dtype=np.float64)
+    bad = np.flatnonzero(~(np.isfinite(masses) & (masses > 0)))
+    if bad.size:
+        fail(
+            f"zero, negative or non-finite mass at atom(s) {first_few(bad)} (element X or "
+            f"atoms.set_masses); set positive masses"
+        )
+    cell = np.asarray(atoms.cell.array, dtype=np.float64)
+    if not np.all(np.isfinite(cell)):
+        fail("cell has non-finite entries; fix the cell")
+    pbc = np.asarray(atoms.pbc, dtype=bool)
+    heights = periodic_heights(cell, pbc)
+    thin = np.flatnonzero(heights < MIN_CELL_HEIGHT)
+    if thin.size:
+        fail(
+            f"the cell is singular or nearly so along periodic direction(s) "
+            f"{np.flatnonzero(pbc)[thin].tolist()} (thickness {heights[thin].min():.3g} Å < "
+            f"{MIN_CELL_HEIGHT} Å; pbc={pbc.tolist()}); give a full cell or set pbc=False "
+            f"along directions without a lattice vector (periodic directions need independent "
+            f"lattice vectors of sensible length)"
+        )
+    fixed_mask(atoms, index, system_id)
+    _check_distances(pos, cell, pbc, heights, min_distance, name, index, system_id)
+
+
+def _bad_rows(bad: np.ndarray) -> np.ndarray:
+    """Rows of an ``[n, 3]`` mask with any entry set."""
+    return np.flatnonzero(bad.any(axis=1))
+
+
+def _check_distances(
+    pos: np.ndarray,
+    cell: np.ndarray,
+    pbc: np.ndarray,
+    heights: np.ndarray,
+    min_distance: float,
+    name: str,
+    index: int,
+    system_id: int | None,
+) -> None:
+    """Coincident atoms raise; atoms (or periodic images) closer than ``min_distance`` warn.
+
+    A cell much thinner than ``min_distance`` would make the pair search enumerate
+    thousands of images, so there only coincidence is searched and the thinness is
+    reported instead.
+    """
+    if len(pos) < 2 and not pbc.any():
+        return
+    thin = heights.size > 0 and heights.min() * 4 < min_distance
+    pair = closest_pair(pos, cell, pbc, COINCIDENT_DISTANCE if thin else min_distance, heights)
+    if pair is not None and pair[0] < COINCIDENT_DISTANCE:  # never an atom and its own
+        d, i, j, image = pair  # image: the cell is at least MIN_CELL_HEIGHT thick
+        raise StructureError(
+            f"{name}: atoms {i} and {j} coincide{' through a periodic image' if image else ''} "
+            f"(distance {d:.2g} Å); remove the duplicate atom (or fix the cell)",
+            index,
+        )
+    if thin:
+        warn_structure(
+            f"{name}: the cell is only {heights.min():.3f} Å thick along a periodic direction "
+            f"(< min_distance={min_distance} Å), so atoms may be that close to their own "
+            f"periodic images; use a larger cell (atoms.repeat), or pass a smaller "
+            f"min_distance= (0 turns this check off)",
+            index,
+            system_id,
+        )
+    elif pair is not None and pair[0] < min_distance:
+        d, i, j, image = pair
+        what = (
+            f"atom {i} is only {d:.3f} Å from its own periodic image"
+            if i == j
+            else f"atoms {i} and {j} are only {d:.3f} Å apart"
+            f"{' (through a periodic image)' if image else ''}"
+        )
+        warn_structure(
+            f"{name}: {what} (< min_distance={min_distance} Å); check the structure "
+            f"(duplicate atoms? a too small cell?), or pass a smaller min_distance= (0 turns "
+            f"this check off)",
+            index,
+            system_id,
+        )
+
+
+def require_atoms(structures: Sequence[Any], owner: str) -> None:
+    """Every item must be an ``ase.Atoms``: anything else is named before it fails deep
+    inside a run."""
+    from ase import Atoms
+
+    for k, a in enumerate(structures):
+        if not isinstance(a, Atoms):
+            raise StructureError(
+                f"{owner}: structure {k} is of type {type(a).__name__}, not ase.Atoms; read "
+                f"structure files with alchemi_lit.data.read_structures (or pass the path)",
+                k,
+            )
+
+
+def require_unique_ids(
+    ids: list[int], where: str, fix: str, error: type[ValueError] = BatchError
+) -> None:
+    """A ``system_id`` names one system; a repeated one would mix up results and info."""
+    repeated = [sid for sid, n in Counter(ids).items() if n > 1]
+    if repeated:
+        raise error(
+            f"{where}: system_id(s) {repeated[:10]} occur more than once, but system_ids "
+            f"must be unique; {fix}"
+        )
+
+
+def require_same_fields(batches: Sequence[Any]) -> None:
+    """Every batch having a field declares it alike: same kind, trailing shape, dtype."""
+    seen: dict[str, tuple[int, tuple[str, tuple[int, ...], torch.dtype]]] = {}
+    for k, b in enumerate(batches):
+        for kind in ("atom", "system"):
+            for name, value in getattr(b, kind).items():
+                spec = (kind, tuple(value.shape[1:]), value.dtype)
+                first, ref = seen.setdefault(name, (k, spec))
+                if ref != spec:
+                    raise BatchError(
+                        f"concatenate: field {name!r} is {_describe(ref)} in batch {first} "
+                        f"but {_describe(spec)} in batch {k}; declare it alike in every batch "
+                        f"(ensure_field with the same kind, shape and dtype; "
+                        f".to(dtype=...) for a different precision) or drop_field it"
+                    )
+
+
+def _describe(spec: tuple[str, tuple[int, ...], torch.dtype]) -> str:
+    kind, shape, dtype = spec
+    return f"a per-{kind} field of shape [n, {', '.join(map(str, shape))}] ({dtype})".replace(
+        ", ]", "]"
+    )
