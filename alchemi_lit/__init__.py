@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import AlchemiError, ConfigError, ModelError, StructureError
+from .version import __version__
 
 if TYPE_CHECKING:
     from .hooks import Callback, HookStageEnum
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     from .state import Batch
     from .strategies.buffers import BufferConfig
 
-__version__ = "0.1.0"
 
 #: public name -> the module that defines it
 _LAZY = {

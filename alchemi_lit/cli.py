@@ -235,7 +235,7 @@ def _dispatch(args: list[str]) -> int:
         print(_top_help())
         return 0 if args else EXIT_USAGE
     if args[0] == "--version":
-        from . import __version__
+        from .version import __version__
 
         print(f"alchemi-lit {__version__}")
         return 0

@@ -244,11 +244,12 @@ def _load_entry_points() -> None:
             return
         _entry_points_loading = True
         try:
-            import alchemi_lit.plugins_builtin  # noqa: F401  (registers the built-ins)
-
+            _load_builtins()
             _failures.clear()
             _conflict = None
             for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+                if ep.value == BUILTIN_MODULE:
+                    continue  # (loaded first, above)
                 package = ep.dist.name if ep.dist is not None else ep.module
                 _loading_source.name = package
                 try:
@@ -269,6 +270,24 @@ def _load_entry_points() -> None:
             _entry_points_loading = False
     if _conflict is not None:
         raise _conflict
+
+
+#: the module registering the built-in plugins: found, like any plugin package, through
+#: its entry point (so this module imports nothing above it), and loaded first
+BUILTIN_MODULE = "alchemi_lit.plugins_builtin"
+
+
+def _load_builtins() -> None:
+    """Register the built-ins; unlike a third-party package's, their failure is fatal."""
+    import importlib
+
+    ours = [
+        ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.value == BUILTIN_MODULE
+    ]
+    if ours:
+        ours[0].load()
+    else:  # a source checkout that was never installed: no entry-point metadata
+        importlib.import_module(BUILTIN_MODULE)
 
 
 def reset_for_tests() -> None:

@@ -404,7 +404,7 @@ class Simulator:
         import ase
         import numpy
 
-        from . import __version__
+        from .version import __version__
 
         return {
             "plan": repr(self.plan),

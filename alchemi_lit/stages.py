@@ -14,9 +14,25 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .integrators.base import Integrator
+if TYPE_CHECKING:
+    from .integrators.base import Integrator
+
+
+@runtime_checkable
+class Stage(Protocol):
+    """What a plan holds: anything following the integrator contract
+    (:class:`~alchemi_lit.integrators.Integrator` and its subclasses).  Checked by shape,
+    so plans, a layer below the integrators' implementations, need not import them."""
+
+    max_steps: int
+
+    def setup(self, batch: Any, seed: int, prefix: str) -> None: ...
+    def init_systems(self, batch: Any, mask: Any) -> None: ...
+    def pre_update(self, batch: Any, mask: Any) -> None: ...
+    def post_update(self, batch: Any, mask: Any) -> None: ...
+    def converged(self, batch: Any) -> Any: ...
 
 
 class Fused:
@@ -38,7 +54,7 @@ class Fused:
             raise ValueError("a fused plan needs at least one stage")
         for s in stages:
             _refuse_class(s, "a fused stage")
-            if not isinstance(s, Integrator):
+            if not isinstance(s, Stage):
                 raise TypeError(
                     f"fused stages must be Integrator instances, got {type(s).__name__}; "
                     f"combine plans with '+' (same device) or '|' (across ranks)"
@@ -96,8 +112,8 @@ def as_plan(
     """Plans from config-friendly lists: ``[a, b]`` is ``a + b``; ``[[a, b], [c]]`` is
     ``(a + b) | c`` (one inner list per rank)."""
     _refuse_class(stages, "stages")
-    if isinstance(stages, (Fused, Pipeline, Integrator)):
-        return stages if not isinstance(stages, Integrator) else Fused([stages])
+    if isinstance(stages, (Fused, Pipeline, Stage)):
+        return stages if not isinstance(stages, Stage) else Fused([stages])
     if isinstance(stages, (str, bytes)) or not isinstance(stages, Iterable):
         raise TypeError(
             f"stages must be an Integrator (FIRE()), a Fused plan (a + b), a Pipeline "
@@ -115,7 +131,7 @@ def as_plan(
 
 def _refuse_class(value: Any, where: str) -> None:
     """An integrator class where an instance belongs (``stages=FIRE``): the fix is to call it."""
-    if isinstance(value, type) and issubclass(value, Integrator):
+    if isinstance(value, type) and _is_stage_class(value):
         name = value.__name__
         try:
             params = inspect.signature(value).parameters.values()
@@ -133,9 +149,9 @@ def as_fused(plan: Integrator | Fused | Sequence[Integrator]) -> Fused:
     """Normalise an integrator, a list of integrators or a fused plan to :class:`Fused`."""
     if isinstance(plan, Fused):
         return plan
-    if isinstance(plan, Integrator):
+    if isinstance(plan, Stage):
         return Fused([plan])
-    if isinstance(plan, (list, tuple)) and all(isinstance(p, Integrator) for p in plan):
+    if isinstance(plan, (list, tuple)) and all(isinstance(p, Stage) for p in plan):
         return Fused(plan)
     raise TypeError(
         f"stages must be an Integrator, a Fused plan (a + b) or a Pipeline (a | b), "
@@ -247,3 +263,8 @@ class Pipeline:
     def __repr__(self) -> str:
         ranks = ", ".join(f"{r}: {p!r}" for r, p in sorted(self.stages.items()))
         return f"Pipeline({{{ranks}}}, edges={self.edges})"
+
+
+def _is_stage_class(cls: type) -> bool:
+    """Whether ``cls`` is a stage class (passed where an instance was meant)."""
+    return all(callable(getattr(cls, m, None)) for m in ("pre_update", "post_update", "setup"))

@@ -312,7 +312,7 @@ def test_stage_exits_equal_torch_path(monkeypatch):
     """The fused loop's test of who leaves a stage: out of steps, or converged where a
     criterion says so, and only systems of the stage; and the fewest steps the others
     have left."""
-    from alchemi_lit.strategies import fused
+    from alchemi_lit.engine import status
 
     batch = random_batch(torch.float64)
     batch.step = torch.tensor([0, 4, 5, 6, 5, 2])
@@ -321,7 +321,7 @@ def test_stage_exits_equal_torch_path(monkeypatch):
     cases = [(5, None), (5, converged), (100, None), (100, converged)]
 
     def run() -> list:
-        exits = [fused._leaving(batch, n, mask, c) for n, c in cases]
+        exits = [status.leaving(batch, n, mask, c) for n, c in cases]
         return exits
 
     compiled = run()

@@ -120,8 +120,8 @@ def _read_store(path: Path) -> list[Any]:
     """The final structures of an alchemi_lit results store."""
     import zarr
 
-    from ..callbacks.trajectory import FORMAT as TRAJECTORY
     from ..results_store import SCHEMA, read_results
+    from ..trajectory_store import FORMAT as TRAJECTORY
 
     attrs = zarr.open_group(str(path), mode="r").attrs
     if attrs.get("schema") != SCHEMA:

@@ -141,7 +141,7 @@ class LoopStats:
 
 
 class RunLoop:
-    """Runs a :class:`~alchemi_lit.strategies.fused.FusedLoop` plan until its feed is
+    """Runs a :class:`~alchemi_lit.engine.step.FusedLoop` plan until its feed is
     dry (see the module docstring).  ``context``: extra ``ctx.state`` entries."""
 
     def __init__(

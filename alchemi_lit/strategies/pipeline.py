@@ -31,6 +31,7 @@ from ..engine.feeds import SamplerFeed, SinkDelivery, empty_batch
 from ..engine.fingerprint import refuse_mismatch
 from ..engine.interrupt import RunInterrupted
 from ..engine.run_loop import RunLoop
+from ..engine.step import FusedLoop
 from ..errors import ConfigError
 from ..hooks import HookDispatcher
 from ..sinks import HostMemory, SinkChain
@@ -38,7 +39,6 @@ from ..stages import Fused, Pipeline
 from ..state import Batch
 from .buffers import BufferConfig, MessageLayout, schema_digest, schema_of
 from .exchange import Abort, CommMode, Exchange, PipelineError
-from .fused import FusedLoop
 from .rank_io import Outbox, RankIO
 
 if TYPE_CHECKING:

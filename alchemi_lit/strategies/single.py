@@ -32,6 +32,7 @@ from ..data.sampler import SizeAwareSampler
 from ..engine.feeds import BatchFeed, SamplerFeed, SinkDelivery
 from ..engine.interrupt import RunInterrupted
 from ..engine.run_loop import LocalTransport, RunLoop
+from ..engine.step import FusedLoop
 from ..errors import ConfigError
 from ..hooks import HookDispatcher
 from ..results import Results
@@ -39,7 +40,6 @@ from ..sinks import HostMemory, SinkChain
 from ..stages import Fused
 from ..state import Batch
 from .base import Strategy
-from .fused import FusedLoop
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
