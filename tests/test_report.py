@@ -84,7 +84,7 @@ def test_energy_is_recorded_when_each_stage_is_left(fused_run) -> None:
 
 
 def test_stage_energy_survives_a_checkpoint(tmp_path: Path) -> None:
-    from alchemi_lit.sinks import batch_from_state, batch_state
+    from alchemi_lit.serialize import batch_from_state, batch_state
 
     memory = HostMemory()
     memory.write(al.Simulator(model=lj(), stages=relax() + md(), sync_every=4).run(DATA[:3]).batch)

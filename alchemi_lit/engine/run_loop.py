@@ -35,7 +35,7 @@ from ..hooks import (
     callback_states,
     restore_callback_states,
 )
-from ..sinks import batch_from_state, batch_state
+from ..serialize import batch_from_state, batch_state
 from ..state import Batch
 from .cadence import MAX_AUTO_INTERVAL, Cadence, SyncEvery
 from .fingerprint import refuse_mismatch

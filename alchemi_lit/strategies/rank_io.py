@@ -14,7 +14,7 @@ from typing import Any
 
 from ..engine.feeds import SamplerFeed
 from ..models.neighbors import batch_pair_counts
-from ..sinks import batch_from_state, batch_state
+from ..serialize import batch_from_state, batch_state
 from ..state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, Batch
 from .buffers import INFO_OVERHEAD, BufferConfig, check_info_fits
 

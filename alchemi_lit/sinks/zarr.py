@@ -1,32 +1,22 @@
-"""Sinks: where finished systems go.  HostMemory, ZarrSink and the priority chain.
+"""ZarrSink: finished systems appended to a zarr v3 results store.
 
-Sinks receive *host* batches of graduated systems.  A run's sinks form a priority
-chain: each write goes to the first sink with free capacity (a partial fit is split);
-a sink that fails (disk full, permission denied) is reported and skipped, and
-whatever no sink could take stays in an overflow buffer in memory -- computed
-results are never dropped.
-
-ZarrSink writes a results store (layout: :mod:`alchemi_lit.results_store`, which
-also reads it back: :func:`read_results`).  ``read()`` of any sink gives
-:class:`~alchemi_lit.results.Results`.
+The layout, and reading a store back, are in :mod:`alchemi_lit.results_store`.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import torch
 from loguru import logger
 
-from .errors import BatchError, ConfigError
-from .info_codec import info_from_json, info_to_json
-from .results import Results
-from .results_store import (
+from ..errors import ConfigError
+from ..info_codec import info_to_json
+from ..results import Results
+from ..results_store import (
     ATOM_COLUMNS,
     SCHEMA,
     SYSTEM_COLUMNS,
@@ -35,113 +25,8 @@ from .results_store import (
     read_store_batch,
     stored_system_ids,
 )
-from .state import MODEL_ERROR_KEY, Batch
-
-__all__ = [  # (the store's layout and readers live in results_store; importable from here)
-    "ATOM_COLUMNS",
-    "SCHEMA",
-    "SYSTEM_COLUMNS",
-    "HostMemory",
-    "Sink",
-    "SinkChain",
-    "SinkFlushError",
-    "ZarrSink",
-    "batch_from_state",
-    "batch_state",
-    "read_results",
-    "read_store_batch",
-    "record_run_stats",
-    "stored_system_ids",
-]
-
-
-class Sink:
-    """Base class.  Subclasses implement :meth:`write` and may limit :meth:`free`."""
-
-    def open(self, run_info: dict[str, Any]) -> None:
-        """Called once at run start with the resolved configuration and versions."""
-
-    def free(self) -> float:
-        """How many more systems this sink accepts (``math.inf`` if unbounded)."""
-        return math.inf
-
-    def write(self, batch: Batch) -> None:
-        raise TypeError(f"{type(self).__name__} does not implement write()")
-
-    def flush(self) -> None:
-        """Make everything written so far durable (before checkpoints and at close)."""
-
-    def close(self) -> None:
-        """Flush and release resources (called at run end, also after a failure)."""
-        self.flush()
-
-    def read_batch(self) -> Batch | None:
-        raise TypeError(f"{type(self).__name__} cannot be read back")
-
-    def read(self) -> Results:
-        """What the sink holds as :class:`~alchemi_lit.results.Results` (``system_id``
-        order; a sequence of ``ase.Atoms`` with energies and info)."""
-        return Results(self.read_batch())
-
-    def __len__(self) -> int:
-        return 0
-
-    def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint must remember to resume writing exactly once."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Return to the state of :meth:`state_dict` (roll back later writes)."""
-
-
-class HostMemory(Sink):
-    """Keep finished systems in host memory, up to ``capacity`` systems (None: no limit)."""
-
-    def __init__(self, capacity: int | None = None) -> None:
-        if capacity is not None and int(capacity) < 1:
-            raise ConfigError(f"HostMemory capacity must be >= 1, got {capacity}")
-        self.capacity = None if capacity is None else int(capacity)
-        self._parts: list[Batch] = []
-        self._count = 0
-
-    def free(self) -> float:
-        return math.inf if self.capacity is None else self.capacity - self._count
-
-    def write(self, batch: Batch) -> None:
-        if batch.num_systems > self.free():
-            raise ConfigError(f"HostMemory is full ({self._count}/{self.capacity} systems)")
-        self._parts.append(batch.to(device="cpu"))
-        self._count += batch.num_systems
-
-    def __len__(self) -> int:
-        return self._count
-
-    def state_dict(self) -> dict[str, Any]:
-        batch = self.read_batch()
-        return {"batch": None if batch is None else batch_state(batch)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        batch = state.get("batch")
-        self._parts = [] if batch is None else [batch_from_state(batch)]
-        self._count = sum(b.num_systems for b in self._parts)
-
-    def clear(self) -> None:
-        """Forget every stored system (e.g. between runs that reuse system_ids)."""
-        self._parts, self._count = [], 0
-
-    def read_batch(self) -> Batch | None:
-        if not self._parts:
-            return None
-        try:
-            merged = Batch.concatenate(self._parts) if len(self._parts) > 1 else self._parts[0]
-        except BatchError as exc:
-            raise BatchError(
-                f"HostMemory holds systems of several runs that share system_ids ({exc}); "
-                f"read it after each run and call clear(), or give each run its own HostMemory"
-            ) from exc
-        self._parts = [merged]
-        order = torch.argsort(merged.system_id, stable=True)
-        return merged.select(order)
+from ..state import MODEL_ERROR_KEY, Batch
+from .base import Sink, SinkFlushError, id_list
 
 
 class ZarrSink(Sink):
@@ -430,137 +315,3 @@ def record_run_stats(path: str | Path, stats: dict[str, Any]) -> None:
             group.attrs["runs"] = runs
     except Exception as exc:
         logger.warning(f"could not record the run statistics in {path}: {exc}")
-
-
-class SinkFlushError(RuntimeError):
-    """A buffered sink could not write; ``batch`` holds every system it had buffered."""
-
-    def __init__(self, message: str, batch: Batch) -> None:
-        super().__init__(message)
-        self.batch = batch
-
-
-def id_list(ids: Sequence[int], shown: int = 10) -> str:
-    """``"0, 1, 2 ..."``: the first ``shown`` ids of a list, for messages."""
-    return ", ".join(str(int(i)) for i in ids[:shown]) + (" ..." if len(ids) > shown else "")
-
-
-def batch_state(batch: Batch) -> dict[str, Any]:
-    """A Batch as plain tensors on the host (checkpoints, weights_only-safe)."""
-    return {
-        "atom": {k: v.detach().cpu() for k, v in batch.atom.items()},
-        "system": {k: v.detach().cpu() for k, v in batch.system.items()},
-        "info": {str(sid): info_to_json(v) for sid, v in batch.info.items() if v},
-    }
-
-
-def batch_from_state(state: dict[str, Any]) -> Batch:
-    info = {int(sid): info_from_json(text) for sid, text in state.get("info", {}).items()}
-    return Batch(dict(state["atom"]), dict(state["system"]), info)
-
-
-class SinkChain:
-    """Priority chain over sinks; see module docstring.  Never drops a system."""
-
-    def __init__(self, sinks: Sequence[Sink]) -> None:
-        self.sinks = list(sinks)
-        self.overflow: list[Batch] = []
-        self.in_memory: list[Batch] = []  # what this run wrote to HostMemory sinks
-        self.failed: dict[int, str] = {}
-        self.written = 0
-        self.failure_pending = False
-
-    def open(self, run_info: dict[str, Any]) -> None:
-        for s in self.sinks:
-            s.open(run_info)
-
-    def state_dict(self) -> dict[str, Any]:
-        self.flush()
-        return {
-            "sinks": [s.state_dict() for s in self.sinks],
-            "overflow": [batch_state(b) for b in self.overflow],
-            "in_memory": [batch_state(b) for b in self.in_memory],
-            "failed": {str(k): v for k, v in self.failed.items()},
-            "written": self.written,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if len(state["sinks"]) != len(self.sinks):
-            raise ConfigError(
-                f"cannot resume: the checkpoint had {len(state['sinks'])} sink(s), this run "
-                f"has {len(self.sinks)}; resume with the same configuration"
-            )
-        for sink, st in zip(self.sinks, state["sinks"]):
-            sink.load_state_dict(st)
-        self.overflow = [batch_from_state(b) for b in state["overflow"]]
-        self.in_memory = [batch_from_state(b) for b in state["in_memory"]]
-        self.failed = {int(k): v for k, v in state["failed"].items()}
-        self.written = int(state["written"])
-
-    def write(self, batch: Batch) -> None:
-        remaining = batch
-        for k, sink in enumerate(self.sinks):
-            if remaining is None or remaining.num_systems == 0:
-                break
-            if k in self.failed:
-                continue
-            free = sink.free()
-            if free <= 0:
-                continue
-            n = remaining.num_systems if free >= remaining.num_systems else int(free)
-            part = remaining if n == remaining.num_systems else remaining.select(torch.arange(n))
-            try:
-                sink.write(part)
-            except Exception as exc:  # a failing sink must not lose results
-                self._mark_failed(k, sink, exc)
-                if isinstance(exc, SinkFlushError):  # it also hands back what it had buffered
-                    self.written -= exc.batch.num_systems - part.num_systems
-                    rest = remaining.select(torch.arange(n, remaining.num_systems))
-                    remaining = (
-                        Batch.concatenate([exc.batch, rest]) if rest.num_systems else exc.batch
-                    )
-                continue
-            self.written += n
-            if isinstance(sink, HostMemory):
-                self.in_memory.append(part)
-            rest = remaining.num_systems - n
-            remaining = (
-                None if rest == 0 else remaining.select(torch.arange(n, remaining.num_systems))
-            )
-        if remaining is not None and remaining.num_systems:
-            self.overflow.append(remaining.to(device="cpu"))
-            logger.warning(
-                f"{remaining.num_systems} finished system(s) could not be written to any sink and "
-                f"are kept in memory (Results.overflow)"
-            )
-
-    def _mark_failed(self, k: int, sink: Sink, exc: Exception) -> None:
-        self.failed[k] = f"{type(exc).__name__}: {exc}"
-        self.failure_pending = True  # the strategy checkpoints at once
-        logger.error(
-            f"sink {type(sink).__name__} failed ({self.failed[k]}); its results so far are "
-            f"kept, new results go to the next sink or stay in memory"
-        )
-
-    def flush(self) -> None:
-        """Flush every sink; what a failing one had buffered goes down the chain."""
-        for k, s in enumerate(self.sinks):
-            if k in self.failed:
-                continue
-            try:
-                s.flush()
-            except SinkFlushError as exc:
-                self._mark_failed(k, s, exc)
-                self.written -= exc.batch.num_systems
-                self.write(exc.batch)
-
-    def close(self) -> None:
-        try:
-            self.flush()
-        except Exception as exc:  # never let closing hide the run's own outcome
-            logger.error(f"flushing sinks failed: {exc}")
-        for s in self.sinks:
-            try:
-                s.close()
-            except Exception as exc:
-                logger.error(f"closing sink {type(s).__name__} failed: {exc}")
