@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
 from .callbacks.nan_guard import NaNGuard
 from .engine.cadence import check_sync_every
+from .engine.restart import input_system_ids
 from .errors import ConfigError
 from .hooks import Callback
 from .integrators.base import Integrator
@@ -25,7 +24,7 @@ from .models.base import Model
 from .results import Results
 from .sinks import Sink
 from .stages import Fused, Pipeline, as_plan
-from .state import Batch, default_system_ids
+from .state import Batch
 from .strategies.base import Strategy, create_strategy
 from .strategies.buffers import BufferConfig
 from .strategies.distributed import DistributedStrategy
@@ -230,13 +229,20 @@ class Simulator:
         self.fingerprint = run_fingerprint(
             _stages_of(self.plan), self.model, self.precision, self.seed, input_digest(data)
         )
-        checkpoint = self._resume_path(resume)
+        from .callbacks.checkpoint import Checkpoint
+        from .engine.restart import checkpoint_to_resume, continue_from_stores
+
+        folders = [cb.dirpath for cb in self.callbacks if isinstance(cb, Checkpoint)]
+        checkpoint = checkpoint_to_resume(resume, folders)
         earlier = None
         if resume in (None, False):
             self._check_stores(data)
             self._set_aside_earlier_checkpoints()
         elif checkpoint is None:  # nothing to resume from: the stores say what is done
-            data, earlier = self._continue_from_stores(data, resume)
+            data, earlier = continue_from_stores(
+                data, resume, self._stores(), self.fingerprint,
+                lambda: self.strategy.salvage_before_restart(self),
+            )  # fmt: skip
         stores = self._stores()
         new = [s for s in stores if not s.path.exists()]
         if data is None:  # every system was finished before
@@ -265,55 +271,6 @@ class Simulator:
     def is_global_zero(self) -> bool:
         """Whether this is the first process (rank 0), as in Lightning."""
         return self.global_rank == 0
-
-    def _resume_path(self, resume: str | os.PathLike[str] | bool | None) -> str | None:
-        """The checkpoint file or folder to resume from, or None when there is none
-        (``resume=True``: the Checkpoint callback's folder)."""
-        from .callbacks.checkpoint import Checkpoint
-
-        if resume in (None, False):
-            return None
-        if resume is True:
-            folders = [cb.dirpath for cb in self.callbacks if isinstance(cb, Checkpoint)]
-            if not folders:
-                return None
-            resume = folders[0]
-        path = Path(resume)
-        found = path.is_file() or (path.is_dir() and any(path.glob("**/*.ckpt")))
-        return str(path) if found else None
-
-    def _continue_from_stores(self, data: Any, resume: Any) -> tuple[Any, Any]:
-        """A resume with no checkpoint: warn, then leave out the systems this run's
-        results stores already hold (after checking that the run that wrote them was
-        this one); their stored results join the run's Results.  Returns the data still
-        to run (None when nothing is left) and the stored results of the others."""
-        from loguru import logger
-
-        from .engine.fingerprint import refuse_mismatch
-        from .results_store import stored_system_ids
-
-        where = "the Checkpoint callback's folder" if resume is True else repr(str(resume))
-        self.strategy.salvage_before_restart(self)
-        stores = [s for s in self._stores() if s.path.exists()]
-        for store in stores:
-            refuse_mismatch(store.recorded_fingerprint(), self.fingerprint, f"{str(store.path)!r}")
-        ids = input_system_ids(data)
-        done = set()
-        for store in stores:
-            done |= set(np.intersect1d(stored_system_ids(store.path), ids).tolist())
-            store.continue_run()
-        logger.warning(
-            f"no checkpoint to resume from in {where}: starting afresh; "
-            f"{len(done)} of {len(ids)} systems are already in the results store(s) and are "
-            f"kept, the other {len(ids) - len(done)} are computed"
-        )
-        if not done:
-            return data, None
-        from .results_store import read_store_batch
-
-        stored = read_store_batch(stores[0].path)
-        rows = [r for r, sid in enumerate(stored.system_id.tolist()) if sid in done]
-        return without_systems(data, done), stored.select(rows)
 
     def _keeps_results_in_memory(self) -> bool:
         """Whether a run's Results come from memory (a HostMemory sink, or no sinks)
@@ -424,43 +381,6 @@ class Simulator:
                 "numpy": numpy.__version__,
             },
         }
-
-
-def input_system_ids(data: Any) -> list[int] | None:
-    """The ``system_id`` each system of a run's input will have (None for what is not
-    a run input: :meth:`Simulator.run` reports that)."""
-    from ase import Atoms
-
-    from .data import SizeAwareSampler
-
-    if isinstance(data, Batch):
-        return data.system_id.tolist()
-    if isinstance(data, SizeAwareSampler):
-        return data.system_ids.tolist()
-    if isinstance(data, Atoms):
-        return default_system_ids([data])
-    if isinstance(data, (list, tuple)) and all(isinstance(a, Atoms) for a in data):
-        return default_system_ids(data)  # what Batch.from_atoms will give them
-    return None
-
-
-def without_systems(data: Any, ids: set[int]) -> Any:
-    """``data`` less the systems whose ``system_id`` is in ``ids`` (None if none is left)."""
-    from ase import Atoms
-
-    from .data import SizeAwareSampler
-
-    if isinstance(data, SizeAwareSampler):
-        return data.without(ids) if len(ids) < len(data) else None
-    if isinstance(data, Batch):
-        keep = [r for r, sid in enumerate(data.system_id.tolist()) if sid not in ids]
-        return data.select(keep) if keep else None
-    atoms = [data] if isinstance(data, Atoms) else list(data)
-    all_ids = default_system_ids(atoms)
-    kept = [(a, sid) for a, sid in zip(atoms, all_ids) if sid not in ids]
-    if not kept:
-        return None
-    return Batch.from_atoms([a for a, _ in kept], system_ids=[sid for _, sid in kept])
 
 
 def _stages_of(plan: Fused | Pipeline) -> list[Integrator]:

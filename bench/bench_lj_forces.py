@@ -114,7 +114,7 @@ def bench_alchemi(atoms_list, repeats: int, check) -> tuple[dict, dict]:
     assert model.neighbors.num_builds - builds0 == n_rebuild_calls * batch.num_systems
     import vesin
 
-    from alchemi_lit.models.neighbors import _build_rows
+    from alchemi_lit.models.pair_search import build_rows as _build_rows
 
     rows = list(range(batch.num_systems))
     radius = model.neighbors.cutoff + model.neighbors.skin

@@ -176,7 +176,9 @@ def same_edges_as_vesin(atoms: list) -> int:
     vesin's exactly; raises on the first that differs."""
     import vesin
 
-    from alchemi_lit.models.neighbors import _build_rows, _canonical_order, _small_cell_plan
+    from alchemi_lit.models.pair_search import build_rows as _build_rows
+    from alchemi_lit.models.pair_search import canonical_order as _canonical_order
+    from alchemi_lit.models.small_cells import small_cell_plan as _small_cell_plan
 
     batch = Batch.from_atoms(atoms, dtype=torch.float64)
     rows = list(range(batch.num_systems))

@@ -319,7 +319,8 @@ def test_device_builder_matches_cpu_builder() -> None:
     It runs on CPU tensors here; on a GPU the same code runs on CUDA tensors
     (``test_lennard_jones_on_cuda_matches_cpu`` below, skipped without one).
     """
-    from alchemi_lit.models.neighbors import _build_rows, _build_rows_on_device
+    from alchemi_lit.models.pair_search import build_rows as _build_rows
+    from alchemi_lit.models.pair_search import build_rows_on_device as _build_rows_on_device
 
     rng = np.random.default_rng(5)
     systems = []
@@ -352,7 +353,7 @@ def test_small_cell_path_reproduces_vesin_bit_for_bit(monkeypatch: pytest.Monkey
     (faster where vesin's cell list degenerates to one bin).  It must give exactly
     vesin's edges: same pairs, orientation, order, shifts and edge-vector bits, on
     random triclinic cells with unwrapped positions and atoms seeing their own images."""
-    from alchemi_lit.models import neighbors
+    from alchemi_lit.models import pair_search, small_cells
 
     rng = np.random.default_rng(11)
     systems = []
@@ -368,20 +369,20 @@ def test_small_cell_path_reproduces_vesin_bit_for_bit(monkeypatch: pytest.Monkey
     rows = list(range(batch.num_systems))
     radius = 6.5
     pos = batch.positions.numpy()
-    plan = neighbors._small_cell_plan(
+    plan = small_cells.small_cell_plan(
         pos, batch.cell.numpy(), batch.pbc.numpy(), batch.ptr.tolist(), rows, radius
     )
     used = sum(p is not None and p != () for p in plan)
     assert 5 <= used < len(rows), f"the small-cell path took {used} of {len(rows)} systems"
-    mixed = neighbors._build_rows(batch, rows, radius)
-    monkeypatch.setattr(neighbors, "_SMALL_CELL_MAX_CANDIDATES", -1)  # vesin for all
+    mixed = pair_search.build_rows(batch, rows, radius)
+    monkeypatch.setattr(small_cells, "_SMALL_CELL_MAX_CANDIDATES", -1)  # vesin for all
     assert all(
         p is None
-        for p in neighbors._small_cell_plan(
+        for p in small_cells.small_cell_plan(
             pos, batch.cell.numpy(), batch.pbc.numpy(), batch.ptr.tolist(), rows, radius
         )
     )
-    by_vesin = neighbors._build_rows(batch, rows, radius)
+    by_vesin = pair_search.build_rows(batch, rows, radius)
     for got, want in zip(mixed, by_vesin):
         assert got.dtype == want.dtype and got.shape == want.shape
         assert torch.equal(got, want)
@@ -397,7 +398,7 @@ def test_molecule_path_reproduces_vesin_bit_for_bit(monkeypatch: pytest.MonkeyPa
     structure validation reports."""
     from alchemi_lit import geometry
     from alchemi_lit.geometry import closest_pair as _closest_pair
-    from alchemi_lit.models import neighbors
+    from alchemi_lit.models import neighbors, pair_search
 
     rng = np.random.default_rng(23)
     systems = []
@@ -410,11 +411,11 @@ def test_molecule_path_reproduces_vesin_bit_for_bit(monkeypatch: pytest.MonkeyPa
     batch = Batch.from_atoms(systems, dtype=dtype, validate=False)
     rows = list(range(batch.num_systems))
     radius = 5.5
-    fast = neighbors._build_rows(batch, rows, radius)
+    fast = pair_search.build_rows(batch, rows, radius)
     counts = [neighbors.count_pairs(a.positions, a.cell.array, a.pbc, radius) for a in systems]
     closest = [_closest_pair(a.positions, a.cell.array, a.pbc, 2.5) for a in systems]
     monkeypatch.setattr(geometry, "_ALL_PAIRS_MAX_ATOMS", 0)  # vesin for all
-    by_vesin = neighbors._build_rows(batch, rows, radius)
+    by_vesin = pair_search.build_rows(batch, rows, radius)
     for got, want in zip(fast, by_vesin):
         assert got.dtype == want.dtype and got.shape == want.shape
         assert torch.equal(got, want)

@@ -20,7 +20,7 @@ vesin is linear in atoms, the fastest CPU builder we can depend on from 500 to
 Warp), and handles triclinic cells and mixed periodicity.  Its weak spot is a
 periodic cell narrower than twice the radius (the LJ benchmark's 15.8 Å cells at
 rc + skin = 9.5 Å): one bin per axis, so it tests every pair against 27 images one
-by one (~1.6 ms per 108-atom system).  For such small systems :func:`_build_rows`
+by one (~1.6 ms per 108-atom system).  For such small systems :func:`build_rows`
 tests all pairs i <= j against the needed images with a few vectorised torch
 operations instead (2-3x faster), reproducing vesin's pairs, orientation and
 arithmetic bit for bit (checked on fuzzed triclinic cells, unwrapped positions and
@@ -41,18 +41,28 @@ everything else stays on the device.
 
 from __future__ import annotations
 
-import functools
-import threading
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..geometry import all_pairs_suit, count_pairs, molecule_pairs
 from ..segments import ones_rows
 from ..state import Batch
 from ..tensor_ops import row_dot
+from .pair_search import (
+    batch_pair_counts,
+    build_rows,
+    canonical_order,
+    flat3,
+    keep_edge_temporaries_on_heap,
+)
+
+#: (the pair search moved to geometry, pair_search and small_cells; importable from here)
+__all__ = [
+    "Edges", "NeighborList", "all_pairs_suit", "batch_pair_counts", "count_pairs",
+    "molecule_pairs",
+]  # fmt: skip
 
 
 @dataclass
@@ -220,7 +230,7 @@ class NeighborList:
             if full
             else need.nonzero().flatten()
         )
-        new = _build_rows(batch, rows.tolist(), self.cutoff + self.skin)  # canonical order
+        new = build_rows(batch, rows.tolist(), self.cutoff + self.skin)  # canonical order
         if full:
             self._i, self._j, self._shift, self._system, self._ishift = new
             self._ref_positions = batch.positions.detach().clone()
@@ -234,7 +244,7 @@ class NeighborList:
             self._ref_cell[need] = batch.cell.detach()[need]
         self.num_builds += len(rows)
         if batch.device.type == "cpu":
-            _keep_edge_temporaries_on_heap(len(self._i))
+            keep_edge_temporaries_on_heap(len(self._i))
 
     def _splice(self, batch: Batch, need: torch.Tensor, rows: list[int], new: tuple) -> None:
         """Replace the edge segments of systems ``rows`` by their new edges.
@@ -245,7 +255,7 @@ class NeighborList:
         few systems at a time; re-sorting all edges made it 10x dearer).  The result is
         exactly the canonical order a full sort would give.
         """
-        i, j, shift, system, ishift = new  # already in canonical order (see _build_rows)
+        i, j, shift, system, ishift = new  # already in canonical order (see build_rows)
         n_sys = batch.num_systems
         cpu_aids = self._aids[0] is not None and batch.device.type == "cpu"
         old_counts = self._aids[1] if cpu_aids else torch.bincount(self._system, minlength=n_sys)
@@ -279,13 +289,13 @@ class NeighborList:
                 amask, torch.bincount(i, minlength=batch.num_atoms), atom_counts
             )
             system_counts = torch.where(need, new_counts, system_counts)
-            self._aids = (atom_counts, system_counts, merge(j_flat, _flat3(j), 3))
+            self._aids = (atom_counts, system_counts, merge(j_flat, flat3(j), 3))
             self._csr = {}
         else:
             self._set_aids(batch)
 
     def _sort(self, num_atoms: int) -> None:
-        order = _canonical_order(self._i, self._j, self._ishift, num_atoms)
+        order = canonical_order(self._i, self._j, self._ishift, num_atoms)
         self._i, self._j, self._system = self._i[order], self._j[order], self._system[order]
         self._shift, self._ishift = self._shift[order], self._ishift[order]
 
@@ -297,467 +307,4 @@ class NeighborList:
             return
         atom_counts = torch.bincount(self._i, minlength=batch.num_atoms)
         system_counts = torch.bincount(self._system, minlength=batch.num_systems)
-        self._aids = (atom_counts, system_counts, _flat3(self._j))
-
-
-#: glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), less
-#: a margin for the chunk header and alignment
-_MMAP_THRESHOLD_MAX = 31 * 2**20
-_heap_primed = 0
-
-
-def _keep_edge_temporaries_on_heap(num_edges: int) -> None:
-    """Free one untouched block of ``72 * num_edges`` bytes (32 MiB at most), once per size.
-
-    A model call allocates per-edge temporaries of a few MB (the edge vectors alone are
-    24 bytes an edge).  glibc serves blocks above its mmap threshold with fresh
-    ``mmap`` pages, and trims the heap when more than twice that threshold is free at
-    its top, so with the default threshold every call page-faults its temporaries
-    again: measured on the 64 x 108-atom LJ batch, 4 000-7 500 page faults and 13-20
-    ms per call instead of 7 ms, depending on what the last rebuild left on the heap.
-    glibc raises the threshold to the size of the largest mmapped block freed, so
-    freeing one such block here (``torch.empty`` does not touch its pages; ~20 µs)
-    keeps the temporaries on the heap.  The previous builder did this by accident (a
-    72-byte-an-edge gather of the cells); elsewhere than glibc it is a no-op.
-    """
-    global _heap_primed
-    size = min(72 * num_edges, _MMAP_THRESHOLD_MAX)
-    if size <= _heap_primed or size < 2**20:
-        return
-    torch.empty(size, dtype=torch.uint8)  # allocated and freed at once
-    _heap_primed = size
-
-
-def _flat3(j: torch.Tensor) -> torch.Tensor:
-    """Flat indices ``3 j + (0, 1, 2)`` of the xyz components of atoms ``j``."""
-    return ((3 * j).unsqueeze(-1) + torch.arange(3, device=j.device)).reshape(-1)
-
-
-def batch_pair_counts(batch: Batch, radius: float) -> list[int]:
-    """:func:`count_pairs` for every system of a batch."""
-    host = batch.to(device="cpu", dtype=torch.float64)
-    ptr = host.ptr.tolist()
-    return [
-        count_pairs(
-            host.positions[ptr[b] : ptr[b + 1]].numpy(),
-            host.cell[b].numpy(),
-            host.pbc[b].tolist(),
-            radius,
-        )
-        for b in range(host.num_systems)
-    ]
-
-
-def _build_rows(batch: Batch, rows: list[int], radius: float):
-    """Pairs of the given system rows: (i, j, cartesian shift, system row, integer shift).
-
-    Edges come in canonical order -- systems ascending, then (i, j, shift) -- the
-    order :func:`_canonical_order` gives.  On CPU a system is built either by vesin
-    (then sorted on its own: a few thousand pairs, in cache) or, for a small
-    periodic cell, by :func:`_small_cell_system`, which yields vesin's pairs in
-    canonical order; the result is the same to the bit whichever path and however
-    many threads (see the module doc).
-    """
-    device, dtype = batch.device, batch.dtype
-    if device.type != "cpu":
-        return _build_rows_on_device(batch, rows, radius)
-    ptr = batch.ptr.tolist()
-    cells = batch.cell.detach()
-    pbcs = batch.pbc.tolist()
-    pos_np = batch.positions.detach().to(torch.float64).numpy()
-    cell_np = cells.to(torch.float64).numpy()
-    rows = sorted(rows)
-    plan = _small_cell_plan(pos_np, cell_np, batch.pbc.numpy(), ptr, rows, radius)
-    small = [(b, nmax) for b, nmax in zip(rows, plan) if nmax is not None and nmax != ()]
-    finite = [b for b, nmax in zip(rows, plan) if nmax is None]  # () = not finite: skipped
-    molecules = [b for b in finite if all_pairs_suit(ptr[b + 1] - ptr[b], pbcs[b])]
-    by_vesin = [b for b in finite if not all_pairs_suit(ptr[b + 1] - ptr[b], pbcs[b])]
-    sizes = [ptr[b + 1] - ptr[b] for b in by_vesin]
-
-    def vesin_part(chunk: list[int], n_threads: int = 1) -> list:
-        return _vesin_rows(chunk, ptr, pos_np, cell_np, cells, pbcs, radius, n_threads)
-
-    parts: list = []
-    worker = None
-    if small or molecules:
-        if by_vesin:  # vesin's systems in a thread while this one does the others
-            worker = _Worker(vesin_part, by_vesin)
-            worker.start()
-        for b, nmax in small:
-            lo, hi = ptr[b], ptr[b + 1]
-            built = _small_cell_system(pos_np[lo:hi], cell_np[b], radius, nmax, lo, cells[b])
-            parts.append((b, built))
-        for b in molecules:
-            lo, hi = ptr[b], ptr[b + 1]
-            i, j, _ = molecule_pairs(pos_np[lo:hi], radius)
-            zeros = np.zeros((len(i), 3), dtype=np.int64)
-            parts.append((b, (i + lo, j + lo, zeros.astype(cells.numpy().dtype), zeros)))
-    elif len(by_vesin) > 1 and sum(sizes) >= _THREADED_MIN_ATOMS and torch.get_num_threads() > 1:
-        # two threads at most: vesin's calls serialise (see the module doc), so the
-        # second thread only hides the sorting of one system behind a vesin call
-        first, second = _split_rows(by_vesin, sizes, 2)
-        worker = _Worker(vesin_part, second)
-        worker.start()
-        parts += vesin_part(first)
-    elif by_vesin:
-        # a single big system: vesin's own threads (below ~10k atoms they cost more
-        # than they save)
-        big = len(by_vesin) == 1 and sizes[0] >= _VESIN_THREADS_MIN_ATOMS
-        parts += vesin_part(by_vesin, torch.get_num_threads() if big else 1)
-    if worker is not None:
-        parts += worker.result()
-    if not parts:
-        return _no_edges(device, dtype)
-    parts.sort(key=lambda part: part[0])
-    built = [part[1] for part in parts]
-    i, j, cart, ishift = (
-        torch.from_numpy(x[0] if len(x) == 1 else np.concatenate(x)) for x in zip(*built)
-    )
-    sizes_e = [len(x[0]) for x in built]
-    system = torch.repeat_interleave(
-        torch.tensor([part[0] for part in parts]), torch.tensor(sizes_e), output_size=len(i)
-    )
-    return i, j, cart, system, ishift
-
-
-#: below this many atoms in the systems vesin builds, one thread does it all
-_THREADED_MIN_ATOMS = 2_000
-#: a single system this large is built with vesin's own threads
-_VESIN_THREADS_MIN_ATOMS = 10_000
-
-
-class _Worker(threading.Thread):
-    """A thread that runs ``fn(arg)`` and hands back its result (or raises its error)."""
-
-    def __init__(self, fn: Any, arg: Any) -> None:
-        super().__init__(daemon=True)
-        self._fn, self._arg = fn, arg
-        self._out: Any = None
-        self._err: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._out = self._fn(self._arg)
-        except BaseException as err:  # re-raised in the calling thread
-            self._err = err
-
-    def result(self) -> Any:
-        self.join()
-        if self._err is not None:
-            raise self._err
-        return self._out
-
-
-def _split_rows(rows: list[int], sizes: list[int], parts: int) -> list[list[int]]:
-    """Cut ``rows`` into ``parts`` consecutive runs of about equal atoms (``parts`` <=
-    ``len(rows)``)."""
-    total = sum(sizes)
-    out: list[list[int]] = [[]]
-    acc = 0
-    for k, (b, n) in enumerate(zip(rows, sizes)):
-        left = len(rows) - k  # rows not placed yet, this one included
-        if (
-            out[-1]
-            and len(out) < parts
-            and (acc >= total * len(out) / parts or left == parts - len(out))
-        ):
-            out.append([])
-        out[-1].append(b)
-        acc += n
-    return out
-
-
-def _vesin_rows(
-    rows: list[int],
-    ptr: list[int],
-    pos_np: np.ndarray,
-    cell_np: np.ndarray,
-    cells: torch.Tensor,
-    pbcs: list[list[bool]],
-    radius: float,
-    n_threads: int = 1,
-) -> list:
-    """vesin half lists of ``rows`` (finite positions), each in canonical order:
-    ``[(row, (i, j, cartesian shift, integer shift))]`` (numpy arrays)."""
-    import vesin
-
-    calc = vesin.NeighborList(cutoff=radius, full_list=False, n_threads=n_threads)
-    parts = []
-    for b in rows:
-        lo, hi = ptr[b], ptr[b + 1]
-        # copy=False: views of vesin's buffers, consumed before its next call
-        i, j, sh = calc.compute(pos_np[lo:hi], cell_np[b], pbcs[b], "ijS", copy=False)
-        parts.append((b, _canonical_system(i, j, sh, hi - lo, lo, cells[b])))
-    return parts
-
-
-def _small_cell_plan(
-    pos: np.ndarray,
-    cell: np.ndarray,
-    pbc: np.ndarray,
-    ptr: list[int],
-    rows: list[int],
-    radius: float,
-) -> list[tuple | None]:
-    """Per row: the images ``nmax`` for :func:`_small_cell_system`, None for vesin, or
-    ``()`` for a system with non-finite positions (no edges; NaNGuard quarantines it).
-
-    The all-pairs path takes fully periodic systems only.  There vesin's cell list
-    has ``trunc(h / radius)`` bins along an axis whose faces are ``h`` apart and
-    searches ``ceil(radius bins / h)`` bins each way, so a cell narrower than twice
-    the radius is one bin that vesin tests against 27 (or more) images, pair by
-    pair.  Testing every pair i <= j against the needed images with a few vectorised
-    torch operations is then 2-3x faster; it is chosen when it tests no more
-    candidate pairs than vesin would (and they fit in a few MB).
-    """
-    out: list[tuple | None] = []
-    if not rows:
-        return out
-    rows_a = np.asarray(rows)
-    counts = np.asarray([ptr[b + 1] - ptr[b] for b in rows])
-    ends = np.cumsum(counts)
-    starts = ends - counts
-    # the atoms of these rows, in row order
-    idx = np.arange(int(ends[-1])) + np.repeat(np.asarray([ptr[b] for b in rows]) - starts, counts)
-    p = pos[idx]
-    finite = np.ones(len(rows), dtype=bool)
-    nonempty = counts > 0
-    bad = ~np.isfinite(p).all(1)
-    if bad.any():
-        finite[np.unique(np.searchsorted(ends, np.nonzero(bad)[0], side="right"))] = False
-    c = cell[rows_a]
-    det = np.linalg.det(c)
-    ok = finite & nonempty & pbc[rows_a].all(1) & (np.abs(det) > 1e-9)
-    nmax = np.zeros((len(rows), 3), dtype=np.int64)
-    if ok.any():
-        inv = np.linalg.inv(np.where(ok[:, None, None], c, np.eye(3)))
-        recip = np.linalg.norm(inv, axis=1)  # |column a| = 1 / distance between faces
-        atom_row = np.repeat(np.arange(len(rows)), counts)
-        frac = np.einsum("na,nab->nb", p, inv[atom_row])
-        spread = np.zeros((len(rows), 3))
-        first = starts[nonempty]  # strictly increasing: empty rows hold no atoms
-        spread[nonempty] = np.maximum.reduceat(frac, first, axis=0) - np.minimum.reduceat(
-            frac, first, axis=0
-        )
-        # |S_a| <= radius / h_a + |frac_j - frac_i|_a for any pair within the radius
-        with np.errstate(invalid="ignore"):
-            nmax = np.floor(radius * recip + spread + 1e-9)
-        nmax = np.where(ok[:, None] & np.isfinite(nmax), nmax, 0).astype(np.int64)
-        bins = np.maximum(1.0, np.trunc(1.0 / (recip * radius)))
-        search = np.maximum(1.0, np.ceil(radius * bins * recip))
-        n = counts.astype(np.float64)
-        vesin_candidates = n * n * np.prod((2 * search + 1) / bins, axis=1)
-        candidates = n * (n + 1) / 2 * np.prod(2 * nmax + 1, axis=1)
-        ok &= candidates <= np.minimum(vesin_candidates, _SMALL_CELL_MAX_CANDIDATES)
-    for k in range(len(rows)):
-        if not finite[k]:
-            out.append(())
-        elif ok[k]:
-            out.append(tuple(int(x) for x in nmax[k]))
-        else:
-            out.append(None)
-    return out
-
-
-#: memory bound of the all-pairs path (a few arrays of this many floats)
-_SMALL_CELL_MAX_CANDIDATES = 600_000
-
-
-def _small_cell_system(
-    pos: np.ndarray, cell: np.ndarray, radius: float, nmax: tuple, lo: int, cell_t: torch.Tensor
-):
-    """vesin's half list of one periodic system, from every pair i <= j and periodic
-    image S with ``|S_a| <= nmax[a]``, in canonical order: (i + lo, j + lo, cartesian
-    shift, integer shift), numpy.
-
-    The same pairs, orientation and arithmetic as vesin's CPU cell list, so the edges
-    are the same to the bit: i < j at any S, i == j at the S of one half-space (S != 0,
-    vesin's rule), ``vec = (r_j - r_i) + S @ cell`` with ``S @ cell`` summed over the
-    rows in order, kept where ``(x*x + y*y) + z*z < radius**2``.  Candidates are
-    screened in float32 with a margin well above its rounding error, then tested
-    exactly.  ``nonzero`` over (pair i <= j row-major, S lexicographic) yields the
-    canonical order directly.
-    """
-    iu, ju = _upper_pairs(len(pos))
-    shifts, keep_self, shifts_np = _shift_grid(nmax)
-    p = torch.from_numpy(pos)
-    m = torch.from_numpy(cell)
-    s = shifts.to(torch.float64)
-    image = s[:, 0:1] * m[0]
-    image += s[:, 1:2] * m[1]
-    image += s[:, 2:3] * m[2]
-    d = p.index_select(0, ju) - p.index_select(0, iu)  # r_j - r_i  [P, 3]
-    # float32 screen: |error of d2| < 12 eps32 (|d| + |S @ cell|)^2 ~ 1e-6 (...)^2
-    reach = float(d.abs().max()) * 3**0.5 + float(image.norm(dim=1).max())
-    screen = radius * radius + 1e-5 * reach * reach
-    d32, im32 = d.to(torch.float32), image.to(torch.float32)
-    d2 = (d32[:, 0:1] + im32[:, 0]).square_()  # [P, K]
-    t = torch.add(d32[:, 1:2], im32[:, 1])
-    d2 += t.square_()
-    torch.add(d32[:, 2:3], im32[:, 2], out=t)
-    d2 += t.square_()
-    pair, k = (d2 < screen).nonzero(as_tuple=True)
-    # exact test of the candidates, vesin's arithmetic
-    dc, ic = d.index_select(0, pair), image.index_select(0, k)
-    x = dc[:, 0] + ic[:, 0]
-    y = dc[:, 1] + ic[:, 1]
-    z = dc[:, 2] + ic[:, 2]
-    r2 = x * x
-    r2 += y * y
-    r2 += z * z
-    i, j = iu.index_select(0, pair), ju.index_select(0, pair)
-    keep = (r2 < radius * radius) & ((i != j) | keep_self.index_select(0, k))
-    keep_np = keep.numpy()
-    k_np = k.numpy()[keep_np]
-    i_np = i.numpy()[keep_np] + lo
-    j_np = j.numpy()[keep_np] + lo
-    ishift = shifts_np.take(k_np, axis=0)
-    cart = _bmm_shift(shifts_np, cell_t).take(k_np, axis=0)
-    return i_np, j_np, cart, ishift
-
-
-@functools.lru_cache(maxsize=16)
-def _upper_pairs(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pairs i <= j of n atoms, row-major."""
-    iu, ju = torch.triu_indices(n, n, offset=0)
-    return iu, ju
-
-
-@functools.lru_cache(maxsize=64)
-def _shift_grid(nmax: tuple) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-    """All shifts with ``|S_a| <= nmax[a]`` in lexicographic order, which of them vesin
-    keeps for an atom and its own image (S != 0: sum > 0, or sum == 0 with S_z > 0,
-    or S_z == 0 and S_y > 0), and the shifts as a numpy array."""
-    axes = [torch.arange(-m, m + 1) for m in nmax]
-    shifts = torch.cartesian_prod(*axes).reshape(-1, 3)
-    total = shifts.sum(1)
-    keep = (total > 0) | (
-        (total == 0) & ((shifts[:, 2] > 0) | ((shifts[:, 2] == 0) & (shifts[:, 1] > 0)))
-    )
-    return shifts, keep, shifts.numpy()
-
-
-def _canonical_system(i: np.ndarray, j: np.ndarray, sh: np.ndarray, n: int, lo: int, cell):
-    """One system's pairs (local indices ``i``, ``j``, integer shifts ``sh``) sorted by
-    (i, j, shift) -- :func:`_canonical_order`, in numpy -- as (i + lo, j + lo,
-    cartesian shift, integer shift).
-
-    The cartesian shifts are ``torch.bmm(shift, cell)`` as before, computed once per
-    distinct shift of the system (at most ``(2 span + 1)^3`` of them) and gathered.
-    """
-    i = i.astype(np.int64)
-    j = j.astype(np.int64)
-    span = int(np.abs(sh).max()) if len(i) else 0
-    base = 2 * span + 1
-    code = sh.astype(np.int64) + span  # shift digits in 0 .. 2 span
-    code = (code[:, 0] * base + code[:, 1]) * base + code[:, 2]
-    if n * n * base**3 < 2**62:
-        key = i * n
-        key += j
-        key *= base**3
-        key += code
-        order = np.argsort(key, kind="stable")  # unique keys; timsort uses vesin's runs
-    else:  # astronomically large: lexicographic sort
-        order = np.lexsort((sh[:, 2], sh[:, 1], sh[:, 0], j, i))
-    i = i.take(order)
-    i += lo
-    j = j.take(order)
-    j += lo
-    code = code.take(order)
-    if span == 0:  # no periodic images (a molecule): zero shifts, nothing to multiply
-        zeros = np.zeros((len(i), 3), dtype=np.int64)
-        return i, j, zeros.astype(cell.numpy().dtype), zeros
-    if base**3 <= max(len(code), 27):
-        digits = np.arange(base**3)
-        table = np.stack([digits // (base * base), digits // base % base, digits % base], 1)
-        table -= span
-        ishift = table.take(code, axis=0)
-        cart = _bmm_shift(table, cell).take(code, axis=0)
-    else:  # a few pairs in a tiny cell with far images
-        ishift = sh.astype(np.int64).take(order, axis=0)
-        cart = _bmm_shift(ishift, cell)
-    return i, j, cart, ishift
-
-
-def _bmm_shift(ishift: np.ndarray, cell: torch.Tensor) -> np.ndarray:
-    """``ishift @ cell`` row by row, as ``torch.bmm`` computes it (bit for bit)."""
-    s = torch.from_numpy(ishift).to(cell.dtype).unsqueeze(1)
-    return torch.bmm(s, cell.expand(len(s), 3, 3)).squeeze(1).numpy()
-
-
-def _build_rows_on_device(batch: Batch, rows: list[int], radius: float):
-    """:func:`_build_rows` with ``vesin-torch``, on the batch's own device (GPU path;
-    it runs on CPU tensors too, which is how the tests check it against the CPU path).
-    Edges in canonical order, as from :func:`_build_rows`."""
-    device, dtype = batch.device, batch.dtype
-    ptr = batch.ptr.tolist()
-    pos_all = batch.positions.detach()
-    cells = batch.cell.detach()
-    pbcs = batch.pbc.tolist()
-    try:
-        from vesin_torch import NeighborList as TorchNL
-    except ImportError as exc:  # pragma: no cover - vesin-torch is a dependency
-        raise ImportError(
-            "neighbour lists on an accelerator need the vesin-torch package: "
-            "pip install 'vesin-torch>=0.6'"
-        ) from exc
-
-    calc = TorchNL(cutoff=radius, full_list=False)
-    finite = torch.isfinite(pos_all).all(-1).to(torch.int32)
-    ok = torch.ones(len(ptr) - 1, dtype=torch.int32, device=device)
-    ok = ok.scatter_reduce(0, batch.system_idx, finite, "amin").bool().tolist()
-    parts_i, parts_j, parts_s, parts_sys = [], [], [], []
-    for b in rows:
-        if not ok[b]:
-            continue  # a diverged system gets no edges; NaNGuard quarantines it
-        lo, hi = ptr[b], ptr[b + 1]
-        periodic = torch.tensor(pbcs[b], device=device)
-        i, j, sh = calc.compute(pos_all[lo:hi], cells[b], periodic, "ijS")
-        parts_i.append(i.to(torch.int64) + lo)
-        parts_j.append(j.to(torch.int64) + lo)
-        parts_s.append(sh.to(torch.int64))
-        parts_sys.append(torch.full((len(i),), b, dtype=torch.int64, device=device))
-    if not parts_i:
-        return _no_edges(device, dtype)
-    i, j, system, ishift = (
-        torch.cat(parts_i),
-        torch.cat(parts_j),
-        torch.cat(parts_sys),
-        torch.cat(parts_s),
-    )
-    order = _canonical_order(i, j, ishift, len(pos_all))
-    i, j, system, ishift = i[order], j[order], system[order], ishift[order]
-    cart = torch.bmm(ishift.to(dtype).unsqueeze(1), cells[system]).squeeze(1)
-    return i, j, cart, system, ishift
-
-
-def _no_edges(device: torch.device, dtype: torch.dtype):
-    empty = torch.zeros(0, dtype=torch.int64, device=device)
-    return (
-        empty,
-        empty,
-        torch.zeros((0, 3), dtype=dtype, device=device),
-        empty,
-        torch.zeros((0, 3), dtype=torch.int64, device=device),
-    )
-
-
-def _canonical_order(
-    i: torch.Tensor, j: torch.Tensor, ishift: torch.Tensor, n: int
-) -> torch.Tensor:
-    """Permutation sorting edges by (i, j, shift): deterministic whatever the build order.
-
-    One sort of a combined int64 key (i, j and the three integer shifts in mixed radix).
-    """
-    if len(i) == 0:
-        return torch.zeros(0, dtype=torch.long, device=i.device)
-    span = int(ishift.abs().max()) if ishift.numel() else 0
-    base = 2 * span + 1
-    if n * n * base**3 >= 2**62:  # astronomically large: fall back to chained stable sorts
-        order = torch.arange(len(i), device=i.device)
-        for key in (ishift[:, 2], ishift[:, 1], ishift[:, 0], j, i):
-            order = order[torch.sort(key[order], stable=True).indices]
-        return order
-    s = ishift + span
-    key = ((i * n + j) * base + s[:, 0]) * base * base + s[:, 1] * base + s[:, 2]
-    return torch.sort(key).indices
+        self._aids = (atom_counts, system_counts, flat3(self._j))

@@ -13,11 +13,9 @@ in-memory sinks the finished systems are gathered on rank 0 as numpy arrays.
 
 from __future__ import annotations
 
-import shutil
 import signal
 from abc import abstractmethod
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,13 +26,14 @@ from ..data.sampler import SizeAwareSampler
 from ..engine.interrupt import RunInterrupted
 from ..errors import ConfigError
 from ..results import Results
-from ..sinks import HostMemory, ZarrSink
+from ..sinks import ZarrSink
 from ..stages import Fused, Pipeline
 from ..state import Batch
 from .base import Strategy
 from .buffers import BufferConfig, check_info_fits
 from .launch import StartMethod, launch, rank_device
 from .pipeline import INTERRUPTED, CommMode, HistoryLayout, PipelineError, PipelineWorker
+from .rank_stores import merge_parts, merge_stores, part_path, rank_sinks, results_from, to_numpy
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
@@ -188,7 +187,7 @@ class DistributedStrategy(Strategy):
             if not note:
                 raise
             raise PipelineError(exc.rank, f"{exc.message}; {note}") from exc
-        return _results_from(out, sim)
+        return results_from(out, sim)
 
     def _interrupted(self, sim: Simulator, signum: int, path: Any) -> RunInterrupted:
         """The RunInterrupted this process raises when a signal stopped the ranks: it
@@ -212,7 +211,7 @@ class DistributedStrategy(Strategy):
                 str(p) for p in s.path.parent.glob(f"{s.path.stem}.rank*{s.path.suffix}")
             )
             if parts:
-                _merge_parts(sim, s.path, s.mode, parts, remove=True, continuing=s.path.exists())
+                merge_parts(sim, s.path, s.mode, parts, remove=True, continuing=s.path.exists())
 
     def _salvage(self, sim: Simulator) -> str:
         """After a failed run with several writing ranks, merge what each committed to its
@@ -230,8 +229,8 @@ class DistributedStrategy(Strategy):
         for s in sim.sinks:
             if not isinstance(s, ZarrSink):
                 continue
-            parts = [str(_part_path(s.path, r)) for r in sink_ranks]
-            n = _merge_parts(sim, s.path, s.mode, parts, remove=not resumable)
+            parts = [str(part_path(s.path, r)) for r in sink_ranks]
+            n = merge_parts(sim, s.path, s.mode, parts, remove=not resumable)
             notes.append(f"the {n} systems finished before the failure were merged into {s.path}")
         return "; ".join(notes)
 
@@ -253,7 +252,7 @@ class DistributedStrategy(Strategy):
         sources = self.pipeline.sources()
         my_sampler = shard(sampler, len(sources), sources.index(rank)) if rank in sources else None
         sinks_ranks = self.pipeline.sinks()
-        sim.sinks = _rank_sinks(sim.sinks, rank, len(sinks_ranks) > 1, keep=resume is not None)
+        sim.sinks = rank_sinks(sim.sinks, rank, len(sinks_ranks) > 1, keep=resume is not None)
         worker = PipelineWorker(
             sim,
             self.pipeline,
@@ -274,13 +273,13 @@ class DistributedStrategy(Strategy):
         memory = [b for b in result["sinks"].in_memory] + list(result["sinks"].overflow)
         payload = {
             "stats": result["stats"],
-            "systems": _to_numpy(Batch.concatenate(memory)) if memory else None,
+            "systems": to_numpy(Batch.concatenate(memory)) if memory else None,
             "stores": [str(s.path) for s in (sim.sinks or []) if isinstance(s, ZarrSink)],
         }
         gathered: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, payload)
         if rank == 0:
-            _merge_stores(sim, gathered, len(sinks_ranks) > 1)
+            merge_stores(sim, gathered, len(sinks_ranks) > 1)
         dist.barrier()
         return gathered
 
@@ -315,107 +314,3 @@ class ReplicasStrategy(DistributedStrategy):
                 f"rank(s), got devices={num_devices}"
             )
         return base.replicate(num_devices // base.num_ranks)
-
-
-def _part_path(path: Path, rank: int) -> Path:
-    """The store rank ``rank`` writes when several ranks write ``path``."""
-    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
-
-
-def _rank_sinks(
-    sinks: list[Any] | None, rank: int, several_writers: bool, keep: bool = False
-) -> list[Any] | None:
-    """Per-rank copies of the sinks: one zarr store per writing rank when several write."""
-    if sinks is None:
-        return None
-    out = []
-    for s in sinks:
-        if isinstance(s, ZarrSink) and several_writers:
-            part = _part_path(s.path, rank)
-            if part.exists() and not keep:  # on resume the part holds committed results
-                shutil.rmtree(part)
-            z = ZarrSink(part, mode="w")
-            z.final_path, z.final_mode = s.path, s.mode
-            z.final_continuing = s.continuing
-            out.append(z)
-        elif isinstance(s, HostMemory):
-            out.append(HostMemory(s.capacity))
-        else:
-            out.append(s)
-    return out
-
-
-def _merge_stores(sim: Simulator, gathered: list[Any], several_writers: bool) -> None:
-    if not several_writers or not sim.sinks:
-        return
-    for s in sim.sinks:
-        if not isinstance(s, ZarrSink) or not hasattr(s, "final_path"):
-            continue
-        parts = sorted(
-            {
-                p
-                for g in gathered
-                for p in g["stores"]
-                if Path(p).name.startswith(s.final_path.stem + ".rank")
-            }
-        )
-        _merge_parts(
-            sim, s.final_path, s.final_mode, parts, remove=True, continuing=s.final_continuing
-        )
-
-
-def _merge_parts(
-    sim: Simulator,
-    final_path: Path,
-    mode: str,
-    parts: list[str],
-    remove: bool,
-    continuing: bool = False,
-) -> int:
-    """Write the committed systems of the per-rank ``parts`` into one store at
-    ``final_path`` (``system_id`` order; ``continuing``: append to the run the store
-    holds, see ZarrSink.continue_run); returns how many systems were merged."""
-    batches = [
-        b for p in parts if Path(p).exists() for b in [ZarrSink(p).read_batch()] if b is not None
-    ]
-    final = ZarrSink(final_path, mode=mode)
-    if continuing:
-        final.continue_run()
-    final.open(sim.run_info())
-    n = 0
-    if batches:
-        merged = Batch.concatenate(batches)
-        final.write(merged.select(torch.argsort(merged.system_id, stable=True)))
-        n = merged.num_systems
-    final.close()
-    if remove:
-        for p in parts:
-            shutil.rmtree(p, ignore_errors=True)
-    return n
-
-
-def _to_numpy(batch: Batch) -> dict[str, Any]:
-    return {
-        "atom": {k: v.detach().cpu().numpy() for k, v in batch.atom.items()},
-        "system": {k: v.detach().cpu().numpy() for k, v in batch.system.items()},
-        "info": batch.info,
-    }
-
-
-def _from_numpy(data: dict[str, Any]) -> Batch:
-    return Batch(
-        {k: torch.from_numpy(v) for k, v in data["atom"].items()},
-        {k: torch.from_numpy(v) for k, v in data["system"].items()},
-        data.get("info"),
-    )
-
-
-def _results_from(gathered: list[Any] | None, sim: Simulator) -> Results:
-    if not gathered:
-        return Results(None)
-    parts = [_from_numpy(g["systems"]) for g in gathered if g and g["systems"] is not None]
-    batch = Batch.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else None)
-    stats = {"ranks": [g["stats"] for g in gathered]}
-    stats["systems"] = sum(g["stats"]["systems_out"] for g in gathered if g["stats"]["is_sink"])
-    stats["wall_time_s"] = max(float(g["stats"]["wall_s"]) for g in gathered if g)
-    return Results(batch, stats, sim.sinks or [])
