@@ -23,7 +23,7 @@ changes control flow by accident (DESIGN invariant 6).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -59,6 +59,10 @@ class StepContext:
     at the start of the step.  ``exited``/``converged`` (set for ON_CONVERGE) mark
     systems that left a stage since the previous bookkeeping, ``converged`` those that
     met an optimizer criterion; ``graduated`` marks systems about to leave the batch.
+    ``exit_code`` is the status of finished systems; ``total_systems``/``total_atoms``
+    what the run will process when known (one device), ``graduated_systems`` how many
+    left so far, ``rank`` the pipeline rank (None on one device).  ``state`` is the
+    same as a mapping (the form these had before; other keys go to ``extras``).
     """
 
     batch: Batch
@@ -70,11 +74,60 @@ class StepContext:
     graduated: torch.Tensor | None = None
     outputs: dict[str, torch.Tensor] = field(default_factory=dict)
     simulator: Any = None
-    state: dict[str, Any] = field(default_factory=dict)
+    exit_code: int = -1
+    has_fixed: bool = False
+    total_systems: int | None = None
+    total_atoms: int | None = None
+    graduated_systems: int = 0
+    rank: int | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
 
     def stage_of(self, code: int) -> torch.Tensor:
         """Mask ``[B]`` of systems currently in stage ``code``."""
         return self.batch.status == code
+
+    @property
+    def state(self) -> MutableMapping[str, Any]:
+        """The run's context as a mapping: typed fields by name (absent while None),
+        anything else kept in ``extras``."""
+        return _ContextView(self)
+
+
+_TYPED = ("exit_code", "has_fixed", "total_systems", "total_atoms", "graduated_systems", "rank")
+
+
+class _ContextView(MutableMapping):
+    """:attr:`StepContext.state`: a dict-like view of the typed fields plus ``extras``."""
+
+    def __init__(self, ctx: StepContext) -> None:
+        self._ctx = ctx
+
+    def __getitem__(self, key: str) -> Any:
+        if key in _TYPED:
+            value = getattr(self._ctx, key)
+            if value is None:
+                raise KeyError(key)
+            return value
+        return self._ctx.extras[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key in _TYPED:
+            setattr(self._ctx, key, value)
+        else:
+            self._ctx.extras[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        if key in _TYPED:
+            setattr(self._ctx, key, None)
+        else:
+            del self._ctx.extras[key]
+
+    def __iter__(self) -> Iterator[str]:
+        typed = [k for k in _TYPED if getattr(self._ctx, k) is not None]
+        return iter([*typed, *self._ctx.extras])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class Callback:

@@ -27,7 +27,6 @@ from .stages import Fused, Pipeline, as_plan
 from .state import Batch
 from .strategies.base import Strategy, create_strategy
 from .strategies.buffers import BufferConfig
-from .strategies.distributed import DistributedStrategy
 from .strategies.launch import StartMethod
 from .strategies.pipeline import CommMode
 from .strategies.single import resolve_device
@@ -70,16 +69,10 @@ class Simulator:
             (``devices`` copies of the plan, each on a shard of the data), the name of
             any registered strategy plugin, or a
             :class:`~alchemi_lit.strategies.Strategy` instance.
-        buffer: transfer-buffer capacity between pipeline ranks.
-        comm_mode: ``"async_recv"`` (default: receives posted a round early, so a rank
-            rarely waits on a send), ``"sync"`` (blocking, lockstep with neighbours;
-            ~45 % idle vs ~20 % in the 2-rank benchmark) or ``"fully_async"`` (sends
-            completed a round later).  All give identical results.
-        start_method: how Fabric starts ranks from a plain script: ``"popen"``
-            (re-runs the command), ``"fork"`` or ``"spawn"``; ignored under torchrun.
-        timeout: seconds a rank waits for a silent peer before failing.
-        debug: log every exchange (rank in each line).
-        synchronized: exchange after every step, in lockstep with neighbours.
+        buffer, comm_mode, start_method, timeout, debug, synchronized: options of the
+            pipeline and replicas strategies, passed through to the one ``strategy``
+            names (see :class:`~alchemi_lit.strategies.distributed.DistributedStrategy`;
+            with a strategy instance, give them to it instead).  None: its default.
         compile: ``True`` compiles the model's edge computation and the integrators'
             per-atom random numbers with ``torch.compile``; ``"model"`` or
             ``"integrators"`` only one of them (on CPU an LJ model runs slower
@@ -102,11 +95,11 @@ class Simulator:
         stress: bool | None = None,
         strategy: str | Strategy = "auto",
         buffer: BufferConfig | None = None,
-        comm_mode: CommMode = "async_recv",
-        start_method: StartMethod = "popen",
-        timeout: float = 600.0,
-        debug: bool = False,
-        synchronized: bool = False,
+        comm_mode: CommMode | None = None,
+        start_method: StartMethod | None = None,
+        timeout: float | None = None,
+        debug: bool | None = None,
+        synchronized: bool | None = None,
         compile: bool | Literal["model", "integrators"] = False,
     ) -> None:
         if not isinstance(model, Model):
@@ -115,11 +108,12 @@ class Simulator:
                 f"{type(model).__name__}; wrap other models by subclassing alchemi_lit.models.Model"
             )
         plan = as_plan(stages)
-        runner = create_strategy(strategy, plan)  # names: "auto" or registered (closed set)
-        if comm_mode not in ("sync", "async_recv", "fully_async"):
-            raise ConfigError(
-                f"comm_mode must be 'sync', 'async_recv' or 'fully_async', got {comm_mode!r}"
-            )
+        given = dict(
+            buffer=buffer, comm_mode=comm_mode, start_method=start_method, timeout=timeout,
+            debug=debug, synchronized=synchronized,
+        )  # fmt: skip
+        options = {k: v for k, v in given.items() if v is not None}  # the strategy's own
+        runner = create_strategy(strategy, plan, options)  # "auto" or registered names
         n_devices = len(devices) if isinstance(devices, (list, tuple)) else int(devices)
         if n_devices < 1:
             raise ConfigError(f"devices must be >= 1, got {devices}")
@@ -128,14 +122,6 @@ class Simulator:
         self.accelerator = accelerator
         self.devices = devices
         self.num_devices = n_devices
-        self.buffer = buffer
-        self.comm_mode = comm_mode
-        self.start_method = start_method
-        self.timeout = timeout
-        self.debug = debug
-        self.synchronized = synchronized
-        if float(timeout) <= 0:
-            raise ConfigError(f"timeout must be > 0 seconds, got {timeout}")
         plan = runner.setup(self, plan)  # checks plan and devices; the plan it will run
         self.plan = plan
         self.strategy: Strategy = runner
@@ -351,7 +337,7 @@ class Simulator:
         if isinstance(plan, Fused):
             return [f"{c}:{type(s).__name__}" for c, s in zip(plan.codes, plan.stages)]
         strategy = self.strategy
-        period = strategy.replica_period() if isinstance(strategy, DistributedStrategy) else None
+        period = strategy.replica_period()
         ranks = sorted(plan.stages)[: period or len(plan.stages)]
         names = [type(s).__name__ for r in ranks for s in plan.stages[r].stages]
         return [f"{c}:{n}" for c, n in enumerate(names)]

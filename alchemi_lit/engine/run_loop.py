@@ -142,7 +142,8 @@ class LoopStats:
 
 class RunLoop:
     """Runs a :class:`~alchemi_lit.engine.step.FusedLoop` plan until its feed is
-    dry (see the module docstring).  ``context``: extra ``ctx.state`` entries."""
+    dry (see the module docstring).  ``context``: StepContext fields to set
+    (``total_systems``, ``rank`` ...)."""
 
     def __init__(
         self,
@@ -175,12 +176,10 @@ class RunLoop:
             ctx = self.ctx = StepContext(
                 batch=batch, stages=self.loop.plan.stages, simulator=self.sim
             )
-            ctx.state.update(
-                has_fixed=bool(batch.fixed.any()),
-                exit_code=self.loop.plan.exit,
-                graduated_systems=self.stats.graduated,
-                **self.context,
-            )
+            ctx.has_fixed = bool(batch.fixed.any())
+            ctx.exit_code = self.loop.plan.exit
+            ctx.graduated_systems = self.stats.graduated
+            ctx.state.update(self.context)
             if resume is None:
                 self.delivery.open(self.sim.run_info())
             else:
@@ -272,13 +271,13 @@ class RunLoop:
         self.feed.release(graduates)
         self.delivery.deliver(graduates)
         self.stats.graduated += graduates.num_systems
-        ctx.state["graduated_systems"] = self.stats.graduated
+        ctx.graduated_systems = self.stats.graduated
         return graduates.num_systems
 
     def _admit(self, batch: Batch) -> Batch:
         merged = self.feed.admit(batch)
         if merged is not batch and self.ctx is not None:
-            self.ctx.state["has_fixed"] = bool(merged.fixed.any())
+            self.ctx.has_fixed = bool(merged.fixed.any())
         return merged
 
     # ------------------------------------------------------------------ checkpoints

@@ -168,7 +168,7 @@ class FusedLoop:
             self.evict = True  # the run loop removes them before the next forward
         self.num_forward_calls += 1
         forces = out["forces"]
-        if ctx.state.get("has_fixed", False):
+        if ctx.has_fixed:
             forces = forces.masked_fill(batch.fixed.unsqueeze(-1), 0.0)
         # systems that left the plan keep the results they left with until they graduate
         status = self.status_masks(batch)

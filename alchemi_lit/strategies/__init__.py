@@ -1,7 +1,15 @@
 """Strategies own devices and ranks: single-device fused runs, pipelines, replicas."""
 
+from ..engine.step import FusedLoop
 from .base import Strategy
-from .fused import FusedLoop
+from .distributed import DistributedStrategy, PipelineStrategy, ReplicasStrategy
 from .single import SingleDeviceStrategy
 
-__all__ = ["FusedLoop", "SingleDeviceStrategy", "Strategy"]
+__all__ = [
+    "DistributedStrategy",
+    "FusedLoop",
+    "PipelineStrategy",
+    "ReplicasStrategy",
+    "SingleDeviceStrategy",
+    "Strategy",
+]

@@ -76,6 +76,11 @@ class Strategy(ABC):
         nothing (a one-process run writes its stores directly)."""
         return None
 
+    def replica_period(self) -> int | None:
+        """Ranks per replica when this runs replicas of one plan (their results share
+        the base plan's stage columns); None otherwise."""
+        return None
+
     @abstractmethod
     def run(self, sim: Simulator, data: Any, resume: str | None = None) -> Results:
         """Run every system of ``data`` through ``sim.plan``; see the module docstring."""
@@ -105,11 +110,21 @@ def check_strategy_name(name: str) -> None:
     )
 
 
-def create_strategy(spec: str | Strategy, plan: Fused | Pipeline) -> Strategy:
-    """A Strategy from a registered name, ``"auto"`` or an instance."""
+def create_strategy(
+    spec: str | Strategy, plan: Fused | Pipeline, options: dict[str, Any] | None = None
+) -> Strategy:
+    """A Strategy from a registered name (built with ``options``, its own arguments),
+    ``"auto"`` or an instance."""
     from .. import registry
 
+    options = dict(options or {})
     if isinstance(spec, Strategy):
+        if options:
+            raise ConfigError(
+                f"{', '.join(sorted(options))}: options of the strategy; give them to the "
+                f"strategy instance ({type(spec).__name__}({next(iter(sorted(options)))}=...)) "
+                f"rather than to the Simulator"
+            )
         return spec
     if not isinstance(spec, str):
         raise ConfigError(
@@ -132,12 +147,31 @@ def create_strategy(spec: str | Strategy, plan: Fused | Pipeline) -> Strategy:
             f"strategy {entry.name!r} ({entry.import_path}, package {entry.source!r}) does not "
             f"implement {', '.join(missing)}; its package must define them"
         )
+    accepted = _parameters(entry.cls)
+    foreign = sorted(k for k in options if accepted is not None and k not in accepted)
+    if foreign:
+        raise ConfigError(
+            f"{', '.join(foreign)}: not an option of strategy {entry.name!r} (plan {plan!r}); "
+            f"these configure the pipeline and replicas strategies across ranks -- remove them, "
+            f"or combine stages with '|' for a pipeline"
+        )
     try:
-        strategy = entry.create()
+        strategy = entry.create(**options)
     except TypeError as exc:
         raise ConfigError(
-            f"strategy {entry.name!r} ({entry.import_path}) cannot be built without arguments "
-            f"({exc}); register a preset with its arguments or pass an instance"
+            f"strategy {entry.name!r} ({entry.import_path}) cannot be built with "
+            f"{options or 'no arguments'} ({exc}); register a preset with its arguments or "
+            f"pass an instance"
         ) from exc
     strategy.name = entry.name  # the name it was chosen by
     return strategy
+
+
+def _parameters(cls: type) -> set[str] | None:
+    """The keyword arguments ``cls`` takes (None: any, through ``**kwargs``)."""
+    import inspect
+
+    params = inspect.signature(cls).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}

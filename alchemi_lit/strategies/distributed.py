@@ -39,6 +39,22 @@ if TYPE_CHECKING:
     from ..simulator import Simulator
 
 
+def _buffer_config(buffer: BufferConfig | Mapping[str, int] | None) -> BufferConfig:
+    """A BufferConfig from one, its fields as a mapping (a config file), or None."""
+    if buffer is None:
+        return BufferConfig()
+    if isinstance(buffer, Mapping):
+        try:
+            return BufferConfig(**buffer)
+        except TypeError as exc:
+            raise ConfigError(
+                f"buffer: {exc}; BufferConfig takes num_systems, num_atoms, num_edges, info_bytes"
+            ) from None
+    if not isinstance(buffer, BufferConfig):
+        raise ConfigError(f"buffer must be a BufferConfig, got {type(buffer).__name__}")
+    return buffer
+
+
 def shard(sampler: SizeAwareSampler, parts: int, index: int) -> SizeAwareSampler:
     """A disjoint shard of ``sampler``'s systems, balanced by atom count (greedy)."""
     loads = [0] * parts
@@ -66,41 +82,59 @@ def shard(sampler: SizeAwareSampler, parts: int, index: int) -> SizeAwareSampler
 class DistributedStrategy(Strategy):
     """Runs a pipeline (or replicas) over ranks; see module docstring.
 
-    Subclasses say how the plan maps to ranks (:meth:`rank_plan`); the settings
-    (transfer buffer, comm mode, launcher, timeout) come from the Simulator."""
+    Subclasses say how the plan maps to ranks (:meth:`rank_plan`).  The options are the
+    strategy's own (``Simulator(strategy="pipeline", buffer=...)`` passes them through).
+
+    Args:
+        buffer: transfer-buffer capacity between ranks (a :class:`BufferConfig` or its
+            fields as a mapping; default ``BufferConfig()``).
+        comm_mode: ``"async_recv"`` (receives posted a round early, so a rank rarely
+            waits on a send), ``"sync"`` (blocking, lockstep with neighbours) or
+            ``"fully_async"`` (sends completed a round later); all give identical results.
+        start_method: how Fabric starts ranks from a plain script: ``"popen"`` (re-runs
+            the command), ``"fork"`` or ``"spawn"``; ignored under torchrun.
+        timeout: seconds a rank waits for a silent peer before failing.
+        debug: log every exchange (rank in each line).
+        synchronized: exchange after every step, in lockstep with neighbours.
+    """
 
     #: "pipeline" or "replicas": how the ranks share the work
     mode = "pipeline"
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        buffer: BufferConfig | Mapping[str, int] | None = None,
+        comm_mode: CommMode = "async_recv",
+        start_method: StartMethod = "popen",
+        timeout: float = 600.0,
+        debug: bool = False,
+        synchronized: bool = False,
+    ) -> None:
         self.pipeline: Pipeline | None = None
+        self.buffer = _buffer_config(buffer)
+        if comm_mode not in ("sync", "async_recv", "fully_async"):
+            raise ConfigError(
+                f"comm_mode must be 'sync', 'async_recv' or 'fully_async', got {comm_mode!r}"
+            )
+        if start_method not in ("popen", "fork", "spawn"):
+            raise ConfigError(
+                f"start_method must be 'popen', 'fork' or 'spawn', got {start_method!r}"
+            )
+        if not float(timeout) > 0:
+            raise ConfigError(f"timeout must be > 0 seconds, got {timeout}")
+        self.comm_mode: CommMode = comm_mode
+        self.start_method: StartMethod = start_method
+        self.timeout_s = float(timeout)
+        self.debug, self.synchronized = bool(debug), bool(synchronized)
 
     @abstractmethod
     def rank_plan(self, plan: Fused | Pipeline, num_devices: int) -> Pipeline:
         """The pipeline of ranks that runs ``plan`` on ``num_devices`` devices."""
 
     def setup(self, sim: Simulator, plan: Fused | Pipeline) -> Pipeline:
-        pipeline = self.rank_plan(plan, sim.num_devices)
-        buffer = sim.buffer if sim.buffer is not None else BufferConfig()
-        if isinstance(buffer, Mapping):  # from a config file: {num_systems: .., num_atoms: ..}
-            try:
-                buffer = BufferConfig(**buffer)
-            except TypeError as exc:
-                raise ConfigError(
-                    f"buffer: {exc}; BufferConfig takes num_systems, num_atoms, num_edges, "
-                    "info_bytes"
-                ) from None
-        if not isinstance(buffer, BufferConfig):
-            raise ConfigError(f"buffer must be a BufferConfig, got {type(buffer).__name__}")
-        self.pipeline = pipeline
-        self.buffer = buffer
-        self.comm_mode: CommMode = sim.comm_mode
+        self.pipeline = self.rank_plan(plan, sim.num_devices)
         self.accelerator = sim.accelerator
-        self.start_method: StartMethod = sim.start_method
-        self.timeout_s = float(sim.timeout)
-        self.debug = sim.debug
-        self.synchronized = sim.synchronized
-        return pipeline
+        return self.pipeline
 
     def validate(self, sampler: SizeAwareSampler, radius: float | None = None) -> None:
         """Checks every rank would make, done before launching anything.  ``radius``: the
