@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("callbacks", ("callbacks",)),
     ("strategies", ("strategies",)),
     ("simulator", ("simulator", "plugins_builtin")),
-    ("cli", ("cli", "report", "report_plots", "help_format", "__init__")),
+    ("cli", ("cli", "report", "report_plots", "help_format", "testing", "__init__")),
 ]  # fmt: skip
 
 #: modules allowed over 400 lines, and why (DESIGN_NOTES.md says more)
