@@ -186,4 +186,6 @@ def test_fire_and_pipeline(model: CHGNet) -> None:
     got, ref = piped.batch, fused.batch
     assert got.system_id.tolist() == ref.system_id.tolist() == [0, 1]
     for name in ("positions", "velocities", "forces", "energy", "stress", "total_steps"):
-        assert torch.equal(getattr(got, name), getattr(ref, name)), name
+        assert torch.equal(
+            getattr(got, name).nan_to_num(7.0), getattr(ref, name).nan_to_num(7.0)
+        ), name

@@ -189,7 +189,9 @@ def test_fused_plan_and_pipeline() -> None:
     got, want = piped.batch, fused.batch
     assert got.system_id.tolist() == want.system_id.tolist() == [0, 1]
     for name in ("positions", "velocities", "forces", "energy", "stress", "total_steps"):
-        assert torch.equal(getattr(got, name), getattr(want, name)), name
+        assert torch.equal(
+            getattr(got, name).nan_to_num(7.0), getattr(want, name).nan_to_num(7.0)
+        ), name
 
 
 def test_built_from_a_config_path() -> None:
