@@ -139,6 +139,7 @@ class CLI:
     def top_help(self, commands: dict[str, Command]) -> str:
         """``alchemi-lit --help``: the commands and examples."""
         width = max(9, *(len(n) for n in commands))
+        p = self.prog
         lines = [
             f"usage: {self.prog} [--debug] {{{','.join(commands)}}} ...",
             "",
@@ -153,13 +154,13 @@ class CLI:
             "  --debug     show tracebacks of errors",
             "",
             "examples:",
-            "  alchemi-lit run --config configs/quickstart.yaml",
-            "  alchemi-lit run --config configs/quickstart.yaml \\",
+            f"  {p} run --config configs/quickstart.yaml",
+            f"  {p} run --config configs/quickstart.yaml \\",
             "      --simulator.stages.1.init_args.temperature 500",
-            "  alchemi-lit run --config configs/quickstart.yaml --print_config > my.yaml",
-            "  alchemi-lit validate --config my.yaml",
-            "  alchemi-lit run --simulator.stages.help FIRE",
-            "  alchemi-lit report results/quickstart.zarr --plots results/plots",
+            f"  {p} run --config configs/quickstart.yaml --print_config > my.yaml",
+            f"  {p} validate --config my.yaml",
+            f"  {p} run --simulator.stages.help FIRE",
+            f"  {p} report results/quickstart.zarr --plots results/plots",
         ]
         return "\n".join(lines)
 
