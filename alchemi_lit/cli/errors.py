@@ -77,10 +77,14 @@ def explain_jsonargparse(msg: str, prefix: str, owner: str | None = None) -> str
     expected = re.search(r"Expected a (.+?)\. Got value: (.*)", text)
     if expected:
         return f"{key}: expected {_type_name(expected.group(1))}, got {expected.group(2).strip()!r}"
-    union = re.search(r"Subtypes: \[(.*?)\]", text)
+    union = re.search(r"Subtypes: \[(.*)\]", text)
     given = re.search(r"Given value: (.*)", text)
     if "Does not validate against any of the Union subtypes" in text and union and given:
-        names = [_type_name(t.strip()) for t in re.findall(r"<class '[\w.]+'>", union.group(1))]
+        types = re.findall(r"typing\.Literal\[[^\]]*\]|<class '[\w.]+'>", union.group(1))
+        names = [_type_name(t.strip()) for t in types]
+        if any(n.startswith("one of ") for n in names):  # Optional[Literal]: None = default
+            names = [n for n in names if n != "NoneType"]
+            return f"{key}: expected {' or '.join(names)}, got {given.group(1).strip()!r}"
         names = ["null" if n == "NoneType" else n for n in names]
         return f"{key}: expected {' or '.join(names)}, got {given.group(1).strip()}"
     skip = (
