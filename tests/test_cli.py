@@ -229,7 +229,7 @@ def test_class_help_shows_meaning_units_and_readable_defaults(
     ],
 )
 def test_unit_of_a_parameter_description(description: str | None, unit: str | None) -> None:
-    from alchemi_lit.help_format import unit_of
+    from alchemi_lit.cli.help_format import unit_of
 
     assert unit_of(description) == unit
 

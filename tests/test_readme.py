@@ -64,7 +64,13 @@ def test_readme_python_examples_run(tmp_path, monkeypatch):
     assert (tmp_path / "results.zarr").exists()
     # the marked blocks run alone, each in its own test (a name borrowed from another
     # block fails there)
-    assert set(readme_blocks()) == {"checkpoint", "custom-integrator", "custom-md", "model"}
+    assert set(readme_blocks()) == {
+        "checkpoint",
+        "custom-cli",
+        "custom-integrator",
+        "custom-md",
+        "model",
+    }
 
 
 def test_readme_checkpoint_resume(tmp_path, monkeypatch):

@@ -1,0 +1,291 @@
+"""The resolved config -> the objects of a run (Simulator, structures, sampler), checked.
+
+Objects are instantiated one by one rather than by jsonargparse's ``instantiate``, so a
+constructor's ``ValueError`` is reported under the key of the object that raised it
+(``simulator.stages.0.init_args.dt: ...``).  Before anything runs, the stores are
+checked (an existing store that ``mode: w-`` protects, ids already stored, no write
+permission) and the structures against the model and the budgets.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .checks import dataclass_params
+from .config import BUILTIN_PREFIX
+from .errors import CLIError, key_for, one_line
+from .names import check_function_args, function_params, import_class
+
+
+@dataclass
+class Built:
+    """Everything a run needs."""
+
+    sim: Any  # the Simulator
+    atoms: list[Any]
+    source: Any  # list of atoms, a Batch (data.first_id) or a SizeAwareSampler
+    data: dict[str, Any]
+    output: dict[str, Any]
+
+
+def instantiate(value: Any, key: str) -> Any:
+    """Build plugins (dicts with class_path) recursively; errors name the key."""
+    if isinstance(value, dict) and isinstance(value.get("class_path"), str):
+        cls = import_class(value["class_path"], f"{key}.class_path")
+        init = value.get("init_args") or {}
+        kwargs = {k: instantiate(v, f"{key}.init_args.{k}") for k, v in init.items()}
+        kwargs.update(value.get("dict_kwargs") or {})
+        try:
+            return cls(**kwargs)
+        except Exception as exc:
+            raise CLIError(
+                key_for(exc, f"{key}.init_args", list(kwargs), key), one_line(str(exc))
+            ) from exc
+    if isinstance(value, list):
+        return [instantiate(v, f"{key}.{i}") for i, v in enumerate(value)]
+    return value
+
+
+def build_simulator(config: dict[str, Any]) -> Any:
+    """The :class:`~alchemi_lit.Simulator` of ``config["simulator"]``."""
+    from ..simulator import Simulator
+
+    kwargs = {k: instantiate(v, f"simulator.{k}") for k, v in config["simulator"].items()}
+    for k, cls in dataclass_params(Simulator).items():  # e.g. buffer: BufferConfig
+        if isinstance(kwargs.get(k), dict):
+            try:
+                kwargs[k] = cls(**kwargs[k])
+            except Exception as exc:
+                raise CLIError(
+                    key_for(exc, f"simulator.{k}", list(kwargs[k]), f"simulator.{k}"),
+                    one_line(str(exc)),
+                ) from exc
+    try:
+        return Simulator(**kwargs)
+    except Exception as exc:
+        raise CLIError(
+            key_for(exc, "simulator", list(kwargs), "simulator"), one_line(str(exc))
+        ) from exc
+
+
+def build(
+    resolved: dict[str, Any],
+    resuming: bool = False,
+    simulator: Callable[[dict[str, Any]], Any] = build_simulator,
+) -> Built:
+    """Everything a run needs, checked; ``resuming``: the stores hold this very run's
+    results so far, so they are not refused for existing or holding its ids.
+    ``simulator`` builds the Simulator from the config (:meth:`CLI.build_simulator`)."""
+    sim = simulator(resolved)
+    data = resolved["data"]
+    atoms = _read_structures(data)
+    first = data.get("first_id")
+    ids = None if first is None else list(range(int(first), int(first) + len(atoms)))
+    source: Any = atoms
+    if ids is not None:
+        from ..state import Batch
+
+        try:
+            source = Batch.from_atoms(atoms, system_ids=ids, dtype=sim.dtype)
+        except Exception as exc:
+            raise CLIError("data.structures", one_line(str(exc))) from exc
+    spec = data.get("sampler")
+    if spec:
+        from ..data import SizeAwareSampler
+
+        if "class_path" in spec:  # a registered sampler: its init_args (may hold plugins)
+            cls = import_class(spec["class_path"], "data.sampler.class_path")
+            prefix = "data.sampler.init_args"
+            args = {
+                k: instantiate(v, f"{prefix}.{k}") for k, v in (spec["init_args"] or {}).items()
+            }
+            if ids is not None:
+                raise CLIError("data.first_id", "applies to the built-in sampler only")
+        else:  # the budgets shorthand
+            cls, prefix, args = SizeAwareSampler, "data.sampler", dict(spec)
+            if ids is not None:
+                args["system_ids"] = ids
+        try:
+            source = cls(atoms, **args)
+        except Exception as exc:
+            raise CLIError(
+                key_for(exc, prefix, list(args), "data.sampler"), one_line(str(exc))
+            ) from exc
+    _check_sinks(sim, resolved, source, resuming)
+    return Built(sim, atoms, source, data, resolved.get("output") or {})
+
+
+def _read_structures(data: dict[str, Any]) -> list[Any]:
+    from ..data import BUILTIN_SETS, read_structures
+
+    spec = data["structures"]
+    args = data.get("builtin_args") or {}
+    if spec.startswith(BUILTIN_PREFIX):
+        name = spec[len(BUILTIN_PREFIX) :]
+        if name not in BUILTIN_SETS:
+            close = difflib.get_close_matches(name, BUILTIN_SETS, n=1)
+            hint = f" Did you mean builtin:{close[0]}?" if close else ""
+            known = ", ".join(f"builtin:{k}" for k in BUILTIN_SETS)
+            raise CLIError(
+                "data.structures", f"unknown built-in set {name!r}.{hint} Known: {known}"
+            )
+        fn = BUILTIN_SETS[name]
+        params = function_params(fn)
+        for k in args:
+            if params is not None and k not in params:
+                close = difflib.get_close_matches(str(k), sorted(params), n=1)
+                hint = f" Did you mean {close[0]}?" if close else ""
+                raise CLIError(
+                    f"data.builtin_args.{k}",
+                    f"builtin:{name} has no argument {k!r}.{hint} "
+                    f"Arguments: {', '.join(sorted(params))}",
+                )
+        check_function_args(fn, args, "data.builtin_args")
+        try:
+            return fn(**args)
+        except Exception as exc:
+            raise CLIError(
+                key_for(exc, "data.builtin_args", list(args), "data.builtin_args"),
+                one_line(str(exc)),
+            ) from exc
+    try:
+        atoms = read_structures(spec, index=data.get("index") or ":", format=data.get("format"))
+    except Exception as exc:
+        text = str(exc)
+        key = "data.structures"
+        if text.startswith("index "):
+            key = "data.index"
+        elif text.startswith("unknown structure file format"):
+            key = "data.format"
+        raise CLIError(key, one_line(text)) from exc
+    if args:
+        raise CLIError(
+            "data.builtin_args", f"only applies to builtin: sets, not to the file {spec!r}"
+        )
+    return atoms
+
+
+def _check_sinks(sim: Any, resolved: dict[str, Any], source: Any, resuming: bool) -> None:
+    """Refuse, before anything runs, to write into an existing store that mode 'w-'
+    protects, to append to a store systems whose ids it already holds, or to write
+    where no store can be created (a file in the way, no permission)."""
+    from ..simulator import input_system_ids
+    from ..sinks import ZarrSink, id_list
+
+    ids = input_system_ids(source)
+    out = resolved.get("output") or {}
+    if out.get("dir") is not None:
+        _check_writable(Path(out["dir"]), "output.dir", "output directory")
+    keys = [f"simulator.sinks.{i}" for i in range(len(resolved["simulator"].get("sinks") or []))]
+    for key, sink in zip(keys, sim.sinks or []):
+        if isinstance(sink, ZarrSink):
+            _check_writable(sink.path, f"{key}.init_args.store", "results store")
+        if resuming:
+            continue
+        if isinstance(sink, ZarrSink) and sink.mode == "w-" and sink.path.exists():
+            raise CLIError(
+                f"{key}.init_args.store",
+                f"results store {str(sink.path)!r} already exists and mode is 'w-'; set "
+                f"{key}.init_args.mode to 'a' (append) or 'w' (replace), or choose another path",
+            )
+        clash = sink.id_clashes(ids) if isinstance(sink, ZarrSink) and ids is not None else []
+        if len(clash):
+            raise CLIError(
+                f"{key}.init_args.store",
+                f"results store {str(sink.path)!r} already holds system_id(s) {id_list(clash)} "
+                f"of these structures; set {key}.init_args.mode to 'w' (replace), choose "
+                f"another store, or number the structures past the stored ids "
+                f"(data.first_id)",
+            )
+
+
+def _check_writable(path: Path, key: str, what: str) -> None:
+    """``path`` is (or can be created as) a writable directory; creates nothing."""
+    path = path.expanduser()
+    if path.exists() and not path.is_dir():
+        raise CLIError(key, f"{what} {str(path)!r} exists and is a file, not a directory")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if parent != path and not parent.is_dir():
+        raise CLIError(key, f"cannot create {what} {str(path)!r}: {str(parent)!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CLIError(
+            key,
+            f"cannot create {what} {str(path)!r}: no write permission in {str(parent)!r}; "
+            f"choose a writable location",
+        )
+
+
+def check_structures(built: Built, full: bool) -> dict[str, Any]:
+    """Model supports every element (cheap); with ``full`` every structure is validated
+    and the sampler budgets are checked (``sampler.bind``).  Returns facts for display."""
+    import numpy as np
+    from ase.data import chemical_symbols
+
+    from ..data import SizeAwareSampler
+    from ..state import Batch
+
+    sim, atoms = built.sim, built.atoms
+    model = sim.model
+    supported = getattr(model, "supported_elements", None)
+    elements: set[int] = set()
+    for k, a in enumerate(atoms):
+        z = set(np.unique(a.numbers).tolist())
+        if supported is not None and not z <= set(supported):
+            src = built.source
+            sid = (
+                int(src.system_ids[k])
+                if isinstance(src, SizeAwareSampler)
+                else int(src.system_id[k])
+                if isinstance(src, Batch)
+                else k
+            )
+            try:
+                model.check_batch(Batch.from_atoms([a], system_ids=[sid], validate=False))
+            except Exception as exc:
+                raise CLIError("data.structures", one_line(str(exc))) from exc
+        elements |= z
+    if full:
+        try:
+            if isinstance(built.source, SizeAwareSampler):
+                built.source.bind(model.cutoff + model.neighbors.skin)
+            else:
+                Batch.from_atoms(atoms, dtype=sim.dtype, validate=True)
+        except Exception as exc:
+            key = "data.sampler" if "max_" in str(exc) else "data.structures"
+            raise CLIError(key, one_line(str(exc))) from exc
+    _check_transfer_buffer(built)
+    return {
+        "systems": len(atoms),
+        "atoms": int(sum(len(a) for a in atoms)),
+        "elements": " ".join(chemical_symbols[z] for z in sorted(elements)),
+    }
+
+
+def _check_transfer_buffer(built: Built) -> None:
+    """Pipelines/replicas: every system must fit the transfer buffer (checked before any
+    rank starts, so the error names the config key rather than failing in a launch)."""
+    from ..data import SizeAwareSampler
+    from ..strategies.distributed import DistributedStrategy
+
+    strategy = built.sim.strategy
+    if not isinstance(strategy, DistributedStrategy) or not built.atoms:
+        return
+    sampler = built.source
+    if not isinstance(sampler, SizeAwareSampler):
+        sampler = SizeAwareSampler(built.atoms, max_atoms=max(sum(len(a) for a in built.atoms), 1))
+    try:
+        strategy.validate(sampler, built.sim.model.cutoff + built.sim.model.neighbors.skin)
+    except Exception as exc:
+        text = str(exc)
+        key = next(
+            (f"simulator.buffer.{f}" for f in ("num_atoms", "num_edges") if f in text),
+            "simulator",
+        )
+        raise CLIError(key, one_line(text)) from exc

@@ -1,0 +1,39 @@
+"""``alchemi-lit report STORE [--plots DIR] [--trajectory TRAJ]``: summarize a results store."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .command import Command, console_width
+
+if TYPE_CHECKING:
+    from .app import CLI
+
+
+class ReportCommand(Command):
+    """The table :func:`alchemi_lit.report.report` prints, and its plots."""
+
+    help = "summarize a results store and (with --plots) plot it"
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("store", type=str, help="results store written by ZarrSink (.zarr)")
+        parser.add_argument(
+            "--plots",
+            type=str | None,
+            default=None,
+            help="directory for PNG plots (needs matplotlib)",
+        )
+        parser.add_argument(
+            "--trajectory",
+            type=str | None,
+            default=None,
+            help="TrajectoryWriter store to plot T / energy traces from",
+        )
+
+    def execute(self, cli: CLI, cfg: Any) -> int:
+        from rich.console import Console
+
+        from ..report import report
+
+        report(cfg.store, cfg.plots, cfg.trajectory, console=Console(width=console_width()))
+        return 0
