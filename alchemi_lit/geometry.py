@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 #: a non-periodic system of at most this many atoms gets its pairs from one vectorised
-#: all-pairs test (:func:`molecule_pairs`), faster than a vesin call up to ~50 atoms
-#: (measured, rc 5-9.5 Å: 2 atoms 10 vs 38 us, 32 atoms 24 vs 42 us, 64 atoms 72 vs 61 us)
+#: all-pairs test (:func:`molecule_pairs`): below it a vesin call's fixed cost is most of
+#: the search, above it the quadratic test loses (DESIGN_NOTES.md, "Neighbour lists")
 _ALL_PAIRS_MAX_ATOMS = 48
 
 
@@ -103,8 +103,8 @@ def closest_pair(
         k = int(np.argmin(r2))
         return float(np.sqrt(r2[k])), int(i[k]), int(j[k]), False
     # vesin bins space by its cutoff: searching 0.5 Å in a 21 Å crystal means 80 000 bins
-    # for 256 atoms (12 ms, against 0.15 ms within 3 Å), so search wider and keep the
-    # closest -- no wider than twice the thinnest periodic height, which bounds the images
+    # for 256 atoms, nearly all empty, so search wider and keep the closest -- no wider
+    # than twice the thinnest periodic height, which bounds the images
     if heights is None:
         heights = periodic_heights(cell, pbc)
     reach = min(_CLOSEST_PAIR_SEARCH, 2 * heights.min()) if heights.size else _CLOSEST_PAIR_SEARCH

@@ -4,7 +4,7 @@ logarithm and square root, the exponential and the adjoint of its Frechet deriva
 Used by the cell filters (``integrators/cell.py``), where the deformation gradient's
 log, its exponential and the gradient through it are taken every step for every
 system.  Why not ``scipy.linalg`` (ASE's choice): one system at a time on the host,
-~ms a call; why not ``torch.linalg.matrix_exp``: in float64 it loses up to 1e-11 for
+a call per matrix; why not ``torch.linalg.matrix_exp``: in float64 it loses up to 1e-11 for
 1-norms of ~0.008-0.05 -- a cell step -- on one matrix, and picks one Taylor degree for
 a whole batch, so a result depends on the other systems.  Why not an eigendecomposition
 for the log: a sheared cell's deformation is defective (no eigenbasis), a rotating one

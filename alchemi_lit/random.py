@@ -98,7 +98,7 @@ def atom_normals(
     # keys per system, then one gather per atom
     k0 = (system_id ^ (seed & _MASK32)) & _MASK32
     k1 = ((system_id >> 32) ^ ((seed >> 32) & _MASK32) ^ 0x5BD1E995) & _MASK32
-    st = step.index_select(0, system_idx)  # index_select: 2-3x faster than step[idx] on CPU
+    st = step.index_select(0, system_idx)  # index_select: step[idx] is slower on CPU
     c0 = local_index & _MASK32
     c1 = st & _MASK32
     c2 = (st >> 32) & _MASK32
@@ -128,8 +128,8 @@ def box_muller_block(uniforms: torch.Tensor, dtype: torch.dtype) -> torch.Tensor
     rows ``u0``, ``u2`` on (0, 1) and angles ``phi0``, ``phi1`` on (0, 2 pi), as the CPU
     kernel makes them.  The same operations on each number, so the same normals to the
     bit, but both radii and both cosines in one pass each, written straight into the
-    result's columns (an 8-step draw of 6 912 atoms: 0.77 against 0.88 ms eager; under
-    ``torch.compile`` the writes into views would split the fused loop)."""
+    result's columns, with no stacking copy (under ``torch.compile`` the writes into
+    views would split the fused loop)."""
     radii = uniforms[:2].log_().mul_(-2.0).sqrt_()
     z = torch.empty((uniforms.shape[1], 3), dtype=uniforms.dtype, device=uniforms.device)
     columns = z.T
@@ -153,17 +153,18 @@ class NormalsAhead:
 
     Why: for a few thousand atoms each of Philox's and Box-Muller's ~120 elementwise
     passes costs more in fixed overhead than in arithmetic, so one draw covering the
-    next ``K`` steps costs ~3.4x one step's draw, not ``K`` times it (6 912 atoms: 0.86
-    ms for one step, 2.96 ms for eight).  Every value is a function of its key alone,
-    so the numbers are exactly :func:`atom_normals`'s and nothing about reproducibility
-    changes.  A draw is reused while the batch keeps its layout (the same ``system_id``,
-    ``system_idx`` and ``local_index`` tensors) and every system's step lies within the
-    steps drawn; anything else -- a refill, a system that skipped ahead -- draws afresh.
-    How far ahead adapts: a draw dropped after serving ``s`` of its steps makes the
-    next one cover ``s`` (a batch refilled every step draws one step at a time, not
-    eight), a draw used up doubles it again, up to ``MAX_AHEAD``.  Checking reads
-    tensor values, free on CPU only: on an accelerator every call draws (compile the
-    kernel there: ``Simulator(compile=True)``).  One entry per purpose.
+    next ``K`` steps costs far less than ``K`` draws of one step (figures in
+    DESIGN_NOTES.md, "Keyed noise drawn several steps ahead").  Every value is a
+    function of its key alone, so the numbers are exactly :func:`atom_normals`'s and
+    nothing about reproducibility changes.  A draw is reused while the batch keeps its
+    layout (the same ``system_id``, ``system_idx`` and ``local_index`` tensors) and
+    every system's step lies within the steps drawn; anything else -- a refill, a system
+    that skipped ahead -- draws afresh.  How far ahead adapts: a draw dropped after
+    serving ``s`` of its steps makes the next one cover ``s`` (a batch refilled every
+    step draws one step at a time, not eight), a draw used up doubles it again, up to
+    ``MAX_AHEAD``.  Checking reads tensor values, free on CPU only: on an accelerator
+    every call draws (compile the kernel there: ``Simulator(compile=True)``).  One entry
+    per purpose.
     """
 
     #: values drawn at once at most (steps ahead x atoms): K = 8 up to 32 768 atoms
@@ -215,7 +216,7 @@ class NormalsAhead:
 
         For a compiled CPU consumer that picks each system's rows itself and checks
         the range on the way (Langevin's half step): the checks and the slicing of
-        :meth:`__call__` cost ~90 µs a step in NumPy/torch calls, nothing there.  A
+        :meth:`__call__` are several NumPy/torch calls a step, nothing there.  A
         consumer that finds a step outside the window asks again with ``fresh=True``.
         """
         layout = identity_key((seed, dtype, system_id, system_idx, local_index))
@@ -266,11 +267,12 @@ def compiled_atom_normals() -> Callable[..., torch.Tensor]:
     every integrator; eager again if the compiler fails).
 
     Why compile it: Philox's ten rounds and Box-Muller are ~120 elementwise passes over
-    the atoms, each a separate kernel in eager mode -- for 6 912 atoms 0.86 ms on CPU,
-    more than any other part of a Langevin step; fused into one loop 0.2 ms.  The
-    compiled kernel draws the same numbers to within an ulp or two of the eager one
-    (the integer part is exact; vectorised log/cos round differently), and like it
-    gives each atom the same numbers wherever it sits in the batch.
+    the atoms, each a separate kernel in eager mode -- on CPU more than any other part
+    of a Langevin step; fused into one loop they read the atoms once (figures in
+    DESIGN_NOTES.md, "compile=True compiles the noise kernel too").  The compiled kernel
+    draws the same numbers to within an ulp or two of the eager one (the integer part is
+    exact; vectorised log/cos round differently), and like it gives each atom the same
+    numbers wherever it sits in the batch.
     """
     global _compiled_atom_normals
     if _compiled_atom_normals is None:

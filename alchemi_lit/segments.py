@@ -5,15 +5,17 @@ power and norms, kinetic energies, centre-of-mass momenta) and spreads per-syste
 coefficients back onto atoms.  Done with generic kernels, these small operations cost
 more than the arithmetic around them on CPU:
 
-* ``index_add_``/``segment_reduce`` over ~20k values take 30-60 µs there; a sparse
-  CSR matrix of ones (row b = the atoms of system b) times the values does the same
-  sum in 10-25 µs, and 3-4x faster than both at 200k values.  On GPU ``index_add_``
-  is as fast as anything and needs no set-up, so it is kept there.
-* multiplying ``[N, 3]`` by a broadcast ``[N, 1]`` coefficient runs ~7x slower on CPU
-  than an elementwise product of two ``[N, 3]`` tensors, so coefficients are gathered
-  straight to ``[N, 3]`` (:meth:`to_xyz`): on CPU by NumPy's ``repeat``, which copies
-  runs (3 coefficients for 6 912 atoms: 13 µs, against 45 µs for three gathers),
+* ``index_add_`` and ``segment_reduce`` into systems are slow on CPU; a sparse CSR
+  matrix of ones (row b = the atoms of system b) times the values does the same sum
+  faster, for tens of thousands of values and for hundreds of thousands alike.  On
+  GPU ``index_add_`` is as fast as anything and needs no set-up, so it is kept there.
+* multiplying ``[N, 3]`` by a broadcast ``[N, 1]`` coefficient takes a slow
+  broadcasting path on CPU, unlike an elementwise product of two ``[N, 3]`` tensors,
+  so coefficients are gathered straight to ``[N, 3]`` (:meth:`to_xyz`): on CPU by
+  NumPy's ``repeat``, which copies whole runs instead of gathering value by value,
   elsewhere by a gather with a per-component system index.
+
+(Figures in DESIGN_NOTES.md, "Per-system sums and broadcasts in the integrators".)
 
 The helpers are exact sums (no cumulative-sum tricks), so results agree with
 ``index_add_`` to rounding.  A :class:`~alchemi_lit.state.Batch` keeps one instance
@@ -78,11 +80,11 @@ class Segments:
         elementwise products with positions, velocities or forces."""
         n = self.num_atoms
         if self.on_cpu and _same_plain_dtype(per_system):
-            # NumPy's repeat copies runs (3-4x faster than a gather here; one call for all)
+            # NumPy's repeat copies runs (cheaper than a gather here; one call for all)
             rows = np.stack([c.numpy() for c in per_system])
             spread = np.repeat(rows, self.xyz_counts, axis=1)
             return tuple(torch.from_numpy(r).view(n, 3) for r in spread)
-        idx = self.xyz_index  # (one 1-D gather each: 15x faster than along a 2-D tensor's dim 1)
+        idx = self.xyz_index  # (one 1-D gather each: a gather along a 2-D tensor's dim 1 is slow)
         return tuple(c.index_select(0, idx).view(n, 3) for c in per_system)
 
     def atom_xyz(self, per_atom: torch.Tensor) -> torch.Tensor:

@@ -75,10 +75,11 @@ class Simulator:
             with a strategy instance, give them to it instead).  None: its default.
         compile: ``True`` compiles the model's edge computation and the integrators'
             per-atom random numbers with ``torch.compile``; ``"model"`` or
-            ``"integrators"`` only one of them (on CPU an LJ model runs slower
-            compiled, the noise ~2x faster: see BENCHMARKS.md).  Falls back to eager
-            with a warning where the compiler fails; pays off for runs long enough to
-            amortise the first compilation (seconds); noise agrees with eager to an ulp.
+            ``"integrators"`` only one of them (on CPU neither gains with a cheap
+            model: a compiled LJ edge computation is slower than eager, and the noise's
+            words already run compiled; see BENCHMARKS.md).  Falls back to eager with a
+            warning where the compiler fails; pays off for runs long enough to amortise
+            the first compilation, which takes seconds; noise agrees with eager to an ulp.
     """
 
     def __init__(

@@ -216,7 +216,7 @@ class Batch:
 
     def atom_mask(self, system_mask: torch.Tensor) -> torch.Tensor:
         """Broadcast a per-system boolean mask ``[B]`` to atoms ``[N]``."""
-        return system_mask.index_select(0, self.atom["system_idx"])  # 3x faster than [idx]
+        return system_mask.index_select(0, self.atom["system_idx"])  # [idx] is slower on CPU
 
     @property
     def volume(self) -> torch.Tensor:

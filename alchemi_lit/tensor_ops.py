@@ -1,10 +1,11 @@
 """Small tensor kernels used in every step, written for speed on both CPU and GPU.
 
 Why a module for this: on CPU, torch's reduction over a length-3 last dimension
-(``(a * b).sum(-1)`` on ``[N, 3]``) runs about 8x slower than the same sum written as
-a matrix-vector product (measured on 300k float64 rows: 4.7 ms vs 0.56 ms), and an
-MD step does several of these per atom or per edge.  On GPU both forms are equally
-fast, so the product form is used everywhere.
+(``(a * b).sum(-1)`` on ``[N, 3]``) takes a slow generic reduction path, while the
+same sum written as a matrix-vector product takes the optimised matrix one, and an MD
+step does several of these per atom or per edge (figures in DESIGN_NOTES.md, "Edge
+reductions").  On GPU both forms are equally fast, so the product form is used
+everywhere.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def same_key(a: list[Any], b: list[Any]) -> bool:
     else by value."""
     if len(a) != len(b):
         return False
-    for x, y in zip(a, b):  # noqa: SIM110 (all() over a generator: 1.7x slower)
+    for x, y in zip(a, b):  # noqa: SIM110 (all() over a generator resumes a frame per item)
         if x is not y and (isinstance(x, torch.Tensor) or x != y):
             return False
     return True
@@ -104,16 +105,16 @@ def per_system(fn: F) -> F:
 
     Why: an integrator's per-system bookkeeping (FIRE's power test and time step,
     step-length control) is a chain of ~30 operations on a few dozen numbers, where
-    torch's dispatch (2-5 µs an operation on CPU) is the whole cost: NumPy's is 4x
-    smaller (a chain of ten 64-element operations: 28 µs vs 7 µs).  Written once with
-    operators, ``xp.where`` and ``xp.sqrt``, the function gives the same results in
-    both to an ulp (torch's vectorised CPU ``sqrt`` is not always correctly rounded,
-    NumPy's is; divide tensor by tensor, as torch computes ``number / tensor`` as a
-    reciprocal times the number).  On an accelerator the values never leave the device,
-    and tensors that track gradients (or are bfloat16) stay in torch too.  Tensor
-    arguments on CPU are viewed (no copy) as arrays; array results come back as tensors
-    sharing their memory.  Floating-point warnings are silenced, as torch never raises
-    them (a non-finite system is NaNGuard's business).
+    torch's per-operation dispatch on CPU is the whole cost and NumPy's is a fraction
+    of it (figures in DESIGN_NOTES.md).  Written once with operators, ``xp.where``
+    and ``xp.sqrt``, the function gives the same results in both to an ulp (torch's
+    vectorised CPU ``sqrt`` is not always correctly rounded, NumPy's is; divide tensor
+    by tensor, as torch computes ``number / tensor`` as a reciprocal times the number).
+    On an accelerator the values never leave the device, and tensors that track
+    gradients (or are bfloat16) stay in torch too.  Tensor arguments on CPU are viewed
+    (no copy) as arrays; array results come back as tensors sharing their memory.
+    Floating-point warnings are silenced, as torch never raises them (a non-finite
+    system is NaNGuard's business).
     """
 
     @functools.wraps(fn)

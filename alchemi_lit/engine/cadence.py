@@ -3,8 +3,9 @@
 Bookkeeping (graduating finished systems, refilling, ON_CONVERGE) needs the host to
 read per-system flags, and reading a device tensor blocks until the device is done.
 Doing it every step costs that sync every step; doing it every N steps keeps finished
-systems in the forward for up to N - 1 steps (measured: 30 % of the atom evaluations of
-an MLIP relaxation were frozen atoms at N = 10).
+systems in the forward for up to N - 1 steps, and in a relaxation, where systems finish
+one by one, a good part of the atom evaluations is then spent on frozen atoms
+(DESIGN_NOTES.md, "Bookkeeping when it pays").
 
 ``sync_every="auto"`` does neither.  After every step the few numbers bookkeeping
 needs -- how many systems and atoms are finished, whether any left a stage -- are

@@ -267,7 +267,7 @@ class FusedLoop:
             conv = stage.converged(batch)
             countdown = self._countdowns.get(i)
             if conv is None and countdown is not None and countdown.holds(batch, stage.max_steps):
-                continue  # an MD stage's systems all have steps left: ~5 µs, not ~50
+                continue  # an MD stage's systems all have steps left: no exit test
             leave, anyone, left = leaving(batch, stage.max_steps, mask, conv)
             if conv is None and not anyone and left is not None:
                 step, status = batch.step, batch.status

@@ -3,10 +3,10 @@ few dozen torch operations.
 
 Why: with a cheap model (Lennard-Jones) the framework's part of a CPU step is dominated
 by how many *kinds* of operations it runs, not by arithmetic.  Right after the model's
-forward each kind runs cold (measured: a torch multiply 28-38 µs there against 8-15 µs
-back to back), and FIRE's update alone touched ~30 of them: 650 µs of a 7.5 ms step for
-64 x 108 argon atoms.  The same arithmetic as one compiled loop over the atoms reads
-each array once and costs ~150 µs in that step (47 µs warm).
+forward each kind runs cold, a few times slower than the same operation back to back,
+and FIRE's update alone touched ~30 of them.  The same arithmetic as one compiled loop
+over the atoms pays that once and reads each array once (figures in DESIGN_NOTES.md,
+"Compiled CPU kernels", and BENCHMARKS.md).
 
 The kernels are a CPU fast path, not a second physics: :mod:`.backend` registers them
 as implementations of primitives (:mod:`alchemi_lit.backends`) whose torch code is the
@@ -19,9 +19,9 @@ written once: a kernel calls the same ``xp`` function
 (:mod:`alchemi_lit.integrators.formulas`) that NumPy and torch run, on one system's
 numbers (:mod:`~alchemi_lit.kernels.scalar_xp`).  The fused loop's bookkeeping and
 NaNGuard's check (layers above) call their kernels directly.
-Kernels are compiled on first use and cached on disk by numba: ~5 s once for all of
-them (float64), then ~0.7 s per process (numba's import and start-up, paid at the
-first kernel call; numba is not imported before).
+Kernels are compiled on first use and cached on disk by numba, so a process pays the
+compilation once per installation and afterwards only numba's import and start-up, at the
+first kernel call (numba is not imported before).
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ _KERNEL_DTYPES = frozenset({torch.float64, torch.float32, torch.int64, torch.int
 
 #: A kernel runs on one core.  torch spreads an operation over its threads in chunks of
 #: 32 768 elements, so up to ~3 chunks (32 768 atoms x 3) a kernel beats or ties it
-#: whatever the thread count; beyond that only with at most two threads (measured on
-#: two cores: FIRE's update for 691 200 atoms 14.4 ms compiled vs 18.4 ms in torch with
-#: two threads, so torch wins from ~3 threads on).
+#: whatever the thread count; beyond that only with at most two threads (a large FIRE
+#: update still runs faster compiled than in torch on two threads, so torch wins from
+#: ~3 threads on; DESIGN_NOTES.md, "Compiled CPU kernels").
 SERIAL_ELEMENTS = 3 * 32768
 
 
@@ -91,7 +91,8 @@ def per_system(batch: Batch, value: float | torch.Tensor) -> np.ndarray:
 
 @functools.lru_cache(maxsize=32)
 def _filled(n: int, value: float, dtype: torch.dtype) -> np.ndarray:
-    """``[n]`` times ``value``: kept, because making it costs ~20 µs in a step."""
+    """``[n]`` times ``value``: kept, because making it right after the forward is one
+    more cold operation in every step."""
     return torch.full((n,), value, dtype=dtype).numpy()
 
 

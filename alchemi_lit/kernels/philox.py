@@ -2,13 +2,14 @@
 uniforms made of them, as one compiled CPU loop (see :mod:`alchemi_lit.kernels`).
 
 Why: Philox's ten rounds are ~100 integer passes over the atoms in torch, and turning
-words into uniforms twelve more: together about two thirds of a Langevin step's noise
-draw on CPU; here ~6.6 ns an atom (8 steps of 6 912 atoms: 0.37 ms).  The words are
-bit for bit those of :func:`~alchemi_lit.random.philox4x32` (the same keys, counters,
-constants and key schedule, in uint32 words with 64-bit products) and the uniforms are
-computed as torch does (exact sum, one rounded product), so the normals are the same
-to the bit (tested).  Box-Muller's logarithm, sine and cosine stay in torch, whose
-vectorised (SLEEF) ones are 3x faster than the scalar ones a numba loop gets here.
+words into uniforms twelve more: together most of a Langevin step's noise draw on CPU;
+here they are one loop that reads each key once (figures in BENCHMARKS.md, "Relaxation
+and MD against the peers").  The words are bit for bit those of
+:func:`~alchemi_lit.random.philox4x32` (the same keys, counters, constants and key
+schedule, in uint32 words with 64-bit products) and the uniforms are computed as torch
+does (exact sum, one rounded product), so the normals are the same to the bit (tested).
+Box-Muller's logarithm, sine and cosine stay in torch, whose vectorised (SLEEF) ones
+beat the scalar libm a numba loop gets here (no SVML).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def atom_uniforms(
     unit, angle = 1.0 / 4294967296.0, two_pi / 4294967296.0  # as random._uniform scales
     out = np.empty((4, ahead * n), dtype=np.float64)
     # uint32 words and contiguous reads: LLVM vectorises the rounds (a 32 x 32 -> 64-bit
-    # product of zero-extended words is one SIMD multiply), 2.7x the scalar uint64 loop
+    # product of zero-extended words is one SIMD multiply), unlike a scalar uint64 loop
     for block in range(ahead):
         first = block * n
         for i in range(n):

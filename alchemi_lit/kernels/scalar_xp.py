@@ -3,9 +3,10 @@ system's numbers inside a compiled kernel.
 
 Why: a kernel calls an integrator's own per-system function (FIRE's decisions, say)
 with this module as ``xp`` and one system's scalars, so the decisions stay written
-once.  Compiling the same function on NumPy arrays instead took 5-7 s per kernel and
-dtype (numba types every array expression); on scalars ~1 s, and the values are those
-of the NumPy path (float64: bit for bit, tested).
+once.  Compiling the same function on NumPy arrays instead took several times longer
+per kernel and dtype (numba types every array expression; figures in DESIGN_NOTES.md,
+"Compiled CPU kernels"), and on scalars the values are those of the NumPy path
+(float64: bit for bit, tested).
 """
 
 from __future__ import annotations

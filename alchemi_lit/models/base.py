@@ -185,7 +185,8 @@ _MIN_VOLUME = 1e-12
 
 def virial_stress(batch: Batch, edges: Edges, grad: torch.Tensor) -> torch.Tensor:
     """``(1/V) sum_edges vec ⊗ dE/dvec`` per system; zero where the cell has no volume."""
-    # row by row: a [P, 3, 3] outer product costs 2x more than three [P, 3] products
+    # row by row: three [P, 3] products are cheaper on CPU than one [P, 3, 3] outer
+    # product (DESIGN_NOTES.md, "Edge reductions")
     rows = [edges.system_sum(edges.vec[:, a : a + 1] * grad, batch.num_systems) for a in range(3)]
     virial = torch.stack(rows, 1).reshape(-1, 9)
     volume = batch.volume

@@ -17,17 +17,16 @@ Why vesin rather than our own torch cell list, ASE, matscipy or nvalchemi-toolki
 ``bench/bench_neighbors.py`` times them on the same systems (figures in BENCHMARKS.md).
 vesin is linear in atoms, the fastest CPU builder we can depend on from 500 to
 100 000 atoms (on par with nvalchemi-ops' Warp cell list, which needs numpy < 2.4 and
-Warp), and handles triclinic cells and mixed periodicity.  Its weak spot is a
-periodic cell narrower than twice the radius (the LJ benchmark's 15.8 Å cells at
-rc + skin = 9.5 Å): one bin per axis, so it tests every pair against 27 images one
-by one (~1.6 ms per 108-atom system).  For such small systems :func:`build_rows`
-tests all pairs i <= j against the needed images with a few vectorised torch
-operations instead (2-3x faster), reproducing vesin's pairs, orientation and
-arithmetic bit for bit (checked on fuzzed triclinic cells, unwrapped positions and
-self-images); it picks per system whichever tests fewer candidate pairs.  Small
-non-periodic systems (molecules, up to ~50 atoms) likewise get their pairs from one
-vectorised test (:func:`molecule_pairs`), which beats a vesin call's fixed cost there;
-structure validation and edge budgets use it too.
+Warp), and handles triclinic cells and mixed periodicity.  Its weak spot is a periodic
+cell narrower than twice the radius (the LJ benchmark's 15.8 Å cells at
+rc + skin = 9.5 Å): one bin per axis, so it tests every pair against 27 images one by
+one.  For such small systems :func:`build_rows` tests all pairs i <= j against the
+needed images with a few vectorised torch operations instead, reproducing vesin's pairs,
+orientation and arithmetic bit for bit (checked on fuzzed triclinic cells, unwrapped
+positions and self-images); it picks per system whichever tests fewer candidate pairs.
+Small non-periodic systems (molecules, up to ~50 atoms) likewise get their pairs from
+one vectorised test (:func:`molecule_pairs`), which beats a vesin call's fixed cost
+there; structure validation and edge budgets use it too.
 
 Each vesin system's pairs are put in canonical order right after its call, while
 they are small and in cache, so a batch needs no global sort (the all-pairs path
@@ -75,13 +74,13 @@ class Edges:
 
     ``atom_counts``/``system_counts``/``j_flat``/``atom_rows`` are set by
     :class:`NeighborList` on CPU, where its edges are sorted by ``i`` (hence by system).
-    There the sum over each atom's run of edges is a product with a sparse CSR matrix
-    of ones (3x faster than ``segment_reduce``, itself 2-3x faster than ``index_add_``),
-    the pull on atoms j a flat bincount, and per-system sums use ``segment_reduce``:
-    it adds in order, so edges beyond the cutoff (exact zeros) never change a sum,
-    while the CSR product over a long row groups its terms by position (tested:
-    results do not depend on the list's history).  On GPU they stay None and the
-    reductions use ``index_add_`` (no host sync).
+    There the sum over each atom's run of edges is a product with a sparse CSR matrix of
+    ones (cheaper than ``segment_reduce``, itself cheaper than ``index_add_``, on CPU:
+    DESIGN_NOTES.md, "Edge reductions"), the pull on atoms j a flat bincount, and
+    per-system sums use ``segment_reduce``: it adds in order, so edges beyond the cutoff
+    (exact zeros) never change a sum, while the CSR product over a long row groups its
+    terms by position (tested: results do not depend on the list's history).  On GPU
+    they stay None and the reductions use ``index_add_`` (no host sync).
     """
 
     i: torch.Tensor
@@ -121,7 +120,7 @@ class Edges:
             pulled = torch.bincount(self.j_flat, weights=grad.reshape(-1), minlength=3 * num_atoms)
             return out.sub_(pulled.view(num_atoms, 3))
         out = grad.new_zeros((num_atoms, 3))
-        # (-grad, not alpha=-1: index_add_ with alpha takes a ~4x slower path on CPU)
+        # (-grad, not alpha=-1: index_add_ with alpha takes a slower path on CPU)
         return out.index_add_(0, self.i, grad).index_add_(0, self.j, -grad)
 
 
@@ -162,7 +161,7 @@ class NeighborList:
         need = self.needs_rebuild(batch)
         if bool(need.any()):  # the one host sync of a model call
             self._rebuild(batch, need)
-        pos = batch.positions  # index_select + in-place: ~2x faster than pos[j] - pos[i]
+        pos = batch.positions  # index_select and in-place ops: pos[j] - pos[i] is slower on CPU
         vec = pos.index_select(0, self._j).sub_(pos.index_select(0, self._i)).add_(self._shift)
         return Edges(
             self._i, self._j, vec, self._system, self.cutoff, *self._aids, *self._rows(vec.dtype)
@@ -195,8 +194,8 @@ class NeighborList:
         new_ptr = new_batch.ptr
         offset = torch.zeros(n_old, dtype=torch.long, device=device)
         offset[old_rows[kept]] = new_ptr[:-1][kept] - old_ptr[:-1][old_rows[kept]]
-        # one index of the kept edges, then gathers (a boolean mask per tensor costs a
-        # search each: 5x slower for tens of thousands of edges)
+        # one index of the kept edges, then gathers (a boolean mask per tensor would
+        # search the mask again for each tensor)
         keep = (row_new.index_select(0, self._system) >= 0).nonzero().squeeze(1)
         sys_e = self._system.index_select(0, keep)
         off_e = offset.index_select(0, sys_e)
@@ -252,8 +251,8 @@ class NeighborList:
         Edges are grouped by system (sorted by i), so the new list is the old one cut at
         the rebuilt systems' segments with their new, canonically sorted segments put
         in: one copy of the list instead of a re-sort (a partial rebuild in MD touches a
-        few systems at a time; re-sorting all edges made it 10x dearer).  The result is
-        exactly the canonical order a full sort would give.
+        few systems at a time, and re-sorting every edge for them dominated the rebuild).
+        The result is exactly the canonical order a full sort would give.
         """
         i, j, shift, system, ishift = new  # already in canonical order (see build_rows)
         n_sys = batch.num_systems

@@ -28,15 +28,15 @@ def keep_edge_temporaries_on_heap(num_edges: int) -> None:
     """Free one untouched block of ``72 * num_edges`` bytes (32 MiB at most), once per size.
 
     A model call allocates per-edge temporaries of a few MB (the edge vectors alone are
-    24 bytes an edge).  glibc serves blocks above its mmap threshold with fresh
-    ``mmap`` pages, and trims the heap when more than twice that threshold is free at
-    its top, so with the default threshold every call page-faults its temporaries
-    again: measured on the 64 x 108-atom LJ batch, 4 000-7 500 page faults and 13-20
-    ms per call instead of 7 ms, depending on what the last rebuild left on the heap.
+    24 bytes an edge).  glibc serves blocks above its mmap threshold with fresh ``mmap``
+    pages, and trims the heap when more than twice that threshold is free at its top, so
+    with the default threshold every call page-faults its temporaries in again, which
+    slows a reused-list LJ call down markedly, depending on what the last rebuild left
+    on the heap (figures in BENCHMARKS.md, "LJ energy + forces").
     glibc raises the threshold to the size of the largest mmapped block freed, so
-    freeing one such block here (``torch.empty`` does not touch its pages; ~20 µs)
-    keeps the temporaries on the heap.  The previous builder did this by accident (a
-    72-byte-an-edge gather of the cells); elsewhere than glibc it is a no-op.
+    freeing one such block here (``torch.empty`` does not touch its pages, so this is
+    cheap) keeps the temporaries on the heap.  The previous builder did this by accident
+    (a 72-byte-an-edge gather of the cells); elsewhere than glibc it is a no-op.
     """
     global _heap_primed
     size = min(72 * num_edges, _MMAP_THRESHOLD_MAX)

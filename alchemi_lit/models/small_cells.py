@@ -35,8 +35,8 @@ def small_cell_plan(
     searches ``ceil(radius bins / h)`` bins each way, so a cell narrower than twice
     the radius is one bin that vesin tests against 27 (or more) images, pair by
     pair.  Testing every pair i <= j against the needed images with a few vectorised
-    torch operations is then 2-3x faster; it is chosen when it tests no more
-    candidate pairs than vesin would (and they fit in a few MB).
+    torch operations is then faster; it is chosen when it tests no more candidate
+    pairs than vesin would (and they fit in a few MB).
     """
     out: list[tuple | None] = []
     if not rows:

@@ -42,10 +42,10 @@ class ZarrSink(Sink):
 
     Writes are buffered: systems reach the store ``flush_every`` systems at a time, or
     when the oldest buffered one has waited ``flush_seconds``, before every checkpoint
-    and at close.  A zarr append costs ~5 ms per array whatever its size, so writing
-    each bookkeeping's few graduates at once took half of a 20 000-system run.  If a
-    flush fails, every buffered system goes on to the next sink (nothing is lost);
-    ``flush_every=1`` writes through.
+    and at close.  A zarr append has a fixed cost per array whatever its size, so
+    writing each bookkeeping's few graduates at once dominated a long streamed run
+    (figures in BENCHMARKS.md, "Soak").  If a flush fails, every buffered system goes on
+    to the next sink (nothing is lost); ``flush_every=1`` writes through.
     """
 
     def __init__(

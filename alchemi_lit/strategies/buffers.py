@@ -8,8 +8,8 @@ zeros and float64 was truncated).  The same layout is derived on every rank from
 the pipeline's field schema, and checked at setup.
 
 Why one byte buffer per message rather than one tensor per field: NCCL and gloo
-need fixed-size receives, and one send per edge and exchange keeps the latency
-cost (~80 µs per message on gloo here) independent of the number of fields.
+need fixed-size receives, and one send per edge and exchange pays a message's fixed
+latency once, whatever the number of fields.
 """
 
 from __future__ import annotations
