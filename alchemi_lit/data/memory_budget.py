@@ -242,6 +242,7 @@ def choose(
     and ``max_edges`` pairs (split at the dataset's mean edges per atom, and at least
     the largest system) is ``fraction`` of the free memory, or the whole dataset."""
     a, b, c, note = fit(probes, reader.resolution)
+    a = max(a, 0.0)  # a negative intercept is noise; zero only predicts more
     available = int(reader.available())
     usable = fraction * available
     n, e = sizes[rows].astype(np.float64), edges[rows].astype(np.float64)
@@ -262,7 +263,6 @@ def choose(
             f"seen by this reader (a model that allocates outside PyTorch?), or too little is "
             f"free to probe in ({usable / 2**20:.1f} MiB usable); give max_atoms a number"
         )
-    a = max(a, 0.0)  # a negative intercept is noise; zero only predicts more
     need = a + b * n + c * e
     worst, k_n = int(np.argmax(need)), int(np.argmax(n))
     k_e = int(np.argmax(e)) if c > 0 else k_n
