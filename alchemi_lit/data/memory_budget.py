@@ -84,7 +84,8 @@ class MemoryProbe:
 class MemoryFit:
     """What ``max_atoms="auto"`` measured and chose; bytes throughout.  ``probes``:
     (atoms, edges, peak growth) of each probe batch; the law is ``intercept +
-    per_atom * atoms + per_edge * edges``; ``usable`` = ``fraction * available``."""
+    per_atom * atoms + per_edge * edges``; budgets put a full batch at ``fraction *
+    available``."""
 
     reader: str
     probes: list[tuple[int, int, int]]
@@ -98,13 +99,6 @@ class MemoryFit:
     max_edges: int | None
     predicted_peak: float
     note: str = ""
-
-    @property
-    def usable(self) -> float:
-        return self.fraction * self.available
-
-    def predict(self, atoms: Any, edges: Any) -> Any:
-        return self.intercept + self.per_atom * atoms + self.per_edge * edges
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

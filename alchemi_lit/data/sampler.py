@@ -215,9 +215,9 @@ class SizeAwareSampler:
             probes, self.sizes, self.edges, rows, reader, self.memory_fraction, self._edge_cap
         )
         logger.info(found.summary())
+        # (edges stay counted even without an edge budget: a resume that measures an
+        # edge budget then finds the checkpoint's in-flight edge count kept)
         self.max_atoms, self.max_edges = found.max_atoms, found.max_edges
-        if self.max_edges is None:
-            self.edges = None  # no edge budget: no edge bookkeeping in the run
         self.memory_fit = found.as_dict()
 
     def take(
