@@ -131,17 +131,24 @@ def measure(
     and the densest systems (edges per atom) so that atoms and edges can be told apart;
     returns (atoms, edges, peak growth) of each (the lower of two evaluations: the
     first use of a code path -- lazy loading, compilation, caches -- is not the
-    batch's).  Each probe after the first is
-    predicted (scaling a measured one) to take at most ``PROBE_SHARE`` of the usable
-    memory (``fraction`` of the free) before it runs."""
+    batch's).  Each probe after the first is predicted (scaling a measured one) to
+    take at most ``PROBE_SHARE`` of the usable memory (``fraction`` of the free)
+    before it runs."""
     density = edges[rows] / np.maximum(sizes[rows], 1)
     by_density = rows[np.lexsort((rows, density))]  # sparse first, ties by index
     total = int(sizes[rows].sum())
     smallest = int(rows[np.argmin(sizes[rows])])
 
+    ends = {False: by_density, True: by_density[::-1]}
+    cumulative = {dense: np.cumsum(sizes[order]) for dense, order in ends.items()}
+
     def pick(target: int, dense: bool) -> list[int]:
-        chosen, n = [], 0
-        for k in by_density[::-1] if dense else by_density:
+        """Systems from one end: the prefix that fits, then first fit of the next few."""
+        order = ends[dense]
+        m = int(np.searchsorted(cumulative[dense], target, side="right"))
+        chosen = [int(k) for k in order[:m]]
+        n = int(cumulative[dense][m - 1]) if m else 0
+        for k in order[m : m + 1024]:
             if n + sizes[k] <= target:
                 chosen.append(int(k))
                 n += int(sizes[k])
