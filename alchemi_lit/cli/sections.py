@@ -9,7 +9,7 @@ parser has, so config files and overrides accept exactly those keys.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass
@@ -18,16 +18,20 @@ class SamplerConfig:
     :class:`~alchemi_lit.data.SizeAwareSampler` with these arguments.
 
     Args:
-        max_atoms: most atoms in flight at once.
+        max_atoms: most atoms in flight at once, or ``auto``: measured on the run's
+            device (a fit of the model's memory on small probe batches).
         max_systems: most systems in flight at once (None: no limit).
         max_edges: most neighbour pairs in flight (None: no limit).
         skip_invalid: leave invalid structures out with a warning instead of failing.
+        memory_fraction: with ``max_atoms: auto``, the share of the free memory a full
+            batch may take.
     """
 
-    max_atoms: int
+    max_atoms: int | Literal["auto"]
     max_systems: int | None = None
     max_edges: int | None = None
     skip_invalid: bool = False
+    memory_fraction: float = 0.8
 
 
 @dataclass

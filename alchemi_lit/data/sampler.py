@@ -7,31 +7,48 @@ a bounded number of takes), so free room is used; the order depends only on the
 data, budgets and graduations, which keeps runs deterministic.  Every system is
 checked before the run starts -- a system larger than the budget, or an invalid
 structure, is an error naming its index then, not hours into a campaign.
+``max_atoms="auto"`` measures the budgets when the sampler is bound to the run's
+model (:mod:`alchemi_lit.data.memory_budget`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from loguru import logger
 
 from ..errors import ConfigError, StructureError
 from ..geometry import count_pairs
 from ..state import default_system_ids, require_atoms, validate_atoms
 from .io import read_structures
+from .memory import MemoryReader
 
 
 class SizeAwareSampler:
     """Yield systems of ``dataset`` within ``max_atoms`` / ``max_edges`` / ``max_systems``.
 
-    ``dataset`` is any sequence of ``ase.Atoms`` or a path to a structure file.
-    ``system_ids`` default to dataset positions (or to the ids that results of an
-    earlier run carry: :func:`~alchemi_lit.state.default_system_ids`).  ``max_edges``
-    counts neighbour pairs within the model's cutoff plus skin, estimated once per
-    system when the sampler is bound to a model.  With ``skip_invalid`` invalid structures are left
-    out with a warning instead of stopping the run.
+    ``max_edges`` counts neighbour pairs within the model's cutoff plus skin, counted
+    once per system when the sampler is bound to a model.  With ``max_atoms="auto"``
+    the run measures the model's memory on a few small probe batches when it binds the
+    sampler (``memory = a + b * atoms + c * edges``, fitted) and sets ``max_atoms`` (and
+    ``max_edges`` where edges cost memory) so that a full batch is predicted to take
+    ``memory_fraction`` of the free memory; the fit and budgets are logged, kept in
+    :attr:`memory_fit` and recorded with the run in its results stores.
+
+    Args:
+        dataset: a sequence of ``ase.Atoms`` or a path :func:`read_structures` reads.
+        max_atoms: most atoms in flight at once, or ``"auto"`` (measured).
+        max_systems: most systems in flight at once (None: no limit).
+        max_edges: most neighbour pairs in flight (None: no limit; with ``"auto"``, a
+            cap on the measured one).
+        system_ids: one id per structure (default: dataset positions, or the ids that
+            results of an earlier run carry: :func:`~alchemi_lit.state.default_system_ids`).
+        skip_invalid: leave invalid structures out with a warning instead of failing.
+        memory_fraction: share of the free memory a full batch may take (``"auto"``).
+        memory_reader: where memory is read (``"auto"``; default: the run's device).
     """
 
     #: how many systems that do not fit yet a refill may pass looking for ones that do
@@ -42,22 +59,35 @@ class SizeAwareSampler:
     def __init__(
         self,
         dataset: Sequence[Any] | str | Path,
-        max_atoms: int,
+        max_atoms: int | Literal["auto"],
         max_systems: int | None = None,
         max_edges: int | None = None,
         system_ids: Sequence[int] | None = None,
         skip_invalid: bool = False,
+        memory_fraction: float = 0.8,
+        memory_reader: MemoryReader | None = None,
     ) -> None:
         if isinstance(dataset, (str, Path)):
             dataset = read_structures(dataset)
         self.dataset = dataset
-        if int(max_atoms) < 1:
+        self.auto = isinstance(max_atoms, str)
+        if self.auto and max_atoms != "auto":
+            raise ConfigError(
+                f"SizeAwareSampler: max_atoms must be a number >= 1 or 'auto', got {max_atoms!r}"
+            )
+        if not self.auto and int(max_atoms) < 1:
             raise ConfigError(f"SizeAwareSampler: max_atoms must be >= 1, got {max_atoms}")
+        if not 0.0 < float(memory_fraction) <= 1.0:
+            raise ConfigError(
+                f"SizeAwareSampler: memory_fraction must be in (0, 1], got {memory_fraction}: "
+                f"the share of the free memory a full batch may take (0.8: 80 %)"
+            )
         if max_systems is not None and int(max_systems) < 1:
             raise ConfigError(f"SizeAwareSampler: max_systems must be >= 1, got {max_systems}")
         if max_edges is not None and int(max_edges) < 1:
             raise ConfigError(f"SizeAwareSampler: max_edges must be >= 1, got {max_edges}")
-        self.max_atoms = int(max_atoms)
+        #: the atom budget; "auto" until measured (:meth:`bind` with a probe)
+        self.max_atoms: int | str = "auto" if self.auto else int(max_atoms)
         self.max_systems = int(max_systems) if max_systems is not None else None
         self.max_edges = int(max_edges) if max_edges is not None else None
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
@@ -77,11 +107,16 @@ class SizeAwareSampler:
         self.sizes = np.asarray([len(a) for a in items], dtype=np.int64)
         self.edges: np.ndarray | None = None
         self.skip_invalid = skip_invalid
+        self.memory_fraction = float(memory_fraction)
+        self.memory_reader = memory_reader
+        self._edge_cap = self.max_edges  # the caller's (a cap on a measured one)
+        #: what ``max_atoms="auto"`` measured and chose (None until then, or without it)
+        self.memory_fit: dict[str, Any] | None = None
         self.order = np.arange(n)
         self.position = 0
         self._passed = 0  # takes that passed the system at the head of the queue
         self._validated = False
-        too_big = np.flatnonzero(self.sizes > self.max_atoms)
+        too_big = np.flatnonzero(self.sizes > self.max_atoms) if not self.auto else []
         if len(too_big):
             k = int(too_big[0])
             raise StructureError(
@@ -99,9 +134,14 @@ class SizeAwareSampler:
         skip = set(int(s) for s in system_ids)
         keep = [k for k in range(len(self.dataset)) if int(self.system_ids[k]) not in skip]
         return SizeAwareSampler(
-            [self.dataset[k] for k in keep], self.max_atoms, self.max_systems, self.max_edges,
+            [self.dataset[k] for k in keep], *self.requested_budget(),
             system_ids=[int(self.system_ids[k]) for k in keep], skip_invalid=self.skip_invalid,
+            memory_fraction=self.memory_fraction, memory_reader=self.memory_reader,
         )  # fmt: skip
+
+    def requested_budget(self) -> tuple[int | str, int | None, int | None]:
+        """(max_atoms, max_systems, max_edges) as given (``"auto"`` stays ``"auto"``)."""
+        return ("auto" if self.auto else self.max_atoms), self.max_systems, self._edge_cap
 
     @property
     def remaining(self) -> int:
@@ -111,10 +151,18 @@ class SizeAwareSampler:
     def exhausted(self) -> bool:
         return self.position >= len(self.order)
 
-    def bind(self, cutoff: float | None = None) -> None:
-        """Validate every structure and, with ``max_edges``, count its edges at ``cutoff``."""
-        if self._validated:
-            return
+    def bind(self, cutoff: float | None = None, probe: Any = None) -> None:
+        """Validate every structure and, with ``max_edges``, count its edges at ``cutoff``
+        (the model's cutoff plus skin).  With ``max_atoms="auto"``, ``probe`` (the run's
+        model, see :class:`~alchemi_lit.engine.memory_probe.MemoryProbe`) measures the
+        budgets; without one they stay unmeasured (a check that runs nothing)."""
+        if not self._validated:
+            self._validate(cutoff)
+            self._validated = True
+        if self.max_atoms == "auto" and probe is not None:
+            self._measure(cutoff, probe)
+
+    def _validate(self, cutoff: float | None) -> None:
         bad: list[tuple[int, str]] = []
         for k in range(len(self.dataset)):
             try:
@@ -129,19 +177,11 @@ class SizeAwareSampler:
                 bad[0][0],
             )
         if bad:
-            from loguru import logger
-
             logger.warning(f"skipping {len(bad)} invalid structure(s): {[k for k, _ in bad]}")
             skip = {k for k, _ in bad}
             self.order = np.asarray([k for k in self.order if k not in skip], dtype=np.int64)
         if self.max_edges is not None:
-            if cutoff is None:
-                raise ConfigError(
-                    "SizeAwareSampler: max_edges needs the model cutoff to count edges"
-                )
-            self.edges = np.asarray(
-                [_count_edges(self.dataset[k], cutoff) for k in range(len(self.dataset))]
-            )
+            self.edges = self._count_edges(cutoff, "max_edges")
             too_many = [k for k in self.order if self.edges[k] > self.max_edges]
             if too_many:
                 k = int(too_many[0])
@@ -150,7 +190,35 @@ class SizeAwareSampler:
                     f"max_edges={self.max_edges}; raise max_edges or remove it",
                     k,
                 )
-        self._validated = True
+
+    def _count_edges(self, cutoff: float | None, why: str) -> np.ndarray:
+        if cutoff is None:
+            raise ConfigError(f"SizeAwareSampler: {why} needs the model cutoff to count edges")
+        return np.asarray([_count_edges(self.dataset[k], cutoff) for k in range(len(self.dataset))])
+
+    def _measure(self, cutoff: float | None, probe: Any) -> None:
+        """``max_atoms="auto"``: probe, fit, set the budgets, log and keep the fit."""
+        from .memory import default_reader
+        from .memory_budget import choose, measure
+
+        rows = np.asarray(self.order, dtype=np.int64)
+        if len(rows) == 0:  # every structure was left out: nothing will run
+            self.max_atoms = int(self.sizes.max())
+            return
+        if self.edges is None:
+            self.edges = self._count_edges(cutoff, "max_atoms='auto'")
+        reader = self.memory_reader or default_reader(probe.device)
+        probes = measure(
+            self.dataset, self.sizes, self.edges, rows, probe, reader, self.memory_fraction
+        )
+        found = choose(
+            probes, self.sizes, self.edges, rows, reader, self.memory_fraction, self._edge_cap
+        )
+        logger.info(found.summary())
+        # (edges stay counted even without an edge budget: a resume that measures an
+        # edge budget then finds the checkpoint's in-flight edge count kept)
+        self.max_atoms, self.max_edges = found.max_atoms, found.max_edges
+        self.memory_fit = found.as_dict()
 
     def take(
         self, free_atoms: int, free_systems: int, free_edges: int | None = None
@@ -201,7 +269,13 @@ class SizeAwareSampler:
 
     def budget(self) -> tuple[int, int, int | None]:
         """(max_atoms, max_systems, max_edges) with ``max_systems`` unbounded as a large int."""
-        return self.max_atoms, self.max_systems or 1 << 62, self.max_edges
+        if self.max_atoms == "auto":
+            raise ConfigError(
+                "SizeAwareSampler(max_atoms='auto') has not measured its budget: Simulator.run "
+                "measures it on the run's device with the single strategy (pipeline and "
+                "replicas runs cannot: give max_atoms a number there)"
+            )
+        return int(self.max_atoms), self.max_systems or 1 << 62, self.max_edges
 
     def edges_of(self, system_ids: Sequence[int]) -> int:
         """Neighbour pairs of the given systems (0 without an edge budget)."""

@@ -113,7 +113,8 @@ def input_digest(data: Any) -> str:
         return digest_arrays(parts)
     if isinstance(data, SizeAwareSampler):
         items, ids = [data.dataset[int(k)] for k in range(len(data.dataset))], data.system_ids
-        budget = np.asarray([data.max_atoms, data.max_systems or -1, data.max_edges or -1])
+        atoms, systems, edges = data.requested_budget()  # "auto" (-2), not what it measured
+        budget = np.asarray([-2 if atoms == "auto" else atoms, systems or -1, edges or -1])
     else:
         items = [data] if isinstance(data, Atoms) else data  # (never consume an iterator)
         if not isinstance(items, (list, tuple)) or not items:

@@ -139,6 +139,7 @@ class DistributedStrategy(Strategy):
     def validate(self, sampler: SizeAwareSampler, radius: float | None = None) -> None:
         """Checks every rank would make, done before launching anything.  ``radius``: the
         model's cutoff plus skin, to check ``BufferConfig.num_edges``."""
+        sampler.budget()  # max_atoms="auto" is measured by the single strategy only
         big = np.flatnonzero(sampler.sizes > self.buffer.num_atoms)
         if len(big):
             k = int(big[0])

@@ -31,6 +31,7 @@ from ..callbacks.checkpoint import Checkpoint
 from ..data.sampler import SizeAwareSampler
 from ..engine.feeds import BatchFeed, SamplerFeed, SinkDelivery
 from ..engine.interrupt import RunInterrupted
+from ..engine.memory_probe import MemoryProbe
 from ..engine.run_loop import LocalTransport, RunLoop
 from ..engine.step import FusedLoop
 from ..errors import ConfigError
@@ -107,7 +108,8 @@ class SingleDeviceStrategy(Strategy):
         self.loop = loop
         sinks = SinkChain(sim.sinks if sim.sinks is not None else [HostMemory()])
         if isinstance(source, SizeAwareSampler):
-            source.bind(sim.model.cutoff + sim.model.neighbors.skin)
+            probe = MemoryProbe(sim.model, sim.dtype, self.device, loop.needs_stress, loop.declare)
+            source.bind(sim.model.cutoff + sim.model.neighbors.skin, probe)
             feed: SamplerFeed | BatchFeed = SamplerFeed(sim, loop, source)
             total, atoms = len(source), int(source.sizes[source.order].sum())
         else:
@@ -117,7 +119,8 @@ class SingleDeviceStrategy(Strategy):
                 f"cannot resume from {resume['path']!r}: it was written by another kind of run "
                 f"(a pipeline rank's checkpoint?); pass the folder the Checkpoint callback wrote"
             )
-        delivery = SinkDelivery(sinks, sim, loop)
+        fit = getattr(source, "memory_fit", None)  # max_atoms="auto": into the run's record
+        delivery = SinkDelivery(sinks, sim, loop, info={"memory_budget": fit} if fit else None)
         checkpoints = CallbackCheckpoints(
             [cb for cb in sim.callbacks if isinstance(cb, Checkpoint)], sinks
         )
