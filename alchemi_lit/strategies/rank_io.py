@@ -83,8 +83,9 @@ class RankIO:
             first = self.source.take(max_atoms, max_systems, max_edges)
         if first is None:
             return self.empty()
+        self.loop.declare(first)
         self.stats.systems_in += first.num_systems
-        return first
+        return _conform(first, self.empty())  # every field any rank declares travels
 
     def admit(self, batch: Batch) -> Batch:
         """Append received systems and (source ranks) sampler refills as PENDING."""
