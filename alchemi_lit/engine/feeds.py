@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..data.sampler import SizeAwareSampler
+from ..integrators.stage_fields import without_stage_fields
 from ..sinks import SinkChain
 from ..state import Batch
 
@@ -136,6 +137,7 @@ class SinkDelivery:
         self.sinks.open({**run_info, **self.info})
 
     def deliver(self, graduates: Batch) -> None:
+        graduates = without_stage_fields(graduates, self.sim.plan)  # no optimizer state kept
         if not self.loop.needs_stress:
             graduates.stress = torch.full_like(graduates.stress, float("nan"))
         if self.status_offset:
