@@ -157,6 +157,7 @@ class CellOptimizer(Integrator):
     :attr:`fields` and name the parameter that sets their shapes (:attr:`shaped_by`)."""
 
     is_optimizer = True
+    requires_stress = False  # (True with a cell; a subclass may need it anyway)
     shaped_by = "parameters"
     #: the step reads the batch on the host anyway (then arrivals are checked everywhere)
     reads_host = False
@@ -175,7 +176,8 @@ class CellOptimizer(Integrator):
         self.maxstep = check_param("maxstep", name, maxstep, unit="Å")
         self.cell = as_cell_filter(cell)
         self.view = cell_view(self.cell)
-        self.requires_stress = self.cell is not None  # the cell forces come from the stress
+        if self.cell is not None:  # the cell forces come from the stress
+            self.requires_stress = True
         self.criterion = criterion or default_criterion(self.fmax, self.cell)
         # the class's own fields (FIRE's), then the filter's (the reference cell)
         self.fields: dict[str, FieldSpec] = {**type(self).fields, **self.view.field_specs()}
