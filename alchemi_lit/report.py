@@ -2,21 +2,22 @@
 
 Everything here works from *per-system* arrays (``systems/*`` of a results store, or
 the ``system`` fields of an in-memory batch): energies, atom counts, exit codes and
-the per-stage history ``stage_steps`` / ``stage_exit`` / ``stage_energy`` (``[S, k]``,
-one column per stage of the plan: steps spent, why it was left, energy when it was
-left).  Per-atom data is never read, so a report of a store with millions of atoms
-stays cheap.
+the per-stage history ``stage_steps`` / ``stage_exit`` / ``stage_energy`` /
+``stage_volume`` / ``stage_pressure`` (``[S, k]``, one column per stage of the plan:
+steps spent, why it was left, energy, cell volume and pressure when it was left).
+Per-atom data is never read, so a report of a store with millions of atoms stays cheap.
 
-Per stage the summary gives the steps and exit reasons, and the energy per atom at
-stage exit (mean, standard deviation, min, max) over the systems that left the stage
-(quarantined systems never leave theirs).  Stage labels come from the ``stage_names``
+Per stage the summary gives the steps and exit reasons, and at stage exit the energy
+per atom, the volume per atom (Å^3) and the pressure (GPa) -- mean, standard deviation,
+min, max -- over the systems that left the stage (quarantined systems never leave
+theirs; volume and pressure over the periodic ones, the pressure where the run computed
+the stress).  Stage labels come from the ``stage_names``
 each run records in the store (``"code:Name"`` for fused plans, ``"column:Name"``
 across a pipeline's ranks); older stores fall back to parsing the stored plan.
 
 Wall time and throughput come from the ``stats`` the Simulator records in each run's
 entry of the store's ``runs`` attribute (API and CLI runs alike).  A store several runs
-appended to reports each run (its rows start at the run's ``first_row``) and the totals:
-the summed wall time and the throughput over the runs whose wall time is known.
+appended to reports each run and the totals (:mod:`alchemi_lit.report_runs`).
 
 Plots (``--plots``) are drawn by :mod:`alchemi_lit.report_plots`, with matplotlib (the
 optional ``plots`` extra), imported only when plots are asked for.
@@ -36,6 +37,7 @@ from .errors import ConfigError
 from .report_plots import make_plots
 from .report_plots import plot_trajectory as plot_trajectory  # public here too
 from .report_plots import trajectory_series as trajectory_series
+from .report_runs import fmt_run, summarize_runs
 from .state import (
     EXIT_COMPLETED,
     EXIT_CONVERGED,
@@ -44,6 +46,7 @@ from .state import (
     EXIT_REASONS,
     EXIT_RUNNING,
 )
+from .units import GPa
 
 #: Per-system arrays a summary uses (others are ignored).
 SUMMARY_COLUMNS = (
@@ -56,6 +59,8 @@ SUMMARY_COLUMNS = (
     "stage_steps",
     "stage_exit",
     "stage_energy",
+    "stage_volume",
+    "stage_pressure",
 )
 
 
@@ -188,7 +193,6 @@ def summarize(
         stages = []
         steps2d = arr.get("stage_steps")
         exits2d = arr.get("stage_exit")
-        energy2d = arr.get("stage_energy")
         if steps2d is not None and steps2d.ndim == 2:
             k = steps2d.shape[1]
             names = (
@@ -207,11 +211,16 @@ def summarize(
                     "steps_total": int(col.sum()),
                     "exits": dict(sorted(counts.items())),
                 }
-                if energy2d is not None and energy2d.shape == steps2d.shape:
-                    # only systems that left the stage have an energy at its exit
-                    left = ex != EXIT_RUNNING if exits2d is not None else np.ones(n, bool)
-                    e = energy2d[:, j].astype(np.float64) / np.maximum(n_atoms, 1)
-                    stage["energy_per_atom"] = _spread(e[left])
+                # only systems that left the stage have values at its exit
+                left = ex != EXIT_RUNNING if exits2d is not None else np.ones(n, bool)
+                for key, column, scale in (
+                    ("energy_per_atom", "stage_energy", 1.0 / np.maximum(n_atoms, 1)),
+                    ("volume_per_atom", "stage_volume", 1.0 / np.maximum(n_atoms, 1)),
+                    ("pressure_gpa", "stage_pressure", 1.0 / GPa),
+                ):
+                    history = arr.get(column)
+                    if history is not None and history.shape == steps2d.shape:
+                        stage[key] = _spread((history[:, j].astype(np.float64) * scale)[left])
                 stages.append(stage)
         out["stages"] = stages
         if "total_steps" in arr:
@@ -228,6 +237,14 @@ def summarize(
             if stats.get(key) is not None:
                 out[f"loop_{key}"] = int(stats[key])
     return out
+
+
+def _fmt_spread(x: Mapping[str, Any], unit: str, digits: int) -> str:
+    d = digits
+    return (
+        f"mean {x['mean']:.{d}f} {unit}, std {x['std']:.{d}f} (min {x['min']:.{d}f}, "
+        f"max {x['max']:.{d}f}; {x['n']} systems)"
+    )
 
 
 def _fmt_reasons(reasons: Mapping[str, int]) -> str:
@@ -269,10 +286,16 @@ def summary_table(
         if e is not None:
             table.add_row(
                 escape(f"E/atom at exit {st['name']}"),
-                "no system left this stage"
-                if not e["n"]
-                else f"mean {e['mean']:.6f} eV, std {e['std']:.6f} (min {e['min']:.6f}, "
-                f"max {e['max']:.6f}; {e['n']} systems)",
+                "no system left this stage" if not e["n"] else _fmt_spread(e, "eV", 6),
+            )
+        v, p = st.get("volume_per_atom"), st.get("pressure_gpa")
+        if v is not None and v["n"]:  # (none for molecules, nor where no system left)
+            table.add_row(escape(f"V/atom at exit {st['name']}"), _fmt_spread(v, "Å^3", 4))
+            table.add_row(
+                escape(f"P at exit {st['name']}"),
+                _fmt_spread(p, "GPa", 4)
+                if p is not None and p["n"]
+                else "stress not computed (Simulator(stress=True) records it)",
             )
     if summary.get("loop_steps") is not None:
         calls = summary.get("loop_forward_calls")
@@ -287,7 +310,7 @@ def summary_table(
     runs = summary.get("runs")
     if isinstance(runs, list) and len(runs) > 1:
         for r in runs:
-            table.add_row(f"run {r['index']}", escape(_fmt_run(r)))
+            table.add_row(f"run {r['index']}", escape(fmt_run(r)))
     if summary.get("wall_time_s") is not None:
         total = " in total" if isinstance(runs, list) and len(runs) > 1 else ""
         note = summary.get("wall_time_note")
@@ -304,78 +327,6 @@ def summary_table(
     for line in where:
         table.add_row("output", escape(line))
     return table
-
-
-def _fmt_run(r: Mapping[str, Any]) -> str:
-    parts = [f"{r['systems']} systems" if r.get("systems") is not None else "? systems"]
-    if r.get("wall_time_s") is not None:
-        parts.append(f"{r['wall_time_s']:.2f} s")
-    else:
-        parts.append("wall time not recorded")
-    if r.get("atom_steps_per_s") is not None:
-        parts.append(f"{r['atom_steps_per_s']:.3g} atom-steps/s")
-    if r.get("resumed"):
-        parts.append("resumed")
-    head = ", ".join(parts)
-    tail = [x for x in (r.get("started"), r.get("stages")) if x]
-    return head + (" | " + " | ".join(tail) if tail else "")
-
-
-def summarize_runs(
-    runs: Sequence[Mapping[str, Any]], systems: Mapping[str, np.ndarray]
-) -> dict[str, Any]:
-    """Per-run statistics of a store's ``runs`` and the campaign totals.
-
-    Returns ``{"runs": [...], "wall_time_s", "atom_steps_per_s", "systems_per_s",
-    "wall_time_note"}`` (totals only where known).  Each run's rows are
-    ``first_row`` up to the next run's; its wall time comes from ``stats`` (recorded by
-    the Simulator) or, for older stores, the CLI's ``summary``.  Throughput is summed
-    over runs with a wall time and known rows, not resumed ones (whose interrupted part
-    has no recorded time).
-    """
-    n_rows = len(systems.get("energy", ()))
-    starts = [r.get("first_row") for r in runs]
-    n_atoms = systems.get("n_atoms")
-    total_steps = systems.get("total_steps")
-    per_run: list[dict[str, Any]] = []
-    for i, run in enumerate(runs):
-        stats = run.get("stats") or run.get("summary") or {}
-        wall = stats.get("wall_time_s")
-        lo = 0 if i == 0 else starts[i]  # the first run starts the store
-        hi = n_rows if i + 1 == len(runs) else starts[i + 1]
-        rows = (int(lo), int(hi)) if lo is not None and hi is not None else None
-        rec: dict[str, Any] = {
-            "index": i,
-            "plan": run.get("plan"),
-            "stages": " / ".join(run["stage_names"]) if run.get("stage_names") else None,
-            "model": run.get("model"),
-            "started": stats.get("started"),
-            "ended": stats.get("ended"),
-            "wall_time_s": float(wall) if wall else None,
-            "resumed": bool(stats.get("resumed", False)),
-            "rows": list(rows) if rows else None,
-            "systems": rows[1] - rows[0] if rows else stats.get("systems"),
-        }
-        if rows and n_atoms is not None and total_steps is not None:
-            sl = slice(*rows)
-            rec["atom_steps"] = int(
-                (n_atoms[sl].astype(np.int64) * total_steps[sl].astype(np.int64)).sum()
-            )
-            if rec["wall_time_s"] and not rec["resumed"]:
-                rec["atom_steps_per_s"] = rec["atom_steps"] / rec["wall_time_s"]
-        per_run.append(rec)
-    out: dict[str, Any] = {"runs": per_run}
-    timed = [r for r in per_run if r["wall_time_s"]]
-    if timed:
-        out["wall_time_s"] = sum(r["wall_time_s"] for r in timed)
-        if len(timed) < len(per_run):
-            out["wall_time_note"] = f"{len(per_run) - len(timed)} run(s) without a recorded time"
-    rated = [r for r in timed if "atom_steps_per_s" in r]
-    if rated:
-        wall = sum(r["wall_time_s"] for r in rated)
-        out["atom_steps_per_s"] = sum(r["atom_steps"] for r in rated) / wall
-        out["systems_per_s"] = sum(r["systems"] for r in rated) / wall
-    return out
 
 
 # ---------------------------------------------------------------------- command

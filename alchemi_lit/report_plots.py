@@ -6,6 +6,8 @@ needed).  The plots:
 * ``steps_per_stage.png``   histogram of the steps each system spent in each stage
   (for optimizer stages: steps to converge),
 * ``energy_per_atom.png``   distribution of the final energy per atom,
+* ``cell_per_stage.png``    volume per atom (Å^3) and pressure (GPa) of each system when
+  it left each stage (periodic systems; the pressure where the stress was computed),
 * ``trajectory.png``        temperature and potential energy per atom against the
   step, for a few systems of a :class:`~alchemi_lit.callbacks.TrajectoryWriter` store
   (``--trajectory``).  A panel whose quantity the trajectory does not hold says so in
@@ -146,9 +148,45 @@ def make_plots(
         _axis_style(ax.xaxis)
         _axis_style(ax.yaxis, integer=True)
         written.append(_save(fig, out / "energy_per_atom.png", plt))
+        cell = _plot_cell_per_stage(systems, stage_names, out / "cell_per_stage.png", plt)
+        written += [cell] if cell is not None else []
     if trajectory is not None:
         written.append(plot_trajectory(trajectory, out / "trajectory.png", max_traces, plt))
     return written
+
+
+def _plot_cell_per_stage(
+    systems: Mapping[str, np.ndarray], stage_names: Sequence[str] | None, png: Path, plt: Any
+) -> Path | None:
+    """Histograms of volume per atom and pressure at each stage's exit (None: no periodic
+    system left a stage)."""
+    from ase.units import GPa
+
+    volume, pressure = systems.get("stage_volume"), systems.get("stage_pressure")
+    if volume is None or volume.ndim != 2 or not np.isfinite(volume).any():
+        return None
+    k = volume.shape[1]
+    names = list(stage_names) if stage_names and len(stage_names) == k else None
+    per_atom = volume / np.maximum(systems["n_atoms"], 1)[:, None]
+    gpa = pressure / GPa if pressure is not None else np.full_like(volume, np.nan)
+    fig, axes = plt.subplots(2, k, figsize=(4.0 * k, 5.6), squeeze=False)
+    for j in range(k):
+        for ax, values, label in (
+            (axes[0][j], per_atom[:, j], "volume per atom at exit (Å^3)"),
+            (axes[1][j], gpa[:, j], "pressure at exit (GPa)"),
+        ):
+            v = values[np.isfinite(values)]
+            if len(v):
+                ax.hist(v, bins=min(40, max(5, len(v) // 2)), color="C2")
+            else:
+                ax.text(0.5, 0.5, "not recorded", transform=ax.transAxes, ha="center",
+                        va="center", fontsize=8, color="0.35")  # fmt: skip
+            ax.set_xlabel(label)
+            ax.set_ylabel("systems")
+            _axis_style(ax.xaxis)
+            _axis_style(ax.yaxis, integer=True)
+        axes[0][j].set_title(names[j] if names else f"stage {j}")
+    return _save(fig, png, plt)
 
 
 # ---------------------------------------------------------------------- trajectories

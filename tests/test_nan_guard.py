@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from ase.build import bulk
 from loguru import logger
 
 from alchemi_lit import Simulator
-from alchemi_lit.callbacks.nan_guard import NAN_FORCES
+from alchemi_lit.callbacks.nan_guard import NAN_CELL, NAN_FORCES, NAN_POSITIONS
 from alchemi_lit.hooks import HookStageEnum, LambdaCallback
 from alchemi_lit.integrators import VelocityVerlet
 from alchemi_lit.models import LennardJones
@@ -124,3 +125,109 @@ def test_in_place_writer_in_the_failing_step_still_quarantines():
     assert int(b.nan_flags[b.system_id == POISONED]) == NAN_FORCES
     clean, _, _ = run(at=None)
     assert torch.equal(rows(res, 0), rows(clean, 0))
+
+
+# ---------------------------------------------------------------- cell relaxations
+class PoisonedStress(LennardJones):
+    """LJ whose stress of system 1 is NaN at evaluation ``at`` (energy, forces fine)."""
+
+    def __init__(self, at: int | None) -> None:
+        super().__init__(epsilon=0.0104, sigma=3.40, cutoff=8.5)
+        self.at, self.calls = at, 0
+
+    def forward(self, batch: Batch, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+        out = super().forward(batch, *args, **kwargs)
+        self.calls += 1
+        if self.calls == self.at:
+            row = int((batch.system_id == POISONED).nonzero())
+            out["stress"] = out["stress"].clone()
+            out["stress"][row] = float("nan")
+        return out
+
+
+def run_cell(model: LennardJones, poison_cell_at: int | None = None):
+    """FIRE with a Frechet cell filter on 3 strained argon cells, 8 steps; returns the
+    results and the poisoned system's (positions, cell, cell_ref) at each step's start.
+    ``poison_cell_at``: the step after whose force call system 1's cell turns NaN, and
+    nothing else, before the guard looks.  (The tests break things in the last step:
+    a guard that missed a NaN cell must fail the test, not hand the cell to the next
+    forward -- vesin crashes the process on a NaN cell with finite positions.)"""
+    from alchemi_lit.callbacks import NaNGuard
+    from alchemi_lit.integrators import FIRE
+
+    before: list[tuple[torch.Tensor, ...]] = []
+
+    def keep(ctx) -> None:
+        b = ctx.batch
+        if not bool((b.system_id == POISONED).any()):
+            return  # quarantined and gone
+        r = int((b.system_id == POISONED).nonzero())
+        span = slice(int(b.ptr[r]), int(b.ptr[r + 1]))
+        before.append((b.positions[span].clone(), b.cell[r].clone(), b.cell_ref[r].clone()))
+
+    def poison(ctx) -> None:
+        if ctx.step == poison_cell_at:
+            cell = ctx.batch.cell.clone()
+            cell[int((ctx.batch.system_id == POISONED).nonzero())] = float("nan")
+            ctx.batch.cell = cell
+
+    systems = [argon(k) for k in range(3)]
+    for k, atoms in enumerate(systems):
+        atoms.set_cell(atoms.cell.array * (1.0 + 0.02 * (k + 1)), scale_atoms=True)
+    sim = Simulator(
+        model=model,
+        stages=FIRE(fmax=1e-6, max_steps=8, cell="frechet"),
+        callbacks=[
+            LambdaCallback(HookStageEnum.BEFORE_PRE_UPDATE, keep),
+            LambdaCallback(HookStageEnum.AFTER_COMPUTE, poison),
+            NaNGuard(),  # after the poison
+        ],
+        precision="64",
+        sync_every=1,  # graduate at once: no forward after the last step
+    )
+    return sim.run(systems), before
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in det:RuntimeWarning")
+def test_non_finite_stress_in_a_cell_relaxation_restores_positions_and_cell():
+    """A NaN stress makes the next cell step NaN (cell and positions): the system gets the
+    cell, reference cell and positions that step started from, and leaves."""
+    clean, _ = run_cell(PoisonedStress(None))
+    res, before = run_cell(PoisonedStress(8))  # the force call of step 6 (of 0-7)
+    assert res.exit_reasons == ["max_steps", "non_finite", "max_steps"]
+    b = res.batch
+    r = int((b.system_id == POISONED).nonzero())
+    assert int(b.nan_flags[r]) & NAN_CELL and int(b.nan_flags[r]) & NAN_POSITIONS
+    positions, cell, _ = before[7]  # step 7 moved the cell with step 6's NaN stress
+    assert torch.equal(rows(res, POISONED), positions)
+    assert torch.equal(b.cell[r], cell) and not torch.equal(cell, before[0][1])  # it had moved
+    for sid in (0, 2):
+        assert torch.equal(rows(res, sid), rows(clean, sid))
+        assert torch.equal(b.cell[b.system_id == sid], clean.batch.cell[b.system_id == sid])
+
+
+def test_a_non_finite_cell_alone_is_non_finite(monkeypatch):
+    """A cell turned NaN while positions, energy and forces stay finite is caught,
+    flagged as the cell, and restored with its reference cell and cell velocities; the
+    others run on untouched."""
+    from alchemi_lit.callbacks import nan_guard
+
+    kept: dict[str, torch.Tensor] = {}
+    restore = nan_guard.NaNGuard._restore
+
+    def spy(self, b, bad, saved):
+        restore(self, b, bad, saved)
+        kept.update(cell_ref=b.cell_ref.clone(), v=b.fire_cell_velocities.clone())
+
+    monkeypatch.setattr(nan_guard.NaNGuard, "_restore", spy)
+    clean, _ = run_cell(PoisonedStress(None))
+    res, before = run_cell(PoisonedStress(None), poison_cell_at=7)
+    assert res.exit_reasons == ["max_steps", "non_finite", "max_steps"]
+    b = res.batch
+    r = int((b.system_id == POISONED).nonzero())
+    assert int(b.nan_flags[r]) == NAN_CELL
+    positions, cell, cell_ref = before[7]
+    assert torch.equal(b.cell[r], cell) and torch.equal(rows(res, POISONED), positions)
+    assert torch.equal(kept["cell_ref"][r], cell_ref) and torch.isfinite(kept["v"]).all()
+    for sid in (0, 2):
+        assert torch.equal(rows(res, sid), rows(clean, sid))

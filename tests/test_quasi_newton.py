@@ -1,4 +1,5 @@
-"""BFGS and LBFGS against ``ase.optimize.BFGS`` / ``LBFGS``, step for step, in float64.
+"""BFGS, LBFGS and FIRE against ``ase.optimize.BFGS`` / ``LBFGS`` / ``FIRE``, step for
+step, in float64.
 
 Every system of a batch is relaxed again, alone, by ASE's optimizer -- on the atoms, or
 on its own cell filter (:class:`~test_cell_filter.ExactFrechet` or ``UnitCellFilter``)
@@ -19,6 +20,7 @@ from ase.calculators.lj import LennardJones as AseLJ
 from ase.constraints import FixAtoms
 from ase.filters import UnitCellFilter
 from ase.optimize import BFGS as AseBFGS
+from ase.optimize import FIRE as AseFIRE
 from ase.optimize import LBFGS as AseLBFGS
 from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, strained
 from test_cell_filter import SETTINGS, ExactFrechet, crystals, per_system_filter
@@ -28,7 +30,7 @@ import alchemi_lit as al
 from alchemi_lit import kernels
 from alchemi_lit.data import SizeAwareSampler
 from alchemi_lit.errors import ConfigError
-from alchemi_lit.integrators import BFGS, LBFGS
+from alchemi_lit.integrators import BFGS, FIRE, LBFGS
 from alchemi_lit.models import EMT, LennardJones
 
 CUTOFF = 8.5
@@ -65,7 +67,7 @@ MODELS = {
     ),
     "emt": (emt_crystals, EMT_SETTINGS, EMT, AseEMT),
 }
-ASE_OPTIMIZERS = {BFGS: AseBFGS, LBFGS: AseLBFGS}
+ASE_OPTIMIZERS = {BFGS: AseBFGS, LBFGS: AseLBFGS, FIRE: AseFIRE}
 
 
 def run(systems, stage, model) -> tuple[al.Results, Recorder]:
@@ -113,6 +115,8 @@ def test_positions_only_match_ase(optimizer, model: str) -> None:
 
 CELL_CASES = [(BFGS, "frechet", "lj"), (BFGS, "unit", "lj"), (LBFGS, "unit", "lj")]
 CELL_CASES += [(BFGS, "frechet", "emt"), (LBFGS, "unit", "emt")]
+CELL_CASES += [(FIRE, "frechet", "lj"), (FIRE, "unit", "lj"), (FIRE, "frechet", "emt")]
+CELL_CASES += [(FIRE, "unit", "emt")]
 
 
 @pytest.mark.parametrize(("optimizer", "kind", "model"), CELL_CASES)
@@ -145,7 +149,7 @@ def test_lbfgs_short_memory_and_damping_match_ase(cell) -> None:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("optimizer", [BFGS, LBFGS])
+@pytest.mark.parametrize("optimizer", [BFGS, LBFGS, FIRE])
 def test_fixed_atoms_follow_the_cell_as_in_ase(optimizer, monkeypatch) -> None:
     """FixAtoms under a cell filter: fixed atoms are carried by the cell (ASE's
     set_cell(scale_atoms=True)); also the torch path of every criterion."""

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..data.sampler import SizeAwareSampler
+from ..integrators.stage_fields import without_stage_fields
 from ..sinks import SinkChain
 from ..state import Batch
 
@@ -24,10 +25,11 @@ def empty_batch(sim: Any, loops: list[Any]) -> Batch:
 
     one = [Atoms("H", positions=[[0, 0, 0]])]  # (not model-checked: it is never evaluated)
     b = Batch.from_atoms(one, dtype=sim.dtype, device=sim.device, validate=False)
+    b = b.select(torch.zeros(0, dtype=torch.long))  # (no system a stage could refuse)
     for loop in loops:
         loop.declare(b)
     b.ensure_field("nan_flags", "system", dtype=torch.int64, fill=0)
-    return b.select(torch.zeros(0, dtype=torch.long))
+    return b
 
 
 class BatchFeed:
@@ -136,6 +138,7 @@ class SinkDelivery:
         self.sinks.open({**run_info, **self.info})
 
     def deliver(self, graduates: Batch) -> None:
+        graduates = without_stage_fields(graduates, self.sim.plan)  # no optimizer state kept
         if not self.loop.needs_stress:
             graduates.stress = torch.full_like(graduates.stress, float("nan"))
         if self.status_offset:

@@ -16,10 +16,11 @@ Nothing here reads a tensor value on the host.  Host work -- ON_CONVERGE callbac
 graduation of finished systems, refills, termination -- happens in
 :class:`~.run_loop.RunLoop`'s bookkeeping (see :mod:`.cadence` for when).
 
-Per-stage history is kept in three ``[B, k]`` fields: ``stage_steps`` (steps spent in
-each stage), ``stage_exit`` (why each stage was left) and ``stage_energy`` (potential
-energy when it was left, NaN before), so a system's path through the plan is on record
-after it leaves the batch.
+Per-stage history is kept in ``[B, k]`` fields: ``stage_steps`` (steps spent in each
+stage), ``stage_exit`` (why each stage was left) and ``stage_energy``, ``stage_volume``,
+``stage_pressure`` (energy, volume and pressure when it was left, NaN before:
+:mod:`~alchemi_lit.integrators.stage_fields`), so a system's path through the plan is on
+record after it leaves the batch.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 from .. import kernels
 from ..errors import ConfigError
 from ..hooks import HookDispatcher, HookStageEnum, StepContext
+from ..integrators.stage_fields import EXIT_HISTORY, declare_exit_history, record_stage_exit
 from ..models.base import Model
 from ..stages import Fused
 from ..state import (
@@ -107,12 +109,12 @@ class FusedLoop:
     def declare(self, batch: Batch) -> None:
         """Create every field the plan needs on ``batch`` (idempotent)."""
         k = self.width
-        for name in ("stage_steps", "stage_exit", "stage_energy"):  # another plan's history
+        for name in ("stage_steps", "stage_exit", *EXIT_HISTORY):  # another plan's history
             if batch.has_field(name) and tuple(getattr(batch, name).shape[1:]) != (k,):
                 batch.drop_field(name)
         batch.ensure_field("stage_steps", "system", (k,), torch.int64, 0)
         batch.ensure_field("stage_exit", "system", (k,), torch.int64, EXIT_RUNNING)
-        batch.ensure_field("stage_energy", "system", (k,), None, float("nan"))  # eV at exit
+        declare_exit_history(batch, k)  # energy, volume, pressure at exit (NaN before)
         for i, stage in enumerate(self.plan.stages):
             stage.setup(batch, self.seed, prefix=f"stage{self.offset + i}")
 
@@ -288,9 +290,7 @@ class FusedLoop:
             col = self.offset + i
             batch.stage_exit[:, col] = torch.where(leave, reason, batch.stage_exit[:, col])
             batch.stage_steps[:, col] = torch.where(leave, batch.step, batch.stage_steps[:, col])
-            batch.stage_energy[:, col] = torch.where(
-                leave, batch.energy, batch.stage_energy[:, col]
-            )
+            record_stage_exit(batch, col, leave, self.needs_stress)
             batch.exit_code = torch.where(leave, reason, batch.exit_code)
             if stage.is_optimizer:
                 batch.converged = self._all_optimizers_converged(batch, leave, batch.converged)

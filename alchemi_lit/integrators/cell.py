@@ -42,6 +42,7 @@ from ..state import Batch, system_name
 from ..tensor_ops import identity_key, same_key
 from ..units import GPa, bar
 from .base import FieldSpec
+from .stage_fields import CELL_REFERENCE
 
 #: cells of at most this volume (Å^3) carry no cell degrees of freedom
 _MIN_VOLUME = 1e-12
@@ -138,7 +139,7 @@ class CellFilter:
     width = 9  # cell coordinates per system
 
     def field_specs(self) -> dict[str, FieldSpec]:
-        return {"cell_ref": FieldSpec("system", (3, 3), fill=float("nan"))}
+        return {CELL_REFERENCE: FieldSpec("system", (3, 3), fill=float("nan"))}
 
     def carries_cell(self, batch: Batch) -> torch.Tensor:
         """``[B]``: systems periodic in some direction with a 3-D cell."""

@@ -8,10 +8,16 @@ carry no cell in a filtered stage (``cell_for_nonperiodic="ignore"``) have zero 
 rows, which add nothing to a dot product, a norm or a step.  :class:`DenseGroup` packs
 the rows of systems of one size into ``[G, D]`` vectors in ASE's order (atoms, then the
 three cell rows) for optimizers that need dense linear algebra (BFGS); :class:`History`
-is L-BFGS's ring of steps and gradient changes in batch fields.
+is L-BFGS's ring of steps and gradient changes in batch fields; :func:`inertial_step` is
+a FIRE-family step over atoms and cell rows alike (ASE's FIRE and FIRE2 on a filter
+treat the three cell rows as atoms in every dot product and step length), with the cell
+rows' velocities in ``fire_cell_velocities`` ``[B, 9]``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -19,8 +25,11 @@ from ..convergence import Criterion, ForceMax
 from ..errors import ConfigError
 from ..state import Batch
 from ..tensor_ops import may_be_set, row_dot
-from .base import FieldSpec, Integrator, _check_param
+from . import ops
+from .base import FieldSpec, Integrator
 from .cell import CellFilter, as_cell_filter
+from .params import FORCE, check_param
+from .stage_fields import CELL_VELOCITIES
 
 
 class PositionsOnly:
@@ -148,6 +157,7 @@ class CellOptimizer(Integrator):
     :attr:`fields` and name the parameter that sets their shapes (:attr:`shaped_by`)."""
 
     is_optimizer = True
+    requires_stress = False  # (True with a cell; a subclass may need it anyway)
     shaped_by = "parameters"
     #: the step reads the batch on the host anyway (then arrivals are checked everywhere)
     reads_host = False
@@ -162,13 +172,15 @@ class CellOptimizer(Integrator):
     ) -> None:
         super().__init__(max_steps)
         name = type(self).__name__
-        self.fmax = _check_param("fmax (eV/Å)", name, fmax)
-        self.maxstep = _check_param("maxstep (Å)", name, maxstep)
+        self.fmax = check_param("fmax", name, fmax, unit="eV/Å", usual=FORCE)
+        self.maxstep = check_param("maxstep", name, maxstep, unit="Å")
         self.cell = as_cell_filter(cell)
         self.view = cell_view(self.cell)
-        self.requires_stress = self.cell is not None  # the cell forces come from the stress
+        if self.cell is not None:  # the cell forces come from the stress
+            self.requires_stress = True
         self.criterion = criterion or default_criterion(self.fmax, self.cell)
-        self.fields: dict[str, FieldSpec] = dict(self.view.field_specs())
+        # the class's own fields (FIRE's), then the filter's (the reference cell)
+        self.fields: dict[str, FieldSpec] = {**type(self).fields, **self.view.field_specs()}
 
     def __repr__(self) -> str:
         cell = "" if self.cell is None else f", cell={self.cell.kind!r}"
@@ -265,3 +277,51 @@ class History:
             self.batch.atom_mask(valid)[:, None], v_a + seg.to_atoms(a)[:, None] * u_a, v_a
         )
         return v_a, torch.where(valid[:, None], v_c + a[:, None] * u_c, v_c)
+
+
+# ------------------------------------------------------------------ FIRE-family steps
+#: ``coefficients(vf, ff, vv)`` of the per-system sums v.F, F.F, v.v ``[B]``:
+#: ``(A, C, P, S, vmax or None, *state)`` of ``v' = A v + C F`` (clipped to ``|v'| <=
+#: vmax`` per component), ``x' = x + P v + S v'``
+Coefficients = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[Any, ...]]
+
+
+def inertial_fields(view: CellView) -> dict[str, FieldSpec]:
+    """The cell rows' velocities of a FIRE-family stage with a cell filter (none without)."""
+    return {CELL_VELOCITIES: FieldSpec("system", (view.width,))} if view.width else {}
+
+
+def inertial_step(
+    batch: Batch, mask: torch.Tensor, view: CellView, coefficients: Coefficients
+) -> tuple[torch.Tensor, ...]:
+    """A FIRE-family step of the systems of ``mask`` on the extended coordinates: the
+    velocities of atoms (``velocities``, in extended coordinates) and cell rows
+    (:data:`CELL_VELOCITIES`) mixed and advanced by :data:`Coefficients`, the new
+    coordinates set through ``view``.  Returns the coefficients' ``state``.
+
+    The torch path only: the positions-only steps keep their compiled primitives
+    (:func:`~.ops.fire_update`, :func:`~.ops.fire2_update`)."""
+    seg = batch.segments
+    x_a, x_c = view.coordinates(batch)
+    f_a, f_c = view.forces(batch)
+    v_a, v_c = batch.velocities, getattr(batch, CELL_VELOCITIES)
+
+    def dot(u_a: torch.Tensor, u_c: torch.Tensor, w_a: torch.Tensor, w_c: torch.Tensor) -> Any:
+        return seg.sum_xyz(u_a * w_a) + (u_c * w_c).sum(-1)
+
+    vf, ff, vv = dot(v_a, v_c, f_a, f_c), dot(f_a, f_c, f_a, f_c), dot(v_a, v_c, v_a, v_c)
+    a, c, p, s, vmax, *state = coefficients(vf, ff, vv)
+    a3, c3, s3 = seg.to_xyz(a, c, s)
+    new_v_a, new_v_c = a3 * v_a + c3 * f_a, a[:, None] * v_c + c[:, None] * f_c
+    if vmax is not None:  # ABC-FIRE: each component, cell rows included
+        (vmax3,) = seg.to_xyz(vmax)
+        new_v_a = torch.minimum(torch.maximum(new_v_a, -vmax3), vmax3)
+        new_v_c = torch.minimum(torch.maximum(new_v_c, -vmax[:, None]), vmax[:, None])
+    if p is not None:  # FIRE2's half step back
+        (p3,) = seg.to_xyz(p)
+        x_a, x_c = x_a + p3 * v_a, x_c + p[:, None] * v_c
+    new_x_a, new_x_c = x_a + s3 * new_v_a, x_c + s[:, None] * new_v_c
+    batch.velocities = ops.masked(ops.moving_atoms(batch, mask), new_v_a, v_a)
+    setattr(batch, CELL_VELOCITIES, torch.where(mask[:, None], new_v_c, v_c))
+    view.set_coordinates(batch, new_x_a, new_x_c, mask)
+    return tuple(state)

@@ -11,32 +11,42 @@ Defaults equal ASE's (``dt = 0.1`` and ``dtmax = 1.0`` ASE time units, here give
 in fs).  State per system: ``fire_dt``, ``fire_alpha``, ``fire_n`` (steps since the
 last uphill reset); velocities live in ``batch.velocities``.  The update is
 :func:`~.ops.fire_update`; its decisions :func:`~.formulas.fire_coefficients`.
+
+With ``cell=`` (``mode="ase"`` only) the same decisions drive ASE's FIRE on a cell filter
+(:mod:`.cell`): the three cell rows count as atoms in the power, the mixing norms and
+the step length, and convergence is on the filter's forces.  That step runs in torch
+(:func:`~.extended.inertial_step`); the positions-only step keeps its compiled kernel.
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import ClassVar, Literal
 
 import torch
 
-from ..convergence import Criterion, ForceMax
+from ..convergence import Criterion
+from ..errors import ConfigError
 from ..state import Batch
 from ..units import fs
-from . import ops
-from .base import FieldSpec, Integrator
-from .params import FORCE, TIME_STEP, check_count, check_param, check_range
+from . import formulas, ops
+from .base import FieldSpec
+from .cell import CellFilter
+from .extended import CellOptimizer, inertial_fields, inertial_step
+from .params import TIME_STEP, check_count, check_param, check_range
 
 #: ASE's FIRE defaults expressed in femtoseconds.
 ASE_FIRE_DT_FS = 0.1 / fs
 ASE_FIRE_DTMAX_FS = 1.0 / fs
 
 
-class FIRE(Integrator):
+class FIRE(CellOptimizer):
     """Fast inertial relaxation engine; converges when max |F| < ``fmax``.
 
     Args:
-        fmax: force threshold in eV/Å: converged when every atom's force is below it.
+        fmax: force threshold in eV/Å: converged when every atom's force (and with
+            ``cell``, every cell row's force) is below it.
         max_steps: the stage's step budget (force calls).
         dt: initial time step in fs (ASE's 0.1 ASE time units).
         dtmax: largest time step in fs (ASE's 1.0 ASE time unit).
@@ -48,10 +58,11 @@ class FIRE(Integrator):
         astart: initial velocity-mixing parameter alpha (dimensionless).
         fa: alpha's decay factor on growing steps (dimensionless).
         mode: ``"ase"`` (ASE's FIRE, masses ignored) or ``"mass_weighted"``.
+        cell: relax the cell too: a :class:`CellFilter`, ``"frechet"`` or ``"unit"``
+            (ASE's FIRE on ``FrechetCellFilter`` / ``UnitCellFilter``); None: positions.
         criterion: convergence criterion instead of ``ForceMax(fmax)``.
     """
 
-    is_optimizer = True
     fields: ClassVar[dict[str, FieldSpec]] = {
         "fire_dt": FieldSpec("system", fill=float("nan")),
         "fire_alpha": FieldSpec("system", fill=float("nan")),
@@ -71,14 +82,14 @@ class FIRE(Integrator):
         astart: float = 0.1,
         fa: float = 0.99,
         mode: Literal["ase", "mass_weighted"] = "ase",
+        cell: CellFilter | str | None = None,
         criterion: Criterion | None = None,
     ) -> None:
-        super().__init__(max_steps)
+        super().__init__(fmax, max_steps, maxstep, cell, criterion)
         name = type(self).__name__
-        self.fmax = check_param("fmax", name, fmax, unit="eV/Å", usual=FORCE)
+        self.fields.update(inertial_fields(self.view))
         self.dt0 = check_param("dt", name, dt, unit="fs", usual=TIME_STEP) * fs
         self.dtmax = check_param("dtmax", name, dtmax, unit="fs") * fs
-        self.maxstep = check_param("maxstep", name, maxstep, unit="Å")
         self.finc = check_range(name, "finc", finc, 1.0, math.inf)
         self.fdec = check_param("fdec", name, fdec)
         self.astart = check_param("astart", name, astart)
@@ -86,11 +97,9 @@ class FIRE(Integrator):
         self.n_min = check_count(name, "n_min", n_min)
         if mode not in ("ase", "mass_weighted"):
             raise ValueError(f"{name}: mode must be 'ase' or 'mass_weighted', got {mode!r}")
+        if mode != "ase" and self.cell is not None:
+            raise ConfigError(f"{name}: cell= needs mode='ase' (ASE's FIRE), got mode={mode!r}")
         self.mode = mode
-        self.criterion = criterion if criterion is not None else ForceMax(self.fmax)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(fmax={self.fmax}, max_steps={self.max_steps})"
 
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
         super().init_systems(batch, mask)
@@ -99,8 +108,21 @@ class FIRE(Integrator):
         batch.velocities.masked_fill_(batch.atom_mask(mask).unsqueeze(-1), 0.0)
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        if self.cell is not None:
+            step = inertial_step(batch, mask, self.view, partial(self._with_cell, batch, mask))
+            batch.fire_dt, batch.fire_alpha, batch.fire_n = step
+            return
         batch.fire_dt, batch.fire_alpha, batch.fire_n = ops.fire_update(
             batch, mask, batch.fire_dt, batch.fire_alpha, batch.fire_n, n_min=self.n_min,
             finc=self.finc, fdec=self.fdec, dtmax=self.dtmax, astart=self.astart, fa=self.fa,
             maxstep=self.maxstep, whole_step=self.mode == "ase",
         )  # fmt: skip
+
+    def _with_cell(self, batch: Batch, mask: torch.Tensor, *sums: torch.Tensor) -> tuple:
+        """FIRE's decisions on the extended sums, for :func:`~.extended.inertial_step`."""
+        a, c, s, *state = formulas.fire_coefficients(
+            mask, batch.step, *sums, batch.fire_dt, batch.fire_alpha, batch.fire_n,
+            n_min=self.n_min, finc=self.finc, fdec=self.fdec, dtmax=self.dtmax,
+            astart=self.astart, fa=self.fa, maxstep=self.maxstep, whole_step=True,
+        )  # fmt: skip
+        return (a, c, None, s, None, *state)

@@ -20,21 +20,26 @@ ASE to round-off; the step count is ASE's number of force calls after the first 
 
 State per system: ``fire2_dt``, ``fire2_alpha``, ``fire2_n`` and ``fire2_back``.  The
 update is :func:`~.ops.fire2_update`; its decisions :func:`~.formulas.fire2_coefficients`.
+With ``cell=`` it is ASE's FIRE2 on a cell filter, as :mod:`.fire` describes for FIRE
+(ABC-FIRE clips the cell rows' velocities per component too).
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import ClassVar
 
 import torch
 
-from ..convergence import Criterion, ForceMax
+from ..convergence import Criterion
 from ..state import Batch
 from ..units import fs
-from . import ops
-from .base import FieldSpec, Integrator
-from .params import FORCE, TIME_STEP, check_count, check_param, check_range
+from . import formulas, ops
+from .base import FieldSpec
+from .cell import CellFilter
+from .extended import CellOptimizer, inertial_fields, inertial_step
+from .params import TIME_STEP, check_count, check_param, check_range
 
 #: ASE's FIRE2 defaults (ASE time units) expressed in femtoseconds.
 ASE_FIRE2_DT_FS = 0.1 / fs
@@ -42,11 +47,12 @@ ASE_FIRE2_DTMAX_FS = 1.0 / fs
 ASE_FIRE2_DTMIN_FS = 2e-3 / fs
 
 
-class FIRE2(Integrator):
+class FIRE2(CellOptimizer):
     """FIRE 2.0 (or ABC-FIRE with ``use_abc``); converges when max |F| < ``fmax``.
 
     Args:
-        fmax: force threshold in eV/Å: converged when every atom's force is below it.
+        fmax: force threshold in eV/Å: converged when every atom's force (and with
+            ``cell``, every cell row's force) is below it.
         max_steps: the stage's step budget (force calls, half steps back included).
         dt: initial time step in fs (ASE's 0.1 ASE time units).
         maxstep: largest displacement per step in Å (ABC-FIRE: per component).
@@ -58,10 +64,11 @@ class FIRE2(Integrator):
         astart: initial velocity-mixing parameter alpha (dimensionless).
         fa: alpha's decay factor on growing steps (dimensionless).
         use_abc: ABC-FIRE: bias-corrected mixing and per-component velocity clipping.
+        cell: relax the cell too: a :class:`CellFilter`, ``"frechet"`` or ``"unit"``
+            (ASE's FIRE2 on ``FrechetCellFilter`` / ``UnitCellFilter``); None: positions.
         criterion: convergence criterion instead of ``ForceMax(fmax)``.
     """
 
-    is_optimizer = True
     fields: ClassVar[dict[str, FieldSpec]] = {
         "fire2_dt": FieldSpec("system", fill=float("nan")),
         "fire2_alpha": FieldSpec("system", fill=float("nan")),
@@ -83,13 +90,13 @@ class FIRE2(Integrator):
         astart: float = 0.25,
         fa: float = 0.99,
         use_abc: bool = False,
+        cell: CellFilter | str | None = None,
         criterion: Criterion | None = None,
     ) -> None:
-        super().__init__(max_steps)
+        super().__init__(fmax, max_steps, maxstep, cell, criterion)
         name = type(self).__name__
-        self.fmax = check_param("fmax", name, fmax, unit="eV/Å", usual=FORCE)
+        self.fields.update(inertial_fields(self.view))
         self.dt0 = check_param("dt", name, dt, unit="fs", usual=TIME_STEP) * fs
-        self.maxstep = check_param("maxstep", name, maxstep, unit="Å")
         self.dtmax = check_param("dtmax", name, dtmax, unit="fs") * fs
         self.dtmin = check_param("dtmin", name, dtmin, unit="fs") * fs
         if self.dtmin > self.dtmax:
@@ -101,11 +108,10 @@ class FIRE2(Integrator):
         self.fa = check_param("fa", name, fa)
         self.n_min = check_count(name, "n_min", n_min)
         self.use_abc = bool(use_abc)
-        self.criterion = criterion if criterion is not None else ForceMax(self.fmax)
 
     def __repr__(self) -> str:
         abc = ", use_abc=True" if self.use_abc else ""
-        return f"{type(self).__name__}(fmax={self.fmax}, max_steps={self.max_steps}{abc})"
+        return f"{super().__repr__()[:-1]}{abc})"
 
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
         super().init_systems(batch, mask)
@@ -118,9 +124,23 @@ class FIRE2(Integrator):
         return None if conv is None else conv & ~batch.fire2_back
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        if self.cell is not None:
+            step = inertial_step(batch, mask, self.view, partial(self._with_cell, batch, mask))
+            batch.fire2_dt, batch.fire2_alpha, batch.fire2_n, batch.fire2_back = step
+            return
         batch.fire2_dt, batch.fire2_alpha, batch.fire2_n, batch.fire2_back = ops.fire2_update(
             batch, mask, batch.fire2_back, batch.fire2_dt, batch.fire2_alpha, batch.fire2_n,
             n_min=self.n_min, finc=self.finc, fdec=self.fdec, dtmax=self.dtmax,
             dtmin=self.dtmin, astart=self.astart, fa=self.fa, maxstep=self.maxstep,
             use_abc=self.use_abc,
         )  # fmt: skip
+
+    def _with_cell(self, batch: Batch, mask: torch.Tensor, *sums: torch.Tensor) -> tuple:
+        """FIRE2's decisions on the extended sums, for :func:`~.extended.inertial_step`."""
+        a, c, p, s, vmax, *state = formulas.fire2_coefficients(
+            mask, batch.step, batch.fire2_back, *sums, batch.fire2_dt, batch.fire2_alpha,
+            batch.fire2_n, n_min=self.n_min, finc=self.finc, fdec=self.fdec, dtmax=self.dtmax,
+            dtmin=self.dtmin, astart=self.astart, fa=self.fa, maxstep=self.maxstep,
+            use_abc=self.use_abc,
+        )  # fmt: skip
+        return (a, c, p, s, vmax if self.use_abc else None, *state)
