@@ -14,6 +14,11 @@ step even when that is not a multiple of ``frequency``.
 ``steps`` in a series are the system's own step count (``batch.total_steps``,
 which equals the loop step for systems present from the start); ``loop_step`` is
 the loop step of the record.
+
+Systems in a stage that computes the stress (a barostat, a cell filter; or every
+system with ``Simulator(stress=True)``) also get their pressure ``P`` (GPa, with the
+ideal-gas term: :func:`~alchemi_lit.integrators.barostat.instantaneous_pressure`) and
+volume ``V`` (Å^3); elsewhere these are NaN (no stress computed, or no 3-D cell).
 """
 
 from __future__ import annotations
@@ -24,21 +29,26 @@ import numpy as np
 import torch
 
 from ..hooks import Callback, StepContext
+from ..integrators.barostat import instantaneous_pressure
+from ..units import GPa
+from .logger import stage_codes
 
 _INT_KEYS = ("system_id", "steps", "loop_step")
-_FLOAT_KEYS = ("T", "E_kin", "E_pot")
+_FLOAT_KEYS = ("T", "E_kin", "E_pot", "P", "V")
 
 
 class ThermoMonitor(Callback):
-    """Record T, kinetic, potential and total energy per system (see module docstring).
+    """Record T, kinetic, potential and total energy per system, and pressure and volume
+    where the stress is computed (see module docstring).
 
     Args:
         frequency: loop steps between two records (>= 1).
         final: also record each system's state when it finishes the plan.
 
     After the run, ``monitor.series(system_id)`` gives ``{"steps", "loop_step", "T",
-    "E_kin", "E_pot", "E_tot"}`` as NumPy arrays in time order; ``monitor.system_ids``
-    lists the systems recorded.  Units: K and eV.  The history is reset at each run start.
+    "E_kin", "E_pot", "E_tot", "P", "V"}`` as NumPy arrays in time order;
+    ``monitor.system_ids`` lists the systems recorded.  Units: K, eV, GPa and Å^3.  The
+    history is reset at each run start.
     """
 
     def __init__(self, frequency: int = 10, final: bool = True) -> None:
@@ -70,7 +80,10 @@ class ThermoMonitor(Callback):
             return
         ints = torch.stack([b.system_id[idx], b.total_steps[idx]]).cpu().numpy()
         ek = b.kinetic_energy()[idx]
-        floats = torch.stack([b.temperature()[idx], ek, b.energy[idx]]).cpu().numpy()
+        stressed = stressed_systems(ctx)
+        p = torch.where(stressed, instantaneous_pressure(b) / GPa, float("nan"))[idx]
+        v = torch.where(b.volume > 1e-12, b.volume, float("nan"))[idx]
+        floats = torch.stack([b.temperature()[idx], ek, b.energy[idx], p, v]).cpu().numpy()
         chunk = {
             "system_id": ints[0],
             "steps": ints[1],
@@ -90,6 +103,8 @@ class ThermoMonitor(Callback):
             else:
                 self._flat = {k: np.zeros(0, dtype=np.int64) for k in _INT_KEYS}
                 self._flat.update({k: np.zeros(0) for k in _FLOAT_KEYS})
+            for k in ("P", "V"):  # (records of a checkpoint written before these were kept)
+                self._flat.setdefault(k, np.full(len(self._flat["T"]), np.nan))
         return self._flat
 
     @property
@@ -123,3 +138,17 @@ class ThermoMonitor(Callback):
         records = state.get("records")
         self._chunks = [dict(records)] if records is not None else []
         self._flat = None
+
+
+def stressed_systems(ctx: StepContext) -> torch.Tensor:
+    """``[B]`` systems whose stress the loop computes: in a stage that needs it (a
+    barostat, a cell filter), or all of them with ``Simulator(stress=True)``."""
+    b = ctx.batch
+    if getattr(ctx.simulator, "stress", None) is True:
+        return torch.ones_like(b.pbc[:, 0])
+    codes, _ = stage_codes(ctx)
+    out = torch.zeros_like(b.pbc[:, 0])
+    for code, stage in zip(codes, ctx.stages):
+        if getattr(stage, "requires_stress", False):
+            out = out | (b.status == code)
+    return out
