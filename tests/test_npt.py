@@ -27,13 +27,15 @@ from ase.md.bussi import Bussi as AseBussi
 from ase.md.langevinbaoab import LangevinBAOAB
 from ase.md.nose_hoover_chain import MTKNPT as AseMTKNPT
 from ase.md.nose_hoover_chain import IsotropicMTKNPT
-from conftest import AR_EPSILON, AR_SIGMA, strained
+from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, strained, triclinic_argon
 from test_md import SEED, BussiNoise, Recorder, moving_argon, our_atom_normals
 
 import alchemi_lit as al
 from alchemi_lit import kernels
 from alchemi_lit import random as rng
-from alchemi_lit.integrators import MTKNPT, CRescale, NPTLangevin
+from alchemi_lit.errors import ConfigError, UnitWarning
+from alchemi_lit.hooks import Callback
+from alchemi_lit.integrators import LBFGS, MTKNPT, CellFilter, CRescale, Langevin, NPTLangevin
 from alchemi_lit.integrators.ops import system_normals
 from alchemi_lit.models import LennardJones
 from alchemi_lit.state import Batch
@@ -257,3 +259,219 @@ def test_crescale_matches_the_reference_scheme_with_the_same_noise(isotropic: bo
                       np.abs(cell - frame["cell"]).max())  # fmt: skip
             assert dev < 1e-8, (k, t, dev)
         assert np.abs(cell - systems[k].cell.array).max() > 0.02
+
+
+# ---------------------------------------------------------------------- batching
+class Path_(Callback):
+    """Positions and cell of system ``sid`` after every step it took."""
+
+    def __init__(self, sid: int) -> None:
+        super().__init__()
+        self.sid, self.frames = sid, {}
+
+    def after_step(self, ctx) -> None:
+        b = ctx.batch
+        rows = (b.system_id == self.sid).nonzero().flatten().tolist()
+        if rows:
+            t, (lo, hi) = int(b.total_steps[rows[0]]), b.ptr[rows[0] : rows[0] + 2].tolist()
+            self.frames.setdefault(t, (b.positions[lo:hi].clone(), b.cell[rows[0]].clone()))
+
+    def stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
+        ts = sorted(self.frames)
+        return (torch.stack([self.frames[t][0] for t in ts]),
+                torch.stack([self.frames[t][1] for t in ts]))  # fmt: skip
+
+
+def sixteen() -> list:
+    """16 periodic argon crystals of 32 and 108 atoms, cubic and triclinic, some moving."""
+    systems = perturbed_argon(10, 2, 0.08, seed=20) + perturbed_argon(3, 3, 0.08, seed=21)
+    systems += [triclinic_argon(2, 0.05, 0.05, seed=22 + k) for k in range(3)]
+    gen = np.random.default_rng(23)
+    for k, atoms in enumerate(systems):
+        if k % 3 == 1:  # arrives moving; the others get Maxwell-Boltzmann velocities
+            atoms.set_momenta(gen.normal(scale=0.2, size=(len(atoms), 3)))
+    return [systems[k] for k in gen.permutation(16)]
+
+
+TS = [40.0 + 4.0 * k for k in range(16)]  # per system_id
+PS = [0.05 * (k % 5) for k in range(16)]
+BATCHED = {
+    "mtk": lambda: MTKNPT(dt=5.0, temperature=TS, pressure_gpa=PS, pdamp=300.0, steps=30),
+    "mtk-full": lambda: MTKNPT(
+        dt=5.0, temperature=60.0, pressure_bar=1000.0, pdamp=300.0, isotropic=False, steps=30
+    ),
+    "c-rescale": lambda: CRescale(
+        dt=5.0, temperature=TS, pressure_gpa=PS, taup=100.0, compressibility=1.0, steps=30
+    ),
+    "c-rescale-full": lambda: CRescale(
+        dt=5.0, temperature=60.0, pressure_gpa=PS, taup=100.0, isotropic=False, steps=30
+    ),
+    "langevin": lambda: NPTLangevin(dt=5.0, temperature=TS, pressure_gpa=PS, pdamp=200.0, steps=30),
+    "langevin-full": lambda: NPTLangevin(
+        dt=5.0, temperature=60.0, pressure_gpa=0.1, pdamp=200.0, isotropic=False, steps=30
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BATCHED))
+def test_a_system_alone_follows_its_path_in_a_batch_of_16(name: str) -> None:
+    systems, target = sixteen(), 11
+
+    def path(atoms, ids):
+        rec = Path_(target)
+        sim = al.Simulator(model=lj_model(), stages=BATCHED[name](), precision="64", seed=4,
+                           sync_every=7, callbacks=[rec])  # fmt: skip
+        sim.run(Batch.from_atoms(atoms, system_ids=ids))
+        return rec.stacked()
+
+    in_batch = path(systems, list(range(16)))
+    alone = path([systems[target]], [target])
+    assert len(in_batch[0]) == 30
+    for a, b in zip(alone, in_batch):
+        assert torch.equal(a, b)
+    assert float((in_batch[1][-1] - in_batch[1][0]).abs().max()) > 1e-3  # the cell moved
+
+
+# ---------------------------------------------------------------------- plans and runs
+def relax(pressure: float = 0.0):
+    return LBFGS(fmax=0.01, max_steps=25, cell=CellFilter("frechet", pressure_gpa=pressure))
+
+
+def npt():
+    return NPTLangevin(dt=5.0, temperature=60.0, pressure_gpa=0.2, pdamp=200.0,
+                       isotropic=False, steps=40)  # fmt: skip
+
+
+def crystals() -> list:
+    return [*perturbed_argon(3, 2, 0.08, seed=30), triclinic_argon(2, 0.05, 0.05, seed=31)]
+
+
+def run(plan, systems, **kwargs) -> al.Results:
+    sim = al.Simulator(model=lj_model(), stages=plan, precision="64", seed=6, sync_every=4,
+                       **kwargs)  # fmt: skip
+    return sim.run(systems)
+
+
+def assert_same_results(a: al.Results, b: al.Results) -> None:
+    assert a.batch.system_id.tolist() == b.batch.system_id.tolist()
+    assert a.steps.tolist() == b.steps.tolist()
+    for name in ("positions", "velocities", "cell", "energy", "stress", "total_steps"):
+        assert torch.equal(getattr(a.batch, name), getattr(b.batch, name)), name
+
+
+def test_fused_relax_npt_relax_equals_the_stages_run_one_after_another() -> None:
+    fused = run(relax() + npt() + relax(0.2), crystals())
+    first = run(relax(), crystals())
+    second = run(npt(), first.to_atoms())  # results carry their step counts (the noise keys)
+    third = run(relax(0.2), second.to_atoms())
+    assert_same_results(fused, third)
+    assert [int(s) for s in fused.batch.stage_steps[:, 1]] == [40] * 4
+
+
+def crescale():
+    return CRescale(dt=5.0, temperature=60.0, pressure_gpa=0.2, taup=100.0, isotropic=False,
+                    steps=40)  # fmt: skip
+
+
+FIRST_BATCH_LACKS_DOWNSTREAM_FIELDS = pytest.mark.xfail(
+    strict=True,
+    reason="strategies/rank_io.py: RankIO.initial() hands the sampler's first batch over "
+    "without _conform(first, self.empty()), so fields only a downstream rank declares "
+    "(NPTLangevin's) are missing when it is packed; admit() conforms refills",
+)
+
+
+@pytest.mark.multirank
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "npt_stage",
+    [crescale, pytest.param(npt, marks=FIRST_BATCH_LACKS_DOWNSTREAM_FIELDS)],
+    ids=["c-rescale", "langevin"],
+)
+def test_two_rank_pipeline_relax_then_npt_equals_the_fused_run(npt_stage) -> None:
+    from alchemi_lit.strategies.buffers import BufferConfig
+
+    fused = run(relax() + npt_stage(), crystals())
+    piped = run(
+        relax() | npt_stage(), crystals(), strategy="pipeline", devices=2, start_method="fork",
+        timeout=60.0, buffer=BufferConfig(num_systems=4, num_atoms=200),
+    )  # fmt: skip
+    assert_same_results(fused, piped)
+
+
+def test_kill_and_resume_mid_npt_is_bit_for_bit(tmp_path) -> None:
+    from alchemi_lit.callbacks import Checkpoint
+    from alchemi_lit.hooks import HookStageEnum, LambdaCallback
+
+    def plan():
+        return (MTKNPT(dt=5.0, temperature=60.0, pressure_gpa=0.2, pdamp=200.0, isotropic=False,
+                       steps=30)
+                + CRescale(dt=5.0, temperature=60.0, pressure_gpa=0.2, taup=100.0, steps=30)
+                + npt())  # fmt: skip
+
+    reference = run(plan(), crystals())
+
+    def crash(ctx):
+        if ctx.step == 47:  # inside C-rescale, chains and cell momenta of MTK behind
+            raise RuntimeError("killed")
+
+    where = str(tmp_path / "ckpt")
+    with pytest.raises(RuntimeError, match="killed"):
+        killer = LambdaCallback(HookStageEnum.AFTER_STEP, crash)
+        run(plan(), crystals(), callbacks=[Checkpoint(where, every_n_steps=10), killer])
+    sim = al.Simulator(model=lj_model(), stages=plan(), precision="64", seed=6, sync_every=4,
+                       callbacks=[Checkpoint(where, every_n_steps=10)])  # fmt: skip
+    assert_same_results(reference, sim.run(crystals(), resume=where))
+
+
+# ---------------------------------------------------------------------- input
+def test_bad_parameters_are_refused_or_warned_about() -> None:
+    with pytest.raises(ConfigError, match="pressure_gpa or pressure_bar, not both"):
+        MTKNPT(pressure_gpa=1.0, pressure_bar=1.0)
+    with pytest.raises(ConfigError, match=r"pressure_gpa=1\.0"):
+        CRescale(pressure_gpa="1 GPa")
+    with pytest.raises(ConfigError, match="temperature"):
+        NPTLangevin(temperature=0.0)
+    with pytest.raises(ConfigError, match="isotropic"):
+        MTKNPT(isotropic="yes")
+    with pytest.warns(UnitWarning, match="bar"):
+        MTKNPT(pressure_gpa=5000.0)  # 5 kbar meant
+    with pytest.warns(UnitWarning, match="1/bar"):
+        CRescale(compressibility=4.5e-5)  # water's, per bar
+    assert MTKNPT(pressure_bar=10_000.0).pressure == pytest.approx(units.GPa)
+
+
+def test_systems_without_a_periodic_cell_or_with_fixed_atoms_are_refused() -> None:
+    from ase.constraints import FixAtoms
+    from conftest import cluster_argon
+
+    pinned = perturbed_argon(1, 2, seed=1)[0]
+    pinned.set_constraint(FixAtoms(indices=[0]))
+    for bad, why in ((cluster_argon(13, seed=2), "periodic"), (pinned, "fixed atoms")):
+        with pytest.raises(ConfigError, match=why):
+            run(CRescale(steps=2), [perturbed_argon(1, 2, seed=3)[0], bad])
+
+
+# ---------------------------------------------------------------------- callbacks
+def test_thermo_monitor_and_logger_report_pressure_and_volume(capsys) -> None:
+    from loguru import logger
+
+    from alchemi_lit.callbacks import Logger, ThermoMonitor
+
+    nvt, both = ThermoMonitor(frequency=5), ThermoMonitor(frequency=5)
+    run(Langevin(dt=5.0, temperature=60.0, steps=10), crystals()[:2], callbacks=[nvt])
+    assert np.isnan(nvt.series(0)["P"]).all()  # no stress computed: no pressure
+    assert np.isfinite(nvt.series(0)["V"]).all()
+    sink = logger.add(lambda m: print(m, end=""), level="INFO")
+    try:
+        plan = Langevin(dt=5.0, temperature=60.0, steps=10) + npt()
+        res = run(plan, crystals()[:2], callbacks=[both, Logger(frequency=40)])
+    finally:
+        logger.remove(sink)
+    assert "NPT P " in capsys.readouterr().out
+    series = both.series(0)  # the stress is computed for every system, NVT stage included
+    assert np.isfinite(series["P"]).all() and np.isfinite(series["V"]).all()
+    atoms = res.to_atoms()[0]  # the final record against ASE's pressure of the final state
+    ase_p = -np.trace(atoms.get_stress(voigt=False, include_ideal_gas=True)) / 3 / units.GPa
+    assert series["P"][-1] == pytest.approx(ase_p, rel=1e-10)
+    assert series["V"][-1] == pytest.approx(atoms.get_volume(), rel=1e-12)

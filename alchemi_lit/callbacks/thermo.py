@@ -15,10 +15,11 @@ step even when that is not a multiple of ``frequency``.
 which equals the loop step for systems present from the start); ``loop_step`` is
 the loop step of the record.
 
-Systems in a stage that computes the stress (a barostat, a cell filter; or every
-system with ``Simulator(stress=True)``) also get their pressure ``P`` (GPa, with the
-ideal-gas term: :func:`~alchemi_lit.integrators.barostat.instantaneous_pressure`) and
-volume ``V`` (Å^3); elsewhere these are NaN (no stress computed, or no 3-D cell).
+Where the loop computes the stress -- for every system, when a stage needs it (a
+barostat, a cell filter) or with ``Simulator(stress=True)`` -- records hold the
+pressure ``P`` (GPa, with the ideal-gas term:
+:func:`~alchemi_lit.integrators.barostat.instantaneous_pressure`); else it is NaN.  The
+volume ``V`` (Å^3) is NaN only for systems without a 3-D cell.
 """
 
 from __future__ import annotations
@@ -31,14 +32,13 @@ import torch
 from ..hooks import Callback, StepContext
 from ..integrators.barostat import instantaneous_pressure
 from ..units import GPa
-from .logger import stage_codes
 
 _INT_KEYS = ("system_id", "steps", "loop_step")
 _FLOAT_KEYS = ("T", "E_kin", "E_pot", "P", "V")
 
 
 class ThermoMonitor(Callback):
-    """Record T, kinetic, potential and total energy per system, and pressure and volume
+    """Record T, kinetic, potential and total energy per system, volume, and pressure
     where the stress is computed (see module docstring).
 
     Args:
@@ -80,8 +80,7 @@ class ThermoMonitor(Callback):
             return
         ints = torch.stack([b.system_id[idx], b.total_steps[idx]]).cpu().numpy()
         ek = b.kinetic_energy()[idx]
-        stressed = stressed_systems(ctx)
-        p = torch.where(stressed, instantaneous_pressure(b) / GPa, float("nan"))[idx]
+        p = instantaneous_pressure(b)[idx] / GPa if stress_computed(ctx) else ek * float("nan")
         v = torch.where(b.volume > 1e-12, b.volume, float("nan"))[idx]
         floats = torch.stack([b.temperature()[idx], ek, b.energy[idx], p, v]).cpu().numpy()
         chunk = {
@@ -140,15 +139,9 @@ class ThermoMonitor(Callback):
         self._flat = None
 
 
-def stressed_systems(ctx: StepContext) -> torch.Tensor:
-    """``[B]`` systems whose stress the loop computes: in a stage that needs it (a
-    barostat, a cell filter), or all of them with ``Simulator(stress=True)``."""
-    b = ctx.batch
+def stress_computed(ctx: StepContext) -> bool:
+    """Whether the loop computes the stress (for every system of the batch): a stage
+    needs it (a barostat, a cell filter), or ``Simulator(stress=True)``."""
     if getattr(ctx.simulator, "stress", None) is True:
-        return torch.ones_like(b.pbc[:, 0])
-    codes, _ = stage_codes(ctx)
-    out = torch.zeros_like(b.pbc[:, 0])
-    for code, stage in zip(codes, ctx.stages):
-        if getattr(stage, "requires_stress", False):
-            out = out | (b.status == code)
-    return out
+        return True
+    return any(getattr(stage, "requires_stress", False) for stage in ctx.stages)

@@ -24,10 +24,11 @@ def empty_batch(sim: Any, loops: list[Any]) -> Batch:
 
     one = [Atoms("H", positions=[[0, 0, 0]])]  # (not model-checked: it is never evaluated)
     b = Batch.from_atoms(one, dtype=sim.dtype, device=sim.device, validate=False)
+    b = b.select(torch.zeros(0, dtype=torch.long))  # (stages refuse what they cannot take)
     for loop in loops:
         loop.declare(b)
     b.ensure_field("nan_flags", "system", dtype=torch.int64, fill=0)
-    return b.select(torch.zeros(0, dtype=torch.long))
+    return b
 
 
 class BatchFeed:
