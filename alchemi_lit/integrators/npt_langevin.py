@@ -1,29 +1,25 @@
 """Langevin NPT: BAOAB for the atoms, Langevin-Hoover for the cell, batched, step for
 step like ASE's ``LangevinBAOAB`` with ``externalstress`` (``hydrostatic`` = ``isotropic``).
 
-Why: a stochastic NPT that is robust far from equilibrium (both the atoms and the cell
-are thermalised by friction and noise, so nothing resonates), with BAOAB's small
-configurational error.  Leimkuhler & Matthews, J. Chem. Phys. 138, 174102 (2013);
-Quigley & Probert, J. Chem. Phys. 120, 11432 (2004).  One step (ASE's order)::
+Why: a stochastic NPT robust far from equilibrium (atoms and cell are both thermalised,
+nothing resonates) with BAOAB's small configurational error (Leimkuhler & Matthews,
+J. Chem. Phys. 138, 174102 (2013); Quigley & Probert, ibid. 120, 11432 (2004))::
 
     p_cell += dt/2 G;  B;  cell A (dt/2);  A (dt/2)                    (pre_update)
-    O: v <- exp(-(gamma + g) dt) v + c2 xi,  g = (p_cell + tr(p_cell)/Nf)/W
+    O: v <- exp(-(gamma + g) dt) v + c2 xi,  g = (p_cell + tr(p_cell)/Nf I)/W
     cell O: p_cell <- exp(-dt/pdamp) p_cell + sqrt((1 - e^{-2 dt/pdamp}) kT W) xi_cell
     A (dt/2);  cell A (dt/2)
        -- force and stress call --
     G from the new stress and the velocities as they are;  B;  p_cell += dt/2 G
-                                                                       (post_update)
 
-A cell step scales cell and positions by ``exp(dt/2 p_cell/W)`` (ASE's
-``set_cell(scale_atoms=True)``); ``G`` is :func:`~.barostat.cell_force` (its trace for an
-isotropic cell), kept in a field between the force call and the next step as ASE keeps
-it.  The cell noise is symmetrised (no rotations).  The cell mass ``W`` is ASE's
-heuristic ``((pdamp/4) / 1.66 fs)² N^(1/3)`` (eV (ASE time)²) unless given.
-
-Noise: the atoms' from the keyed stream ``PURPOSE_NOISE`` (as :class:`~.langevin.
-Langevin`), the cell's from ``PURPOSE_BAROSTAT`` (:func:`~.ops.system_normals`: 1 or 9
-per system).  State: ``nptl_p_eps``/``nptl_force_eps`` ``[B]`` (isotropic) or
-``nptl_p_cell``/``nptl_force_cell`` ``[B, 3, 3]``.
+A cell A scales cell and positions by ``exp(dt/2 p_cell/W)``; ``G`` is
+:func:`~.barostat.cell_force` (a trace if isotropic), kept in a field from the force call
+to the next step as ASE keeps it.  Cell noise is symmetrised (no rotations); ``W`` is
+ASE's heuristic ``((pdamp/4) / 1.66 fs)² N^(1/3)`` unless given.  One departure: ASE's
+full-cell ``g`` adds ``tr(p_cell)/Nf`` to every entry, not the diagonal (DESIGN_NOTES).
+Noise: the atoms' ``PURPOSE_NOISE`` (as :class:`~.langevin.Langevin`), the cell's
+``PURPOSE_BAROSTAT`` (:func:`~.ops.system_normals`).  State: ``nptl_p_eps``/
+``nptl_force_eps`` ``[B]`` (isotropic) or ``nptl_p_cell``/``nptl_force_cell`` ``[B, 3, 3]``.
 """
 
 from __future__ import annotations
