@@ -157,7 +157,8 @@ def trace_on_diagonal(dyn: LangevinBAOAB):
 
 
 @pytest.mark.parametrize("isotropic", [True, False], ids=["isotropic", "full"])
-def test_npt_langevin_matches_ase_with_the_same_noise(isotropic: bool) -> None:
+def test_npt_langevin_matches_ase_with_the_same_noise(isotropic: bool, monkeypatch) -> None:
+    monkeypatch.setattr(kernels, "ENABLED", isotropic)  # full cell: the torch path
     systems = npt_systems(isotropic)
     mass = None if isotropic else [2.0e5, 4.0e5]  # eV fs² (else ASE's heuristic)
     stage = NPTLangevin(
@@ -244,7 +245,10 @@ def rotate_back_box(r: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("isotropic", [True, False], ids=["isotropic", "anisotropic"])
-def test_crescale_matches_the_reference_scheme_with_the_same_noise(isotropic: bool) -> None:
+def test_crescale_matches_the_reference_scheme_with_the_same_noise(
+    isotropic: bool, monkeypatch
+) -> None:
+    monkeypatch.setattr(kernels, "ENABLED", isotropic)  # anisotropic: the torch path
     systems = npt_systems(isotropic)
     params = dict(dt=5.0, temperature=80.0, taut=40.0, taup=200.0, compressibility=2.0)
     stage = CRescale(pressure_gpa=PRESSURES, isotropic=isotropic, steps=STEPS, **params)
