@@ -14,10 +14,13 @@ from .integrators import (
     FIRE,
     FIRE2,
     LBFGS,
+    MTKNPT,
     Berendsen,
     Bussi,
+    CRescale,
     Langevin,
     NoseHooverChain,
+    NPTLangevin,
     VelocityVerlet,
 )
 from .models import EMT, ASECalculatorModel, LennardJones, Morse
@@ -27,6 +30,8 @@ from .strategies.distributed import PipelineStrategy, ReplicasStrategy
 from .strategies.single import SingleDeviceStrategy
 
 for _cls in (FIRE, FIRE2, BFGS, LBFGS, VelocityVerlet, Langevin, NoseHooverChain, Berendsen, Bussi):
+    register("integrator")(_cls)
+for _cls in (MTKNPT, CRescale, NPTLangevin):
     register("integrator")(_cls)
 register_preset("integrator", "fire-ase", FIRE, mode="ase")
 register_preset("integrator", "fire-mass-weighted", FIRE, mode="mass_weighted")

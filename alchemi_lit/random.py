@@ -34,6 +34,8 @@ _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 PURPOSE_NOISE = 1
 PURPOSE_VELOCITY_INIT = 2
 PURPOSE_THERMOSTAT = 3
+#: a barostat's per-system noise (the cell's, not the atoms')
+PURPOSE_BAROSTAT = 4
 
 
 def philox4x32(

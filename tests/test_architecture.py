@@ -19,6 +19,7 @@ from alchemi_lit.integrators import ops
 
 PACKAGE = Path(alchemi_lit.__file__).parent
 INTEGRATORS = ("fire", "fire2", "verlet", "langevin", "bussi", "berendsen", "nose_hoover")
+INTEGRATORS += ("mtk", "crescale", "npt_langevin")
 
 
 def imported_modules(path: Path, package: str) -> set[str]:

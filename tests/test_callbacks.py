@@ -337,7 +337,9 @@ def test_thermo_monitor_series_match_batch() -> None:
     assert monitor.system_ids.tolist() == [0, 1]
     for sid, expected in snaps.data.items():
         series = monitor.series(sid)
-        assert set(series) == {"steps", "loop_step", "T", "E_kin", "E_pot", "E_tot"}
+        assert set(series) == {"steps", "loop_step", "T", "E_kin", "E_pot", "E_tot", "P", "V"}
+        assert np.isnan(series["P"]).all()  # no stage computes the stress (test_npt: one does)
+        assert np.all(series["V"] == series["V"][0]) and series["V"][0] > 0
         assert series["loop_step"].tolist() == [0, 4, 8, 12, 14]  # 14: the final state
         assert series["steps"].tolist() == [0, 4, 8, 12, 14]
         steps = sorted(expected)

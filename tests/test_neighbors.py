@@ -200,14 +200,57 @@ def test_displacement_is_measured_from_last_build() -> None:
     assert nl.num_builds == 4
 
 
-def test_cell_change_rebuilds_only_that_system() -> None:
+def _deform(batch: Batch, row: int, m: torch.Tensor) -> None:
+    """Cell and positions of system ``row`` times ``m`` (fractional coordinates kept)."""
+    lo, hi = batch.ptr[row : row + 2].tolist()
+    batch.positions[lo:hi] = batch.positions[lo:hi] @ m
+    batch.cell[row] = batch.cell[row] @ m
+
+
+@pytest.mark.parametrize(("factor", "rebuilt"), [(1 + 1e-6, False), (1 - 1e-6, True)])
+def test_a_cell_deformed_within_the_skin_keeps_its_list(factor: float, rebuilt: bool) -> None:
+    """A homogeneous compression by ``s`` brings pairs at ``cutoff + skin`` to ``s (cutoff +
+    skin)``: the list holds until that reaches the cutoff (NPT and cell relaxations would
+    otherwise rebuild every step); a shear counts by its smallest singular value."""
+    cutoff, skin = 4.0, 1.0
     batch = _batch()
-    nl = NeighborList(4.0, 1.0)
+    nl = NeighborList(cutoff, skin)
     nl(batch)
-    batch.cell[0] *= 1.0 + 1e-9  # any change of the cell, however small
-    assert nl.needs_rebuild(batch).tolist() == [True, False, False]
+    s = cutoff / (cutoff + skin) * factor
+    shear = torch.tensor([[1.0, 0.0, 0.0], [0.3, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=DT)
+    u, _, vh = torch.linalg.svd(shear)
+    _deform(batch, 1, u @ torch.diag(torch.tensor([1.05, 1.02, s], dtype=DT)) @ vh)
+    _deform(batch, 2, torch.eye(3, dtype=DT) * 1.03)  # expanded: never a reason
+    assert nl.needs_rebuild(batch).tolist() == [False, rebuilt, False]
     nl(batch)
-    assert nl.num_builds == 4
+    assert nl.num_builds == 3 + int(rebuilt)
+    edges = nl(batch)
+    for row in range(batch.num_systems):  # every pair within the cutoff is listed
+        lo, hi = batch.ptr[row : row + 2].tolist()
+        cell, pbc = batch.cell[row].numpy(), batch.pbc[row].numpy()
+        within = brute_force_pairs(batch.positions[lo:hi].numpy(), cell, pbc, cutoff)
+        assert within <= set(edges_as_pairs(batch, edges, row)), row
+
+
+def test_a_kept_list_in_a_new_cell_gives_what_a_fresh_one_gives_bit_for_bit() -> None:
+    """Kept edges get their periodic shifts in the new cell as a build computes them, and
+    edges beyond the cutoff add exact zeros: energy, forces and stress equal a fresh
+    list's to the bit, whatever the rebuild history (resumes and batches rely on it)."""
+    batch = Batch.from_atoms([triclinic_argon(2, seed=3), *perturbed_argon(2, 2, 0.1, seed=4)])
+    model, fresh = LennardJones(0.0104, 3.4, 5.0, skin=1.5), LennardJones(0.0104, 3.4, 5.0)
+    model(batch)
+    gen = torch.Generator().manual_seed(0)
+    for step in range(6):
+        for row in range(batch.num_systems):
+            strain = 0.01 * torch.randn(3, 3, generator=gen, dtype=DT)
+            _deform(batch, row, torch.eye(3, dtype=DT) + strain)
+        batch.positions += 0.03 * torch.randn(batch.positions.shape, generator=gen, dtype=DT)
+        ours = model(batch, compute_stress=True)
+        ref = fresh(batch, compute_stress=True)
+        fresh.neighbors.reset()
+        for key in ("energy", "forces", "stress"):
+            assert torch.equal(ours[key], ref[key]), (step, key)
+    assert model.neighbors.num_builds < 3 * batch.num_systems  # mostly kept
 
 
 def test_new_batch_triggers_full_rebuild() -> None:

@@ -9,9 +9,11 @@ A report (``AFTER_STEP``, every ``frequency`` steps) holds: the loop step, the
 number of systems per status code (one entry per stage, plus the exit code), the
 systems finished so far, mean/min/max energy per atom and the largest atomic
 force over the *active* systems (those inside a stage), and steps/s since the last
-report.  At run end a summary gives systems, converged (``completed`` for a plan
-without an optimizer stage), quarantined, exit-reason counts, wall time and
-atom-steps/s (``sum(n_atoms * steps)`` of every system over the wall time).
+report; with NPT stages (a barostat) also the mean pressure (GPa, ideal-gas term
+included) and volume (Å^3) of their systems.  At run end a summary gives systems,
+converged (``completed`` for a plan without an optimizer stage), quarantined,
+exit-reason counts, wall time and atom-steps/s (``sum(n_atoms * steps)`` of every
+system over the wall time).
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ import torch
 from loguru import logger
 
 from ..hooks import Callback, StepContext
+from ..integrators.barostat import instantaneous_pressure
 from ..state import EXIT_COMPLETED, EXIT_QUARANTINED, EXIT_REASONS, EXIT_RUNNING
 from ..tensor_ops import row_dot
+from ..units import GPa
 
 
 def stage_codes(ctx: StepContext) -> tuple[list[int], list[str]]:
@@ -50,6 +54,19 @@ def active_mask(ctx: StepContext) -> torch.Tensor:
     """``[B]`` systems inside a stage: neither finished nor waiting for their forces."""
     status = ctx.batch.status
     return (status >= 0) & (status != ctx.state.get("exit_code", -1))
+
+
+def npt_sums(ctx: StepContext, codes: list[int]) -> list[torch.Tensor]:
+    """Systems in barostat stages, and the sums of their pressures (GPa) and volumes
+    (Å^3), as 0-d tensors; nothing when no stage is a barostat."""
+    barostats = [c for c, s in zip(codes, ctx.stages) if getattr(s, "barostat", False)]
+    if not barostats:
+        return []
+    b = ctx.batch
+    rows = (b.status.unsqueeze(1) == torch.tensor(barostats, device=b.device)).any(1)
+    zero = torch.zeros_like(b.energy)
+    p = torch.where(rows, instantaneous_pressure(b) / GPa, zero)
+    return [rows.sum().to(b.dtype), p.sum(), torch.where(rows, b.volume, zero).sum()]
 
 
 class Logger(Callback):
@@ -123,11 +140,13 @@ class Logger(Callback):
                 torch.where(active, epa, inf).min(),
                 torch.where(active, epa, -inf).max(),
                 torch.where(active, f2_sys, torch.zeros_like(f2_sys)).max().sqrt(),
+                *npt_sums(ctx, codes),
             ]
         )
         host = torch.cat([counts, stats]).tolist()  # the one host copy of a report
         n_codes = len(codes) + 1
-        per_code, (n_active, e_sum, e_min, e_max, fmax) = host[:n_codes], host[n_codes:]
+        per_code, (n_active, e_sum, e_min, e_max, fmax) = host[:n_codes], host[n_codes:][:5]
+        npt = host[n_codes + 5 :]
         step0, t_last = self._last
         steps_done = ctx.step + 1  # AFTER_STEP: step ctx.step has just completed
         rate = (steps_done - step0) / (now - t_last) if now > t_last and steps_done > step0 else 0.0
@@ -143,6 +162,8 @@ class Logger(Callback):
             )
         else:
             energy = "no active systems"
+        if npt and npt[0] > 0:
+            energy += f" | NPT P {npt[1] / npt[0]:.4f} GPa, V {npt[2] / npt[0]:.2f} Å^3 (mean)"
         self._log(
             f"step {ctx.step:>7} | {stages} exit={int(per_code[-1])} | finished {done} | "
             f"{energy} | {rate:.1f} steps/s"

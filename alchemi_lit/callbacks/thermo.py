@@ -14,6 +14,12 @@ step even when that is not a multiple of ``frequency``.
 ``steps`` in a series are the system's own step count (``batch.total_steps``,
 which equals the loop step for systems present from the start); ``loop_step`` is
 the loop step of the record.
+
+Where the loop computes the stress -- for every system, when a stage needs it (a
+barostat, a cell filter) or with ``Simulator(stress=True)`` -- records hold the
+pressure ``P`` (GPa, with the ideal-gas term:
+:func:`~alchemi_lit.integrators.barostat.instantaneous_pressure`); else it is NaN.  The
+volume ``V`` (Å^3) is NaN only for systems without a 3-D cell.
 """
 
 from __future__ import annotations
@@ -24,21 +30,25 @@ import numpy as np
 import torch
 
 from ..hooks import Callback, StepContext
+from ..integrators.barostat import instantaneous_pressure
+from ..units import GPa
 
 _INT_KEYS = ("system_id", "steps", "loop_step")
-_FLOAT_KEYS = ("T", "E_kin", "E_pot")
+_FLOAT_KEYS = ("T", "E_kin", "E_pot", "P", "V")
 
 
 class ThermoMonitor(Callback):
-    """Record T, kinetic, potential and total energy per system (see module docstring).
+    """Record T, kinetic, potential and total energy per system, volume, and pressure
+    where the stress is computed (see module docstring).
 
     Args:
         frequency: loop steps between two records (>= 1).
         final: also record each system's state when it finishes the plan.
 
     After the run, ``monitor.series(system_id)`` gives ``{"steps", "loop_step", "T",
-    "E_kin", "E_pot", "E_tot"}`` as NumPy arrays in time order; ``monitor.system_ids``
-    lists the systems recorded.  Units: K and eV.  The history is reset at each run start.
+    "E_kin", "E_pot", "E_tot", "P", "V"}`` as NumPy arrays in time order;
+    ``monitor.system_ids`` lists the systems recorded.  Units: K, eV, GPa and Å^3.  The
+    history is reset at each run start.
     """
 
     def __init__(self, frequency: int = 10, final: bool = True) -> None:
@@ -70,7 +80,9 @@ class ThermoMonitor(Callback):
             return
         ints = torch.stack([b.system_id[idx], b.total_steps[idx]]).cpu().numpy()
         ek = b.kinetic_energy()[idx]
-        floats = torch.stack([b.temperature()[idx], ek, b.energy[idx]]).cpu().numpy()
+        p = instantaneous_pressure(b)[idx] / GPa if stress_computed(ctx) else ek * float("nan")
+        v = torch.where(b.volume > 1e-12, b.volume, float("nan"))[idx]
+        floats = torch.stack([b.temperature()[idx], ek, b.energy[idx], p, v]).cpu().numpy()
         chunk = {
             "system_id": ints[0],
             "steps": ints[1],
@@ -90,6 +102,8 @@ class ThermoMonitor(Callback):
             else:
                 self._flat = {k: np.zeros(0, dtype=np.int64) for k in _INT_KEYS}
                 self._flat.update({k: np.zeros(0) for k in _FLOAT_KEYS})
+            for k in ("P", "V"):  # (records of a checkpoint written before these were kept)
+                self._flat.setdefault(k, np.full(len(self._flat["T"]), np.nan))
         return self._flat
 
     @property
@@ -123,3 +137,11 @@ class ThermoMonitor(Callback):
         records = state.get("records")
         self._chunks = [dict(records)] if records is not None else []
         self._flat = None
+
+
+def stress_computed(ctx: StepContext) -> bool:
+    """Whether the loop computes the stress (for every system of the batch): a stage
+    needs it (a barostat, a cell filter), or ``Simulator(stress=True)``."""
+    if getattr(ctx.simulator, "stress", None) is True:
+        return True
+    return any(getattr(stage, "requires_stress", False) for stage in ctx.stages)

@@ -10,12 +10,15 @@ from .berendsen import Berendsen
 from .bfgs import BFGS
 from .bussi import Bussi
 from .cell import CellFilter
+from .crescale import CRescale
 from .fire import FIRE
 from .fire2 import FIRE2
 from .langevin import Langevin
 from .lbfgs import LBFGS
 from .md import MDIntegrator
+from .mtk import MTKNPT
 from .nose_hoover import NoseHooverChain
+from .npt_langevin import NPTLangevin
 from .ops import maxwell_boltzmann
 from .params import as_param, check_count, check_param, check_positive, check_range
 from .verlet import VelocityVerlet
@@ -25,13 +28,16 @@ __all__ = [
     "FIRE",
     "FIRE2",
     "LBFGS",
+    "MTKNPT",
     "Berendsen",
     "Bussi",
+    "CRescale",
     "CellFilter",
     "FieldSpec",
     "Integrator",
     "Langevin",
     "MDIntegrator",
+    "NPTLangevin",
     "NoseHooverChain",
     "VelocityVerlet",
     "as_param",

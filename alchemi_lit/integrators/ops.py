@@ -176,6 +176,20 @@ def baoab_opening(
     _drift(batch, moving, 0.5 * dt)
 
 
+def system_normals(batch: Batch, seed: int, purpose: int, count: int) -> torch.Tensor:
+    """``count`` standard normals per system ``[B, count]`` for the current step, keyed
+    like the atoms' (:func:`~alchemi_lit.random.atom_normals`) with the indices
+    ``0 .. ceil(count / 3) - 1`` in place of atom indices: a barostat's noise, which
+    depends on nothing outside its system (not even on its number of atoms)."""
+    per, b = -(-count // 3), batch.num_systems
+    rows = torch.arange(b, device=batch.device).repeat_interleave(per)
+    local = torch.arange(per, device=batch.device).repeat(b)
+    z = rng.atom_normals(
+        seed, batch.system_id, batch.total_steps, rows, local, purpose, batch.dtype
+    )  # fmt: skip
+    return z.reshape(b, 3 * per)[:, :count]
+
+
 # ------------------------------------------------------------------ thermostats
 def bussi_constants(
     batch: Batch, dt: Param, taut: Param, temperature: Param

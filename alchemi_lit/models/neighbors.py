@@ -7,7 +7,13 @@ below).  We build per system and add what a batched MD engine needs on top:
 
 * **Verlet skin.**  The list holds pairs within ``cutoff + skin``; a system is
   rebuilt only when one of its atoms moved more than ``skin / 2`` since its last
-  build, or its cell changed.  Only those systems are rebuilt.
+  build.  Only those systems are rebuilt.  A cell that changed (a barostat, a cell
+  relaxation) is a deformation ``M`` of the one the list was built in (``h = h0 M``):
+  every pair vector is then ``d0 M`` plus the atoms' moves ``u = r - r0 M`` beyond the
+  affine one, so no pair beyond ``cutoff + skin`` came within ``cutoff`` while
+  ``2 max|u| < (cutoff + skin) s_min(M) - cutoff`` (``s_min``: the smallest singular
+  value); the list is kept, its periodic shifts recomputed in the new cell.  With an
+  unchanged cell this is the ``skin / 2`` rule.
 * **Canonical order.**  Edges are sorted by (i, j, shift) after every rebuild, so
   force sums add in the same order whatever the rebuild history.  Edges between
   cutoff and cutoff+skin contribute exact zeros, which leaves float sums unchanged:
@@ -48,7 +54,7 @@ import torch
 from ..geometry import all_pairs_suit, count_pairs, molecule_pairs
 from ..segments import ones_rows
 from ..state import Batch
-from ..tensor_ops import row_dot
+from ..tensor_ops import may_be_set, row_dot
 from .pair_search import (
     batch_pair_counts,
     build_rows,
@@ -138,6 +144,7 @@ class NeighborList:
         self._layout: object | None = None
         self._ref_positions: torch.Tensor | None = None
         self._ref_cell: torch.Tensor | None = None
+        self._shift_cell: torch.Tensor | None = None  # the cells the shifts are in
         self._i = self._j = self._system = self._shift = None  # type: ignore[assignment]
         self._ishift: torch.Tensor | None = None  # integer cell shifts, for the edge order
         self._aids: tuple[Any, Any, Any] = (None, None, None)  # see Edges
@@ -150,22 +157,66 @@ class NeighborList:
         """Per-system boolean ``[B]``: must this system's list be rebuilt?"""
         if self._layout is not batch.layout or self._ref_positions is None:
             return torch.ones(batch.num_systems, dtype=torch.bool, device=batch.device)
-        disp2 = row_dot(batch.positions - self._ref_positions)
+        reference = self._ref_positions
+        reshaped = (batch.cell != self._ref_cell).flatten(1).any(1)  # NaN marks "never built"
+        limit = torch.full_like(batch.energy, 0.5 * self.skin)
+        if may_be_set(reshaped):  # (on CPU read; elsewhere always computed)
+            strain, limit = self._strain(batch, reshaped)
+            reference = torch.bmm(
+                reference.unsqueeze(1), strain.index_select(0, batch.system_idx)
+            ).squeeze(1)
+        disp2 = row_dot(batch.positions - reference)
         max_disp2 = torch.zeros(batch.num_systems, dtype=disp2.dtype, device=disp2.device)
         max_disp2 = max_disp2.scatter_reduce(0, batch.system_idx, disp2, "amax", include_self=True)
-        moved = max_disp2 > (0.5 * self.skin) ** 2
-        reshaped = (batch.cell != self._ref_cell).flatten(1).any(1)  # NaN marks "never built"
-        return moved | reshaped | ~torch.isfinite(max_disp2)
+        moved = (max_disp2 > limit * limit) | (limit < 0)
+        return moved | ~torch.isfinite(max_disp2) | ~torch.isfinite(limit)
+
+    def _strain(self, batch: Batch, reshaped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each system's deformation ``M`` since its build (``h = h0 M``; the identity
+        where the cell is unchanged) and how far ``[B]`` its atoms may move beyond it
+        (NaN, so rebuilt, where the build's cell or the new one is singular or NaN)."""
+        eye = torch.eye(3, dtype=batch.dtype, device=batch.device).expand_as(batch.cell)
+        ref, cell = self._ref_cell, batch.cell.detach()
+        usable = (
+            reshaped
+            & (torch.linalg.det(ref).abs() > 1e-12)
+            & (torch.linalg.det(cell).abs() > 1e-12)
+        )
+        usable = usable & torch.isfinite(ref).flatten(1).all(1)
+        strain = torch.linalg.solve(
+            torch.where(usable[:, None, None], ref, eye),
+            torch.where(usable[:, None, None], cell, eye),
+        )
+        s_min = torch.linalg.svdvals(strain)[:, -1]
+        radius = self.cutoff + self.skin
+        nan = torch.full_like(s_min, float("nan"))
+        limit = torch.where(usable, 0.5 * (radius * s_min - self.cutoff), nan)
+        return strain, torch.where(reshaped, limit, torch.full_like(s_min, 0.5 * self.skin))
 
     def __call__(self, batch: Batch) -> Edges:
         need = self.needs_rebuild(batch)
-        if bool(need.any()):  # the one host sync of a model call
+        moved_cell = need.new_zeros(())
+        if self._shift_cell is not None and self._layout is batch.layout:
+            moved_cell = ((batch.cell != self._shift_cell).flatten(1).any(1) & ~need).any()
+        rebuild, reshift = torch.stack([need.any(), moved_cell]).tolist()  # the one host sync
+        if rebuild:
             self._rebuild(batch, need)
+        if reshift:
+            self._reshift(batch)
         pos = batch.positions  # index_select and in-place ops: pos[j] - pos[i] is slower on CPU
         vec = pos.index_select(0, self._j).sub_(pos.index_select(0, self._i)).add_(self._shift)
         return Edges(
             self._i, self._j, vec, self._system, self.cutoff, *self._aids, *self._rows(vec.dtype)
         )
+
+    def _reshift(self, batch: Batch) -> None:
+        """Cartesian shifts of the kept edges in the current cells, computed as a build
+        computes them (``torch.bmm`` of the integer shift and the cell, bit for bit)."""
+        cell = batch.cell.detach()
+        self._shift = torch.bmm(
+            self._ishift.to(cell.dtype).unsqueeze(1), cell.index_select(0, self._system)
+        ).squeeze(1)
+        self._shift_cell = cell.clone()
 
     def _rows(self, dtype: torch.dtype) -> tuple[Any]:
         """``Edges.atom_rows`` for the current aids (built once per list and dtype)."""
@@ -215,7 +266,9 @@ class NeighborList:
         new_atom_index = atom_keep + offset.index_select(0, kept_rows)
         ref_pos.index_copy_(0, new_atom_index, self._ref_positions.index_select(0, atom_keep))
         ref_cell[kept] = self._ref_cell[old_rows[kept]]
-        self._ref_positions, self._ref_cell = ref_pos, ref_cell
+        shift_cell = torch.full_like(new_batch.cell, nan)
+        shift_cell[kept] = self._shift_cell[old_rows[kept]]
+        self._ref_positions, self._ref_cell, self._shift_cell = ref_pos, ref_cell, shift_cell
         self._layout = new_batch.layout
         if len(self._i) > 1 and not bool((self._i[1:] >= self._i[:-1]).all()):
             self._sort(new_batch.num_atoms)  # rows were reordered: restore the canonical order
@@ -234,6 +287,7 @@ class NeighborList:
             self._i, self._j, self._shift, self._system, self._ishift = new
             self._ref_positions = batch.positions.detach().clone()
             self._ref_cell = batch.cell.detach().clone()
+            self._shift_cell = self._ref_cell.clone()
             self._layout = batch.layout
             self._set_aids(batch)
         else:
@@ -241,6 +295,7 @@ class NeighborList:
             amask = need.index_select(0, batch.system_idx)
             self._ref_positions[amask] = batch.positions.detach()[amask]
             self._ref_cell[need] = batch.cell.detach()[need]
+            self._shift_cell[need] = batch.cell.detach()[need]
         self.num_builds += len(rows)
         if batch.device.type == "cpu":
             keep_edge_temporaries_on_heap(len(self._i))
