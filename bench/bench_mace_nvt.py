@@ -25,6 +25,7 @@ model call, and the ratio; medians of ``--repeats`` interleaved runs after a war
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=300.0, help="K")
     p.add_argument("--friction", type=float, default=0.01, help="1/fs")
     p.add_argument("--seed", type=int, default=0, help="seed of the random MACE weights")
+    p.add_argument("--json", default=None, help="also write every run's numbers here")
     gate_arguments(p)
     args = p.parse_args(argv)
     if args.quick:
@@ -196,10 +198,18 @@ def main(argv: list[str] | None = None) -> int:
     print()
     counts = {n: rs[-1]["atoms_through"] for n, rs in runs.items()}
     if len(set(counts.values())) > 1:
-        notes.append(f"UNEQUAL WORK: atoms through the network {counts}")
+        least = min(counts.values())
+        detail = ", ".join(f"{n} {c:,} (x{c / least:.3f})" for n, c in counts.items())
+        notes.append(
+            f"UNEQUAL WORK: atoms through the network: {detail}; {args.steps} steps need "
+            f"{int(sizes.sum()) * (args.steps + 1):,} (each atom at the start and after each step)"
+        )
     for note in notes:
         print(f"* {note}")
     print(f"* {gate.status_line()}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "runs": runs}, f)
     return 0
 
 
@@ -209,7 +219,7 @@ def check_same_weights(engines: list[Any], sizes: np.ndarray) -> str:
     df = np.abs(np.array(a["forces"]) - np.array(b["forces"])).max()
     line = (
         f"initial set, {engines[1].name} vs alchemi_lit (same random weights): max |dE| "
-        f"{de:.1e} eV/atom, |dF| {df:.1e} eV/Å, |F| up to {np.abs(a['forces']).max():.1f} eV/Å"
+        f"{de:.1e} eV/atom, |dF| {df:.1e} eV/Å, |F| up to {np.abs(a['forces']).max():.1e} eV/Å"
     )
     if not (de <= TOLERANCE["energy"] and df <= TOLERANCE["forces"]):
         raise SystemExit(f"the two engines' MACE models disagree: {line}")

@@ -159,6 +159,26 @@ def table_row(name: str, s: dict[str, Any], summary: dict[str, Any], n: int) -> 
     )
 
 
+def per_system_table(summary: dict[str, Any], atoms: list[Any]) -> tuple[list[str], list]:
+    names = list(summary)
+    ref = summary[names[0]]
+    sizes = np.array([len(a) for a in atoms], dtype=float)
+    rows = []
+    for k, a in enumerate(atoms):
+        row: list[Any] = [a.info["name"], len(a)]
+        for name in names:
+            s = summary[name]
+            first, taken = int(s["first_met"][k]), int(s["steps"][k])
+            extra = f" ({taken})" if taken > first else ""
+            row.append(str(taken if first < 0 else first) + extra)
+        for name in names[1:]:
+            row.append(f"{(summary[name]['energy'][k] - ref['energy'][k]) / sizes[k]:+.1e}")
+        rows.append(row)
+    headers = ["system", "atoms", *(f"steps {n}" for n in names)]
+    headers += [f"dE {n}" for n in names[1:]]
+    return headers, rows
+
+
 def agreement(a: dict[str, Any], b: dict[str, Any], sizes: np.ndarray, cell: bool) -> str:
     de = np.abs(a["energy"] - b["energy"]) / sizes
     text = f"max |dE| {de.max():.1e} eV/atom (system {int(de.argmax())})"
@@ -231,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     fastest_peer = min((s["wall"] for n, s in summary.items() if n != "alchemi_lit"), default=None)
     print()
     print(format_table(HEADERS, [table_row(n, s, summary, len(atoms)) for n, s in summary.items()]))
+    print()
+    print("Per system: the step at which each engine first met the criterion (steps taken, where")
+    print("more), and the final energy per atom against the first engine's (eV/atom):")
+    print(format_table(*per_system_table(summary, atoms)))
     print()
     names = list(summary)
     for i, a in enumerate(names):
