@@ -6,6 +6,13 @@ Run (from the repository root; ~25-35 minutes on 2 CPU cores, the soak test incl
     python bench/run_all.py --quick             # smaller soak (2 000 systems)
     python bench/run_all.py --only dynamics fused
     python bench/run_all.py --only lj_forces neighbors -- --no-wait
+    python bench/run_all.py --only mlip_relax mlip_cell mace_nvt     # issues #17 and #18
+    python bench/run_all.py --only mlip_relax mlip_cell mace_nvt -- --quick   # smoke run
+
+The three MLIP benchmarks (SevenNet-0 relaxations with and without the cell, random
+MACE-MP-0-small NVT) need TorchSim 0.6's venv (``bash bench/setup_torchsim.sh``; they
+run without it, its rows skipped) and add roughly half an hour to an hour (an estimate
+from the model's cost per atom, not measured yet).
 
 Each benchmark runs as its own process (``python bench/<name>.py``, so thread
 settings and imports do not leak between them); its output is echoed and also written
@@ -30,6 +37,11 @@ BENCHES = {
     "molecules": ["bench_molecules.py"],
     "pipeline": ["bench_pipeline.py"],
     "soak": ["bench_soak.py"],
+    # SevenNet-0 / MACE on 24 real crystals against TorchSim 0.6 (its own venv, made by
+    # bench/setup_torchsim.sh) and ASE
+    "mlip_relax": ["bench_mlip_relax.py"],
+    "mlip_cell": ["bench_mlip_relax.py", "--cell"],
+    "mace_nvt": ["bench_mace_nvt.py"],
 }
 
 
@@ -63,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(exist_ok=True)
     failed = []
     for name in args.only:
-        cmd = [sys.executable, str(HERE / BENCHES[name][0])]
+        cmd = [sys.executable, str(HERE / BENCHES[name][0]), *BENCHES[name][1:]]
         if name == "soak" and args.quick:
             cmd += ["--systems", "2000"]
         # bench_lj_forces.py and bench_neighbors.py take only the load-gate options
