@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from ase.build import bulk
 
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import EMT, LennardJones
-from alchemi_lit.testing import check_integrator, check_model
+from alchemi_lit.testing import check_integrator, check_model, check_pipeline_equals_fused
 from alchemi_lit.testing.integrators import argon, check_masked_systems_untouched
 from alchemi_lit.testing.models import check_forces_are_the_energy_gradient
 
@@ -59,3 +61,25 @@ class HalfForces(LennardJones):
 def test_forces_that_are_not_the_energy_gradient_are_caught():
     with pytest.raises(AssertionError, match="force on atom 0 along x"):
         check_forces_are_the_energy_gradient(HalfForces(0.4, 2.3, 5.0), crystals())
+
+
+class Drifting(LennardJones):
+    """Gives other energies in a forked rank than at home (a model that does not travel)."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0104, 3.40, 6.0)
+        self.home = os.getpid()
+
+    def forward(self, batch, **kw):
+        out = super().forward(batch, **kw)
+        if os.getpid() != self.home:
+            out["energy"] = out["energy"] + 1e-9
+        return out
+
+
+@pytest.mark.multirank
+@pytest.mark.timeout(120)
+def test_the_pipeline_check_passes_on_a_built_in_and_catches_a_model_that_drifts():
+    check_pipeline_equals_fused(LennardJones(0.0104, 3.40, 6.0), argon(2))
+    with pytest.raises(AssertionError, match="energy: the pipeline's results differ"):
+        check_pipeline_equals_fused(Drifting(), argon(2))

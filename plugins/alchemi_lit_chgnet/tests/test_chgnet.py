@@ -42,10 +42,9 @@ except metadata.PackageNotFoundError:
 
 from alchemi_lit_chgnet import CHGNet, checkpoint_path, load_network
 
-import alchemi_lit as al
-from alchemi_lit.integrators import FIRE
 from alchemi_lit.registry import get
 from alchemi_lit.state import Batch
+from alchemi_lit.testing import check_pipeline_equals_fused
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
@@ -170,22 +169,5 @@ def test_fire_and_pipeline(model: CHGNet) -> None:
     gives bitwise the fused run's results."""
     atoms = structures()[:2]
     e0 = model(Batch.from_atoms(atoms))["energy"]
-
-    def sim(plan, **kwargs) -> al.Simulator:
-        return al.Simulator(model, plan, precision="64", sync_every=2, **kwargs)
-
-    fused = sim(FIRE(fmax=0.05, max_steps=3) + FIRE(fmax=0.05, max_steps=2)).run(atoms)
+    fused = check_pipeline_equals_fused(model, atoms)
     assert torch.all(fused.batch.energy < e0 - 1e-3), (e0, fused.batch.energy)
-    piped = sim(
-        FIRE(fmax=0.05, max_steps=3) | FIRE(fmax=0.05, max_steps=2),
-        devices=2,
-        strategy="pipeline",
-        start_method="fork",
-        timeout=60.0,
-    ).run(atoms)
-    got, ref = piped.batch, fused.batch
-    assert got.system_id.tolist() == ref.system_id.tolist() == [0, 1]
-    for name in ("positions", "velocities", "forces", "energy", "stress", "total_steps"):
-        assert torch.equal(
-            getattr(got, name).nan_to_num(7.0), getattr(ref, name).nan_to_num(7.0)
-        ), name

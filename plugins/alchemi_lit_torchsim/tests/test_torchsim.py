@@ -43,11 +43,10 @@ with warnings.catch_warnings():
 
 from alchemi_lit_torchsim import TorchSimModel, build_model, from_sim_state, to_sim_state
 
-import alchemi_lit as al
 from alchemi_lit.errors import ConfigError, ModelError
-from alchemi_lit.integrators import FIRE
 from alchemi_lit.registry import get
 from alchemi_lit.state import Batch
+from alchemi_lit.testing import check_pipeline_equals_fused
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
@@ -169,29 +168,10 @@ def test_mace_through_torchsim_equals_both_maces() -> None:
 def test_fused_plan_and_pipeline() -> None:
     """FIRE with the adapter: the results it records are the wrapped model's own numbers
     on the final structures, and a two-rank pipeline gives bitwise the fused run."""
-    atoms = argon()
-
-    def sim(plan, **kwargs) -> al.Simulator:
-        return al.Simulator(TorchSimModel(lj()), plan, precision="64", sync_every=2, **kwargs)
-
-    fused = sim(FIRE(fmax=0.05, max_steps=6) + FIRE(fmax=0.05, max_steps=4)).run(atoms)
-    final = fused.to_atoms()
-    ref = own(lj(), final)
+    fused = check_pipeline_equals_fused(TorchSimModel(lj()), argon(), steps=(6, 4))
+    ref = own(lj(), fused.to_atoms())
     torch.testing.assert_close(fused.batch.energy, ref["energy"], rtol=0, atol=1e-12)
     torch.testing.assert_close(fused.batch.forces, ref["forces"], rtol=0, atol=1e-12)
-    piped = sim(
-        FIRE(fmax=0.05, max_steps=6) | FIRE(fmax=0.05, max_steps=4),
-        devices=2,
-        strategy="pipeline",
-        start_method="fork",
-        timeout=60.0,
-    ).run(atoms)
-    got, want = piped.batch, fused.batch
-    assert got.system_id.tolist() == want.system_id.tolist() == [0, 1]
-    for name in ("positions", "velocities", "forces", "energy", "stress", "total_steps"):
-        assert torch.equal(
-            getattr(got, name).nan_to_num(7.0), getattr(want, name).nan_to_num(7.0)
-        ), name
 
 
 def test_built_from_a_config_path() -> None:
