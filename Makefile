@@ -1,6 +1,6 @@
 # The two set-up commands of README.md: `make run` and `make test`.
 PY ?= python3
-.PHONY: install install-test run test lint bench
+.PHONY: install install-test run test test-slow test-all lint bench
 
 .install.stamp: pyproject.toml scripts/install.sh plugins/alchemi_lit_sevenn/pyproject.toml
 	PYTHON=$(PY) ./scripts/install.sh
@@ -22,9 +22,20 @@ run: install  ## the main job: relax + heat built-in argon crystals, write resul
 
 # One torch thread per test process: multi-rank tests run several processes on few
 # cores, and oversubscribed torch threads slow everything down by an order of magnitude.
-test: install-test  ## lint, then the whole test-suite (CPU, < 10 min on 2 cores)
+# Two pytest workers (pytest-xdist) share the machine's cores.  Tests marked `slow`
+# (real processes killed and resumed, launchers, soak and ensemble statistics) run in
+# `make test-slow`; each behaviour they check also has a fast test in `make test`.
+PYTEST = OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider
+test: install-test  ## lint, then the test-suite without the slow tests (CPU, < 5 min on 2 cores)
 	$(PY) -m ruff check .
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider
+	$(PYTEST) -n 2 -m "not slow"
+
+test-slow: install-test  ## the slow tests only (about 10 min on 2 cores)
+	$(PYTEST) -n 2 -m slow
+
+test-all: install-test  ## lint, then every test
+	$(PY) -m ruff check .
+	$(PYTEST) -n 2
 
 bench: install
 	$(PY) bench/run_all.py

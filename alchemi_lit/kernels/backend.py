@@ -8,7 +8,7 @@ Each registration takes the inputs :func:`~alchemi_lit.kernels.usable` accepts (
 enabled, numba importable, CPU tensors NumPy can view, not inside ``torch.compile``) and
 runs one compiled call of :mod:`.dynamics`, :mod:`.fire`, :mod:`.philox` or
 :mod:`.reductions` -- the same arithmetic as the torch reference, held to it by
-``tests/test_cpu_kernels.py``.
+``tests/kernels/test_cpu_kernels.py``.
 
 What a kernel reads besides the batch (``dt / m`` per atom, the noise amplitude, a
 thermostat's per-system constants) is kept here between steps (:func:`kept`): gathering

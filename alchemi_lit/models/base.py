@@ -38,7 +38,7 @@ class Model(torch.nn.Module):
     filters of the optimizers rely on: ``stress = (1/V) dE/d(strain)``, positive under
     tension (a stretched crystal), negative under compression; pressure is
     ``-trace(stress) / 3``.  A model overriding :meth:`forward` must keep it
-    (``tests/test_stress.py`` checks the built-in models against ASE and the strain
+    (``tests/models/test_stress.py`` checks the built-in models against ASE and the strain
     derivative; the plugins check theirs against their own ASE calculators).
     """
 

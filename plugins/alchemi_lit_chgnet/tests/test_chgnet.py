@@ -49,13 +49,6 @@ from alchemi_lit.testing import check_pipeline_equals_fused
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def structures() -> list:
     """A rattled Si crystal, a strained NaCl crystal (triclinic), a Cu(111) slab

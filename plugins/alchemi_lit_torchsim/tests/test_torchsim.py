@@ -51,13 +51,6 @@ from alchemi_lit.testing import check_pipeline_equals_fused
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def argon() -> list:
     """A rattled cubic argon crystal and a strained triclinic one."""

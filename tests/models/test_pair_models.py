@@ -8,10 +8,10 @@ import torch
 from ase import Atoms
 from ase.calculators.lj import LennardJones as AseLJ
 from ase.calculators.morse import MorsePotential as AseMorse
-from conftest import AR_EPSILON, AR_SIGMA, mixed_structures, perturbed_argon, strained
 
 from alchemi_lit import Batch
 from alchemi_lit.models import LennardJones, Morse
+from conftest import AR_EPSILON, AR_SIGMA, mixed_structures, perturbed_argon, strained
 
 DT = torch.float64
 

@@ -21,7 +21,6 @@ from ase.md.langevinbaoab import LangevinBAOAB
 from ase.md.nose_hoover_chain import NoseHooverChainNVT
 from ase.md.nvtberendsen import NVTBerendsen
 from ase.md.verlet import VelocityVerlet as AseVV
-from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
 
 import alchemi_lit as al
 from alchemi_lit import random as rng
@@ -37,19 +36,11 @@ from alchemi_lit.integrators import (
 from alchemi_lit.integrators.ops import bussi_noise
 from alchemi_lit.models import LennardJones
 from alchemi_lit.state import Batch
+from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
 
 CUTOFF = 8.5
 STEPS = 100
 SEED = 7
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread is as fast and immune to busy machines."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class Recorder(Callback):

@@ -20,7 +20,6 @@ from ase.calculators.lj import LennardJones as AseLJ
 from ase.cluster import Icosahedron, Octahedron
 from ase.constraints import FixAtoms
 from ase.optimize import FIRE as AseFIRE
-from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, random_triclinic_cell
 
 import alchemi_lit as al
 from alchemi_lit.errors import ConfigError, ModelError
@@ -28,14 +27,7 @@ from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import ASECalculatorModel
 from alchemi_lit.registry import get
 from alchemi_lit.state import Batch
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, random_triclinic_cell
 
 
 def metals() -> list:
@@ -246,7 +238,7 @@ def test_run_summary_says_slow_path(tmp_path, monkeypatch, capsys) -> None:
 
     from alchemi_lit.cli import main
 
-    config = Path(__file__).resolve().parents[1] / "configs" / "ase_calculator_relax.yaml"
+    config = Path(__file__).resolve().parents[2] / "configs" / "ase_calculator_relax.yaml"
     monkeypatch.chdir(tmp_path)
     lines: list[str] = []
     sink = logger.add(lines.append, format="{message}")

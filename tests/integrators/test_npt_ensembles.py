@@ -38,7 +38,6 @@ import numpy as np
 import pytest
 import torch
 from ase.build import bulk
-from conftest import AR_EPSILON, AR_SIGMA
 
 import alchemi_lit as al
 from alchemi_lit.hooks import Callback
@@ -46,20 +45,13 @@ from alchemi_lit.integrators import MTKNPT, CRescale, NPTLangevin
 from alchemi_lit.integrators.barostat import instantaneous_pressure
 from alchemi_lit.models import LennardJones
 from alchemi_lit.units import GPa, kB
+from conftest import AR_EPSILON, AR_SIGMA
 
 pytestmark = pytest.mark.slow
 
 T, P_GPA, N_ATOMS = 50.0, 0.1, 32
 T_CONSERVING = T * (N_ATOMS - 1) / N_ATOMS  # see the module docstring
 B, EQUILIBRATE, SAMPLE, DT = 64, 100, 400, 10.0
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class VolumePressure(Callback):

@@ -27,7 +27,6 @@ import scipy.linalg as sl
 import torch
 from ase.calculators.lj import LennardJones as AseLJ
 from ase.filters import FrechetCellFilter, UnitCellFilter
-from conftest import AR_EPSILON, AR_SIGMA, cluster_argon, perturbed_argon, strained, triclinic_argon
 
 from alchemi_lit import Batch
 from alchemi_lit.errors import ConfigError
@@ -35,6 +34,14 @@ from alchemi_lit.integrators import BFGS, LBFGS, CellFilter
 from alchemi_lit.linalg import expm, expm_frechet_adjoint, logm
 from alchemi_lit.models import LennardJones
 from alchemi_lit.units import bar_to_ev_per_a3, gpa_to_ev_per_a3
+from conftest import (
+    AR_EPSILON,
+    AR_SIGMA,
+    cluster_argon,
+    perturbed_argon,
+    strained,
+    triclinic_argon,
+)
 
 DT = torch.float64
 CUTOFF = 8.5

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from ase.filters import UnitCellFilter
 from ase.optimize import FIRE as AseFIRE
 from ase.optimize import LBFGS as AseLBFGS
@@ -28,14 +27,6 @@ from alchemi_lit.errors import ConfigError
 from alchemi_lit.integrators import FIRE, FIRE2, LBFGS, CellFilter
 
 FIRE2_STEPS = 40
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def run(systems, stage, model, fields=("positions", "cell")) -> tuple[al.Results, Recorder]:

@@ -182,6 +182,7 @@ def _cli(*args: str, **kwargs) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("how", ["kill", "sigterm"])
 def test_cli_killed_then_resumed_equals_uninterrupted(tmp_path, how):

@@ -20,7 +20,7 @@ import yaml
 from alchemi_lit.cli import main
 from alchemi_lit.sinks import read_results
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 
 

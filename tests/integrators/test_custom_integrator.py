@@ -15,9 +15,9 @@ import pytest
 from ase import Atoms
 from ase.build import bulk
 from ase.calculators.lj import LennardJones as AseLennardJones
-from conftest import readme_block
 
 from alchemi_lit.hooks import Callback
+from conftest import readme_block
 
 EXAMPLE = readme_block("custom-integrator")
 LJ = {"epsilon": 0.0104, "sigma": 3.40, "rc": 8.5}

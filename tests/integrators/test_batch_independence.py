@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon
 
 import alchemi_lit as al
 from alchemi_lit.hooks import Callback
@@ -27,18 +25,10 @@ from alchemi_lit.integrators import (
 )
 from alchemi_lit.models import LennardJones
 from alchemi_lit.state import Batch
+from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon
 
 STEPS = 40
 TARGET = 9  # the system_id followed
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread is as fast and immune to busy machines."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class Trajectory(Callback):

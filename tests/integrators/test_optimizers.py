@@ -23,23 +23,14 @@ from ase.cluster import Decahedron, Icosahedron, Octahedron
 from ase.constraints import FixAtoms
 from ase.optimize import FIRE as AseFIRE
 from ase.optimize.fire2 import FIRE2 as AseFIRE2
-from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
 
 import alchemi_lit as al
 from alchemi_lit.hooks import Callback
 from alchemi_lit.integrators import FIRE, FIRE2
 from alchemi_lit.models import EMT, LennardJones
+from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
 
 CUTOFF = 8.5
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread is as fast and immune to busy machines."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class Recorder(Callback):

@@ -18,10 +18,10 @@ from ase.build import bulk
 from ase.calculators.emt import EMT as AseEMT
 from ase.calculators.lj import LennardJones as AseLJ
 from ase.calculators.morse import MorsePotential as AseMorse
-from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, strained, triclinic_argon
 
 from alchemi_lit import Batch
 from alchemi_lit.models import EMT, LennardJones, Morse
+from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, strained, triclinic_argon
 
 DT = torch.float64
 MORSE = dict(epsilon=0.012, rho0=6.0, r0=3.8, rcut1=1.9, rcut2=2.7)

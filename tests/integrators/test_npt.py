@@ -27,7 +27,6 @@ from ase.md.bussi import Bussi as AseBussi
 from ase.md.langevinbaoab import LangevinBAOAB
 from ase.md.nose_hoover_chain import MTKNPT as AseMTKNPT
 from ase.md.nose_hoover_chain import IsotropicMTKNPT
-from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, strained, triclinic_argon
 from test_md import SEED, BussiNoise, Recorder, moving_argon, our_atom_normals
 
 import alchemi_lit as al
@@ -39,6 +38,7 @@ from alchemi_lit.integrators import LBFGS, MTKNPT, CellFilter, CRescale, Langevi
 from alchemi_lit.integrators.ops import system_normals
 from alchemi_lit.models import LennardJones
 from alchemi_lit.state import Batch
+from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, strained, triclinic_argon
 
 STEPS = 100
 PRESSURES = [0.3, 0.02]  # GPa, per system_id
@@ -51,14 +51,6 @@ def lj_model() -> LennardJones:
 
 def ase_lj() -> AseLJ:
     return AseLJ(epsilon=AR_EPSILON, sigma=AR_SIGMA, rc=CUTOFF)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def npt_systems(isotropic: bool) -> list:
@@ -439,6 +431,7 @@ def test_bad_parameters_are_refused_or_warned_about() -> None:
 
 def test_systems_without_a_periodic_cell_or_with_fixed_atoms_are_refused() -> None:
     from ase.constraints import FixAtoms
+
     from conftest import cluster_argon
 
     pinned = perturbed_argon(1, 2, seed=1)[0]

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 from ase.io import read
-from conftest import readme_block
 
 from alchemi_lit.cli import CLI, CLIError, main
+from conftest import readme_block
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 COPPER = ROOT / "tests" / "bad_inputs" / "copper.extxyz"
 

@@ -29,7 +29,7 @@ from alchemi_lit.data import SizeAwareSampler, argon_crystals
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 STATUS = re.compile(
     r"(?P<done>[\d.]+[kMG]?)/(?P<mark>[~≤]?)(?P<total>[\d.]+[kMG]?) atom-steps \| "
@@ -48,6 +48,8 @@ systems = argon_crystals(n_systems=2, repeat=2, noise=0.05)          # 2 x 32 at
 sim = al.Simulator(model=LennardJones(0.0104, 3.40, 6.0), stages=VelocityVerlet(dt=1.0, steps=60),
                    callbacks=[ProgressBar(frequency=3)], accelerator="cpu", sync_every=10)
 sim.run(systems)
+print("CHILD-DONE", flush=True)
+input()  # exits once the parent has read everything (a pty loses what is unread at exit)
 """
 
 
@@ -56,7 +58,7 @@ def si_value(text: str) -> float:
     return float(text[:-1] if text[-1] in "kMG" else text) * scale
 
 
-def run_in_pty(code: str, columns: int = 200, timeout: float = 120.0) -> str:
+def run_in_pty(code: str, columns: int = 400, timeout: float = 120.0) -> str:
     """Run ``python -c code`` with a pseudo-terminal as stdout and stderr; its output."""
     import fcntl
     import termios
@@ -69,6 +71,7 @@ def run_in_pty(code: str, columns: int = 200, timeout: float = 120.0) -> str:
     }
     env.pop("NO_COLOR", None)
     env["TERM"] = "xterm-256color"
+    env["COLUMNS"], env["LINES"] = str(columns), "50"  # (rich prefers these to the pty's size)
     child = subprocess.Popen(
         [sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT
     )
@@ -86,6 +89,8 @@ def run_in_pty(code: str, columns: int = 200, timeout: float = 120.0) -> str:
                 if not data:
                     break
                 chunks.append(data)
+                if b"CHILD-DONE" in b"".join(chunks[-2:]):
+                    os.write(master, b"\n")  # everything read: let the child exit
             elif child.poll() is not None:
                 break
     finally:

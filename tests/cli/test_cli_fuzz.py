@@ -241,14 +241,11 @@ def test_seeds_are_valid(workdir: Path) -> None:
         assert status == 0, err
 
 
-@settings(
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(conf=st.one_of(mutated_config(), mutated_config(), mutated_config(), raw_yaml))
-def test_validate_never_crashes(workdir: Path, conf: Any) -> None:
-    status, err = _validate(conf, workdir)
+CONFIGS = st.one_of(mutated_config(), mutated_config(), mutated_config(), raw_yaml)
+
+
+def check_validate_answers(folder: Path, conf: Any) -> None:
+    status, err = _validate(conf, folder)
     assert status in (0, 2), f"status {status} for\n{conf!r}\n{err}"
     assert "Traceback" not in err, err
     errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
@@ -257,3 +254,23 @@ def test_validate_never_crashes(workdir: Path, conf: Any) -> None:
         assert not errors[0].startswith("error: unexpected"), errors[0]
     else:
         assert not errors, err
+
+
+QUICK = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@QUICK
+@given(conf=CONFIGS)
+def test_validate_never_crashes(workdir: Path, conf: Any) -> None:
+    check_validate_answers(workdir, conf)
+
+
+@pytest.mark.slow
+@settings(QUICK, max_examples=1000)
+@given(conf=CONFIGS)
+def test_validate_never_crashes_soak(workdir: Path, conf: Any) -> None:
+    check_validate_answers(workdir, conf)

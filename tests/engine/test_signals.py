@@ -21,7 +21,7 @@ import torch
 from alchemi_lit.data import SizeAwareSampler
 from alchemi_lit.sinks import ZarrSink
 
-SCRIPT = Path(__file__).parent / "scripts" / "interrupt_script.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "interrupt_script.py"
 sys.path.insert(0, str(SCRIPT.parent))
 import interrupt_script  # noqa: E402  (the run the child processes make)
 

@@ -2,7 +2,9 @@
 the CLI, and a rank killed mid-run (the others must stop with an error, not hang).
 
 Each test starts real processes (``tests/scripts/pipeline_script.py``); importing
-Lightning Fabric costs a few seconds per process, so these are the slowest tests.
+Lightning Fabric costs a few seconds per process, so these are the slowest tests:
+all are marked ``slow`` (``make test-slow``); the forked ranks of ``test_pipeline.py`` go
+through the same Fabric launch in ``make test``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from alchemi_lit.sinks import ZarrSink
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(240)]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "scripts" / "pipeline_script.py"
 N_SYSTEMS = 20
 
@@ -112,6 +114,7 @@ def _tail(log: str, n: int = 3000) -> str:
 
 
 # ------------------------------------------------------------------ normal runs
+@pytest.mark.slow
 def test_plain_script_fabric_spawns_rank_1(tmp_path):
     """... and the command returns only after rank 1 has exited, even when rank 1 takes
     seconds longer to shut down than rank 0 (``--linger``)."""
@@ -121,8 +124,7 @@ def test_plain_script_fabric_spawns_rank_1(tmp_path):
     _assert_all_results(tmp_path)
     for r in (0, 1):
         assert not _alive(int((tmp_path / f"pid_rank{r}").read_text())), f"rank {r} still runs"
-
-
+@pytest.mark.slow
 def test_torchrun(tmp_path):
     proc = _start(_torchrun(tmp_path), tmp_path)
     rc, log = _finish(proc, tmp_path, 180)
@@ -146,8 +148,7 @@ def _kill_rank_1_mid_run(cmd: list[str], out: Path) -> tuple[int | None, str, fl
     t0 = time.monotonic()
     rc, log = _finish(proc, out, 60)
     return rc, log, time.monotonic() - t0, int(pids[0].read_text())
-
-
+@pytest.mark.slow
 def test_killed_rank_stops_plain_script_run(tmp_path):
     rc, log, elapsed, pid0 = _kill_rank_1_mid_run(_plain(tmp_path, "--slow", "0.05"), tmp_path)
     assert rc is not None, f"the surviving rank hung after rank 1 was killed:\n{_tail(log)}"
@@ -157,8 +158,7 @@ def test_killed_rank_stops_plain_script_run(tmp_path):
     # rank 0 names the dead rank (unless Fabric's observer killed it first, then says so)
     assert "pipeline rank 1 failed" in log or "terminated with code" in log, _tail(log)
     assert not (tmp_path / "done.json").exists()
-
-
+@pytest.mark.slow
 def test_killed_rank_stops_torchrun(tmp_path):
     rc, log, elapsed, pid0 = _kill_rank_1_mid_run(_torchrun(tmp_path, "--slow", "0.05"), tmp_path)
     assert rc is not None, f"torchrun hung after rank 1 was killed:\n{_tail(log)}"
@@ -193,8 +193,7 @@ data:
   builtin_args: {{n_systems: {n}, min_atoms: 8, max_atoms: 40, seed: 5}}
   sampler: {{max_atoms: 200}}
 """
-
-
+@pytest.mark.slow
 def test_cli_pipeline(tmp_path):
     try:
         import alchemi_lit.cli  # noqa: F401

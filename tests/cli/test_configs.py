@@ -26,7 +26,7 @@ from alchemi_lit import registry
 from alchemi_lit.cli import main
 from alchemi_lit.sinks import read_results
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(ROOT.glob("configs/*.yaml")) + sorted(ROOT.glob("plugins/*/configs/*.yaml"))
 TINY_BUILTIN = {
     "argon": {"n_systems": 2, "repeat": 2},

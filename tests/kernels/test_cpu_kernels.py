@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 from ase.constraints import FixAtoms
-from conftest import perturbed_argon
 
 from alchemi_lit import kernels
 from alchemi_lit import random as rng
@@ -30,6 +29,7 @@ from alchemi_lit.integrators import (
     VelocityVerlet,
 )
 from alchemi_lit.state import Batch
+from conftest import perturbed_argon
 
 pytest.importorskip("numba")
 

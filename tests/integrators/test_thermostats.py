@@ -21,28 +21,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
 
 import alchemi_lit as al
 from alchemi_lit.hooks import Callback
 from alchemi_lit.integrators import FIRE, Berendsen, Bussi, Langevin, NoseHooverChain
 from alchemi_lit.models import LennardJones
 from alchemi_lit.units import kB
+from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
 
 T_TARGET = 60.0
 B = 24
 EQUILIBRATE = 200
 SAMPLE = 800
 DT = 10.0  # fs; argon's vibrations have periods of ~500 fs
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread is as fast and immune to busy machines."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class KineticEnergies(Callback):

@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 import torch
 from ase.units import GPa
-from conftest import AR_EPSILON, AR_SIGMA, cluster_argon
 from rich.console import Console
 from test_cell_filter import crystals
 
@@ -37,14 +36,7 @@ from alchemi_lit.report import report, summarize, summary_table
 from alchemi_lit.sinks import HostMemory, ZarrSink, read_results
 from alchemi_lit.state import ATOM_FIELDS, SYSTEM_FIELDS
 from alchemi_lit.strategies.buffers import BufferConfig
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+from conftest import AR_EPSILON, AR_SIGMA, cluster_argon
 
 
 def lj() -> LennardJones:

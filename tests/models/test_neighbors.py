@@ -10,6 +10,9 @@ import pytest
 import torch
 from ase import Atoms
 from ase.geometry import complete_cell
+
+from alchemi_lit import Batch
+from alchemi_lit.models import LennardJones, NeighborList
 from conftest import (
     cluster_argon,
     mixed_pbc_argon,
@@ -20,9 +23,6 @@ from conftest import (
     slab_argon,
     triclinic_argon,
 )
-
-from alchemi_lit import Batch
-from alchemi_lit.models import LennardJones, NeighborList
 
 DT = torch.float64
 
