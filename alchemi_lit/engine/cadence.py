@@ -16,7 +16,9 @@ loop then books when the forward time the finished atoms waste by staying (their
 of a step's measured time, summed over the steps they stay) reaches the measured cost
 of a bookkeeping: at once with an expensive model, in bunches with a cheap one.  A
 system finished at step ``t`` is thus out of the forward by step ``t + 2`` whenever a
-bookkeeping is cheaper than a forward of it.  An integer keeps the fixed cadence.
+bookkeeping is cheaper than a forward of it.  Where reading the flags costs no wait
+(tensors on the CPU) the view is the step's own, and the system is out by ``t + 1``:
+exactly the atoms needed go through the model.  An integer keeps the fixed cadence.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def check_sync_every(value: Any) -> SyncEvery:
 
 
 class FinishWatch:
-    """The one-step-late view of what bookkeeping would find (see module docstring)."""
+    """The one-step-late view of what bookkeeping would find (the step's own where host
+    reads are free; see the module docstring)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -83,8 +86,9 @@ class FinishWatch:
                 exited.sum() if exited is not None else finished.sum() * 0,
             ]
         )
-        if host_reads_free(flags):
+        if host_reads_free(flags):  # (CPU: no copy to wait for, so no lag either)
             self._pending, self._latest = None, tuple(flags.tolist())
+            self.view = self._latest
             return
         cuda = flags.device.type == "cuda"
         host = torch.empty(3, dtype=flags.dtype, pin_memory=cuda)
