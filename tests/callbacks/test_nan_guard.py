@@ -24,7 +24,10 @@ POISONED = 1  # system_id whose forces turn NaN
 
 
 class PoisonedForces(LennardJones):
-    """LJ whose forces on one atom of system 1 are NaN at evaluation ``at``."""
+    """LJ whose output ``field`` of system 1 turns NaN at evaluation ``at``: the forces
+    on its first atom, or its whole stress (energy and forces fine)."""
+
+    field = "forces"
 
     def __init__(self, at: int | None) -> None:
         super().__init__(epsilon=0.0104, sigma=3.40, cutoff=8.5)
@@ -35,8 +38,9 @@ class PoisonedForces(LennardJones):
         self.calls += 1
         if self.calls == self.at:
             row = int((batch.system_id == POISONED).nonzero())
-            out["forces"] = out["forces"].clone()
-            out["forces"][int(batch.ptr[row])] = float("nan")
+            out[self.field] = out[self.field].clone()
+            index = int(batch.ptr[row]) if self.field == "forces" else row
+            out[self.field][index] = float("nan")
         return out
 
 
@@ -128,21 +132,8 @@ def test_in_place_writer_in_the_failing_step_still_quarantines():
 
 
 # ---------------------------------------------------------------- cell relaxations
-class PoisonedStress(LennardJones):
-    """LJ whose stress of system 1 is NaN at evaluation ``at`` (energy, forces fine)."""
-
-    def __init__(self, at: int | None) -> None:
-        super().__init__(epsilon=0.0104, sigma=3.40, cutoff=8.5)
-        self.at, self.calls = at, 0
-
-    def forward(self, batch: Batch, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
-        out = super().forward(batch, *args, **kwargs)
-        self.calls += 1
-        if self.calls == self.at:
-            row = int((batch.system_id == POISONED).nonzero())
-            out["stress"] = out["stress"].clone()
-            out["stress"][row] = float("nan")
-        return out
+class PoisonedStress(PoisonedForces):
+    field = "stress"
 
 
 def run_cell(model: LennardJones, poison_cell_at: int | None = None):

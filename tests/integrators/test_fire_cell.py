@@ -19,7 +19,7 @@ from ase.optimize import FIRE as AseFIRE
 from ase.optimize import LBFGS as AseLBFGS
 from ase.optimize.fire2 import FIRE2 as AseFIRE2
 from test_cell_filter import ExactFrechet, per_system_filter
-from test_optimizers import Recorder
+from test_md import Recorder
 from test_quasi_newton import MODELS
 
 import alchemi_lit as al

@@ -23,42 +23,14 @@ from ase.cluster import Decahedron, Icosahedron, Octahedron
 from ase.constraints import FixAtoms
 from ase.optimize import FIRE as AseFIRE
 from ase.optimize.fire2 import FIRE2 as AseFIRE2
+from test_md import Recorder
 
 import alchemi_lit as al
-from alchemi_lit.hooks import Callback
 from alchemi_lit.integrators import FIRE, FIRE2
 from alchemi_lit.models import EMT, LennardJones
 from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
 
 CUTOFF = 8.5
-
-
-class Recorder(Callback):
-    """Positions (and chosen system fields) after every step, by system_id and step."""
-
-    def __init__(self, fields: tuple[str, ...] = ("positions",)) -> None:
-        super().__init__()
-        self.fields = fields
-        self.data: dict[int, dict[int, dict[str, np.ndarray]]] = {}
-
-    def after_step(self, ctx) -> None:
-        b = ctx.batch
-        ptr = b.ptr.tolist()
-        for row, (sid, t) in enumerate(zip(b.system_id.tolist(), b.total_steps.tolist())):
-            frames = self.data.setdefault(sid, {})
-            if t in frames:
-                continue
-            frames[t] = {
-                f: (
-                    getattr(b, f)[ptr[row] : ptr[row + 1]]
-                    if b.field_kind(f) == "atom"
-                    else getattr(b, f)[row]
-                )
-                .detach()
-                .clone()
-                .numpy()
-                for f in self.fields
-            }
 
 
 class Counted:

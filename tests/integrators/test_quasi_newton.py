@@ -23,7 +23,7 @@ from ase.optimize import BFGS as AseBFGS
 from ase.optimize import FIRE as AseFIRE
 from ase.optimize import LBFGS as AseLBFGS
 from test_cell_filter import SETTINGS, ExactFrechet, crystals, per_system_filter
-from test_optimizers import Recorder
+from test_md import Recorder
 
 import alchemi_lit as al
 from alchemi_lit import kernels
