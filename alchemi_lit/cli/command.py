@@ -10,6 +10,7 @@ items by index, which jsonargparse does not parse (see :mod:`.config`).
 from __future__ import annotations
 
 import sys
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from .errors import CLIError, explain_jsonargparse
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from .app import CLI
 
 
-class Command:
+class Command(ABC):
     """One ``alchemi-lit NAME ...`` command.  Subclass it, set :attr:`help`, declare the
     options in :meth:`add_arguments` and do the work in :meth:`execute`."""
 
@@ -26,11 +27,13 @@ class Command:
     help: str = ""
 
     def add_arguments(self, parser: Any) -> None:
-        """Declare the command's options on ``parser`` (a jsonargparse ArgumentParser)."""
+        """Declare the command's options on ``parser`` (a jsonargparse ArgumentParser);
+        a command without options keeps this default, which declares none."""
+        return None
 
+    @abstractmethod
     def execute(self, cli: CLI, cfg: Any) -> int:
         """Do the work with the parsed options ``cfg``; return the exit status."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement execute()")
 
     def invoke(self, cli: CLI, name: str, args: list[str]) -> int:
         """Parse ``args`` (what follows ``alchemi-lit NAME``) and execute."""

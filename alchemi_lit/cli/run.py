@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .argv import split_argv
 from .build import Built, build, check_structures
@@ -16,6 +16,13 @@ from .errors import CLIError
 
 if TYPE_CHECKING:
     from .app import CLI
+
+
+class RunRequest(NamedTuple):
+    """What ``run``/``validate`` parsed: the split command line and the resolved config."""
+
+    argv: Any
+    config: Any
 
 
 class RunCommand(Command):
@@ -30,6 +37,8 @@ class RunCommand(Command):
         )
 
     def invoke(self, cli: CLI, name: str, args: list[str]) -> int:
+        """Parsed by the CLI's own config parser (the whole ``simulator``/``data``
+        tree, ``--resume``, per-class help), not by :meth:`add_arguments`."""
         from .help import class_help
 
         req = split_argv(args)
@@ -37,8 +46,11 @@ class RunCommand(Command):
             code = class_help(f"{cli.prog} {name}", *req.help)
             if code is not None:
                 return code
-        resolved = cli.parse(name, req)
-        resolved = cli.before_instantiate(resolved)
+        return self.execute(cli, RunRequest(req, cli.parse(name, req)))
+
+    def execute(self, cli: CLI, cfg: RunRequest) -> int:
+        req = cfg.argv
+        resolved = cli.before_instantiate(cfg.config)
         resume = None if req.resume is False else req.resume  # PATH, or True: the default
         resuming = not self.validate and resume is not None
         built = build(resolved, resuming, simulator=cli.build_simulator)

@@ -10,6 +10,7 @@ Linux's ``/proc``).  How the budget is found from the readings:
 from __future__ import annotations
 
 import ctypes
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,27 +19,29 @@ import torch
 from ..errors import ConfigError
 
 
-class MemoryReader:
+class MemoryReader(ABC):
     """Where a probe's peak memory and the free memory are read (a device's or the
     process's).  ``resolution`` (bytes): growths below it are noise."""
 
     name = "memory"
     resolution = 2**20
 
+    @abstractmethod
     def start(self) -> None:
         """Forget earlier peaks: :meth:`peak_growth` counts from here."""
-        raise NotImplementedError
 
+    @abstractmethod
     def peak_growth(self) -> int:
         """Bytes the peak rose above the level at :meth:`start`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def available(self) -> int:
         """Bytes the run may still take."""
-        raise NotImplementedError
 
     def release(self) -> None:
-        """Hand back what probing left cached (called once probing is done)."""
+        """Hand back what probing left cached (called once probing is done); a reader
+        that caches nothing keeps this default."""
+        return None
 
 
 class CudaMemoryReader(MemoryReader):
