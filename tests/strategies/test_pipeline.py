@@ -148,8 +148,11 @@ def assert_same(
     assert torch.equal(got.status, expected), "status differs"
 
 
-def _record_outcomes(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
-    """Every (forked) rank writes how its worker ended to ``folder/rank<r>.json``."""
+@pytest.fixture
+def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder where every (forked) rank writes how its worker ended, ``rank<r>.json``."""
+    folder = tmp_path / "records"
+    folder.mkdir()
     original = PipelineWorker.run
 
     def recorded(self):
@@ -168,6 +171,7 @@ def _record_outcomes(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
         return out
 
     monkeypatch.setattr(PipelineWorker, "run", recorded)
+    return folder
 
 
 def _outcomes(folder: Path, world: int) -> dict[int, dict]:
@@ -516,12 +520,9 @@ class FailingLJ(LennardJones):
     ("fail_rank", "mode"),
     [(1, "sync"), (1, "async_recv"), (1, "fully_async"), (2, "sync"), (0, "fully_async")],
 )
-def test_failing_rank_stops_every_rank_and_keeps_results(tmp_path, monkeypatch, fail_rank, mode):
+def test_failing_rank_stops_every_rank_and_keeps_results(tmp_path, records, fail_rank, mode):
     """A model error on one rank ends every rank with a PipelineError naming that rank and
     its exception text, well within the timeout; the last rank keeps what it finished."""
-    records = tmp_path / "records"
-    records.mkdir()
-    _record_outcomes(monkeypatch, records)
     path = tmp_path / "results.zarr"
     sim = al.Simulator(
         model=FailingLJ(fail_rank, 40, epsilon=0.0104, sigma=3.40, cutoff=6.0),
@@ -615,12 +616,9 @@ class StallingLJ(LennardJones):
 STALL = 4.0
 
 
-def test_silent_rank_is_named_after_the_timeout(tmp_path, monkeypatch):
+def test_silent_rank_is_named_after_the_timeout(records):
     """A live rank that stops answering makes its neighbour fail after ``timeout``
     (not after gloo's default 30 minutes), naming the silent rank."""
-    records = tmp_path / "records"
-    records.mkdir()
-    _record_outcomes(monkeypatch, records)
     sim = al.Simulator(
         model=StallingLJ(at=8, seconds=STALL),
         stages=relax() | md(),
@@ -640,10 +638,7 @@ def test_silent_rank_is_named_after_the_timeout(tmp_path, monkeypatch):
     assert outcomes[1]["failed_rank"] == 0
 
 
-def test_mismatched_buffer_config_fails_at_setup_on_every_rank(tmp_path, monkeypatch):
-    records = tmp_path / "records"
-    records.mkdir()
-    _record_outcomes(monkeypatch, records)
+def test_mismatched_buffer_config_fails_at_setup_on_every_rank(monkeypatch, records):
     original = PipelineWorker.setup
 
     def setup(self):
@@ -661,10 +656,7 @@ def test_mismatched_buffer_config_fails_at_setup_on_every_rank(tmp_path, monkeyp
     assert "rank 1" in str(info.value) and "buffer" in str(info.value)
 
 
-def test_mismatched_plan_fails_at_setup(tmp_path, monkeypatch):
-    records = tmp_path / "records"
-    records.mkdir()
-    _record_outcomes(monkeypatch, records)
+def test_mismatched_plan_fails_at_setup(monkeypatch, records):
     original = PipelineWorker.setup
 
     def setup(self):
