@@ -98,9 +98,8 @@ def test_a_primitive_runs_the_backend_that_accepts_its_inputs():
 
 @pytest.fixture
 def batch():
-    from conftest import perturbed_argon
-
     from alchemi_lit.state import Batch
+    from conftest import perturbed_argon
 
     b = Batch.from_atoms(perturbed_argon(2, repeat=1, seed=0), dtype=torch.float64)
     b.forces = torch.ones_like(b.positions)

@@ -16,9 +16,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from conftest import TOY_DIST, TOY_SRC, check_toy_plugin_is_ours
-
 from alchemi_lit import registry
+from conftest import TOY_DIST, TOY_SRC, check_toy_plugin_is_ours
 
 
 def test_installed_copy_is_this_checkouts(toy_plugin_site: Path) -> None:

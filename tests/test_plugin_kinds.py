@@ -15,7 +15,6 @@ import pytest
 import torch
 import yaml
 from ase.io import write
-from conftest import add_entry_point
 
 from alchemi_lit import Simulator, registry
 from alchemi_lit.cli import main
@@ -27,6 +26,7 @@ from alchemi_lit.models import LennardJones
 from alchemi_lit.registry import Entry, PluginLoadError
 from alchemi_lit.sinks import read_results
 from alchemi_lit.strategies import SingleDeviceStrategy, Strategy
+from conftest import add_entry_point
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"

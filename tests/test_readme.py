@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from ase import Atoms
+
 from conftest import README, readme_blocks
 
 # Shrink the examples; everything else runs verbatim.

@@ -11,6 +11,10 @@ from ase import Atoms
 from ase.calculators.singlepoint import SinglePointCalculator
 from ase.constraints import FixAtoms, FixBondLength, FixCartesian
 from ase.md import velocitydistribution
+
+from alchemi_lit import Batch, StructureError
+from alchemi_lit.errors import StructureWarning
+from alchemi_lit.state import ATOM_FIELDS, EXIT_CONVERGED, EXIT_MAX_STEPS, SYSTEM_FIELDS
 from conftest import (
     cluster_argon,
     mixed_pbc_argon,
@@ -19,10 +23,6 @@ from conftest import (
     slab_argon,
     triclinic_argon,
 )
-
-from alchemi_lit import Batch, StructureError
-from alchemi_lit.errors import StructureWarning
-from alchemi_lit.state import ATOM_FIELDS, EXIT_CONVERGED, EXIT_MAX_STEPS, SYSTEM_FIELDS
 
 DT = torch.float64
 # ASE >= 3.26 deprecates MaxwellBoltzmannDistribution in favour of thermalize_momenta

@@ -18,7 +18,6 @@ import torch
 from ase import Atoms
 from ase.calculators.lj import LennardJones as AseLJ
 from ase.constraints import FixAtoms, FixBondLength, FixCartesian
-from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, triclinic_argon
 
 import alchemi_lit as al
 from alchemi_lit.data import read_structures
@@ -26,6 +25,7 @@ from alchemi_lit.errors import BatchError, StructureError, StructureWarning
 from alchemi_lit.models import LennardJones
 from alchemi_lit.sinks import ZarrSink
 from alchemi_lit.state import ARRAYS_KEY, system_name, validate_atoms
+from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, triclinic_argon
 
 DT = torch.float64
 IDS = [10, 11, 30, 12]  # the bad structure goes to index 2: "system 2 (system_id 30)"
