@@ -105,10 +105,13 @@ def test_positions_only_match_ase(optimizer, model: str) -> None:
     print(f"{optimizer.__name__}/{model}: worst deviation from ASE {worst:.1e} Å")
 
 
-CELL_CASES = [(BFGS, "frechet", "lj"), (BFGS, "unit", "lj"), (LBFGS, "unit", "lj")]
-CELL_CASES += [(BFGS, "frechet", "emt"), (LBFGS, "unit", "emt")]
-CELL_CASES += [(FIRE, "frechet", "lj"), (FIRE, "unit", "lj"), (FIRE, "frechet", "emt")]
-CELL_CASES += [(FIRE, "unit", "emt")]
+# Every optimizer, filter kind and model is in the fast tier; the rest of the matrix is slow.
+_SLOW = pytest.mark.slow
+CELL_CASES = [(BFGS, "frechet", "lj"), (LBFGS, "unit", "emt"), (FIRE, "frechet", "emt")]
+CELL_CASES += [(FIRE, "unit", "lj")]
+_SLOW_CASES = [(BFGS, "unit", "lj"), (LBFGS, "unit", "lj"), (BFGS, "frechet", "emt")]
+_SLOW_CASES += [(FIRE, "frechet", "lj"), (FIRE, "unit", "emt")]
+CELL_CASES += [pytest.param(*case, marks=_SLOW) for case in _SLOW_CASES]
 
 
 @pytest.mark.parametrize(("optimizer", "kind", "model"), CELL_CASES)

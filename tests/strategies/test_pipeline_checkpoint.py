@@ -61,7 +61,7 @@ def assert_stores_equal(a: Path, b: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("mode", ["sync", "async_recv"])
+@pytest.mark.parametrize("mode", [pytest.param("sync", marks=pytest.mark.slow), "async_recv"])
 def test_pipeline_resume_after_rank_failure_is_bit_identical(tmp_path, mode):
     make(tmp_path / "full", mode).run(SizeAwareSampler(DATA, max_atoms=250))
 
