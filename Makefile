@@ -30,7 +30,7 @@ test: install-test  ## lint, then the test-suite without the slow tests (CPU, < 
 	$(PY) -m ruff check --no-cache .
 	$(PYTEST) -n 2 -m "not slow"
 
-test-slow: install-test  ## the slow tests only (about 10 min on 2 cores)
+test-slow: install-test  ## the slow tests only (about 5 min on 2 cores)
 	$(PYTEST) -n 2 -m slow
 
 test-all: install-test  ## lint, then every test
