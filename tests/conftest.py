@@ -24,8 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from ase import Atoms
 from ase.build import bulk
+
+from alchemi_lit.models import LennardJones
 
 AR_A = 5.26
 AR_EPSILON = 0.0104
@@ -256,6 +259,23 @@ def _uninstall_toy_plugin() -> None:
     sys.modules.pop("alchemi_lit_toy", None)
     importlib.invalidate_caches()
     shutil.rmtree(_toy.pop("tmp"), ignore_errors=True)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- models
+class PoisonedLJ(LennardJones):
+    """Argon LJ whose energy turns NaN for system 1 from the 4th evaluation on (what
+    NaNGuard quarantines)."""
+
+    def __init__(self, cutoff: float = 8.5) -> None:
+        super().__init__(epsilon=AR_EPSILON, sigma=AR_SIGMA, cutoff=cutoff)
+        self.calls = 0
+
+    def forward(self, batch, *args, **kwargs):  # type: ignore[override]
+        out = super().forward(batch, *args, **kwargs)
+        self.calls += 1
+        if self.calls > 3:
+            out["energy"] = torch.where(batch.system_id == 1, float("nan"), out["energy"])
+        return out
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -34,6 +34,7 @@ from alchemi_lit.models import LennardJones
 from alchemi_lit.report import read_store_runs, report, stage_names_from_plan
 from alchemi_lit.sinks import HostMemory, ZarrSink, read_results
 from alchemi_lit.state import EXIT_RUNNING
+from conftest import PoisonedLJ
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = mixed_argon(10, 8, 30, seed=5)
@@ -230,25 +231,12 @@ def test_pipeline_store_has_global_stage_labels_energies_and_stats(tmp_path: Pat
 
 
 # ---------------------------------------------------------------------- quarantine
-class PoisonedLJ(LennardJones):
-    """Energy of system 1 turns NaN after a few calls (NaNGuard quarantines it)."""
-
-    def __init__(self) -> None:
-        super().__init__(0.0104, 3.40, 6.0)
-        self.calls = 0
-
-    def forward(self, batch, *args, **kwargs):  # type: ignore[override]
-        out = super().forward(batch, *args, **kwargs)
-        self.calls += 1
-        if self.calls > 3:
-            out["energy"] = torch.where(batch.system_id == 1, float("nan"), out["energy"])
-        return out
-
-
 def test_quarantined_systems_have_no_stage_exit_energy(tmp_path: Path) -> None:
     store = tmp_path / "q.zarr"
     sim = al.Simulator(
-        model=PoisonedLJ(), stages=VelocityVerlet(dt=1.0, steps=12), sinks=[ZarrSink(store)]
+        model=PoisonedLJ(cutoff=6.0),
+        stages=VelocityVerlet(dt=1.0, steps=12),
+        sinks=[ZarrSink(store)],
     )
     res = sim.run(DATA[:3])
     assert res.exit_reasons == ["completed", "non_finite", "completed"]

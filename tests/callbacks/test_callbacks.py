@@ -25,6 +25,7 @@ from alchemi_lit.callbacks import (
 )
 from alchemi_lit.integrators import FIRE, VelocityVerlet
 from alchemi_lit.models import LennardJones
+from conftest import PoisonedLJ
 
 H = HookStageEnum
 
@@ -113,21 +114,6 @@ def test_logger_level_and_validation(log_messages) -> None:
         Logger(level="LOUD")
     with pytest.raises(TypeError):
         Logger(level=None)  # type: ignore[arg-type]
-
-
-class PoisonedLJ(LennardJones):
-    """LJ whose energy turns NaN for system 1 from the 4th evaluation on."""
-
-    def __init__(self) -> None:
-        super().__init__(epsilon=0.0104, sigma=3.40, cutoff=8.5)
-        self.calls = 0
-
-    def forward(self, batch, *args, **kwargs):  # type: ignore[override]
-        out = super().forward(batch, *args, **kwargs)
-        self.calls += 1
-        if self.calls > 3:
-            out["energy"] = torch.where(batch.system_id == 1, float("nan"), out["energy"])
-        return out
 
 
 def test_logger_and_trajectory_see_quarantined_systems(log_messages, tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from alchemi_lit.data import SizeAwareSampler
 from alchemi_lit.engine.interrupt import RunInterrupted
@@ -54,14 +53,6 @@ def reference(tmp_path_factory):
     return ZarrSink(out / "results.zarr").read_batch()
 
 
-def _assert_equal(a, b) -> None:
-    assert a.system_id.tolist() == b.system_id.tolist()
-    for key in ("positions", "velocities", "forces"):
-        assert torch.equal(a.atom[key], b.atom[key]), key
-    for key in ("energy", "total_steps", "converged", "exit_code"):
-        assert torch.equal(a.system[key], b.system[key]), key
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
 def test_a_signal_saves_every_finished_system_and_a_resume_completes_the_run(
     tmp_path, reference, sig
@@ -78,6 +69,6 @@ def test_a_signal_saves_every_finished_system_and_a_resume_completes_the_run(
     assert saved.num_systems < len(interrupt_script.data())
     assert exc.results is not None and len(exc.results) == saved.num_systems
     ref = reference.select([reference.system_id.tolist().index(s) for s in saved.system_id])
-    _assert_equal(ref, saved)
+    interrupt_script.assert_same_results(ref, saved)
     _run(tmp_path, resume=True)
-    _assert_equal(reference, ZarrSink(store).read_batch())
+    interrupt_script.assert_same_results(reference, ZarrSink(store).read_batch())

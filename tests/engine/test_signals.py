@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from alchemi_lit.data import SizeAwareSampler
 from alchemi_lit.sinks import ZarrSink
@@ -60,14 +59,6 @@ def _interrupt(out: Path, sig: int, *args: str) -> tuple[int, str]:
     return proc.returncode, err.decode()
 
 
-def _assert_equal(a, b) -> None:
-    assert a.system_id.tolist() == b.system_id.tolist()
-    for key in ("positions", "velocities", "forces"):
-        assert torch.equal(a.atom[key], b.atom[key]), key
-    for key in ("energy", "total_steps", "converged", "exit_code"):
-        assert torch.equal(a.system[key], b.system[key]), key
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     ("sig", "pipeline"),
@@ -86,7 +77,7 @@ def test_a_signal_without_checkpoint_keeps_every_finished_system(
     assert saved.num_systems < len(interrupt_script.data())
     # each saved system is finished and equals the uninterrupted run's
     ref = reference.select([reference.system_id.tolist().index(s) for s in saved.system_id])
-    _assert_equal(ref, saved)
+    interrupt_script.assert_same_results(ref, saved)
     text = (tmp_path / "interrupted.txt").read_text()
     assert text.splitlines()[0] == str(int(sig))
     assert signal.Signals(sig).name in text and str(store) in text, text
@@ -94,7 +85,7 @@ def test_a_signal_without_checkpoint_keeps_every_finished_system(
     proc = _start(tmp_path, "--resume", *flag)
     _, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err.decode()[-3000:]
-    _assert_equal(reference, ZarrSink(store).read_batch())
+    interrupt_script.assert_same_results(reference, ZarrSink(store).read_batch())
 
 
 CLI_CONFIG = """

@@ -15,6 +15,8 @@ import argparse
 import time
 from pathlib import Path
 
+import torch
+
 import alchemi_lit as al
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
 from alchemi_lit.engine.interrupt import RunInterrupted
@@ -68,6 +70,15 @@ class Ready(Callback):
             (self.out / "ready").touch()
         if (self.out / "ready").exists():
             time.sleep(0.05)
+
+
+def assert_same_results(a: al.Batch, b: al.Batch) -> None:
+    """Two read-back batches of this run hold the same systems, bit for bit."""
+    assert a.system_id.tolist() == b.system_id.tolist()
+    for key in ("positions", "velocities", "forces"):
+        assert torch.equal(a.atom[key], b.atom[key]), key
+    for key in ("energy", "total_steps", "converged", "exit_code"):
+        assert torch.equal(a.system[key], b.system[key]), key
 
 
 def main() -> None:
