@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from crystals import unpack
-from mlip_counting import CallTimer, mace_probe, sevennet_probe
+from mlip_counting import CallTimer, counted_run, mace_probe, sevennet_probe
 
 
 def reply(obj: dict[str, Any]) -> None:
@@ -176,12 +176,7 @@ class Worker:
         done = converged_fn(final, None).cpu().numpy()
         fmax_final = ts.system_wise_max_force(final).double().cpu().numpy()
         return {
-            "wall": wall,
-            "model_s": self.timer.seconds,
-            "forward_calls": self.probe.calls,
-            "atoms_through": self.probe.atoms,
-            "edges_through": self.probe.edges,
-            "atoms_per_call": self.probe.atoms_per_call,
+            **counted_run(wall, self.probe, self.timer),
             "steps": steps.tolist(),
             "first_met": first_met.tolist(),
             "converged": done.tolist(),
@@ -215,11 +210,7 @@ class Worker:
             masses=final.masses, momenta=final.momenta, system_idx=final.system_idx
         )
         return {
-            "wall": wall,
-            "model_s": self.timer.seconds,
-            "forward_calls": self.probe.calls,
-            "atoms_through": self.probe.atoms,
-            "edges_through": self.probe.edges,
+            **counted_run(wall, self.probe, self.timer),
             "temperature": temps.double().cpu().tolist(),
             "finite": bool(self.torch.isfinite(final.positions).all()),
         }

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from common import environment_line, format_table, gate_arguments, gate_from, median, setup_threads
 from crystals import crystal_set, quick_set
-from mlip_counting import CallTimer, mace_probe
+from mlip_counting import CallTimer, counted_run, mace_probe
 
 TOLERANCE = {"energy": 2e-5, "forces": 5e-4}  # eV/atom, eV/Å: float32 MACE, two wrappers
 
@@ -78,11 +78,7 @@ class AlchemiMace:
             wall = time.perf_counter() - t0
         b = res.batch
         return {
-            "wall": wall,
-            "model_s": self.timer.seconds,
-            "forward_calls": self.probe.calls,
-            "atoms_through": self.probe.atoms,
-            "edges_through": self.probe.edges,
+            **counted_run(wall, self.probe, self.timer),
             "finite": bool(np.isfinite(b.positions.numpy()).all()),
             "steps": res.steps.tolist(),
         }

@@ -131,3 +131,17 @@ def mace_probe() -> NetworkProbe:
     from mace.modules.models import ScaleShiftMACE
 
     return NetworkProbe(ScaleShiftMACE, ("node_attrs", "batch"), "edge_index")
+
+
+def counted_run(wall: float, probe: NetworkProbe, timer: CallTimer) -> dict[str, Any]:
+    """The part of every engine's result that the probes measured: ``wall`` (s),
+    ``model_s`` (s in the model call), ``forward_calls``, ``atoms_through``,
+    ``edges_through`` and ``atoms_per_call`` on the network."""
+    return {
+        "wall": wall,
+        "model_s": timer.seconds,
+        "forward_calls": probe.calls,
+        "atoms_through": probe.atoms,
+        "edges_through": probe.edges,
+        "atoms_per_call": list(probe.atoms_per_call),
+    }

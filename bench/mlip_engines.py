@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import numpy as np
-from mlip_counting import CallTimer, sevennet_probe
+from mlip_counting import CallTimer, counted_run, sevennet_probe
 
 
 def cell_relax_stage(fmax: float, max_steps: int) -> tuple[Any, str]:
@@ -79,13 +79,8 @@ class AlchemiEngine:
         steps = res.steps.tolist()
         converged = res.converged.tolist()
         return {
-            "wall": wall,
-            "model_s": self.timer.seconds,
-            "forward_calls": self.probe.calls,
+            **counted_run(wall, self.probe, self.timer),
             "loop_forward_calls": int(res.stats.get("forward_calls", -1)),
-            "atoms_through": self.probe.atoms,
-            "edges_through": self.probe.edges,
-            "atoms_per_call": list(self.probe.atoms_per_call),
             "steps": steps,
             "first_met": [s if c else -1 for s, c in zip(steps, converged)],
             "converged": converged,
@@ -147,12 +142,7 @@ class AseEngine:
                 positions.append(a.positions)
             wall = time.perf_counter() - t0
         return {
-            "wall": wall,
-            "model_s": self.timer.seconds,
-            "forward_calls": self.probe.calls,
-            "atoms_through": self.probe.atoms,
-            "edges_through": self.probe.edges,
-            "atoms_per_call": list(self.probe.atoms_per_call),
+            **counted_run(wall, self.probe, self.timer),
             "first_met": [s if c else -1 for s, c in zip(out["steps"], out["converged"])],
             "positions": np.concatenate(positions).tolist(),
             **out,
