@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from alchemi_lit.models.base import Model
+from alchemi_lit.models.fx_slim import slim_graph_modules
 from alchemi_lit.models.neighbors import Edges
 from alchemi_lit.state import Batch
 
@@ -131,6 +132,10 @@ class MACE(Model):
         trust_pickle: allow unpickling ``model_path`` (runs code from the file).
         skin: Verlet skin of the neighbour list (Å).
         compute_stress: return the stress in every call (else only when asked).
+        slim_graphs: remove dead nodes and per-instruction slices from e3nn's generated
+            tensor-product code (:mod:`alchemi_lit.models.fx_slim`): the same energies,
+            forces equal to round-off, a cheaper backward pass.  ``False`` runs mace's
+            graphs untouched.
     """
 
     def __init__(
@@ -142,6 +147,7 @@ class MACE(Model):
         trust_pickle: bool = False,
         skin: float = 1.0,
         compute_stress: bool = True,
+        slim_graphs: bool = True,
     ) -> None:
         if model_path is None and random_init is None:
             raise ValueError("give model_path (a local MACE checkpoint) or random_init")
@@ -153,6 +159,9 @@ class MACE(Model):
         for p in net.parameters():
             p.requires_grad_(False)
         self.net = net
+        self.slim_graphs = slim_graphs
+        if slim_graphs:
+            slim_graph_modules(net)
         self.model_path = model_path
         self.random_init = random_init
         self.compute_dtype = _DTYPES[dtype] if dtype is not None else None

@@ -1,6 +1,7 @@
 """MACE plugin: random MACE-MP-0 architecture, parity with mace's own calculator, safety.
 
-Parity: the same module (a deep copy) evaluated by ``mace.calculators.MACECalculator``
+Parity: the same weights, in a module whose e3nn code is left untouched (ours runs it
+slimmed, see alchemi_lit.models.fx_slim), evaluated by ``mace.calculators.MACECalculator``
 one structure at a time -- mace's own graph construction (matscipy), edge vectors from
 positions and shifts, forces and stress from its own autograd on positions and a
 symmetric strain -- against one forward of our batch, all in float64.  Measured
@@ -14,7 +15,6 @@ compares the code paths, not physics.
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import os
 import pickle
@@ -95,6 +95,13 @@ def model(built: dict) -> MACE:
     return built["model"]
 
 
+@pytest.fixture(scope="module")
+def untouched_net(model: MACE) -> torch.nn.Module:
+    """The reference network: ``model``'s weights with mace's e3nn code as generated."""
+    assert model.slim_graphs
+    return MACE(random_init="small", seed=0, slim_graphs=False).net.to(torch.float64)
+
+
 def test_random_small_is_the_mace_mp_small_architecture(model: MACE) -> None:
     assert num_parameters(model.net) == 3_847_696  # MACE-MP-0 small: 3.85 M
     assert model.cutoff == 6.0
@@ -122,7 +129,7 @@ def test_environment_and_torch_load_default_unchanged(built: dict, tmp_path) -> 
         torch.load(path)
 
 
-def test_batch_matches_mace_calculator_float64(model: MACE) -> None:
+def test_batch_matches_mace_calculator_float64(model: MACE, untouched_net) -> None:
     with mace_import_guard():
         from mace.calculators import MACECalculator
 
@@ -130,7 +137,7 @@ def test_batch_matches_mace_calculator_float64(model: MACE) -> None:
     batch = Batch.from_atoms(atoms, dtype=torch.float64)
     out = model(batch)  # four structures, one forward; the network follows the batch dtype
     assert model.net_dtype == torch.float64
-    calc = MACECalculator(models=copy.deepcopy(model.net), device="cpu", default_dtype="float64")
+    calc = MACECalculator(models=untouched_net, device="cpu", default_dtype="float64")
     ptr = batch.ptr.tolist()
     for b, a in enumerate(atoms):
         a = a.copy()
@@ -176,7 +183,9 @@ def test_arguments_are_checked() -> None:
         MACE(model_path="/nonexistent/model.pt")
 
 
-def test_stress_matches_mace_calculator_on_strained_triclinic_cells(model: MACE) -> None:
+def test_stress_matches_mace_calculator_on_strained_triclinic_cells(
+    model: MACE, untouched_net
+) -> None:
     """Stress drives the cell filters: checked on sheared primitive cells (float64)."""
     with mace_import_guard():
         from mace.calculators import MACECalculator
@@ -189,7 +198,7 @@ def test_stress_matches_mace_calculator_on_strained_triclinic_cells(model: MACE)
         a.positions += rng.normal(scale=0.05, size=a.positions.shape)
         atoms.append(a)
     out = model(Batch.from_atoms(atoms, dtype=torch.float64))
-    calc = MACECalculator(models=copy.deepcopy(model.net), device="cpu", default_dtype="float64")
+    calc = MACECalculator(models=untouched_net, device="cpu", default_dtype="float64")
     for b, a in enumerate(atoms):
         a.calc = calc
         ref = a.get_stress(voigt=False)

@@ -24,6 +24,10 @@ How the network is fed:
   cutoff function is *not* zero beyond the cutoff (it is a polynomial that the original
   neighbour list never evaluates there).  They are dropped by indexing, which also
   saves the network ~40 % of its edge work with the default 1 Å skin.
+* e3nn's generated tensor-product code is slimmed (dead outer products removed, the
+  per-instruction slices of the edge weights fused into one split) unless
+  ``slim_graphs=False``: the backward pass no longer zero-fills a whole-size gradient
+  per slice (see :mod:`alchemi_lit.models.fx_slim`).
 
 Precision: SevenNet-0 was trained and ships in float32 and its one-hot embedding is
 hard-coded to float32, so the network always runs in float32 (``.double()`` on this
@@ -51,6 +55,7 @@ from typing import Any
 import torch
 
 from alchemi_lit.models.base import Model, per_system_sum
+from alchemi_lit.models.fx_slim import slim_graph_modules
 from alchemi_lit.models.neighbors import Edges
 from alchemi_lit.state import Batch
 
@@ -189,10 +194,18 @@ class SevenNet(Model):
             of a SevenNet checkpoint file.  Nothing is downloaded.
         skin: Verlet skin of the neighbour list (Å).
         compute_stress: return the stress in every call (else only when asked).
+        slim_graphs: remove dead nodes and per-instruction slices from e3nn's generated
+            tensor-product code (:mod:`alchemi_lit.models.fx_slim`): the same energies,
+            forces equal to float32 round-off, a cheaper backward pass.  ``False`` runs
+            sevenn's graphs untouched.
     """
 
     def __init__(
-        self, checkpoint: str = "sevennet-0", skin: float = 1.0, compute_stress: bool = True
+        self,
+        checkpoint: str = "sevennet-0",
+        skin: float = 1.0,
+        compute_stress: bool = True,
+        slim_graphs: bool = True,
     ) -> None:
         sevenn = _import_sevenn()
         keys = sevenn._keys
@@ -225,6 +238,9 @@ class SevenNet(Model):
         for p in net.parameters():
             p.requires_grad_(False)
         self.net = net.float()
+        self.slim_graphs = slim_graphs
+        if slim_graphs:
+            slim_graph_modules(self.net)
         type_map: dict[int, int] = {int(z): int(i) for z, i in config[keys.TYPE_MAP].items()}
         self.supported_elements = frozenset(type_map)
         self._key_z = keys.ATOMIC_NUMBERS

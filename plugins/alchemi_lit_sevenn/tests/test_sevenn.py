@@ -13,6 +13,7 @@ eV/atom, forces 5.1e-7 eV/Å, stress 9.8e-9 eV/Å^3; float32 batch, 4.8e-7 eV/at
 from __future__ import annotations
 
 import importlib.util
+import operator
 import os
 import pickle
 import warnings
@@ -148,6 +149,32 @@ def test_parity_with_sevenn_calculator(model: SevenNet, reference, dtype: torch.
         assert abs(e - e_ref) / len(a) < 1e-5, (b, e, e_ref)
         np.testing.assert_allclose(f, f_ref, rtol=0, atol=1e-4)
         np.testing.assert_allclose(s, s_ref, rtol=0, atol=1e-4)
+
+
+def graph_slices(network: torch.nn.Module) -> int:
+    """Slicing nodes (``x[..., a:b]``) in the network's generated code."""
+    graphs = [m.graph for m in network.modules() if isinstance(m, torch.fx.GraphModule)]
+    return sum(
+        1
+        for graph in graphs
+        for n in graph.nodes
+        if n.target is operator.getitem and isinstance(n.args[1], tuple)
+    )
+
+
+def test_slimmed_graphs_equal_sevenns_own(model: SevenNet) -> None:
+    """The default network runs e3nn's code slimmed (alchemi_lit.models.fx_slim); the
+    untouched one must give the same energies and, to float32 round-off (the size of
+    two calls' difference on two threads), the same forces and stress."""
+    assert model.slim_graphs
+    untouched = SevenNet(slim_graphs=False)
+    assert graph_slices(model.net) < graph_slices(untouched.net) / 2
+    batch = Batch.from_atoms(structures(), dtype=torch.float64)
+    a, b = model(batch), untouched(batch)
+    n = batch.n_atoms.double()
+    assert ((a["energy"] - b["energy"]).abs() / n).max() < 1e-6
+    torch.testing.assert_close(a["forces"], b["forces"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(a["stress"], b["stress"], rtol=0, atol=1e-6)
 
 
 def test_batch_equals_single(model: SevenNet) -> None:
