@@ -80,6 +80,11 @@ class Simulator:
             words already run compiled; see BENCHMARKS.md).  Falls back to eager with a
             warning where the compiler fails; pays off for runs long enough to amortise
             the first compilation, which takes seconds; noise agrees with eager to an ulp.
+        reuse_cpu_memory: on a CPU with glibc (Linux), keep memory the model frees in
+            the process heap for the next step while a run lasts, instead of returning
+            it to the system and having it zero-filled again (see
+            :mod:`alchemi_lit.heap`); returned at the end of the run.  ``False``:
+            glibc's own behaviour.  No effect on GPUs.
     """
 
     def __init__(
@@ -102,6 +107,7 @@ class Simulator:
         debug: bool | None = None,
         synchronized: bool | None = None,
         compile: bool | Literal["model", "integrators"] = False,
+        reuse_cpu_memory: bool = True,
     ) -> None:
         if not isinstance(model, Model):
             raise ConfigError(
@@ -145,6 +151,7 @@ class Simulator:
                 f"compile must be true, false, 'model' or 'integrators', got {compile!r}"
             )
         self.compile = compile
+        self.reuse_cpu_memory = bool(reuse_cpu_memory)
         if compile in (True, "model"):
             model.compile()
         if compile in (True, "integrators"):

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "errors", "version", "units", "tensor_ops", "segments", "random", "linalg",
             "backends", "info_codec", "fields", "geometry", "validation", "atoms_codec",
-            "state", "registry", "compiling",
+            "state", "registry", "compiling", "heap",
         ),
     ),
     ("io", ("data", "results", "results_store", "sinks", "serialize", "trajectory_store")),

@@ -9,14 +9,13 @@ Linux's ``/proc``).  How the budget is found from the readings:
 
 from __future__ import annotations
 
-import ctypes
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ..errors import ConfigError
+from ..heap import malloc_trim
 
 
 class MemoryReader(ABC):
@@ -91,7 +90,6 @@ class ProcessMemoryReader(MemoryReader):
 
     def __init__(self) -> None:
         self._base = 0
-        self._trim = _malloc_trim()
         try:
             _reset_peak()
             _status("VmHWM")
@@ -102,7 +100,7 @@ class ProcessMemoryReader(MemoryReader):
             ) from None
 
     def start(self) -> None:
-        self._trim()
+        malloc_trim()
         _reset_peak()
         self._base = _status("VmRSS")
 
@@ -113,7 +111,7 @@ class ProcessMemoryReader(MemoryReader):
         return min(_meminfo("MemAvailable"), _cgroup_room())
 
     def release(self) -> None:
-        self._trim()
+        malloc_trim()
 
 
 def default_reader(device: torch.device) -> MemoryReader:
@@ -165,17 +163,3 @@ def _cgroup_room() -> int:
         if cap.isdigit():
             return max(int(cap) - used, 0)
     return 1 << 62
-
-
-def _malloc_trim() -> Callable[[], None]:
-    """glibc's ``malloc_trim(0)``: returns freed heap pages to the system, so a probe
-    that reuses them shows as growth; a no-op elsewhere."""
-    try:
-        libc_trim = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return lambda: None
-
-    def trim() -> None:
-        libc_trim(0)
-
-    return trim

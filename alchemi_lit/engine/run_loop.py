@@ -18,7 +18,8 @@ from (a sampler, or an inbox of received systems), where they go (sinks, or an o
 to the next rank), what a round exchanges and when checkpoints are due -- the four
 components passed in.  A checkpoint is the loop's own state plus each component's
 ``state_dict``, written by one writer (:mod:`.checkpointing`) and checked against the
-run's fingerprint (:mod:`.fingerprint`) on resume.
+run's fingerprint (:mod:`.fingerprint`) on resume.  On a CPU, freed memory stays in
+the heap for the next step while the loop runs (:mod:`alchemi_lit.heap`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..heap import kept_heap
 from ..hooks import (
     HookDispatcher,
     HookStageEnum,
@@ -170,7 +172,9 @@ class RunLoop:
     def run(self, resume: dict[str, Any] | None = None) -> LoopStats:
         """Run to the end (``resume``: a loaded checkpoint of this loop)."""
         started = time.perf_counter()
-        with InterruptGuard() as guard:
+        on_cpu = getattr(self.sim.device, "type", None) == "cpu"
+        reuse = on_cpu and getattr(self.sim, "reuse_cpu_memory", True)
+        with InterruptGuard() as guard, kept_heap(reuse):
             batch = self._restore(resume) if resume is not None else self.feed.initial()
             self.loop.declare(batch)
             ctx = self.ctx = StepContext(
