@@ -11,7 +11,12 @@ levers a framework has over that cost, on the benchmark's own crystals:
   compilation), its cost per call afterwards, and a whole relaxation eager vs compiled;
 * ``--replicas``: two single-thread replicas over static shards of the data
   (``strategy="replicas"``) against one two-thread process, and how the greedy
-  atom-balanced shards split the work actually done (atoms x steps).
+  atom-balanced shards split the work actually done (atoms x steps);
+* ``--slim-heap``: the two levers alchemi_lit now applies by default -- e3nn's code
+  slimmed (``SevenNet(slim_graphs=True)``, :mod:`alchemi_lit.models.fx_slim`) and freed
+  memory kept in the heap during a run (:mod:`alchemi_lit.heap`) -- alone and together,
+  for batches of <= 117 atoms, one structure per call, and sevenn's own ASE calculator
+  (what the ASE engine would gain from the same two changes).
 
 Run alone on a quiet machine: ``python bench/probe_sevennet_levers.py [--batch-size]
 [--compile] [--replicas]``.  Figures go to BENCHMARKS.md.
@@ -101,6 +106,68 @@ def probe_compile(atoms: list[Any], gate: Any) -> None:
           f"({eager / compiled:.2f}x), first compiled call {first:.0f} s")  # fmt: skip
 
 
+def probe_slim_heap(atoms: list[Any], gate: Any) -> None:
+    """Seconds to evaluate the set once (energies and forces) for every combination of
+    {sevenn's graphs, slimmed} x {glibc's heap, kept heap}, in rounds."""
+    import warnings
+
+    from alchemi_lit_sevenn import SevenNet
+    from alchemi_lit_sevenn.model import _e3nn_import_guard
+
+    import alchemi_lit as al
+    from alchemi_lit.heap import kept_heap
+    from alchemi_lit.models.fx_slim import slim_graph_modules
+
+    with _e3nn_import_guard(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sevenn.calculator import SevenNetCalculator
+
+        calculators = {slim: SevenNetCalculator("7net-0", device="cpu") for slim in (0, 1)}
+    slim_graph_modules(calculators[1].model)
+    models = {slim: SevenNet(compute_stress=False, slim_graphs=bool(slim)) for slim in (0, 1)}
+    batches = {
+        "batches of <= 117 atoms": [al.Batch.from_atoms(g, dtype=torch.float32)
+                                    for g in groups_within(atoms, 117)],
+        "one structure per call": [al.Batch.from_atoms([a], dtype=torch.float32) for a in atoms],
+    }  # fmt: skip
+
+    def ase_once(slim: int) -> None:
+        calc = calculators[slim]
+        for a in atoms:
+            a = a.copy()
+            calc.reset()
+            a.calc = calc
+            a.get_forces()
+
+    def ours_once(slim: int, label: str) -> None:
+        for batch in batches[label]:
+            models[slim](batch)
+
+    runs = {("SevenNetCalculator (ASE)", slim): (lambda s=slim: ase_once(s)) for slim in (0, 1)}
+    for label in batches:
+        for slim in (0, 1):
+            runs[(f"alchemi_lit, {label}", slim)] = lambda s=slim, b=label: ours_once(s, b)
+    seconds: dict[tuple[str, int, int], list[float]] = {}
+    for fn in runs.values():
+        fn()  # warm-up
+    for _ in range(REPEATS):
+        gate.wait("slim/heap")
+        for (label, slim), fn in runs.items():
+            for heap in (0, 1):
+                with kept_heap(bool(heap)):
+                    t0 = time.perf_counter()
+                    fn()
+                    seconds.setdefault((label, slim, heap), []).append(time.perf_counter() - t0)
+    for label in dict.fromkeys(label for label, _ in runs):
+        base = statistics.median(seconds[(label, 0, 0)])
+        cells = []
+        for slim, heap in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            t = statistics.median(seconds[(label, slim, heap)])
+            cells.append(f"{t:5.2f} s ({base / t:.2f}x)")
+        print(f"{label:40s} " + " | ".join(cells))
+    print("columns: as shipped by sevenn | slimmed | kept heap | both; median of rounds")
+
+
 def relax_once(devices: int, compiled: bool = False) -> None:
     """One SevenNet-0 FIRE relaxation of the set; rank 0 prints a JSON line.  Run in its
     own process (``--relax N``): every rank of a replicas run re-executes this script."""
@@ -163,6 +230,7 @@ def main() -> None:
     parser.add_argument("--batch-size", action="store_true", help="time batch budgets")
     parser.add_argument("--compile", action="store_true", help="time torch.compile (minutes)")
     parser.add_argument("--replicas", action="store_true", help="time 2 replicas vs 1 process")
+    parser.add_argument("--slim-heap", action="store_true", help="time slim graphs, kept heap")
     parser.add_argument("--relax", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
     gate_arguments(parser)
@@ -172,7 +240,7 @@ def main() -> None:
         return
     gate = gate_from(args)
     atoms = crystal_set()
-    if args.batch_size or not (args.compile or args.replicas):
+    if args.batch_size or not (args.compile or args.replicas or args.slim_heap):
         probe_batch_size(atoms, gate)
     if args.compile:
         probe_compile(atoms, gate)
@@ -181,6 +249,8 @@ def main() -> None:
             "relax, compiled": ["--relax", "1", "--compiled"],
         }
         compare_relaxations(gate, variants)
+    if args.slim_heap:
+        probe_slim_heap(atoms, gate)
     if args.replicas:
         variants = {
             "1 process x 2 threads": ["--relax", "1"],
