@@ -8,8 +8,12 @@ the kernel zero-fills the same amount of memory again at every step.  Within a r
 :func:`kept_heap` switches both off (``M_MMAP_MAX = 0``, ``M_TRIM_THRESHOLD`` at its
 maximum): freed blocks stay in the heap and the next step reuses them, as PyTorch's
 caching allocator does on a GPU.  On leaving, the heap is trimmed (``malloc_trim``)
-and glibc's default values are set again (as fixed values: glibc's dynamic mmap
-threshold stays where it was).  Elsewhere (macOS, musl) both functions do nothing.
+and mmap is allowed again.  Any ``mallopt`` call ends glibc's dynamic thresholds for
+the rest of the process, and its fixed defaults (128 KiB) would then unmap and trim far
+more often than before the run, slowing whatever runs next; so the thresholds are left
+where the dynamic rule takes a process that frees large tensors: blocks above 32 MiB
+mmapped, trimming above 64 MiB free.  Elsewhere (macOS, musl) both functions do
+nothing.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ from contextlib import contextmanager
 from typing import Any
 
 _M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
 _M_MMAP_MAX = -4
-_DEFAULT_TRIM_THRESHOLD = 128 * 1024  # glibc's documented defaults
-_DEFAULT_MMAP_MAX = 65536
+_DEFAULT_MMAP_MAX = 65536  # glibc's default
+_AFTER_MMAP_THRESHOLD = 32 * 2**20  # glibc's dynamic maximum on 64-bit systems
+_AFTER_TRIM_THRESHOLD = 2 * _AFTER_MMAP_THRESHOLD  # its dynamic rule: twice the former
 _KEEP_TRIM_THRESHOLD = 2**31 - 1  # mallopt takes an int
 
 _lock = threading.Lock()
@@ -77,7 +83,8 @@ def kept_heap(enabled: bool = True) -> Iterator[bool]:
             _depth -= 1
             if _depth == 0:
                 _LIBC.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
-                _LIBC.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM_THRESHOLD)
+                _LIBC.mallopt(_M_MMAP_THRESHOLD, _AFTER_MMAP_THRESHOLD)
+                _LIBC.mallopt(_M_TRIM_THRESHOLD, _AFTER_TRIM_THRESHOLD)
                 _LIBC.malloc_trim(0)
 
 
