@@ -121,6 +121,28 @@ class AseEngine:
     def relax(
         self, cell: bool, fmax: float, max_steps: int, max_atoms: int, systems: int | None = None
     ) -> dict[str, Any]:
+        """In a fresh process, as an ASE user runs it: a run of alchemi_lit leaves this
+        process's glibc heap settings changed (alchemi_lit.heap), and ASE must not
+        inherit them.  The child evaluates the set once untimed (imports, first calls)."""
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        receive, send = context.Pipe(duplex=False)
+        kwargs = {"cell": cell, "fmax": fmax, "max_steps": max_steps, "systems": systems}
+        child = context.Process(target=_relax_in_fresh_process, args=(self.atoms, kwargs, send))
+        child.start()
+        send.close()
+        try:
+            out = receive.recv()
+        finally:
+            child.join()
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    def relax_here(
+        self, cell: bool, fmax: float, max_steps: int, systems: int | None = None
+    ) -> dict[str, Any]:
         from ase.filters import FrechetCellFilter
         from ase.optimize import FIRE
 
@@ -147,6 +169,17 @@ class AseEngine:
             "positions": np.concatenate(positions).tolist(),
             **out,
         }
+
+
+def _relax_in_fresh_process(atoms: list[Any], kwargs: dict[str, Any], send: Any) -> None:
+    try:
+        engine = AseEngine(atoms)
+        engine.evaluate()  # warm-up, untimed
+        send.send(engine.relax_here(**kwargs))
+    except BaseException as exc:  # handed to the parent, which raises it
+        send.send(exc)
+    finally:
+        send.close()
 
 
 class TorchSimEngine:

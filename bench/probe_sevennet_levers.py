@@ -16,7 +16,10 @@ levers a framework has over that cost, on the benchmark's own crystals:
   slimmed (``SevenNet(slim_graphs=True)``, :mod:`alchemi_lit.models.fx_slim`) and freed
   memory kept in the heap during a run (:mod:`alchemi_lit.heap`) -- alone and together,
   for batches of <= 117 atoms, one structure per call, and sevenn's own ASE calculator
-  (what the ASE engine would gain from the same two changes).
+  (what the ASE engine would gain from the same two changes);
+* ``--heap-runs``: whole relaxations in fresh processes with the heap kept and with
+  glibc's own behaviour (``Simulator(reuse_cpu_memory=False)``): in one process the
+  first run's settings would outlive it.
 
 Run alone on a quiet machine: ``python bench/probe_sevennet_levers.py [--batch-size]
 [--compile] [--replicas]``.  Figures go to BENCHMARKS.md.
@@ -168,7 +171,7 @@ def probe_slim_heap(atoms: list[Any], gate: Any) -> None:
     print("columns: as shipped by sevenn | slimmed | kept heap | both; median of rounds")
 
 
-def relax_once(devices: int, compiled: bool = False) -> None:
+def relax_once(devices: int, compiled: bool = False, reuse: bool = True) -> None:
     """One SevenNet-0 FIRE relaxation of the set; rank 0 prints a JSON line.  Run in its
     own process (``--relax N``): every rank of a replicas run re-executes this script."""
     import json
@@ -185,8 +188,8 @@ def relax_once(devices: int, compiled: bool = False) -> None:
     model = SevenNet()
     if compiled:
         model.net = torch.compile(model.net, dynamic=True)
-    sim = al.Simulator(model=model, stages=FIRE(fmax=0.05, max_steps=500),
-                       precision="32", accelerator="cpu", seed=0, **kwargs)  # fmt: skip
+    sim = al.Simulator(model=model, stages=FIRE(fmax=0.05, max_steps=500), precision="32",
+                       accelerator="cpu", seed=0, reuse_cpu_memory=reuse, **kwargs)  # fmt: skip
     t0 = time.perf_counter()
     res = sim.run(SizeAwareSampler(atoms, max_atoms=117 // devices))
     wall = time.perf_counter() - t0
@@ -233,14 +236,19 @@ def main() -> None:
     parser.add_argument("--slim-heap", action="store_true", help="time slim graphs, kept heap")
     parser.add_argument("--relax", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--glibc-heap", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--heap-runs", action="store_true", help="relaxations, kept heap vs glibc's heap"
+    )
     gate_arguments(parser)
     args = parser.parse_args()
     if args.relax:
-        relax_once(args.relax, args.compiled)
+        relax_once(args.relax, args.compiled, reuse=not args.glibc_heap)
         return
     gate = gate_from(args)
     atoms = crystal_set()
-    if args.batch_size or not (args.compile or args.replicas or args.slim_heap):
+    chosen = args.compile or args.replicas or args.slim_heap or args.heap_runs
+    if args.batch_size or not chosen:
         probe_batch_size(atoms, gate)
     if args.compile:
         probe_compile(atoms, gate)
@@ -251,6 +259,12 @@ def main() -> None:
         compare_relaxations(gate, variants)
     if args.slim_heap:
         probe_slim_heap(atoms, gate)
+    if args.heap_runs:
+        variants = {
+            "relax, kept heap": ["--relax", "1"],
+            "relax, glibc's heap": ["--relax", "1", "--glibc-heap"],
+        }
+        compare_relaxations(gate, variants)
     if args.replicas:
         variants = {
             "1 process x 2 threads": ["--relax", "1"],
