@@ -172,8 +172,7 @@ class RunLoop:
     def run(self, resume: dict[str, Any] | None = None) -> LoopStats:
         """Run to the end (``resume``: a loaded checkpoint of this loop)."""
         started = time.perf_counter()
-        on_cpu = getattr(self.sim.device, "type", None) == "cpu"
-        reuse = on_cpu and getattr(self.sim, "reuse_cpu_memory", True)
+        reuse = self.sim.device.type == "cpu" and self.sim.reuse_cpu_memory
         with InterruptGuard() as guard, kept_heap(reuse):
             batch = self._restore(resume) if resume is not None else self.feed.initial()
             self.loop.declare(batch)

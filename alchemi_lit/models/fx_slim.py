@@ -38,11 +38,12 @@ def _is_impure(node: fx.Node) -> bool:
     if node.kwargs.get("out") is not None:
         return True
     if node.op == "call_method":
-        name = str(node.target)
-        return name.endswith("_") and not name.endswith("__")
-    module = getattr(node.target, "__module__", None) or ""
-    name = getattr(node.target, "__name__", "")
-    return not module.startswith(_PURE_MODULES) or (name.endswith("_") and not name.endswith("__"))
+        name, module = str(node.target), "torch"
+    else:
+        name = getattr(node.target, "__name__", "")
+        module = getattr(node.target, "__module__", None) or ""
+    in_place = name.endswith("_") and not name.endswith("__")
+    return in_place or not module.startswith(_PURE_MODULES)
 
 
 def _dim_slice(index: Any) -> tuple[int, int, int] | None:
@@ -108,17 +109,15 @@ def _fuse_slices(graph: fx.Graph, node: fx.Node, dim: int, cuts: list) -> bool:
 def slim_graph(module: fx.GraphModule) -> bool:
     """Rewrite one GraphModule in place (see the module docstring); True if changed."""
     graph = module.graph
-    before = len(graph.nodes)
     changed = graph.eliminate_dead_code(is_impure_node=_is_impure)
     for node in list(graph.nodes):
         for dim, cuts in _slices_by_dim(node).items():
             if len(cuts) > 1:
                 changed = _fuse_slices(graph, node, dim, cuts) or changed
-    if changed or len(graph.nodes) != before:
+    if changed:
         graph.lint()
         module.recompile()
-        return True
-    return False
+    return changed
 
 
 def slim_graph_modules(network: torch.nn.Module) -> int:
