@@ -21,7 +21,9 @@ numbers (:mod:`~alchemi_lit.kernels.scalar_xp`).  The fused loop's bookkeeping a
 NaNGuard's check (layers above) call their kernels directly.
 Kernels are compiled on first use and cached on disk by numba, so a process pays the
 compilation once per installation and afterwards only numba's import and start-up, at the
-first kernel call (numba is not imported before).
+first kernel call (numba is not imported before).  The cache folder is keyed on every
+source the kernels compile (:mod:`.cache`), not only the file of each kernel, so no
+stale machine code survives an edit of the formulas.
 """
 
 from __future__ import annotations

@@ -4,17 +4,18 @@ one call each instead of two to five torch operations on a few dozen numbers."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from .cache import compiled
 
-@numba.njit(cache=True, nogil=True)
+
+@compiled
 def advance_steps(step, total_steps, increments):
     """New ``(step, total_steps)``: both plus ``increments`` ``[B]``."""
     return step + increments, total_steps + increments
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def stage_exits(step, max_steps, mask, converged):
     """The systems of ``mask`` that leave their stage -- ``step >= max_steps``, or
     ``converged`` where that is given (an empty array: no criterion) --, whether any

@@ -10,20 +10,20 @@ memory speed.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba.extending import register_jitable
 
 from ..integrators import formulas
 from . import scalar_xp
+from .cache import compiled
 
 # the chain's own update, on one system's numbers (its helper compiled where it is called)
 register_jitable(formulas.p_eta_step)
-_chain_update = numba.njit(cache=True, nogil=True)(formulas.chain_update)
-_bussi_alpha = numba.njit(cache=True, nogil=True)(formulas.bussi_alpha.__wrapped__)
+_chain_update = compiled(formulas.chain_update)
+_bussi_alpha = compiled(formulas.bussi_alpha.__wrapped__)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def baoab_first_half(r, v, f, kick, half_dt, c1, sigma, xi, xi_base, step, xi_steps, starts,
                      counts, mask, fixed):  # fmt: skip
     """Langevin BAOAB up to the force call -- ``v += (dt/2m) F``, ``r += (dt/2) v``,
@@ -55,7 +55,7 @@ def baoab_first_half(r, v, f, kick, half_dt, c1, sigma, xi, xi_base, step, xi_st
     return r_new, v_new, True
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def kick(v, f, factors, starts, counts, mask, frozen):
     """``v + factors * F`` (``factors = dt / m`` per atom) for the atoms of
     ``mask``'s systems that are not ``frozen`` (an empty ``frozen``: none is); new
@@ -70,7 +70,7 @@ def kick(v, f, factors, starts, counts, mask, frozen):
     return v_new
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def kick_drift(r, v, f, kick, dt, scale, starts, counts, mask, fixed):
     """The opening of a velocity-Verlet step -- ``v = scale v + kick F`` (``kick = dt/2m``
     per atom, ``scale`` per system), ``r += dt v`` -- for the free atoms of
@@ -90,7 +90,7 @@ def kick_drift(r, v, f, kick, dt, scale, starts, counts, mask, fixed):
     return r_new, v_new
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def bussi_kick_drift(r, v, f, kick, dt, masses, c, kt, xi, xi_base, step, xi_steps, starts,
                      counts, mask, fixed):  # fmt: skip
     """Bussi's opening of a step for ``mask``'s systems: each one's kinetic energy over
@@ -130,7 +130,7 @@ def bussi_kick_drift(r, v, f, kick, dt, masses, c, kt, xi, xi_base, step, xi_ste
     return r_new, v_new, True
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def nhc_half_step(v, masses, starts, counts, mask, fixed, eta, p, q, kt, nf, delta, weights,
                   chain_steps):  # fmt: skip
     """A Nosé-Hoover chain's half step (:func:`~alchemi_lit.integrators.ops.nhc_half_step`)

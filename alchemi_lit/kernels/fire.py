@@ -9,17 +9,17 @@ one loop moves its atoms with the coefficients, as the torch path does.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from ..integrators.formulas import fire2_coefficients, fire_coefficients
 from . import scalar_xp
+from .cache import compiled
 
-_coefficients = numba.njit(cache=True, nogil=True)(fire_coefficients.__wrapped__)
-_coefficients2 = numba.njit(cache=True, nogil=True)(fire2_coefficients.__wrapped__)
+_coefficients = compiled(fire_coefficients.__wrapped__)
+_coefficients2 = compiled(fire2_coefficients.__wrapped__)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def power_sums(v, f, lo, hi):
     """``v.F``, ``F.F`` and ``v.v`` over atoms ``lo:hi`` (one system; see
     :func:`~alchemi_lit.integrators.ops.power_sums`)."""
@@ -32,7 +32,7 @@ def power_sums(v, f, lo, hi):
     return vf, ff, vv
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def fire_update(
     r, v, f, masses, starts, counts, fixed, mask, step, dt, alpha, n,
     n_min, finc, fdec, dtmax, astart, fa, maxstep, whole_step,
@@ -70,7 +70,7 @@ def fire_update(
     return r_new, v_new, dt_new, alpha_new, n_new
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def fire2_update(
     r, v, f, starts, counts, fixed, mask, step, back, dt, alpha, n,
     n_min, finc, fdec, dtmax, dtmin, astart, fa, maxstep, use_abc,

@@ -14,13 +14,13 @@ beat the scalar libm a numba loop gets here (no SVML).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from ..random import _M0, _M1, _MASK32, _W0, _W1
+from .cache import compiled
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def atom_uniforms(
     seed_lo, seed_hi, system_id, step, system_idx, local_index, purpose, two_pi, ahead
 ):  # fmt: skip

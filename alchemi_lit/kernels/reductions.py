@@ -4,11 +4,12 @@ pass over the arrays instead of four to seven torch operations."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from .cache import compiled
 
-@numba.njit(cache=True, nogil=True)
+
+@compiled
 def max_sq_norm_below(f, starts, counts, limit):
     """Whether each system's largest squared row norm ``max_i |f_i|^2`` is below
     ``limit`` ``[B]`` (a system without atoms is; a NaN row makes it False, as the
@@ -26,7 +27,7 @@ def max_sq_norm_below(f, starts, counts, limit):
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def finite_total(forces, positions, energy):
     """Whether ``sum |F|^2 + sum r + sum E`` is finite: NaN and inf propagate through
     the sum, so True clears every value at once (False only means: test per system).

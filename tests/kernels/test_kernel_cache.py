@@ -1,0 +1,134 @@
+"""The compiled kernels' disk cache is keyed on every source they compile (issue #24).
+
+numba's own ``cache=True`` checks only the file defining a kernel, so a kernel of
+``kernels/dynamics.py`` that calls ``integrators/formulas.py`` kept its machine code
+when the formula changed: a sign flipped in ``formulas.bussi_alpha`` passed the ASE
+comparison with a warm cache.  These tests hold the key to every compiled source.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+numba = pytest.importorskip("numba")
+
+from alchemi_lit.kernels import cache  # noqa: E402
+
+KERNELS = cache.PACKAGE / "kernels"
+
+
+def compiled_modules() -> list[Path]:
+    """The kernel modules that compile something (use the keyed decorator)."""
+    return [p for p in sorted(KERNELS.glob("*.py")) if "import compiled" in p.read_text()]
+
+
+def imported_sources(path: Path) -> set[str]:
+    """The package files (relative, like COMPILED_SOURCES) a kernel module imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.ImportFrom) and node.level):
+            continue
+        base = path.parent
+        for _ in range(node.level - 1):
+            base = base.parent
+        target = base.joinpath(*node.module.split(".")) if node.module else base
+        for alias in node.names:  # a submodule of a package, or a name of a module
+            for candidate in (target / f"{alias.name}.py", target.with_suffix(".py"),
+                              target / "__init__.py"):  # fmt: skip
+                if candidate.is_file():
+                    found.add(candidate.relative_to(cache.PACKAGE).as_posix())
+                    break
+    return found
+
+
+def test_every_compiled_source_is_in_the_key():
+    modules = compiled_modules()
+    assert {p.name for p in modules} >= {"dynamics.py", "fire.py", "philox.py"}
+    for path in modules:
+        needed = {path.relative_to(cache.PACKAGE).as_posix()} | imported_sources(path)
+        needed -= {"kernels/cache.py"}  # the decorator, not compiled code
+        missing = needed - set(cache.COMPILED_SOURCES)
+        assert not missing, f"{path.name} compiles {missing}: add to COMPILED_SOURCES"
+
+
+def test_the_key_changes_with_any_compiled_source_only(tmp_path):
+    root = tmp_path / "pkg"
+    for name in cache.COMPILED_SOURCES:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(cache.PACKAGE / name, root / name)
+    before = cache.source_digest(root)
+    assert before == cache.source_digest(cache.PACKAGE)
+    (root / "README.md").write_text("not compiled")
+    assert cache.source_digest(root) == before
+    for name in cache.COMPILED_SOURCES:
+        original = (root / name).read_bytes()
+        (root / name).write_bytes(original.replace(b"1.0", b"2.0", 1) + b"\n")
+        assert cache.source_digest(root) != before, name
+        (root / name).write_bytes(original)
+
+
+def test_every_kernel_caches_in_the_keyed_folder():
+    from alchemi_lit import kernels
+
+    folder = str(cache.cache_dir())
+    dispatchers = 0
+    for path in compiled_modules():
+        module = kernels.load(path.stem)
+        for value in vars(module).values():
+            if isinstance(value, numba.core.registry.CPUDispatcher):
+                if value.targetoptions.get("inline") == "always":
+                    continue  # scalar_xp's helpers: compiled into their callers
+                dispatchers += 1
+                assert value._cache._cache_path.startswith(folder), value
+    assert dispatchers >= 15
+    assert folder != numba.config.CACHE_DIR  # put back after decorating
+
+
+#: one Bussi opening of one two-atom system through the compiled caller of bussi_alpha
+CALLER = textwrap.dedent(
+    """
+    import numpy as np
+    from alchemi_lit.kernels import dynamics
+    ones = np.ones((2, 3))
+    r, v, done = dynamics.bussi_kick_drift(
+        np.zeros((2, 3)), 0.1 * ones, ones, np.full(2, 0.5), np.ones(1), np.ones(2),
+        np.full(1, 0.9), np.full(1, 0.025), 0.3 * np.ones((2, 3)), np.zeros(1, np.int64),
+        np.zeros(1, np.int64), 1, np.zeros(1, np.int64), np.full(1, 2, np.int64),
+        np.ones(1, np.bool_), np.zeros(2, np.bool_),
+    )
+    assert done
+    print(repr(float(v[0, 0])))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_formula_edited_under_a_warm_cache_is_recompiled(tmp_path):
+    """End to end, as the mutation was found: warm the cache, flip a sign in
+    ``formulas.bussi_alpha``, run again: the compiled caller gives the new value."""
+    shutil.copytree(cache.PACKAGE, tmp_path / "alchemi_lit",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "c")}
+
+    def run() -> float:
+        out = subprocess.run([sys.executable, "-c", CALLER], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return float(out.stdout.split()[-1])
+
+    first = run()
+    assert run() == first  # warm
+    formulas = tmp_path / "alchemi_lit" / "integrators" / "formulas.py"
+    text = formulas.read_text()
+    flipped = text.replace("+ 2.0 * r1 * xp.sqrt(c * term)", "- 2.0 * r1 * xp.sqrt(c * term)")
+    assert flipped != text
+    formulas.write_text(flipped)
+    assert run() != first
