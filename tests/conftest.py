@@ -35,6 +35,52 @@ AR_EPSILON = 0.0104
 AR_SIGMA = 3.40
 
 
+# ------------------------------------------------------- comparing implementations
+#: ulps a chain of correctly rounded operations and one sqrt may differ by between two
+#: implementations that order or fuse them differently (each op <= 1/2 ulp, a handful
+#: of them on any path compared here)
+CHAIN_ULPS = 8
+#: ulps a library's pow/exp/log may differ from another's: glibc, SLEEF, SVML and
+#: numba's libm each claim <= 1 ulp; NumPy's and torch's SIMD paths are chosen by the
+#: processor, so two libraries (or a CPU and a GPU) can sit on opposite sides
+TRANSCENDENTAL_ULPS = 4
+
+
+def assert_conditioned_close(
+    a: torch.Tensor, b: torch.Tensor, gain: torch.Tensor | float = 0.0, *,
+    scale: torch.Tensor | float | None = None, msg: str = "",
+) -> None:  # fmt: skip
+    """``a`` and ``b`` (two implementations of one formula) agree to rounding as the
+    formula's conditioning carries it: elementwise
+    ``|a - b| <= eps (CHAIN_ULPS + TRANSCENDENTAL_ULPS gain) (|a| + scale)``, where
+    ``gain`` is the factor by which the formula amplifies a one-ulp difference in its
+    library functions or a cancellation (the caller derives it and says why), and
+    ``scale`` the size of the terms a value is a sum of (``|a|`` alone when None: no
+    cancellation).  Same dtype, shape and NaNs; integer and boolean tensors (decisions)
+    exactly equal."""
+    assert a.dtype == b.dtype and a.shape == b.shape, msg
+    if not a.is_floating_point():
+        assert torch.equal(a, b), msg
+        return
+    nan = torch.isnan(a)
+    assert torch.equal(nan, torch.isnan(b)), f"{msg}: NaN in one implementation only"
+    finite = torch.isfinite(a)
+    assert torch.equal(a[~finite & ~nan], b[~finite & ~nan]), f"{msg}: infinities differ"
+    x, y = a[finite].double(), b[finite].double()
+    eps = torch.finfo(a.dtype).eps
+    gain_t = torch.as_tensor(gain, dtype=torch.float64).expand(a.shape)[finite]
+    size = x.abs()
+    if scale is not None:
+        size = size + torch.as_tensor(scale, dtype=torch.float64).expand(a.shape)[finite]
+    allowed = eps * (CHAIN_ULPS + TRANSCENDENTAL_ULPS * gain_t) * size
+    excess = (x - y).abs() - allowed
+    worst = int(excess.argmax()) if excess.numel() else 0
+    assert excess.numel() == 0 or excess[worst] <= 0, (
+        f"{msg}: |{x[worst].item()!r} - {y[worst].item()!r}| > {allowed[worst].item():.3g} "
+        f"(gain {gain_t[worst].item():.3g})"
+    )
+
+
 # ---------------------------------------------------------------------- builders
 def rng_for(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
