@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -82,8 +81,10 @@ def reference(tmp_path_factory):
     return tmp, res
 
 
-@pytest.mark.parametrize("crash_step", [23, 61, 94])
-def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step):
+@pytest.mark.parametrize(("crash_step", "every"), [(11, 3), (23, 20), (61, 20), (94, 20)])
+def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step, every):
+    """Crashes in the FIRE stage (step 11, checkpoint at 9: FIRE's counters past n_min
+    must survive), in the fused FIRE + Langevin stretch, and late."""
     ref_dir, ref = reference
 
     def boom(ctx):
@@ -91,9 +92,14 @@ def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step):
             raise Crash(f"simulated crash at step {crash_step}")
 
     with pytest.raises(Crash):
-        make_sim(tmp_path, [LambdaCallback(HookStageEnum.AFTER_STEP, boom)]).run(sampler())
+        make_sim(tmp_path, [LambdaCallback(HookStageEnum.AFTER_STEP, boom)], every).run(sampler())
     files = sorted((tmp_path / "ckpt").glob("step-*.ckpt"))
     assert 1 <= len(files) <= 2 and not list((tmp_path / "ckpt").glob("*.tmp"))
+    if every == 3:  # the point of this case: FIRE state mid-stage
+        saved = load_checkpoint(tmp_path / "ckpt")["batch"]["system"]
+        in_fire = saved["status"] == 0
+        assert (saved["fire_n"][in_fire] > FIRE().n_min).any(), "no checkpoint mid-FIRE"
+        assert (saved["fire_dt"][in_fire] != FIRE().dt0).any()
     resumed = make_sim(tmp_path).run(sampler(), resume=str(tmp_path / "ckpt"))
     # sinks: every system exactly once, bit-identical to the uninterrupted run
     assert_batches_equal(
@@ -194,12 +200,16 @@ def test_cli_killed_then_resumed_equals_uninterrupted(tmp_path, how):
     proc = _cli("run", "--config", str(config))
     ckpt = tmp_path / "cut_ckpt"
     deadline = time.time() + 120
-    while not list(ckpt.glob("step-*.ckpt")) and time.time() < deadline:
-        time.sleep(0.05)
-    assert list(ckpt.glob("step-*.ckpt")), "no checkpoint appeared"
-    time.sleep(random.Random(0).uniform(0.0, 1.0))
-    if proc.poll() is not None:
-        pytest.skip("the run finished before it could be interrupted (machine too fast)")
+
+    def steps_saved() -> list[int]:
+        return [int(f.stem.split("-")[1]) for f in ckpt.glob("step-*.ckpt")]
+
+    # interrupted after the second checkpoint (step 20), between two checkpoints; the
+    # run lasts up to 200 steps, so it is still going unless checkpoints are broken
+    while max(steps_saved(), default=0) < 20 and time.time() < deadline:
+        time.sleep(0.02)
+    assert max(steps_saved(), default=0) >= 20, "no checkpoint at step 20 appeared"
+    assert proc.poll() is None, "the run ended right after its second checkpoint"
     proc.send_signal(signal.SIGKILL if how == "kill" else signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     if how == "sigterm":
