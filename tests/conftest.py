@@ -30,6 +30,13 @@ from ase.build import bulk
 
 from alchemi_lit.models import LennardJones
 
+# Test modules import helpers from each other across folders (tests/models takes
+# test_pipeline's assert_same): every test folder is importable whatever subset of the
+# suite is collected, as pytest would make it once that folder's tests are collected.
+for _folder in sorted({p.parent for p in Path(__file__).parent.rglob("test_*.py")}):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
+
 AR_A = 5.26
 AR_EPSILON = 0.0104
 AR_SIGMA = 3.40
@@ -79,6 +86,20 @@ def assert_conditioned_close(
         f"{msg}: |{x[worst].item()!r} - {y[worst].item()!r}| > {allowed[worst].item():.3g} "
         f"(gain {gain_t[worst].item():.3g})"
     )
+
+
+# ------------------------------------------------------------------ code paths
+@pytest.fixture(params=["cpu", "accelerator"])
+def code_path(request):
+    """Run the test on the CPU's shortcuts and on the accelerator's branches
+    (:func:`alchemi_lit.testing.accelerator_path`): both must give what it checks."""
+    from alchemi_lit.testing import accelerator_path
+
+    if request.param == "cpu":
+        yield request.param
+    else:
+        with accelerator_path():
+            yield request.param
 
 
 # ---------------------------------------------------------------------- builders
