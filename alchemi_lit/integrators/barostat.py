@@ -29,7 +29,7 @@ import torch
 
 from ..errors import ConfigError
 from ..state import Batch, system_name
-from ..tensor_ops import may_be_set
+from ..tensor_ops import host_reads_free, may_be_set
 from ..units import GPa, bar, kB
 from . import ops
 from .md import MDIntegrator
@@ -101,7 +101,7 @@ class NPTIntegrator(MDIntegrator):
 
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
         # arrivals from another rank are checked here (on CPU, where reading is free)
-        if batch.device.type == "cpu" and may_be_set(mask):
+        if host_reads_free(mask) and may_be_set(mask):
             self.refuse(batch, mask)
         super().init_systems(batch, mask)
 

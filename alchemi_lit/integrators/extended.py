@@ -24,7 +24,7 @@ import torch
 from ..convergence import Criterion, ForceMax
 from ..errors import ConfigError
 from ..state import Batch
-from ..tensor_ops import may_be_set, row_dot
+from ..tensor_ops import host_reads_free, may_be_set, row_dot
 from . import ops
 from .base import FieldSpec, Integrator
 from .cell import CellFilter, as_cell_filter
@@ -204,7 +204,7 @@ class CellOptimizer(Integrator):
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
         # systems arriving after a refill were checked by setup; from another rank, here
         # (on an accelerator only where the step reads the host anyway: no sync added)
-        if (self.reads_host or batch.device.type == "cpu") and may_be_set(mask):
+        if (self.reads_host or host_reads_free(mask)) and may_be_set(mask):
             self.refuse(batch, mask)
         super().init_systems(batch, mask)
         self.view.init(batch, mask)
