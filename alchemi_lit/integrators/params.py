@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, UnitWarning
+from ..units import GPa, bar
 
 Param = float | torch.Tensor
 
@@ -49,6 +50,19 @@ FRICTION = Usual(1e-5, 1.0, (1e3, "a damping time of {inverse} fs"), (1e-3, "{va
 TEMPERATURE = Usual(0.0, 1e5, None, (1e-3, "{value} mK"))
 #: force thresholds (eV/Å): meV/Å
 FORCE = Usual(0.0, 5.0, None, (1e-3, "{value} meV/Å"))
+#: external pressures (GPa): a value in bar given as GPa
+PRESSURE_GPA = Usual(-100.0, 1000.0, (1e-4, "{value} bar"), (1e-4, "{value} bar"))
+#: external pressures (bar): a value in Pa given as bar
+PRESSURE_BAR = Usual(-1e6, 1e7, (1e-5, "{value} Pa"), (1e-5, "{value} Pa"))
+#: external pressures (eV/Å^3): a value in GPa given as eV/Å^3 (1 reads as 160 GPa; the
+#: range stops at 80 GPa, as a GPa number people give is 1-100)
+PRESSURE_EV_A3 = Usual(-0.5, 0.5, (GPa, "{value} GPa"), (GPa, "{value} GPa"))
+#: the units an external pressure is given in: name -> (unit, eV/Å^3 per unit, Usual)
+PRESSURES = {
+    "pressure_gpa": ("GPa", GPa, PRESSURE_GPA),
+    "pressure_bar": ("bar", bar, PRESSURE_BAR),
+    "scalar_pressure": ("eV/Å^3", 1.0, PRESSURE_EV_A3),
+}
 
 _warned: set[tuple[str, str, float]] = set()
 _PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
@@ -62,8 +76,13 @@ def as_param(
     if isinstance(value, np.ndarray):
         value = value.tolist()
     if isinstance(value, (list, tuple)):
-        value = [as_param(v, name, owner, unit) for v in value]
-        return torch.as_tensor(value, dtype=torch.float64)
+        items = [as_param(v, name, owner, unit) for v in value]
+        if any(isinstance(v, torch.Tensor) and v.dim() for v in items):
+            raise ConfigError(
+                f"{owner + ': ' if owner else ''}{name} must be a number or a flat list of "
+                f"them (one per system_id), got {value!r}"
+            )
+        return torch.as_tensor(items, dtype=torch.float64)
     if isinstance(value, torch.Tensor) or (
         isinstance(value, numbers.Real) and not isinstance(value, bool)
     ):
@@ -131,6 +150,31 @@ def check_count(owner: str, name: str, value: int, minimum: int = 0, what: str =
     return int(value)
 
 
+def check_pressure(owner: str, **given: Param | Sequence[float] | None) -> Param:
+    """The external pressure in eV/Å^3 from the one of ``given`` that is not None
+    (``pressure_gpa``, ``pressure_bar`` or ``scalar_pressure`` in eV/Å^3; 0 if none is;
+    a number or one per ``system_id``), checked once for barostats and cell filters
+    alike: two given, text or a non-finite value is a :class:`ConfigError`, a value
+    outside its unit's usual range a :class:`UnitWarning` naming the value meant."""
+    named = [n for n, v in given.items() if v is not None]
+    if len(named) > 1:
+        *rest, last = given
+        many = "both" if len(named) == len(given) == 2 else f"{len(named)} of them"
+        got = " and ".join(f"{given[n]!r} {PRESSURES[n][0]}" for n in named)
+        raise ConfigError(
+            f"{owner}: give one pressure, {', '.join(rest)} or {last}, not {many} (got {got})"
+        )
+    if not named:
+        return 0.0
+    name = named[0]
+    unit, scale, usual = PRESSURES[name]
+    value = as_param(given[name], name, owner, unit)  # type: ignore[arg-type]
+    if not bool(torch.isfinite(torch.as_tensor(value, dtype=torch.float64)).all()):
+        raise ConfigError(f"{owner}: {name} ({unit}) must be finite, got {value}")
+    warn_if_unusual(owner, name, value, unit, usual)
+    return value * scale if isinstance(value, torch.Tensor) else float(value) * scale
+
+
 def warn_if_unusual(owner: str, name: str, value: Param, unit: str, usual: Usual) -> None:
     """A :class:`UnitWarning` (once per owner, parameter and value) when ``value`` (or
     an element of it) lies outside ``usual``, naming the value most likely meant."""
@@ -163,6 +207,10 @@ def _user_stacklevel() -> int:
 __all__ = [
     "FORCE",
     "FRICTION",
+    "PRESSURES",
+    "PRESSURE_BAR",
+    "PRESSURE_EV_A3",
+    "PRESSURE_GPA",
     "TEMPERATURE",
     "TIME_STEP",
     "Param",
@@ -171,6 +219,7 @@ __all__ = [
     "check_count",
     "check_param",
     "check_positive",
+    "check_pressure",
     "check_range",
     "warn_if_unusual",
 ]
