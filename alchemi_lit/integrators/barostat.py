@@ -33,7 +33,7 @@ from ..tensor_ops import may_be_set
 from ..units import GPa, kB
 from . import ops
 from .md import MDIntegrator
-from .params import TEMPERATURE, Param, check_param, check_pressure
+from .params import Param, check_pressure
 
 
 def external_pressure(owner: str, pressure_gpa: Param | None, pressure_bar: Param | None) -> Param:
@@ -44,7 +44,8 @@ def external_pressure(owner: str, pressure_gpa: Param | None, pressure_bar: Para
 
 
 class NPTIntegrator(MDIntegrator):
-    """Base of the NPT integrators: a temperature (> 0, K), an external pressure
+    """Base of the NPT integrators: a temperature (K; 0 K as for every thermostat:
+    :class:`~.md.MDIntegrator`), an external pressure
     (:func:`external_pressure`), isotropic or full-cell fluctuations; the stress is
     computed in every step (``requires_stress``)."""
 
@@ -62,7 +63,6 @@ class NPTIntegrator(MDIntegrator):
         isotropic: bool,
     ) -> None:
         owner = type(self).__name__
-        check_param("temperature", owner, temperature, unit="K", usual=TEMPERATURE)
         super().__init__(dt, steps, temperature)
         self.pressure_gpa, self.pressure_bar = pressure_gpa, pressure_bar
         self.pressure = external_pressure(owner, pressure_gpa, pressure_bar)

@@ -150,6 +150,50 @@ def check_count(owner: str, name: str, value: int, minimum: int = 0, what: str =
     return int(value)
 
 
+#: the fewest time steps a thermostat's or barostat's time constant may span: a Nosé-Hoover
+#: chain with ``tdamp <= dt`` (and MTK's, NPTLangevin's cell with ``pdamp <= dt``) is
+#: non-finite within steps, and no coupling can act faster than the steps resolve
+MIN_STEPS_PER_TIME_CONSTANT = 2
+
+
+def check_temperature(owner: str, value: Param | Sequence[float], no_zero: str | None) -> Param:
+    """A bath temperature in K (:func:`check_param`): ``>= 0``, where 0 K is a quench
+    (the thermostat drains the kinetic energy), or ``> 0`` for a method that cannot do
+    0 K: then a :class:`ConfigError` gives ``no_zero`` (why) and what to use instead."""
+    value = check_param("temperature", owner, value, strict=False, unit="K", usual=TEMPERATURE)
+    if no_zero is not None and bool((torch.as_tensor(value) == 0).any()):
+        raise ConfigError(
+            f"{owner}: temperature must be > 0 K, got {shown(value)}: {no_zero}; to quench to "
+            f"0 K use Langevin, Bussi or Berendsen (NVT), CRescale or NPTLangevin (NPT), or an "
+            f"optimizer"
+        )
+    return value
+
+
+def check_time_constant(owner: str, name: str, value: Param | Sequence[float], dt: Param) -> Param:
+    """A thermostat's or barostat's time constant in fs: ``> 0`` and at least
+    :data:`MIN_STEPS_PER_TIME_CONSTANT` time steps ``dt`` (fs; per system where either is
+    a list), else a :class:`ConfigError` naming both values."""
+    value = check_param(name, owner, value, unit="fs")
+    tau, step = (torch.as_tensor(v, dtype=torch.float64).flatten() for v in (value, dt))
+    if len(tau) > 1 and len(step) > 1:  # both per system: the ids both cover
+        tau, step = tau[: len(step)], step[: len(tau)]
+    tau, step = torch.broadcast_tensors(tau, step)
+    short = (tau < MIN_STEPS_PER_TIME_CONSTANT * step).nonzero().flatten().tolist()
+    if short:
+        k = short[0]
+        per_system = isinstance(value, torch.Tensor) or isinstance(dt, torch.Tensor)
+        where = f" for system_id {k}" if per_system else ""
+        least = MIN_STEPS_PER_TIME_CONSTANT * float(step[k])
+        raise ConfigError(
+            f"{owner}: {name}={float(tau[k]):g} fs is shorter than {MIN_STEPS_PER_TIME_CONSTANT} "
+            f"time steps (dt={float(step[k]):g} fs){where}: a coupling faster than the steps "
+            f"resolve is not integrated (a Nosé-Hoover chain goes non-finite at once); give "
+            f"{name} >= {least:g} fs (usually 100 dt or more) or a smaller dt"
+        )
+    return value
+
+
 def check_pressure(owner: str, **given: Param | Sequence[float] | None) -> Param:
     """The external pressure in eV/Å^3 from the one of ``given`` that is not None
     (``pressure_gpa``, ``pressure_bar`` or ``scalar_pressure`` in eV/Å^3; 0 if none is;
@@ -173,6 +217,11 @@ def check_pressure(owner: str, **given: Param | Sequence[float] | None) -> Param
         raise ConfigError(f"{owner}: {name} ({unit}) must be finite, got {value}")
     warn_if_unusual(owner, name, value, unit, usual)
     return value * scale if isinstance(value, torch.Tensor) else float(value) * scale
+
+
+def shown(value: Param) -> float | list[float]:
+    """A parameter as a message shows it: a number, or a list for per-system values."""
+    return value.tolist() if isinstance(value, torch.Tensor) else value
 
 
 def warn_if_unusual(owner: str, name: str, value: Param, unit: str, usual: Usual) -> None:
@@ -207,6 +256,7 @@ def _user_stacklevel() -> int:
 __all__ = [
     "FORCE",
     "FRICTION",
+    "MIN_STEPS_PER_TIME_CONSTANT",
     "PRESSURES",
     "PRESSURE_BAR",
     "PRESSURE_EV_A3",
@@ -221,5 +271,7 @@ __all__ = [
     "check_positive",
     "check_pressure",
     "check_range",
+    "check_temperature",
+    "check_time_constant",
     "warn_if_unusual",
 ]
