@@ -20,6 +20,7 @@ from .engine.restart import input_system_ids
 from .errors import ConfigError
 from .hooks import Callback
 from .integrators.base import Integrator
+from .integrators.params import check_system_ids
 from .models.base import Model
 from .results import Results
 from .sinks import Sink
@@ -242,6 +243,9 @@ class Simulator:
         if data is None:  # every system was finished before
             results = Results(None, {"systems": 0, "steps": 0, "forward_calls": 0}, stores)
         else:
+            ids = input_system_ids(data)
+            for stage in _stages_of(self.plan) if ids is not None else ():
+                check_system_ids(stage, ids)  # a short per-system list: now, not mid-run
             results = self.strategy.run(self, data, resume=checkpoint)
         for store in new:  # made by this run (maybe in a rank): later runs append to it
             store.created_by_run()

@@ -219,6 +219,36 @@ def check_pressure(owner: str, **given: Param | Sequence[float] | None) -> Param
     return value * scale if isinstance(value, torch.Tensor) else float(value) * scale
 
 
+#: attributes of the built-in integrators that hold a parameter under another name
+_PARAMETER_OF = {"gamma": "friction", "beta": "compressibility"}
+
+
+def check_system_ids(stage: object, system_ids: Sequence[int]) -> None:
+    """Before a run: every per-system parameter of ``stage`` (a list or 1-D tensor
+    attribute: one value per ``system_id``) must have a value for each of the run's
+    ``system_ids``, else a :class:`ConfigError` naming the parameter, how many values it
+    has and the ids without one (rather than an ``IndexError`` mid-run)."""
+    ids = sorted(set(int(i) for i in system_ids))
+    for attr, value in vars(stage).items():
+        if isinstance(value, (torch.Tensor, np.ndarray)):
+            count = len(value) if value.ndim == 1 else None
+        elif isinstance(value, (list, tuple)) and value:
+            count = len(value) if all(isinstance(v, numbers.Real) for v in value) else None
+        else:
+            count = None
+        missing = [i for i in ids if count is not None and not 0 <= i < count]
+        if attr.startswith("_") or not missing:
+            continue
+        name = _PARAMETER_OF.get(attr, attr.removesuffix("_fs"))
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ConfigError(
+            f"{type(stage).__name__}: {name} has {count} value(s), one per system_id "
+            f"0..{count - 1} (a list is indexed by system_id, not by position), but none for "
+            f"system_id "
+            f"{missing[0]}{more}; give one value per system_id up to {ids[-1]}, or one for all"
+        )
+
+
 def shown(value: Param) -> float | list[float]:
     """A parameter as a message shows it: a number, or a list for per-system values."""
     return value.tolist() if isinstance(value, torch.Tensor) else value
@@ -271,6 +301,7 @@ __all__ = [
     "check_positive",
     "check_pressure",
     "check_range",
+    "check_system_ids",
     "check_temperature",
     "check_time_constant",
     "warn_if_unusual",

@@ -24,6 +24,7 @@ from alchemi_lit.integrators import (
     VelocityVerlet,
     params,
 )
+from alchemi_lit.models import LennardJones
 
 
 @pytest.fixture(autouse=True)
@@ -215,3 +216,42 @@ def test_one_temperature_zero_rule(cls) -> None:
         cls(temperature=-1.0)
     refusing = {c.__name__ for c in THERMOSTATS if c.no_zero_kelvin is not None}
     assert refusing == {"NoseHooverChain", "MTKNPT"}
+
+
+class NeverCalled(LennardJones):
+    """LJ that fails a test if the run evaluates it: the check must come first."""
+
+    def forward(self, batch, *args, **kwargs):
+        raise AssertionError("the model ran before the per-system check")
+
+
+@pytest.mark.parametrize(
+    ("stage", "ids", "message"),
+    [
+        (Langevin(temperature=[300.0, 600.0]), [0, 1, 2], r"Langevin: temperature has 2 "
+         r"value\(s\), one per system_id 0\.\.1 .*none for system_id 2; give one value per "
+         r"system_id up to 2, or one for all"),
+        (Bussi(taut=[100.0, 100.0, 100.0]), [3, 4, 5], r"Bussi: taut has 3 value\(s\).*indexed "
+         r"by system_id, not by position.*none for system_id 3 \(and 2 more\)"),
+        (NPTLangevin(friction=[0.01, 0.02]), [0, 1, 2], r"NPTLangevin: friction has 2 .*id 2"),
+        (CRescale(compressibility=[0.3]), [0, 1], r"CRescale: compressibility has 1 .*id 1;"),
+        (MTKNPT(pressure_gpa=[0.1, 0.2]), [0, 2, 1], r"MTKNPT: pressure_gpa has 2 .*id 2;"),
+        (Langevin(dt=[1.0, 2.0]) + FIRE(), [0, 1, 2], r"Langevin: dt has 2 .*id 2;"),
+    ],
+)  # fmt: skip
+def test_a_short_per_system_list_is_refused_before_step_0_naming_the_id(
+    stage, ids: list[int], message: str
+) -> None:
+    """It used to be ``IndexError: index 2 is out of bounds for dimension 0 with size 2``
+    from ops.py, mid-run (or after continuing from a store whose ids start past 0)."""
+    from ase.build import bulk
+
+    import alchemi_lit as al
+    from alchemi_lit.data import SizeAwareSampler
+
+    atoms = [bulk("Ar", "fcc", a=5.26, cubic=True) for _ in ids]
+    sim = al.Simulator(model=NeverCalled(epsilon=0.0104, sigma=3.4, cutoff=6.0), stages=stage)
+    with pytest.raises(ConfigError, match=message):
+        sim.run(al.Batch.from_atoms(atoms, system_ids=ids))
+    with pytest.raises(ConfigError, match=message):
+        sim.run(SizeAwareSampler(atoms, max_atoms=100, system_ids=ids))
