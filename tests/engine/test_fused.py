@@ -225,6 +225,40 @@ def test_invalid_structure_in_dataset_named_before_run() -> None:
     assert sorted(res.system_id.tolist()) == [0, 1, 3]
 
 
+class FailsOn27Atoms(LennardJones):
+    """LJ that cannot evaluate a batch holding a 27-atom system (as an MLIP whose
+    descriptor is undefined for one structure)."""
+
+    def forward(self, batch, *args, **kwargs):
+        if bool((batch.n_atoms == 27).any()):
+            raise RuntimeError("descriptor undefined")
+        return super().forward(batch, *args, **kwargs)
+
+
+@pytest.mark.parametrize(("order", "max_atoms"), [((0, 1, 0), 200), ((0, 0, 1, 0), 64)])
+def test_a_quarantine_is_logged_once(log_messages, order, max_atoms: int) -> None:
+    """At the run's first evaluation (it used to be logged again by the first step's,
+    which found the system still in the batch) or when it joins at a refill."""
+    from ase.build import bulk
+
+    kinds = [bulk("Ar", "fcc", a=5.26, cubic=True) * (2, 2, 2), bulk("Ar", "sc", a=3.7) * 3]
+    data = [kinds[k].copy() for k in order]
+    for sync_every in (1, 4, "auto"):
+        log_messages.clear()
+        model = FailsOn27Atoms(epsilon=0.0104, sigma=3.40, cutoff=CUTOFF)
+        sim = al.Simulator(
+            model=model, stages=VelocityVerlet(dt=2.0, steps=6), sync_every=sync_every
+        )
+        res = sim.run(SizeAwareSampler(data, max_atoms=max_atoms))
+        bad = order.index(1)
+        assert res.batch.info[bad]["model_error"] == "RuntimeError: descriptor undefined"
+        assert sorted(res.exit_reasons).count("model_error") == 1
+        said = [m for _, m in log_messages if "quarantined" in m]
+        assert said == [
+            f"system {bad} quarantined: the model raised on it (RuntimeError: descriptor undefined)"
+        ], (sync_every, said)
+
+
 def test_results_carry_the_final_stress_as_ase_computes_it():
     """The step loop skips stress; finished systems get it in one evaluation -- crystals
     as ASE's LennardJones gives it at their final positions, molecules (no cell) none."""
