@@ -247,6 +247,8 @@ class Simulator:
             for stage in _stages_of(self.plan) if ids is not None else ():
                 check_system_ids(stage, ids)  # a short per-system list: now, not mid-run
             results = self.strategy.run(self, data, resume=checkpoint)
+            if getattr(data, "skipped", None):  # skip_invalid: in the summary, with why
+                results.stats["skipped"] = list(data.skipped)
         for store in new:  # made by this run (maybe in a rank): later runs append to it
             store.created_by_run()
         if earlier is not None and self._keeps_results_in_memory():
@@ -336,6 +338,7 @@ class Simulator:
             "ended": iso(ended),
             "strategy": self.strategy_name,
             "resumed": resumed,
+            **({"skipped": st["skipped"]} if st.get("skipped") else {}),
         }
         for sink in stores:
             sink.record_run(record)

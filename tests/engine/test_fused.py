@@ -225,6 +225,38 @@ def test_invalid_structure_in_dataset_named_before_run() -> None:
     assert sorted(res.system_id.tolist()) == [0, 1, 3]
 
 
+def test_skip_invalid_leaves_out_oversize_structures_and_the_summary_says_why(
+    log_messages, tmp_path
+) -> None:
+    """``skip_invalid=True`` used to raise for a structure above max_atoms all the same."""
+    from alchemi_lit.report import read_store_runs
+    from alchemi_lit.sinks import ZarrSink
+
+    data = mixed_argon(4, 8, 20, seed=2)  # 18, 18, 20 and 9 atoms
+    with pytest.raises(StructureError, match=r"system 2 has 20 atoms.*or pass skip_invalid=True"):
+        SizeAwareSampler(data, max_atoms=19)
+    data[3].positions[0, 0] = np.nan
+    store = ZarrSink(tmp_path / "r.zarr")
+    sim = al.Simulator(model=lj(), stages=relax(), sinks=[store])
+    res = sim.run(SizeAwareSampler(data, max_atoms=19, skip_invalid=True, system_ids=[5, 6, 7, 8]))
+    assert sorted(res.system_id.tolist()) == [5, 6]
+    said = [m for level, m in log_messages if level == "WARNING" and m.startswith("skipping")]
+    assert "system 2 (system_id 7): 20 atoms, more than max_atoms=19" in said[0]
+    assert "system 3 (system_id 8): non-finite" in said[1]
+    skipped = [(s["system_id"], s["reason"]) for s in res.stats["skipped"]]
+    assert skipped[0] == (7, "20 atoms, more than max_atoms=19")
+    assert skipped[1][0] == 8 and skipped[1][1].startswith("non-finite (NaN/inf) coordinates")
+    assert read_store_runs(tmp_path / "r.zarr")[-1]["stats"]["skipped"][0] == {
+        "index": 2, "system_id": 7, "reason": "20 atoms, more than max_atoms=19"
+    }  # fmt: skip
+    edges = SizeAwareSampler(data[:3], max_atoms=100, max_edges=70, skip_invalid=True)
+    edges.bind(CUTOFF)
+    assert (
+        len(edges) == 2
+        and "73 neighbour pairs, more than max_edges=70" in (edges.skipped[0]["reason"])
+    )
+
+
 class FailsOn27Atoms(LennardJones):
     """LJ that cannot evaluate a batch holding a 27-atom system (as an MLIP whose
     descriptor is undefined for one structure)."""
