@@ -22,7 +22,8 @@ class SamplerConfig:
             device (a fit of the model's memory on small probe batches).
         max_systems: most systems in flight at once (None: no limit).
         max_edges: most neighbour pairs in flight (None: no limit).
-        skip_invalid: leave invalid structures out with a warning instead of failing.
+        skip_invalid: leave invalid or oversize structures out with a warning instead of
+            failing (the summary lists them).
         memory_fraction: with ``max_atoms: auto``, the share of the free memory a full
             batch may take.
     """

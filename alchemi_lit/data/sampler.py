@@ -6,7 +6,8 @@ may pass a large system waiting for room (first fit within a lookahead window, f
 a bounded number of takes), so free room is used; the order depends only on the
 data, budgets and graduations, which keeps runs deterministic.  Every system is
 checked before the run starts -- a system larger than the budget, or an invalid
-structure, is an error naming its index then, not hours into a campaign.
+structure, is an error naming its index then, not hours into a campaign (or, with
+``skip_invalid``, left out with a warning and listed in the run's summary).
 ``max_atoms="auto"`` measures the budgets when the sampler is bound to the run's
 model (:mod:`alchemi_lit.data.memory_budget`).
 """
@@ -46,7 +47,9 @@ class SizeAwareSampler:
             cap on the measured one).
         system_ids: one id per structure (default: dataset positions, or the ids that
             results of an earlier run carry: :func:`~alchemi_lit.state.default_system_ids`).
-        skip_invalid: leave invalid structures out with a warning instead of failing.
+        skip_invalid: leave invalid structures, and ones above ``max_atoms`` or
+            ``max_edges``, out with a warning instead of failing (:attr:`skipped` and the
+            run's summary list them, with why).
         memory_fraction: share of the free memory a full batch may take (``"auto"``).
         memory_reader: where memory is read (``"auto"``; default: the run's device).
     """
