@@ -298,11 +298,12 @@ class Simulator:
 
     def _check_stores(self, data: Any) -> None:
         """Before anything is computed (in this process, whatever the strategy): a
-        ``"w-"`` store must not exist, and a run appending to a store must not reuse a
-        ``system_id`` stored there (see ZarrSink.refuse_id_clashes)."""
+        store must be writable, a ``"w-"`` store must not exist, and a run appending to
+        a store must not reuse a ``system_id`` stored there (see ZarrSink)."""
         stores = self._stores()
         ids = input_system_ids(data) if stores else None
         for store in stores:
+            store.refuse_unwritable()
             store.refuse_existing()
             if ids is not None:
                 store.refuse_id_clashes(ids)

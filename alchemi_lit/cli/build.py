@@ -10,7 +10,6 @@ permission) and the structures against the model and the budgets.
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,19 +205,12 @@ def _check_sinks(sim: Any, resolved: dict[str, Any], source: Any, resuming: bool
 
 def _check_writable(path: Path, key: str, what: str) -> None:
     """``path`` is (or can be created as) a writable directory; creates nothing."""
-    path = path.expanduser()
-    if path.exists() and not path.is_dir():
-        raise CLIError(key, f"{what} {str(path)!r} exists and is a file, not a directory")
-    parent = path
-    while not parent.exists():
-        parent = parent.parent
-    if parent != path and not parent.is_dir():
-        raise CLIError(key, f"cannot create {what} {str(path)!r}: {str(parent)!r} is a file")
-    if not os.access(parent, os.W_OK | os.X_OK):
+    from ..sinks.zarr import unwritable
+
+    why = unwritable(path)
+    if why is not None:
         raise CLIError(
-            key,
-            f"cannot create {what} {str(path)!r}: no write permission in {str(parent)!r}; "
-            f"choose a writable location",
+            key, f"cannot create {what} {str(path)!r}: {why}; choose a writable location"
         )
 
 
