@@ -153,12 +153,17 @@ def _read_structures(data: dict[str, Any]) -> list[Any]:
                 one_line(str(exc)),
             ) from exc
     try:
-        atoms = read_structures(spec, index=data.get("index") or ":", format=data.get("format"))
+        atoms = read_structures(
+            spec, index=data.get("index") or ":", format=data.get("format"),
+            partial_occupancy=data.get("partial_occupancy") or "error",
+        )  # fmt: skip
     except Exception as exc:
         text = str(exc)
         key = "data.structures"
         if text.startswith("index "):
             key = "data.index"
+        elif text.startswith("partial_occupancy"):
+            key = "data.partial_occupancy"
         elif text.startswith("unknown structure file format"):
             key = "data.format"
         raise CLIError(key, one_line(text)) from exc

@@ -46,6 +46,9 @@ class DataConfig:
         builtin_args: keyword arguments of the built-in set (``n_systems``, ``repeat`` ...).
         format: ASE format name when the file extension does not tell it.
         index: which frames of the file to read (ASE syntax, ``":"`` = all).
+        partial_occupancy: a structure with partially occupied sites (a disordered
+            CIF) is refused (``error``), or each such site takes its majority species,
+            with a warning (``majority``).
         first_id: number the structures' ``system_id`` from this value on (default:
             from 0, or the ids results of an earlier run carry), e.g. to append them to
             a results store that holds ids from 0 on.
@@ -60,6 +63,7 @@ class DataConfig:
     builtin_args: dict[str, Any] = field(default_factory=dict)
     format: str | None = None
     index: str | int = ":"
+    partial_occupancy: Literal["error", "majority"] = "error"
     first_id: int | None = None
     sampler: dict[str, Any] | None = None
 
