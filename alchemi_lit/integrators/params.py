@@ -244,8 +244,8 @@ def check_system_ids(stage: object, system_ids: Sequence[int]) -> None:
         raise ConfigError(
             f"{type(stage).__name__}: {name} has {count} value(s), one per system_id "
             f"0..{count - 1} (a list is indexed by system_id, not by position), but none for "
-            f"system_id "
-            f"{missing[0]}{more}; give one value per system_id up to {ids[-1]}, or one for all"
+            f"system_id {missing[0]}{more}; give one value per system_id up to {ids[-1]}, or "
+            f"one for all"
         )
 
 
