@@ -6,7 +6,8 @@ may pass a large system waiting for room (first fit within a lookahead window, f
 a bounded number of takes), so free room is used; the order depends only on the
 data, budgets and graduations, which keeps runs deterministic.  Every system is
 checked before the run starts -- a system larger than the budget, or an invalid
-structure, is an error naming its index then, not hours into a campaign.
+structure, is an error naming its index then, not hours into a campaign (or, with
+``skip_invalid``, left out with a warning and listed in the run's summary).
 ``max_atoms="auto"`` measures the budgets when the sampler is bound to the run's
 model (:mod:`alchemi_lit.data.memory_budget`).
 """
@@ -46,7 +47,9 @@ class SizeAwareSampler:
             cap on the measured one).
         system_ids: one id per structure (default: dataset positions, or the ids that
             results of an earlier run carry: :func:`~alchemi_lit.state.default_system_ids`).
-        skip_invalid: leave invalid structures out with a warning instead of failing.
+        skip_invalid: leave invalid structures, and ones above ``max_atoms`` or
+            ``max_edges``, out with a warning instead of failing (:attr:`skipped` and the
+            run's summary list them, with why).
         memory_fraction: share of the free memory a full batch may take (``"auto"``).
         memory_reader: where memory is read (``"auto"``; default: the run's device).
     """
@@ -116,14 +119,19 @@ class SizeAwareSampler:
         self.position = 0
         self._passed = 0  # takes that passed the system at the head of the queue
         self._validated = False
+        #: structures left out under ``skip_invalid``: ``{"index", "system_id", "reason"}``
+        self.skipped: list[dict[str, Any]] = []
         too_big = np.flatnonzero(self.sizes > self.max_atoms) if not self.auto else []
-        if len(too_big):
+        if len(too_big) and not skip_invalid:
             k = int(too_big[0])
             raise StructureError(
                 f"system {k} has {int(self.sizes[k])} atoms, more than max_atoms={self.max_atoms} "
-                f"({len(too_big)} system(s) too large); raise max_atoms or remove them",
+                f"({len(too_big)} system(s) too large); raise max_atoms, remove them or pass "
+                f"skip_invalid=True",
                 k,
             )
+        limit = f"more than max_atoms={self.max_atoms}"
+        self._skip([(int(k), f"{int(self.sizes[k])} atoms, {limit}") for k in too_big])
 
     def __len__(self) -> int:
         return len(self.order)
@@ -176,20 +184,35 @@ class SizeAwareSampler:
                 f"{' ...' if len(bad) > 5 else ''}. Fix them or pass skip_invalid=True",
                 bad[0][0],
             )
-        if bad:
-            logger.warning(f"skipping {len(bad)} invalid structure(s): {[k for k, _ in bad]}")
-            skip = {k for k, _ in bad}
-            self.order = np.asarray([k for k in self.order if k not in skip], dtype=np.int64)
+        queued = set(self.order.tolist())  # (an oversize one is out already)
+        self._skip([(k, msg.removeprefix(f"system {k}: ")) for k, msg in bad if k in queued])
         if self.max_edges is not None:
             self.edges = self._count_edges(cutoff, "max_edges")
-            too_many = [k for k in self.order if self.edges[k] > self.max_edges]
-            if too_many:
+            too_many = [int(k) for k in self.order if self.edges[k] > self.max_edges]
+            limit = f"neighbour pairs, more than max_edges={self.max_edges}"
+            if too_many and self.skip_invalid:
+                self._skip([(k, f"{int(self.edges[k])} {limit}") for k in too_many])
+            elif too_many:
                 k = int(too_many[0])
                 raise StructureError(
                     f"system {k} has {int(self.edges[k])} neighbour pairs, more than "
                     f"max_edges={self.max_edges}; raise max_edges or remove it",
                     k,
                 )
+
+    def _skip(self, rows: list[tuple[int, str]]) -> None:
+        """Leave dataset rows out (``skip_invalid``) with a warning naming each and why;
+        the run's summary lists them (:attr:`skipped`)."""
+        if not rows:
+            return
+        for k, why in rows:
+            self.skipped.append({"index": k, "system_id": int(self.system_ids[k]), "reason": why})
+        listing = "; ".join(
+            f"system {k} (system_id {self.system_ids[k]}): {why}" for k, why in rows
+        )
+        logger.warning(f"skipping {len(rows)} invalid structure(s) (skip_invalid=True): {listing}")
+        skip = {k for k, _ in rows}
+        self.order = np.asarray([k for k in self.order if k not in skip], dtype=np.int64)
 
     def _count_edges(self, cutoff: float | None, why: str) -> np.ndarray:
         if cutoff is None:
