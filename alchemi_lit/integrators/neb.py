@@ -1,0 +1,318 @@
+"""The nudged elastic band as a filter optimizers take: ``FIRE(band=NEB(...))``.
+
+ASE's ``NEB`` is an object an optimizer runs on; ours is a *view* of the batch, like a
+:class:`~.cell.CellFilter`: the images of a band are systems sharing
+``info["path_id"]`` (in ``system_id`` order), and the optimizer sees their positions and
+NEB forces (:mod:`.band_forces`).  The *band* is what ASE optimises as one object, so
+everything an optimizer sums over a system -- FIRE's powers and step length, BFGS's
+Hessian -- is summed over the band's interior images (:meth:`NEB.reduce`,
+:meth:`NEB.dense_groups`), and a band converges when the largest NEB force on any of
+its images is below ``fmax`` (ASE's test), all its images leaving together.
+
+Endpoints are evaluated once: when a band enters the stage its endpoints' positions
+and energies are copied onto its interior images (fields ``neb_x0``/``neb_x1``,
+``neb_e0``/``neb_e1``) and the endpoints leave the stage at once, out of every later
+forward.  Bands are laid out densely once per batch layout (a host read, kept while
+the band fields are the same tensors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from ..data.bands import PATH_KEY, check_band
+from ..errors import ConfigError, StructureError
+from ..state import EXIT_QUARANTINED, Batch, system_name
+from ..tensor_ops import identity_key, same_key
+from .band_forces import METHODS, band_forces
+from .base import FieldSpec
+from .extended import DenseGroup, max_row_norm_sq
+
+#: per-system band fields: path id, image index, images in the band (0 outside a band)
+BAND_FIELDS = ("neb_path", "neb_image", "neb_count")
+
+
+class Layout(NamedTuple):
+    groups: list[tuple[torch.Tensor, int, int]]  # (interior rows [G, n - 2], n images, atoms)
+    complete: torch.Tensor  # [B] interior images of complete bands
+
+
+@dataclass
+class NEB:
+    """Nudged elastic band filter (ASE's ``NEB``) for ``FIRE``/``BFGS``'s ``band=``.
+
+    Args:
+        k: spring constant in eV/Å^2, or a mapping ``{path_id: k}`` (others get 0.1).
+        climb: climbing image (the highest interior image climbs the band).
+        method: tangent: ``"improvedtangent"`` (Henkelman-Jónsson), ``"aseneb"`` or
+            ``"spline"`` (ASE's methods).
+        climb_after: with ``climb``, the band climbs after this many steps.
+        climb_fmax: with ``climb``, the band climbs once its NEB forces are below this
+            (eV/Å); with ``climb_after`` too, whichever comes first.
+    """
+
+    k: float | Mapping[int, float] = 0.1
+    climb: bool = False
+    method: str = "improvedtangent"
+    climb_after: int | None = None
+    climb_fmax: float | None = None
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    width = 0  # no cell rows
+    kind = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"NEB: method must be one of {METHODS}, got {self.method!r}")
+        ks = self.k.values() if isinstance(self.k, Mapping) else [self.k]
+        if not all(isinstance(v, (int, float)) and v >= 0 for v in ks):
+            raise ConfigError(f"NEB: k must be >= 0 eV/Å^2 or {{path_id: k}}, got {self.k!r}")
+        if (self.climb_after is not None or self.climb_fmax is not None) and not self.climb:
+            raise ConfigError("NEB: climb_after/climb_fmax delay climbing; add climb=True")
+        if self.climb_after is not None and int(self.climb_after) < 0:
+            raise ConfigError(f"NEB: climb_after must be >= 0 steps, got {self.climb_after}")
+        if self.climb_fmax is not None and not float(self.climb_fmax) > 0:
+            raise ConfigError(f"NEB: climb_fmax must be > 0 eV/Å, got {self.climb_fmax}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_memo": {}}
+
+    # ------------------------------------------------------------ the batch's view
+    def field_specs(self) -> dict[str, FieldSpec]:
+        ints = {name: FieldSpec("system", dtype="int64", fill=-1) for name in BAND_FIELDS}
+        nan = float("nan")
+        return {
+            **ints,
+            "neb_e0": FieldSpec("system", fill=nan),
+            "neb_e1": FieldSpec("system", fill=nan),
+            "neb_climbing": FieldSpec("system", dtype="bool", fill=False),
+            "neb_x0": FieldSpec("atom", (3,), fill=nan),
+            "neb_x1": FieldSpec("atom", (3,), fill=nan),
+        }
+
+    def carries_cell(self, batch: Batch) -> torch.Tensor:
+        return torch.zeros_like(batch.pbc[:, 0])
+
+    def bands_of(self, batch: Batch, mask: torch.Tensor, owner: str) -> dict[int, list[int]]:
+        """Rows of each band among the systems of ``mask``, in ``system_id`` order; a
+        system without a band or an incomplete or inconsistent band is refused."""
+        rows = mask.nonzero().flatten().tolist()
+        ids = batch.system_id.tolist()
+        found: dict[int, list[int]] = {}
+        for r in rows:
+            p = batch.info.get(ids[r], {}).get(PATH_KEY)
+            if p is None:
+                raise ConfigError(
+                    f"{owner} with band=NEB(): {system_name(r, ids[r])} has no info['path_id']; "
+                    f"a band stage relaxes bands: build them with alchemi_lit.workflows.make_band"
+                )
+            found.setdefault(int(p), []).append(r)
+        for p, members in found.items():
+            members.sort(key=lambda r: ids[r])
+            want = batch.info[ids[members[0]]].get("n_images", len(members))
+            if len(members) != want:
+                raise ConfigError(
+                    f"{owner}: band path_id {p} entered with {len(members)} of its {want} images; "
+                    f"a band must be in one batch: use a SizeAwareSampler (it keeps bands whole)"
+                )
+        return found
+
+    def check(self, batch: Batch, owner: str, mask: torch.Tensor) -> None:
+        host = batch.to(device="cpu")
+        for p, rows in self.bands_of(batch, mask, owner).items():
+            try:
+                check_band(host.select(rows).to_atoms(results=False), p)
+            except StructureError as exc:
+                raise ConfigError(f"{owner}: {exc}") from None
+
+    def init(self, batch: Batch, mask: torch.Tensor) -> None:
+        """Band fields of the systems of ``mask``, endpoints copied onto the interior."""
+        bands = self.bands_of(batch, mask, "NEB")
+        fields = {n: getattr(batch, n).clone() for n in (*BAND_FIELDS, "neb_e0", "neb_e1")}
+        x0, x1 = batch.neb_x0.clone(), batch.neb_x1.clone()
+        for p, rows in bands.items():
+            inner = torch.as_tensor(rows[1:-1], device=batch.device)
+            index = torch.as_tensor(rows, device=batch.device)
+            fields["neb_path"][index], fields["neb_count"][index] = p, len(rows)
+            fields["neb_image"][index] = torch.arange(len(rows), device=batch.device)
+            fields["neb_e0"][inner] = batch.energy[rows[0]]
+            fields["neb_e1"][inner] = batch.energy[rows[-1]]
+            for x, end in ((x0, rows[0]), (x1, rows[-1])):
+                ends = batch.positions[batch.atom_index([end])]
+                x[batch.atom_index(inner)] = ends.repeat(len(rows) - 2, 1)
+        for name, value in fields.items():
+            setattr(batch, name, value)
+        batch.neb_x0, batch.neb_x1 = x0, x1
+        start = self.climb and self.climb_after in (None, 0) and self.climb_fmax is None
+        batch.neb_climbing = torch.where(mask, start, batch.neb_climbing)
+        self.advance(batch, mask, steps_done=0)
+
+    def layout(self, batch: Batch) -> Layout:
+        """The interior images of each complete band, grouped by (images, atoms)."""
+        key = identity_key([getattr(batch, n) for n in BAND_FIELDS] + [batch.n_atoms])
+        hit = self._memo.get("layout")
+        if hit is not None and same_key(hit[0], key):
+            return hit[1]
+        path, image, count = (getattr(batch, n).cpu().numpy() for n in BAND_FIELDS)
+        n_atoms = batch.n_atoms.cpu().numpy()
+        inner = np.flatnonzero((image > 0) & (image < count - 1))
+        found: dict[tuple[int, int], dict[int, dict[int, int]]] = {}
+        for r in inner:
+            found.setdefault((int(count[r]), int(n_atoms[r])), {}).setdefault(int(path[r]), {})
+            found[(int(count[r]), int(n_atoms[r]))][int(path[r])][int(image[r])] = int(r)
+        groups, complete = [], torch.zeros_like(batch.pbc[:, 0])
+        for (n, a), bands in found.items():
+            whole = [[b[i] for i in range(1, n - 1)] for b in bands.values() if len(b) == n - 2]
+            if whole:
+                rows = torch.as_tensor(whole, device=batch.device)
+                groups.append((rows, n, a))
+                complete[rows.flatten()] = True
+        out = Layout(groups, complete)
+        self._memo["layout"] = (key, out)
+        return out
+
+    def k_of(self, batch: Batch, rows: torch.Tensor, n: int) -> torch.Tensor:
+        """Spring constants ``[G, n - 1]`` of the bands whose interior rows are ``rows``."""
+        if not isinstance(self.k, Mapping):
+            return torch.full((len(rows), n - 1), float(self.k), dtype=batch.dtype)
+        paths = batch.neb_path[rows[:, 0]].tolist()
+        k = [float(self.k.get(p, 0.1)) for p in paths]
+        return torch.tensor(k, dtype=batch.dtype, device=batch.device)[:, None].expand(-1, n - 1)
+
+    def coordinates(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch.positions, batch.positions.new_zeros((batch.num_systems, 0))
+
+    def forces(
+        self, batch: Batch, climbing: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """NEB forces on interior images of complete bands ``[N, 3]`` (model forces
+        elsewhere), with the climbing image where ``neb_climbing`` (or ``climbing``)."""
+        climbing = batch.neb_climbing if climbing is None else climbing
+        names = ("positions", "forces", "energy", "neb_x0", "neb_x1", "neb_e0", "neb_e1")
+        key = identity_key([getattr(batch, n) for n in names] + [climbing])
+        hit = self._memo.get("forces")
+        if hit is not None and same_key(hit[0], key):
+            return hit[1]
+        out = batch.forces
+        for rows, n, a in self.layout(batch).groups:
+            g = len(rows)
+            atoms = batch.atom_index(rows.flatten())
+            x = batch.positions[atoms].reshape(g, n - 2, a, 3)
+            ends = [t[batch.atom_index(rows[:, j])].reshape(g, 1, a, 3)
+                    for t, j in ((batch.neb_x0, 0), (batch.neb_x1, -1))]  # fmt: skip
+            x = torch.cat([ends[0], x, ends[1]], 1)
+            first = rows[:, :1]
+            e = torch.cat([batch.neb_e0[first], batch.energy[rows], batch.neb_e1[first]], 1)
+            f = batch.forces[atoms].reshape(g, n - 2, a, 3)
+            first = rows[:, 0]
+            nudged = band_forces(x, e, f, self.k_of(batch, rows, n), batch.cell[first],
+                                 batch.pbc[first], self.method, climbing[first])  # fmt: skip
+            out = out.index_copy(0, atoms, nudged.reshape(-1, 3))
+        result = (out, out.new_zeros((batch.num_systems, 0)))
+        self._memo["forces"] = (key, result)
+        return result
+
+    def set_coordinates(
+        self, batch: Batch, x_atoms: torch.Tensor, x_cell: torch.Tensor, moving: torch.Tensor
+    ) -> None:
+        """Positions of the free atoms of the interior images of ``moving`` ``[B]``."""
+        moving = moving & self.layout(batch).complete
+        atoms = (batch.atom_mask(moving) & ~batch.fixed)[:, None]
+        batch.positions = torch.where(atoms, x_atoms, batch.positions)
+
+    # ------------------------------------------------------------ band-wide sums
+    def reduce(self, sums: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Per-system sums ``[B]`` made per-band (every interior image gets its band's)."""
+        out = sums
+        for rows, _, _ in self.layout(batch).groups:
+            total = sums[rows].sum(1, keepdim=True).expand_as(rows)
+            out = out.index_copy(0, rows.flatten(), total.flatten())
+        return out
+
+    def band_max_sq(self, batch: Batch, forces: torch.Tensor | None = None) -> torch.Tensor:
+        """Largest squared NEB-force row of each interior image's band ``[B]``."""
+        f = self.forces(batch)[0] if forces is None else forces
+        return self._band_max(batch, max_row_norm_sq(batch, f, f.new_zeros((len(batch), 0))))
+
+    def _band_max(self, batch: Batch, per_image: torch.Tensor) -> torch.Tensor:
+        out = per_image
+        for rows, _, _ in self.layout(batch).groups:
+            top = per_image[rows].amax(1, keepdim=True).expand_as(rows)
+            out = out.index_copy(0, rows.flatten(), top.flatten())
+        return out
+
+    def advance(self, batch: Batch, mask: torch.Tensor, steps_done: int | None = None) -> None:
+        """Switch on the climbing image of bands of ``mask`` whose delay is over."""
+        if not self.climb or (self.climb_after is None and self.climb_fmax is None):
+            return
+        done = batch.step + 1 if steps_done is None else torch.full_like(batch.step, steps_done)
+        on = torch.zeros_like(mask)
+        if self.climb_after is not None:
+            on = on | (done >= int(self.climb_after))
+        if self.climb_fmax is not None:
+            quiet = torch.zeros_like(batch.neb_climbing)
+            on = on | (self.band_max_sq(batch, self.forces(batch, quiet)[0]) < self.climb_fmax**2)
+        batch.neb_climbing = batch.neb_climbing | (mask & on & self.layout(batch).complete)
+
+    def converged(self, batch: Batch, fmax: float) -> torch.Tensor:
+        """``[B]``: bands whose NEB forces are all below ``fmax``; endpoints always."""
+        ends = (batch.neb_image == 0) | (batch.neb_image == batch.neb_count - 1)
+        return ends | (self.layout(batch).complete & (self.band_max_sq(batch) < fmax**2))
+
+    def quarantine_bands(self, batch: Batch, left: torch.Tensor, exit_code: int) -> None:
+        """Images of bands an image of which just left for a failure (``left`` ``[B]``)
+        leave with it, quarantined: a band without one of its images is no band."""
+        broken = set(batch.neb_path[left & (batch.neb_count > 0)].tolist())
+        if not broken:
+            return
+        going = torch.isin(batch.neb_path, torch.tensor(sorted(broken), device=batch.device))
+        going &= (batch.status != exit_code) & ~left
+        for sid in batch.system_id[going].tolist():
+            batch.info.setdefault(sid, {})["neb_quarantined"] = "an image of its band failed"
+        batch.exit_code = torch.where(going, EXIT_QUARANTINED, batch.exit_code)
+        batch.status = torch.where(going, exit_code, batch.status)
+
+    # ------------------------------------------------------------ BFGS's dense vectors
+    def dense_groups(self, batch: Batch, mask: torch.Tensor) -> list[DenseGroup]:
+        """Each band of ``mask`` as one dense vector: its interior images' atoms in order."""
+        out = []
+        for rows, n, a in self.layout(batch).groups:
+            keep = mask[rows[:, 0]].nonzero().flatten()
+            if len(keep):
+                out.append(BandGroup(batch, rows[keep], a * (n - 2)))
+        return out
+
+    def local_index(self, batch: Batch) -> torch.Tensor:
+        """Each atom's place in its band's vector ``[N]`` (its own system's elsewhere)."""
+        offset = (batch.neb_image - 1).clamp_min(0) * batch.n_atoms
+        return batch.segments.local_index + offset.index_select(0, batch.system_idx)
+
+    def vector_atoms(self, batch: Batch, mask: torch.Tensor) -> torch.Tensor:
+        """Atoms in each system's optimisation vector ``[B]``: its band's interior."""
+        out = batch.n_atoms.clone()
+        for rows in self.bands_of(batch, mask, "NEB").values():
+            out[rows] = batch.n_atoms[rows[0]] * max(len(rows) - 2, 1)
+        return out
+
+
+class BandGroup(DenseGroup):
+    """Bands of one shape as ``[G, 3 a (n - 2)]`` vectors (BFGS's dense group)."""
+
+    def __init__(self, batch: Batch, rows: torch.Tensor, atoms: int) -> None:
+        self.sys = rows[:, 0]  # one row per band: its first interior image
+        self.idx = batch.atom_index(rows.flatten())
+        self.n, self.c, self.dim = atoms, 0, 3 * atoms
+
+
+def as_band(value: NEB | Mapping[str, Any] | None) -> NEB | None:
+    """``band=`` of an optimizer: None, a mapping of :class:`NEB` arguments, or an NEB."""
+    if value is None or isinstance(value, NEB):
+        return value
+    if isinstance(value, Mapping):
+        return NEB(**value)
+    raise ConfigError(f"band must be an NEB(...) or None, got {type(value).__name__}")
