@@ -119,6 +119,9 @@ class BandForceMax(Criterion):
             raise ValueError(f"fmax must be > 0 eV/Å, got {fmax}")
         self.fmax, self.band = float(fmax), band
 
+    def declare(self, batch: Batch) -> None:
+        self.band.declare(batch)  # (so results drop the band fields with the stage's)
+
     def __call__(self, batch: Batch) -> torch.Tensor:
         return self.band.converged(batch, self.fmax)
 
@@ -226,6 +229,8 @@ class CellOptimizer(Integrator):
                 )
         self.refuse(batch, torch.ones_like(batch.pbc[:, 0]))  # before any model call
         super().setup(batch, seed, prefix)
+        if self.band is not None:
+            self.band.declare(batch)
 
     def refuse(self, batch: Batch, mask: torch.Tensor) -> None:
         """Raise ConfigError for systems of ``mask`` this stage cannot take."""

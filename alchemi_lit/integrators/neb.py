@@ -84,23 +84,28 @@ class NEB:
 
     # ------------------------------------------------------------ the batch's view
     def field_specs(self) -> dict[str, FieldSpec]:
-        ints = {name: FieldSpec("system", dtype="int64", fill=-1) for name in BAND_FIELDS}
-        nan = float("nan")
-        return {
-            **ints,
-            "neb_e0": FieldSpec("system", fill=nan),
-            "neb_e1": FieldSpec("system", fill=nan),
-            "neb_climbing": FieldSpec("system", dtype="bool", fill=False),
-            "neb_x0": FieldSpec("atom", (3,), fill=nan),
-            "neb_x1": FieldSpec("atom", (3,), fill=nan),
-        }
+        return {}  # (the band fields outlive a stage: declared by :meth:`declare`)
+
+    def declare(self, batch: Batch) -> None:
+        """The band fields, kept across stages (a band entering its second band stage
+        keeps its endpoints): declared here, not reset by the optimizer's entry."""
+        for name in BAND_FIELDS:
+            batch.ensure_field(name, "system", (), torch.int64, -1)
+        for name in ("neb_e0", "neb_e1"):
+            batch.ensure_field(name, "system", (), None, float("nan"))
+        batch.ensure_field("neb_climbing", "system", (), torch.bool, False)
+        for name in ("neb_x0", "neb_x1"):
+            batch.ensure_field(name, "atom", (3,), None, float("nan"))
 
     def carries_cell(self, batch: Batch) -> torch.Tensor:
         return torch.zeros_like(batch.pbc[:, 0])
 
     def bands_of(self, batch: Batch, mask: torch.Tensor, owner: str) -> dict[int, list[int]]:
-        """Rows of each band among the systems of ``mask``, in ``system_id`` order; a
-        system without a band or an incomplete or inconsistent band is refused."""
+        """Rows of each band among the systems of ``mask`` that have not started one (a
+        resumed or migrating band keeps its fields), in ``system_id`` order; a system
+        without a band, or a band not all there, is refused."""
+        if batch.has_field("neb_count"):
+            mask = mask & (batch.neb_count <= 0)
         rows = mask.nonzero().flatten().tolist()
         ids = batch.system_id.tolist()
         found: dict[int, list[int]] = {}
@@ -295,6 +300,8 @@ class NEB:
     def vector_atoms(self, batch: Batch, mask: torch.Tensor) -> torch.Tensor:
         """Atoms in each system's optimisation vector ``[B]``: its band's interior."""
         out = batch.n_atoms.clone()
+        if batch.has_field("neb_count"):  # bands under way
+            out = torch.where(batch.neb_count > 2, out * (batch.neb_count - 2), out)
         for rows in self.bands_of(batch, mask, "NEB").values():
             out[rows] = batch.n_atoms[rows[0]] * max(len(rows) - 2, 1)
         return out
