@@ -26,10 +26,12 @@ def dataset(units: list[tuple[int, int]]) -> tuple[list[Atoms], list[list[int]]]
     return out, groups
 
 
+UNIT = st.tuples(st.sampled_from([1, 3, 4, 7]), st.integers(1, 9))  # (images, atoms)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
-    units=st.lists(st.tuples(st.sampled_from([1, 3, 4, 7]), st.integers(1, 9)), min_size=1,
-                   max_size=12),  # fmt: skip
+    units=st.lists(UNIT, min_size=1, max_size=12),
     slack=st.integers(0, 40),
     seed=st.integers(0, 2**16),
 )
@@ -66,5 +68,5 @@ def test_max_systems_counts_a_bands_images():
     assert ids == [0, 1, 2, 3]  # the band of 4; the next unit needs a fifth slot
     _, ids = sampler.take(100, 4)
     assert ids == [4, 5, 6, 7]
-    with pytest.raises(StructureError, match="band path_id 100 .* max_systems to at least 4"):
+    with pytest.raises(StructureError, match=r"band path_id 100 .* max_systems to at least 4"):
         SizeAwareSampler(data, max_atoms=100, max_systems=3)

@@ -98,8 +98,7 @@ def untagged(atoms):
     "spoil,match",
     [
         (lambda d: d.__setitem__(2, d[2][:-1]), "image 2 has 12 atoms"),
-        (lambda d: d[1].numbers.__setitem__(slice(-2, None), d[1].numbers[-2:][::-1]),
-         "another species order"),  # fmt: skip
+        (lambda d: d[1].numbers.__setitem__(slice(-2, None), [79, 13]), "another species order"),
         (lambda d: d[3].set_cell(d[3].cell * 1.01, scale_atoms=True), "another periodic cell"),
         (lambda d: d[3].set_pbc(False), "pbc"),
         (lambda d: [d.pop(1), d.pop(1), d.pop(1)], "has 2 image"),
@@ -116,7 +115,7 @@ def test_a_bad_band_is_refused_naming_it_before_anything_runs(spoil, match):
 
 
 def test_a_band_larger_than_the_budget_is_refused():
-    with pytest.raises(StructureError, match="band path_id 0 .* raise max_atoms to at least 65"):
+    with pytest.raises(StructureError, match=r"band path_id 0 .* raise max_atoms to at least 65"):
         SizeAwareSampler(label_bands([tutorial_band()]), max_atoms=40)
     with pytest.raises(StructureError, match="raise max_systems to at least 5"):
         SizeAwareSampler(label_bands([tutorial_band()]), max_atoms=100, max_systems=4)
