@@ -93,6 +93,7 @@ class BFGS(CellOptimizer):
             )
 
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
+        mask = self.entering(batch, mask)
         super().init_systems(batch, mask)
         atoms, k = torch.arange(batch.num_atoms, device=batch.device)[:, None], torch.arange(3)
         local = batch.segments.local_index if self.band is None else self.band.local_index(batch)

@@ -236,6 +236,20 @@ class CellOptimizer(Integrator):
         """Raise ConfigError for systems of ``mask`` this stage cannot take."""
         self.view.check(batch, type(self).__name__, mask)
 
+    def converged(self, batch: Batch) -> torch.Tensor | None:
+        """The criterion; a plan's stages without ``band=`` pass the interior images of
+        bands straight on (they relax the endpoints; the images wait in the band stage)."""
+        conv = super().converged(batch)
+        if self.band is None and conv is not None and batch.has_field("neb_count"):
+            conv = conv | ((batch.neb_image > 0) & (batch.neb_image < batch.neb_count - 1))
+        return conv
+
+    def entering(self, batch: Batch, mask: torch.Tensor) -> torch.Tensor:
+        """Systems of ``mask`` enter: with ``band=``, also the waiting images of bands
+        that start now, whose optimizer state must be fresh too (call first in
+        ``init_systems``)."""
+        return mask if self.band is None else self.band.arrive(batch, mask)
+
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
         # systems arriving after a refill were checked by setup; from another rank, here
         # (on an accelerator only where the step reads the host anyway: no sync added)

@@ -107,6 +107,7 @@ class FIRE(CellOptimizer):
         self.mode = mode
 
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
+        mask = self.entering(batch, mask)
         super().init_systems(batch, mask)
         batch.fire_dt.masked_fill_(mask, self.dt0)
         batch.fire_alpha.masked_fill_(mask, self.astart)

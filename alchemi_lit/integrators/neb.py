@@ -87,23 +87,36 @@ class NEB:
         return {}  # (the band fields outlive a stage: declared by :meth:`declare`)
 
     def declare(self, batch: Batch) -> None:
-        """The band fields, kept across stages (a band entering its second band stage
-        keeps its endpoints): declared here, not reset by the optimizer's entry."""
+        """The band fields -- membership read from ``info`` for systems new to the run,
+        endpoint data, state -- which outlive a stage: declared here, not reset by the
+        optimizer (a band entering its second band stage keeps its endpoints)."""
         for name in BAND_FIELDS:
             batch.ensure_field(name, "system", (), torch.int64, -1)
         for name in ("neb_e0", "neb_e1"):
             batch.ensure_field(name, "system", (), None, float("nan"))
-        batch.ensure_field("neb_climbing", "system", (), torch.bool, False)
+        for name in ("neb_climbing", "neb_arrived", "neb_running"):
+            batch.ensure_field(name, "system", (), torch.bool, False)
         for name in ("neb_x0", "neb_x1"):
             batch.ensure_field(name, "atom", (3,), None, float("nan"))
+        new = self.bands_of(batch, batch.neb_count <= 0, "NEB", strict=False)
+        if new:
+            fields = [getattr(batch, n).clone() for n in BAND_FIELDS]
+            for p, rows in new.items():
+                index = torch.as_tensor(rows, device=batch.device)
+                fields[0][index], fields[2][index] = p, len(rows)
+                fields[1][index] = torch.arange(len(rows), device=batch.device)
+            for name, value in zip(BAND_FIELDS, fields):
+                setattr(batch, name, value)
 
     def carries_cell(self, batch: Batch) -> torch.Tensor:
         return torch.zeros_like(batch.pbc[:, 0])
 
-    def bands_of(self, batch: Batch, mask: torch.Tensor, owner: str) -> dict[int, list[int]]:
-        """Rows of each band among the systems of ``mask`` that have not started one (a
-        resumed or migrating band keeps its fields), in ``system_id`` order; a system
-        without a band, or a band not all there, is refused."""
+    def bands_of(
+        self, batch: Batch, mask: torch.Tensor, owner: str, strict: bool = True
+    ) -> dict[int, list[int]]:
+        """Rows of each band among the systems of ``mask`` new to the run (a resumed
+        band keeps its fields), in ``system_id`` order; a system without a band (unless
+        not ``strict``: left out), or a band not all there, is refused."""
         if batch.has_field("neb_count"):
             mask = mask & (batch.neb_count <= 0)
         rows = mask.nonzero().flatten().tolist()
@@ -111,6 +124,8 @@ class NEB:
         found: dict[int, list[int]] = {}
         for r in rows:
             p = batch.info.get(ids[r], {}).get(PATH_KEY)
+            if p is None and not strict:
+                continue
             if p is None:
                 raise ConfigError(
                     f"{owner} with band=NEB(): {system_name(r, ids[r])} has no info['path_id']; "
@@ -135,37 +150,65 @@ class NEB:
             except StructureError as exc:
                 raise ConfigError(f"{owner}: {exc}") from None
 
+    def arrive(self, batch: Batch, mask: torch.Tensor) -> torch.Tensor:
+        """Systems of ``mask`` entered the stage: an endpoint's positions and energy go
+        onto its band's interior images (it leaves at once, out of every later forward).
+        Returns ``mask`` and the waiting images of bands that start now (every interior
+        image arrived, both endpoints' data there), for a fresh optimizer state."""
+        batch.neb_arrived = batch.neb_arrived | mask
+        batch.neb_running = batch.neb_running & ~mask
+        ends = mask & (batch.neb_count > 0)
+        ends &= (batch.neb_image == 0) | (batch.neb_image == batch.neb_count - 1)
+        if bool(ends.any()):
+            self._copy_endpoints(batch, ends.nonzero().flatten().tolist())
+        return mask | self._ready(batch)
+
+    def _copy_endpoints(self, batch: Batch, rows: list[int]) -> None:
+        path, image, paths = batch.neb_path.tolist(), batch.neb_image.tolist(), batch.neb_path
+        inner = (batch.neb_image > 0) & (batch.neb_image < batch.neb_count - 1)
+        e0, e1, x0, x1 = (getattr(batch, f"neb_{n}").clone() for n in ("e0", "e1", "x0", "x1"))
+        for r in rows:
+            to = (inner & (paths == path[r])).nonzero().flatten()
+            e, x = (e0, x0) if image[r] == 0 else (e1, x1)
+            e[to] = batch.energy[r]
+            x[batch.atom_index(to)] = batch.positions[batch.atom_index([r])].repeat(len(to), 1)
+        batch.neb_e0, batch.neb_e1, batch.neb_x0, batch.neb_x1 = e0, e1, x0, x1
+
+    def _ready(self, batch: Batch) -> torch.Tensor:
+        """``[B]`` interior images of bands that may start: all arrived, endpoints known."""
+        inner = (batch.neb_image > 0) & (batch.neb_image < batch.neb_count - 1)
+        waiting = inner & batch.neb_arrived & ~batch.neb_running
+        if not bool(waiting.any()):
+            return waiting
+        known = waiting & batch.neb_e0.isfinite() & batch.neb_e1.isfinite()
+        ready = waiting.clone()
+        for p in set(batch.neb_path[waiting].tolist()):
+            members = inner & (batch.neb_path == p)
+            count = int(batch.neb_count[members][0]) - 2
+            ok = int(members.sum()) == count and bool((known | ~members).all())
+            ready &= ~members | ok
+        return ready
+
     def init(self, batch: Batch, mask: torch.Tensor) -> None:
-        """Band fields of the systems of ``mask``, endpoints copied onto the interior."""
-        bands = self.bands_of(batch, mask, "NEB")
-        fields = {n: getattr(batch, n).clone() for n in (*BAND_FIELDS, "neb_e0", "neb_e1")}
-        x0, x1 = batch.neb_x0.clone(), batch.neb_x1.clone()
-        for p, rows in bands.items():
-            inner = torch.as_tensor(rows[1:-1], device=batch.device)
-            index = torch.as_tensor(rows, device=batch.device)
-            fields["neb_path"][index], fields["neb_count"][index] = p, len(rows)
-            fields["neb_image"][index] = torch.arange(len(rows), device=batch.device)
-            fields["neb_e0"][inner] = batch.energy[rows[0]]
-            fields["neb_e1"][inner] = batch.energy[rows[-1]]
-            for x, end in ((x0, rows[0]), (x1, rows[-1])):
-                ends = batch.positions[batch.atom_index([end])]
-                x[batch.atom_index(inner)] = ends.repeat(len(rows) - 2, 1)
-        for name, value in fields.items():
-            setattr(batch, name, value)
-        batch.neb_x0, batch.neb_x1 = x0, x1
-        start = self.climb and self.climb_after in (None, 0) and self.climb_fmax is None
-        batch.neb_climbing = torch.where(mask, start, batch.neb_climbing)
-        self.advance(batch, mask, steps_done=0)
+        """Start the bands that are ready among ``mask`` (:meth:`arrive` widened it)."""
+        start = mask & self._ready(batch)
+        batch.neb_running = batch.neb_running | start
+        batch.step = batch.step.masked_fill(start, 0)  # (waiting was no step of the band)
+        climbing = self.climb and self.climb_after in (None, 0) and self.climb_fmax is None
+        batch.neb_climbing = torch.where(mask, climbing, batch.neb_climbing)
+        self.advance(batch, start, steps_done=0)
 
     def layout(self, batch: Batch) -> Layout:
         """The interior images of each complete band, grouped by (images, atoms)."""
-        key = identity_key([getattr(batch, n) for n in BAND_FIELDS] + [batch.n_atoms])
+        names = (*BAND_FIELDS, "neb_running")
+        key = identity_key([getattr(batch, n) for n in names] + [batch.n_atoms])
         hit = self._memo.get("layout")
         if hit is not None and same_key(hit[0], key):
             return hit[1]
         path, image, count = (getattr(batch, n).cpu().numpy() for n in BAND_FIELDS)
         n_atoms = batch.n_atoms.cpu().numpy()
-        inner = np.flatnonzero((image > 0) & (image < count - 1))
+        running = batch.neb_running.cpu().numpy()
+        inner = np.flatnonzero((image > 0) & (image < count - 1) & running)
         found: dict[tuple[int, int], dict[int, dict[int, int]]] = {}
         for r in inner:
             found.setdefault((int(count[r]), int(n_atoms[r])), {}).setdefault(int(path[r]), {})
@@ -252,7 +295,11 @@ class NEB:
         return out
 
     def advance(self, batch: Batch, mask: torch.Tensor, steps_done: int | None = None) -> None:
-        """Switch on the climbing image of bands of ``mask`` whose delay is over."""
+        """Images of ``mask`` waiting for their endpoints spend no step of the budget;
+        switch on the climbing image of bands of ``mask`` whose delay is over."""
+        if steps_done is None:
+            waiting = mask & ~batch.neb_running & (batch.neb_image > 0)
+            batch.step = torch.where(waiting, -1, batch.step)  # (0 after this step's +1)
         if not self.climb or (self.climb_after is None and self.climb_fmax is None):
             return
         done = batch.step + 1 if steps_done is None else torch.full_like(batch.step, steps_done)
@@ -267,6 +314,7 @@ class NEB:
     def converged(self, batch: Batch, fmax: float) -> torch.Tensor:
         """``[B]``: bands whose NEB forces are all below ``fmax``; endpoints always."""
         ends = (batch.neb_image == 0) | (batch.neb_image == batch.neb_count - 1)
+        ends &= batch.neb_count > 0
         return ends | (self.layout(batch).complete & (self.band_max_sq(batch) < fmax**2))
 
     def quarantine_bands(self, batch: Batch, left: torch.Tensor, exit_code: int) -> None:

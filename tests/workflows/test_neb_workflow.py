@@ -187,3 +187,30 @@ def test_bfgs_bands_in_one_batch_equal_bands_alone():
     assert alone.path_id == 2
     for a, b in zip(together.band(2).images, alone.images):
         assert np.array_equal(a.positions, b.positions)
+
+
+def test_a_fused_relax_then_band_relaxes_the_endpoints_first_then_the_band():
+    """``FIRE() + FIRE(band=NEB())``: the endpoints relax in the first stage while the
+    images wait (no step, no move); the band then runs exactly as a band made of the
+    relaxed endpoints and the same images would."""
+    data = label_bands([make_band(*hop("Cu", "Au", 0), 5, "linear"),
+                        make_band(*hop("Al", "Cu", 1), 4, "linear")])  # fmt: skip
+    relax, neb = FIRE(fmax=0.02, max_steps=200), FIRE(fmax=0.05, max_steps=40, band=NEB())
+    sim = al.Simulator(model=EMT(), stages=relax + neb, precision="64", seed=0)
+    res = sim.run(SizeAwareSampler(data, max_atoms=100))
+    ends, inner = [0, 4, 5, 8], [1, 2, 3, 6, 7]
+    assert (res.batch.stage_steps[ends, 0] > 0).all() and (
+        res.batch.stage_steps[inner, 0] == 0
+    ).all()
+    # the reference: endpoints relaxed alone, then the band from them
+    alone = al.Simulator(model=EMT(), stages=FIRE(fmax=0.02, max_steps=200), precision="64")
+    relaxed = alone.run([data[k].copy() for k in ends]).to_atoms()
+    for k, r in zip(ends, relaxed):
+        assert np.array_equal(r.positions, res[k].positions)
+    rebuilt = [data[k].copy() for k in range(len(data))]
+    for k, r in zip(ends, relaxed):
+        rebuilt[k].positions = r.positions
+    ref = al.Simulator(model=EMT(), stages=neb, precision="64", seed=0).run(rebuilt)
+    for k in inner:
+        assert np.array_equal(ref[k].positions, res[k].positions)
+        assert ref.batch.stage_steps[k, 0] == res.batch.stage_steps[k, 1]
