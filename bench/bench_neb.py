@@ -2,7 +2,7 @@
 
 Run (from the repository root)::
 
-    python bench/bench_neb.py                  # 32 bands x 7 images, EMT; SevenNet case if installed
+    python bench/bench_neb.py                  # 32 bands x 7 images (EMT), then SevenNet
     python bench/bench_neb.py --quick          # smoke run: 4 bands x 5 images, 20 steps, 1 repeat
     python bench/bench_neb.py --cases emt --repeats 5 --json out.json
 
