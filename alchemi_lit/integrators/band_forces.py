@@ -18,13 +18,14 @@ import torch
 METHODS = ("aseneb", "improvedtangent", "spline")
 
 
-def minimum_image(d: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor) -> torch.Tensor:
+def minimum_image(d: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor | None) -> torch.Tensor:
     """Shortest periodic images of displacements ``d [G, ..., 3]`` per band (``cell [G,
-    3, 3]``, ``pbc [G, 3]``): wrapped to fractional ``[-1/2, 1/2)``, then the nearest of
-    the 27 (9, 3) neighbouring shifts, as ASE's ``find_mic`` for any cell shape."""
-    periodic = pbc & (cell.abs().sum(-1) > 0)  # ASE: cell.any(1) & pbc
-    if not bool(periodic.any()):
+    3, 3]``, ``pbc [G, 3]``; None: no band is periodic): wrapped to fractional
+    ``[-1/2, 1/2)``, then the nearest of the 27 (9, 3) neighbouring shifts, as ASE's
+    ``find_mic`` for any cell shape."""
+    if pbc is None:
         return d
+    periodic = pbc & (cell.abs().sum(-1) > 0)  # ASE: cell.any(1) & pbc
     eye = torch.eye(3, dtype=cell.dtype, device=cell.device)
     full = torch.where(periodic[..., None], cell, eye)  # a complete basis to solve in
     shape = d.shape
@@ -59,7 +60,7 @@ def band_forces(
     f: torch.Tensor,
     k: torch.Tensor,
     cell: torch.Tensor,
-    pbc: torch.Tensor,
+    pbc: torch.Tensor | None,
     method: str,
     climbing: torch.Tensor,
 ) -> torch.Tensor:

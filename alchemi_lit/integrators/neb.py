@@ -37,8 +37,22 @@ from .extended import DenseGroup, max_row_norm_sq
 BAND_FIELDS = ("neb_path", "neb_image", "neb_count")
 
 
+class Group(NamedTuple):
+    """Running bands of ``n`` images of ``a`` atoms, with their indices (kept per layout,
+    so a step reads nothing on the host)."""
+
+    rows: torch.Tensor  # [G, n - 2] interior rows, in image order
+    n: int
+    a: int
+    atoms: torch.Tensor  # atom indices of the interior rows, in that order
+    first: torch.Tensor  # atom indices of each band's first interior image
+    last: torch.Tensor  # ... and of its last
+    k: torch.Tensor  # [G, n - 1] spring constants
+    periodic: bool  # some band has a periodic direction
+
+
 class Layout(NamedTuple):
-    groups: list[tuple[torch.Tensor, int, int]]  # (interior rows [G, n - 2], n images, atoms)
+    groups: list[Group]
     complete: torch.Tensor  # [B] interior images of complete bands
 
 
@@ -218,8 +232,11 @@ class NEB:
             whole = [[b[i] for i in range(1, n - 1)] for b in bands.values() if len(b) == n - 2]
             if whole:
                 rows = torch.as_tensor(whole, device=batch.device)
-                groups.append((rows, n, a))
                 complete[rows.flatten()] = True
+                periodic = bool(batch.pbc[rows[:, 0]].any())
+                groups.append(Group(rows, n, a, batch.atom_index(rows.flatten()),
+                                    batch.atom_index(rows[:, 0]), batch.atom_index(rows[:, -1]),
+                                    self.k_of(batch, rows, n), periodic))  # fmt: skip
         out = Layout(groups, complete)
         self._memo["layout"] = (key, out)
         return out
@@ -227,7 +244,8 @@ class NEB:
     def k_of(self, batch: Batch, rows: torch.Tensor, n: int) -> torch.Tensor:
         """Spring constants ``[G, n - 1]`` of the bands whose interior rows are ``rows``."""
         if not isinstance(self.k, Mapping):
-            return torch.full((len(rows), n - 1), float(self.k), dtype=batch.dtype)
+            shape = (len(rows), n - 1)
+            return torch.full(shape, float(self.k), dtype=batch.dtype, device=batch.device)
         paths = batch.neb_path[rows[:, 0]].tolist()
         k = [float(self.k.get(p, 0.1)) for p in paths]
         return torch.tensor(k, dtype=batch.dtype, device=batch.device)[:, None].expand(-1, n - 1)
@@ -247,20 +265,20 @@ class NEB:
         if hit is not None and same_key(hit[0], key):
             return hit[1]
         out = batch.forces
-        for rows, n, a in self.layout(batch).groups:
-            g = len(rows)
-            atoms = batch.atom_index(rows.flatten())
-            x = batch.positions[atoms].reshape(g, n - 2, a, 3)
-            ends = [t[batch.atom_index(rows[:, j])].reshape(g, 1, a, 3)
-                    for t, j in ((batch.neb_x0, 0), (batch.neb_x1, -1))]  # fmt: skip
-            x = torch.cat([ends[0], x, ends[1]], 1)
-            first = rows[:, :1]
-            e = torch.cat([batch.neb_e0[first], batch.energy[rows], batch.neb_e1[first]], 1)
-            f = batch.forces[atoms].reshape(g, n - 2, a, 3)
+        for grp in self.layout(batch).groups:
+            g, n, a, rows = len(grp.rows), grp.n, grp.a, grp.rows
+            x = batch.positions[grp.atoms].reshape(g, n - 2, a, 3)
+            x0 = batch.neb_x0[grp.first].reshape(g, 1, a, 3)
+            x1 = batch.neb_x1[grp.last].reshape(g, 1, a, 3)
+            x = torch.cat([x0, x, x1], 1)
+            one = rows[:, :1]
+            e = torch.cat([batch.neb_e0[one], batch.energy[rows], batch.neb_e1[one]], 1)
+            f = batch.forces[grp.atoms].reshape(g, n - 2, a, 3)
             first = rows[:, 0]
-            nudged = band_forces(x, e, f, self.k_of(batch, rows, n), batch.cell[first],
-                                 batch.pbc[first], self.method, climbing[first])  # fmt: skip
-            out = out.index_copy(0, atoms, nudged.reshape(-1, 3))
+            pbc = batch.pbc[first] if grp.periodic else None  # (None: no periodic direction)
+            nudged = band_forces(x, e, f, grp.k, batch.cell[first], pbc, self.method,
+                                 climbing[first])  # fmt: skip
+            out = out.index_copy(0, grp.atoms, nudged.reshape(-1, 3))
         result = (out, out.new_zeros((batch.num_systems, 0)))
         self._memo["forces"] = (key, result)
         return result
@@ -277,7 +295,7 @@ class NEB:
     def reduce(self, sums: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Per-system sums ``[B]`` made per-band (every interior image gets its band's)."""
         out = sums
-        for rows, _, _ in self.layout(batch).groups:
+        for rows, *_ in self.layout(batch).groups:
             total = sums[rows].sum(1, keepdim=True).expand_as(rows)
             out = out.index_copy(0, rows.flatten(), total.flatten())
         return out
@@ -289,7 +307,7 @@ class NEB:
 
     def _band_max(self, batch: Batch, per_image: torch.Tensor) -> torch.Tensor:
         out = per_image
-        for rows, _, _ in self.layout(batch).groups:
+        for rows, *_ in self.layout(batch).groups:
             top = per_image[rows].amax(1, keepdim=True).expand_as(rows)
             out = out.index_copy(0, rows.flatten(), top.flatten())
         return out
@@ -334,7 +352,7 @@ class NEB:
     def dense_groups(self, batch: Batch, mask: torch.Tensor) -> list[DenseGroup]:
         """Each band of ``mask`` as one dense vector: its interior images' atoms in order."""
         out = []
-        for rows, n, a in self.layout(batch).groups:
+        for rows, n, a, *_ in self.layout(batch).groups:
             keep = mask[rows[:, 0]].nonzero().flatten()
             if len(keep):
                 out.append(BandGroup(batch, rows[keep], a * (n - 2)))
