@@ -34,19 +34,19 @@ Small non-periodic systems (molecules, up to ~50 atoms) likewise get their pairs
 one vectorised test (:func:`molecule_pairs`), which beats a vesin call's fixed cost
 there; structure validation and edge budgets use it too.
 
-Each vesin system's pairs are put in canonical order right after its call, while
-they are small and in cache, so a batch needs no global sort (the all-pairs path
-yields that order directly).  vesin 0.6 serialises its calls on a global mutex, so
-a second thread only helps by sorting one system while the other is in vesin, or
-by running vesin's systems while the small cells are done in torch.  With a skin the
-list is rebuilt every few tens of MD steps anyway.  The rebuild check costs one
-host-device sync per model call (deciding to rebuild is a host decision);
-everything else stays on the device.
+Each vesin system's pairs are put in canonical order right after its call (in cache;
+vesin 0.6 serialises calls, so a second thread only hides a sort or the small cells).
+On CPU the skin check is read on the host at every call, which is free there.
+
+**Accelerator path** (wherever host reads are not free: a GPU, or CPU with
+``tensor_ops.CPU_READS_FREE = False``): one batched cell list builds every system at
+once (:mod:`.cell_list`, vesin's edges to the bit, its operations independent of the
+number of systems), the skin check is read one call late (:mod:`.skin_watch`), and a
+due rebuild rebuilds every system, so that a steady call reads nothing on the host.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -54,7 +54,9 @@ import torch
 from ..geometry import all_pairs_suit, count_pairs, molecule_pairs
 from ..segments import ones_rows
 from ..state import Batch
-from ..tensor_ops import may_be_set, row_dot
+from ..tensor_ops import host_reads_free, identity_key, may_be_set, row_dot, same_key
+from .cell_list import batched_pairs
+from .edges import Edges
 from .pair_search import (
     batch_pair_counts,
     build_rows,
@@ -62,72 +64,13 @@ from .pair_search import (
     flat3,
     keep_edge_temporaries_on_heap,
 )
+from .skin_watch import SkinWatch, strain_limits
 
 #: (the pair search moved to geometry, pair_search and small_cells; importable from here)
 __all__ = [
     "Edges", "NeighborList", "all_pairs_suit", "batch_pair_counts", "count_pairs",
     "molecule_pairs",
 ]  # fmt: skip
-
-
-@dataclass
-class Edges:
-    """Half list of pairs (each unordered pair once) within ``cutoff + skin``.
-
-    ``vec = positions[j] - positions[i] + shift`` points from i to j.  Pairs with
-    ``|vec| > cutoff`` are present and must be masked by the model (they are what
-    makes the skin work).
-
-    ``atom_counts``/``system_counts``/``j_flat``/``atom_rows`` are set by
-    :class:`NeighborList` on CPU, where its edges are sorted by ``i`` (hence by system).
-    There the sum over each atom's run of edges is a product with a sparse CSR matrix of
-    ones (cheaper than ``segment_reduce``, itself cheaper than ``index_add_``, on CPU:
-    DESIGN_NOTES.md, "Edge reductions"), the pull on atoms j a flat bincount, and
-    per-system sums use ``segment_reduce``: it adds in order, so edges beyond the cutoff
-    (exact zeros) never change a sum, while the CSR product over a long row groups its
-    terms by position (tested: results do not depend on the list's history).  On GPU
-    they stay None and the reductions use ``index_add_`` (no host sync).
-    """
-
-    i: torch.Tensor
-    j: torch.Tensor
-    vec: torch.Tensor
-    system: torch.Tensor
-    cutoff: float
-    atom_counts: torch.Tensor | None = None  # edges per atom i  [N]
-    system_counts: torch.Tensor | None = None  # edges per system  [B]
-    j_flat: torch.Tensor | None = None  # 3 j + (0, 1, 2)  [3 P]
-    atom_rows: torch.Tensor | None = None  # CSR [N, P]: the edges of each atom i
-
-    def directed(self) -> Edges:
-        """Both directions of every pair (for message-passing models)."""
-        return Edges(
-            torch.cat([self.i, self.j]),
-            torch.cat([self.j, self.i]),
-            torch.cat([self.vec, -self.vec]),
-            torch.cat([self.system, self.system]),
-            self.cutoff,
-        )
-
-    def system_sum(self, values: torch.Tensor, num_systems: int) -> torch.Tensor:
-        """Sum per-edge ``values`` ``[P]`` or ``[P, k]`` into systems ``[B]`` / ``[B, k]``."""
-        if self.system_counts is not None:
-            return torch.segment_reduce(values, "sum", lengths=self.system_counts, axis=0)
-        out = values.new_zeros((num_systems, *values.shape[1:]))
-        return out.index_add_(0, self.system, values)
-
-    def forces(self, grad: torch.Tensor, num_atoms: int) -> torch.Tensor:
-        """``F_i = sum_j dE/dvec_ij - sum_k dE/dvec_ki`` from the edge gradient ``[P, 3]``."""
-        if self.atom_counts is not None and self.j_flat is not None:
-            if self.atom_rows is not None and grad.dtype == self.atom_rows.dtype:
-                out = self.atom_rows @ grad
-            else:
-                out = torch.segment_reduce(grad, "sum", lengths=self.atom_counts, axis=0)
-            pulled = torch.bincount(self.j_flat, weights=grad.reshape(-1), minlength=3 * num_atoms)
-            return out.sub_(pulled.view(num_atoms, 3))
-        out = grad.new_zeros((num_atoms, 3))
-        # (-grad, not alpha=-1: index_add_ with alpha takes a slower path on CPU)
-        return out.index_add_(0, self.i, grad).index_add_(0, self.j, -grad)
 
 
 class NeighborList:
@@ -149,6 +92,13 @@ class NeighborList:
         self._ishift: torch.Tensor | None = None  # integer cell shifts, for the edge order
         self._aids: tuple[Any, Any, Any] = (None, None, None)  # see Edges
         self._csr: dict[torch.dtype, tuple[Any]] = {}  # see _rows
+        # the accelerator path (see _update_lazily)
+        self.skin_watch = SkinWatch(self.cutoff, self.skin)
+        self._lazy = False  # whether the list was last kept by the accelerator path
+        self._built_ok: torch.Tensor | None = None  # systems built with finite positions
+        self._fresh_rows: torch.Tensor | None = None  # systems that joined in a refill
+        self._ref_cell_key: list[Any] | None = None  # identity of the cell built in
+        self._shift_key: list[Any] | None = None  # identity of the cell the shifts are in
 
     def reset(self) -> None:
         self._layout = None
@@ -194,20 +144,90 @@ class NeighborList:
         return strain, torch.where(reshaped, limit, torch.full_like(s_min, 0.5 * self.skin))
 
     def __call__(self, batch: Batch) -> Edges:
-        need = self.needs_rebuild(batch)
-        moved_cell = need.new_zeros(())
-        if self._shift_cell is not None and self._layout is batch.layout:
-            moved_cell = ((batch.cell != self._shift_cell).flatten(1).any(1) & ~need).any()
-        rebuild, reshift = torch.stack([need.any(), moved_cell]).tolist()  # the one host sync
-        if rebuild:
-            self._rebuild(batch, need)
-        if reshift:
-            self._reshift(batch)
+        if host_reads_free(batch.positions):
+            self._update_exactly(batch)
+        else:
+            self._update_lazily(batch)
         pos = batch.positions  # index_select and in-place ops: pos[j] - pos[i] is slower on CPU
         vec = pos.index_select(0, self._j).sub_(pos.index_select(0, self._i)).add_(self._shift)
         return Edges(
             self._i, self._j, vec, self._system, self.cutoff, *self._aids, *self._rows(vec.dtype)
         )
+
+    def _update_exactly(self, batch: Batch) -> None:
+        """Rebuild the systems that need it, read on the host at once (where it is free)."""
+        self._lazy = False
+        need = self.needs_rebuild(batch)
+        moved_cell = need.new_zeros(())
+        if self._shift_cell is not None and self._layout is batch.layout:
+            moved_cell = ((batch.cell != self._shift_cell).flatten(1).any(1) & ~need).any()
+        rebuild, reshift = torch.stack([need.any(), moved_cell]).tolist()  # the one host read
+        if rebuild:
+            self._rebuild(batch, need)
+        if reshift:
+            self._reshift(batch)
+
+    def _update_lazily(self, batch: Batch) -> None:
+        """The accelerator path: a steady call reads nothing on the host.  The skin check
+        is read one call late (:mod:`.skin_watch`) and a rebuild, when due, rebuilds every
+        system in one batched pass (:mod:`.cell_list`): a rebuild reads sizes on the host,
+        and rebuilding all at once makes rebuilds as rare as the fastest system allows
+        instead of one whenever any system needs one."""
+        if self._layout is not batch.layout or self._i is None or not self._lazy:
+            self._build_batched(batch, None)
+            self.skin_watch.forget(built=True)
+        elif self._fresh_rows is not None:  # systems joined in a refill
+            self._build_batched(batch, self._fresh_rows)
+            self.skin_watch.forget()
+        else:
+            strain = None
+            if not same_key(identity_key((batch.cell,)), self._ref_cell_key or []):
+                strain = strain_limits(self._ref_cell, batch.cell, self.cutoff, self.skin)
+            rebuild = self.skin_watch.must_rebuild(
+                batch.positions, batch.system_idx, batch.num_systems,
+                self._ref_positions, strain, self._built_ok,
+            )  # fmt: skip
+            if rebuild:
+                self._build_batched(batch, None)
+            self.skin_watch.publish(rebuild)
+        if not same_key(identity_key((batch.cell,)), self._shift_key or []):
+            self._reshift(batch)  # (on the device; the cell changed, or may have)
+
+    def _build_batched(self, batch: Batch, rows: torch.Tensor | None) -> None:
+        """Build every system (``rows`` None) or the systems ``rows`` ``[B]``, merged into
+        the kept list, in one batched pass on the batch's device (reads sizes only)."""
+        new = batched_pairs(batch, self.cutoff + self.skin, rows)
+        pos, cell = batch.positions.detach(), batch.cell.detach()
+        ok = torch.ones(batch.num_systems, dtype=torch.int64, device=batch.device)
+        finite = torch.isfinite(pos).all(1).to(torch.int64)
+        ok = ok.scatter_reduce(0, batch.system_idx, finite, "amin", include_self=True).bool()
+        if rows is None:
+            self._i, self._j, self._shift, self._system, self._ishift = new
+            self._ref_positions, self._ref_cell = pos.clone(), cell.clone()
+            self._shift_cell, self._built_ok = cell.clone(), ok
+            self._ref_cell_key = self._shift_key = identity_key((batch.cell,))
+            self.num_builds += batch.num_systems
+        else:  # each system's edges come from one side: a stable sort by system merges them
+            keep = (~rows).index_select(0, self._system).nonzero().squeeze(1)
+            olds = (self._i, self._j, self._shift, self._system, self._ishift)
+            merged = [torch.cat([o.index_select(0, keep), n]) for o, n in zip(olds, new)]
+            order = torch.sort(merged[3], stable=True).indices
+            self._i, self._j, self._shift, self._system, self._ishift = (
+                m.index_select(0, order) for m in merged
+            )
+            atom_rows = rows.index_select(0, batch.system_idx).unsqueeze(1)
+            self._ref_positions = torch.where(atom_rows, pos, self._ref_positions)
+            self._ref_cell = torch.where(rows[:, None, None], cell, self._ref_cell)
+            self._shift_cell = torch.where(rows[:, None, None], cell, self._shift_cell)
+            self._built_ok = torch.where(rows, ok, self._built_ok)
+            self._ref_cell_key = self._shift_key = None  # kept systems: other cells
+            self.num_builds += int(rows.sum())
+        self._fresh_rows = None
+        self._layout = batch.layout
+        self._lazy = True
+        self._set_aids(batch)
+        if batch.device.type == "cpu":
+            keep_edge_temporaries_on_heap(len(self._i))
 
     def _reshift(self, batch: Batch) -> None:
         """Cartesian shifts of the kept edges in the current cells, computed as a build
@@ -217,6 +237,7 @@ class NeighborList:
             self._ishift.to(cell.dtype).unsqueeze(1), cell.index_select(0, self._system)
         ).squeeze(1)
         self._shift_cell = cell.clone()
+        self._shift_key = identity_key((batch.cell,))
 
     def _rows(self, dtype: torch.dtype) -> tuple[Any]:
         """``Edges.atom_rows`` for the current aids (built once per list and dtype)."""
@@ -270,6 +291,13 @@ class NeighborList:
         shift_cell[kept] = self._shift_cell[old_rows[kept]]
         self._ref_positions, self._ref_cell, self._shift_cell = ref_pos, ref_cell, shift_cell
         self._layout = new_batch.layout
+        self._fresh_rows = ~kept  # (the accelerator path builds them at the next call)
+        if self._built_ok is not None:
+            built_ok = torch.ones(new_batch.num_systems, dtype=torch.bool, device=device)
+            built_ok[kept] = self._built_ok[old_rows[kept]]
+            self._built_ok = built_ok
+        self._ref_cell_key = self._shift_key = None
+        self.skin_watch.forget()
         if len(self._i) > 1 and not bool((self._i[1:] >= self._i[:-1]).all()):
             self._sort(new_batch.num_atoms)  # rows were reordered: restore the canonical order
         self._set_aids(new_batch)

@@ -1,0 +1,231 @@
+"""When the accelerator path rebuilds its neighbour list: the skin check, read one call late.
+
+Why: deciding on the host whether any atom moved ``skin / 2`` means reading a device
+value at every model call, a blocking sync that stalls the launch queue (the main one
+left in a GPU step, REFERENCE.md section 7).  Here each call measures on the device how
+close the list is to its limit -- ``worst``, the largest ``max|u| - limit`` over systems
+(``u``: the atoms' moves beyond the cell's affine deformation since the build, ``limit``:
+``skin / 2`` in an unchanged cell, see :mod:`.neighbors`) -- and how fast that can grow
+per call -- ``rate``, the largest move of an atom in one call plus the largest drop of a
+limit -- and copies both to the host without waiting.  The next call reads that copy
+(its event is a call old: complete, or nearly) and keeps the list while
+
+    worst + safety * rate <= 0,
+
+i.e. unless the list could run out within one more call moving at up to ``safety``
+(2) times the last measured rate; otherwise it rebuilds (a rebuild reads sizes on the
+host anyway).  The list stays exact as long as no call moves an atom more than twice as
+far as the call before, which smooth dynamics and relaxations never do; every call also
+checks its own list exactly on the device, and a late read that finds an inexact list
+counts a violation, warns, and doubles ``safety``.  Where the history is unknown (after
+a new layout or a refill) the first calls read the exact check at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+from ..tensor_ops import row_dot
+
+log = logging.getLogger(__name__)
+
+#: how much faster than in the last call the atoms may move in the next one
+SAFETY = 2.0
+
+
+class SkinWatch:
+    """One-call-late rebuild decisions for a :class:`~.neighbors.NeighborList`."""
+
+    def __init__(self, cutoff: float, skin: float) -> None:
+        self.cutoff, self.skin = cutoff, skin
+        self.safety = SAFETY
+        self.violations = 0  # late reads that found an inexact list (never, in tests)
+        self.exact_reads = 0  # calls that had to read the exact check at once
+        self._known = False  # whether the previous call's u and limits are known
+        self._prev_u: torch.Tensor | None = None  # None: all zero (just rebuilt)
+        self._prev_limit: torch.Tensor | None = None  # None: skin / 2 (just rebuilt)
+        self._staged: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._pending: tuple[torch.Tensor, torch.cuda.Event | None, bool] | None = None
+        self._buffers: list[torch.Tensor] = []
+        self._rate: float | None = None  # the last rate read (host)
+
+    def forget(self, built: bool = False) -> None:
+        """Drop the history: the next call reads the exact check at once.  ``built``: the
+        whole list was just built (its moves count from zero, so the call after that
+        has a rate again); else (a refill) the call after that reads it once more."""
+        self._known = built
+        self._prev_u = self._prev_limit = self._staged = self._pending = None
+
+    def must_rebuild(
+        self,
+        positions: torch.Tensor,
+        system: torch.Tensor,
+        num_systems: int,
+        ref_positions: torch.Tensor,
+        strain: tuple[torch.Tensor, torch.Tensor] | None,
+        built_ok: torch.Tensor,
+    ) -> bool:
+        """Whether to rebuild at this call; then :meth:`publish` must follow.
+
+        ``strain``: each system's deformation since the build and the limit ``[B]`` of
+        its atoms' moves (:func:`strain_limits`), or None for an unchanged cell.
+        """
+        u, worst, limit = _measure(
+            positions, system, num_systems, ref_positions, strain, built_ok, 0.5 * self.skin
+        )
+        if self._known:
+            rate = _rate(u, self._prev_u, limit, self._prev_limit, 0.5 * self.skin)
+        else:
+            rate = u.new_full((), math.nan)
+        self._known = True
+        self._prev_u, self._prev_limit, self._staged = u, limit, (worst, rate)
+        late = self._read()
+        if late is None:
+            self.exact_reads += 1
+            return not bool(worst <= 0)  # (the one blocking read, after a reset only)
+        late_worst, late_rate = late
+        return not late_worst + self.safety * late_rate <= 0  # NaN: rebuild
+
+    def publish(self, rebuilt: bool) -> None:
+        """Send this call's measure to the host without waiting (read at the next call).
+        After a rebuild the atoms' moves count from here, and the list is at its
+        limit's farthest: ``worst = -skin / 2``, known on the host."""
+        worst, rate = self._staged
+        self._staged = None
+        if rebuilt:
+            self._prev_u, self._prev_limit = None, None  # zero moves, limits skin / 2
+        values = torch.stack([worst.to(rate.dtype), rate])
+        cuda = values.device.type == "cuda"
+        if len(self._buffers) < 2:
+            self._buffers = [torch.empty(2, dtype=values.dtype, pin_memory=cuda) for _ in "ab"]
+            for host in self._buffers:
+                host.host_buffer = True  # (a host copy: reading it never waits on the device)
+        host = self._buffers[0]
+        self._buffers.reverse()
+        host.copy_(values, non_blocking=cuda)
+        event = torch.cuda.Event() if cuda else None
+        if event is not None:
+            event.record()
+        self._pending = (host, event, rebuilt)
+
+    def _read(self) -> tuple[float, float] | None:
+        """The previous call's (worst, rate), or None where unknown."""
+        if self._pending is None:
+            return None
+        host, event, rebuilt = self._pending
+        self._pending = None
+        if event is not None:
+            event.synchronize()  # (recorded a call ago: complete, or nearly)
+        worst, rate = host.tolist()
+        if rebuilt:
+            worst = -0.5 * self.skin
+        elif worst > 0:  # the list used then was not exact: a faster move than allowed for
+            self.violations += 1
+            self.safety *= 2.0
+            log.warning(
+                "neighbour list: an atom moved more than %.3g times as far as in the call "
+                "before, past the skin; rebuilding earlier from now on",
+                self.safety / 2,
+            )
+        if math.isnan(rate):
+            if self._rate is None:
+                return None
+            rate = self._rate
+        self._rate = rate
+        return worst, rate
+
+
+def _measure(
+    positions: torch.Tensor,
+    system: torch.Tensor,
+    num_systems: int,
+    ref_positions: torch.Tensor,
+    strain: tuple[torch.Tensor, torch.Tensor] | None,
+    built_ok: torch.Tensor,
+    half_skin: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The atoms' moves ``u`` beyond the affine one, the largest ``max|u| - limit`` over
+    systems (+inf where a system turned non-finite or finite again since its build, so
+    that it is rebuilt; NaN limits count as +inf) and the limits ``[B]``."""
+    pos = positions.detach()
+    if strain is None:
+        u = pos - ref_positions
+        limit = torch.full((num_systems,), half_skin, dtype=pos.dtype, device=pos.device)
+    else:
+        m, limit = strain
+        affine = torch.bmm(ref_positions.unsqueeze(1), m.index_select(0, system)).squeeze(1)
+        u = pos - affine
+    disp2 = row_dot(u)
+    finite = torch.isfinite(disp2)
+    worst_atom = torch.zeros(num_systems, dtype=pos.dtype, device=pos.device)
+    worst_atom = worst_atom.scatter_reduce(0, system, disp2, "amax", include_self=True)
+    ok = torch.ones(num_systems, dtype=torch.int64, device=pos.device)
+    ok = ok.scatter_reduce(0, system, finite.to(torch.int64), "amin", include_self=True).bool()
+    q = worst_atom.sqrt() - limit
+    inf = torch.full_like(q, math.inf)
+    q = torch.where(ok & built_ok, q, torch.where(ok == built_ok, -inf, inf))
+    q = torch.nan_to_num(q, nan=math.inf, posinf=math.inf, neginf=-math.inf)
+    worst = q.max() if num_systems else q.new_full((), -math.inf)
+    return u, worst, limit
+
+
+def _rate(
+    u: torch.Tensor,
+    prev_u: torch.Tensor | None,
+    limit: torch.Tensor,
+    prev_limit: torch.Tensor | None,
+    half_skin: float,
+) -> torch.Tensor:
+    """How much ``worst`` grew at most in this call: the largest move of an atom (finite
+    ones) plus the largest drop of a limit (None: just rebuilt, u = 0, limits skin / 2)."""
+    step2 = row_dot(u if prev_u is None else u - prev_u)
+    step2 = torch.where(torch.isfinite(step2), step2, torch.zeros_like(step2))
+    rate = step2.max().sqrt() if len(step2) else u.new_zeros(())
+    if len(limit):
+        drop = (half_skin - limit) if prev_limit is None else (prev_limit - limit)
+        drop = torch.nan_to_num(drop, nan=0.0, posinf=0.0, neginf=0.0)
+        rate = rate + drop.clamp_min(0).max()
+    return rate
+
+
+def strain_limits(
+    ref_cell: torch.Tensor, cell: torch.Tensor, cutoff: float, skin: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each system's deformation ``M`` since the build (``h = h0 M``) and how far ``[B]``
+    its atoms may move beyond it, without a host sync (the CPU path's exact version,
+    ``NeighborList._strain``, uses LAPACK calls that check errors on the host).
+
+    ``0.5 ((cutoff + skin) s - cutoff)`` with ``s`` a lower bound of the smallest singular
+    value of ``M`` (Gershgorin's on ``M^T M``): exact for a dilation, a little early for a
+    shear.  NaN where either cell is singular or non-finite (rebuilt).
+    """
+    eye = torch.eye(3, dtype=cell.dtype, device=cell.device).expand_as(cell)
+    cell = cell.detach()
+    reshaped = (cell != ref_cell).flatten(1).any(1)
+    adj = _adjugate(ref_cell)
+    det_ref = (ref_cell[:, 0] * adj[:, :, 0]).sum(1)  # (row 0 times its cofactors)
+    det_new = (cell[:, 0] * _adjugate(cell)[:, :, 0]).sum(1)
+    usable = reshaped & (det_ref.abs() > 1e-12) & (det_new.abs() > 1e-12)
+    usable = usable & torch.isfinite(ref_cell).flatten(1).all(1)
+    usable = usable & torch.isfinite(cell).flatten(1).all(1)
+    safe_det = torch.where(usable, det_ref, torch.ones_like(det_ref))
+    m = torch.bmm(adj / safe_det[:, None, None], cell)
+    m = torch.where(usable[:, None, None], m, eye)
+    gram = torch.bmm(m.transpose(1, 2), m)
+    diag = torch.diagonal(gram, dim1=1, dim2=2)
+    off = gram.abs().sum(2) - diag.abs()
+    s_low = (diag - off).amin(1).clamp_min(0).sqrt()
+    limit = 0.5 * ((cutoff + skin) * s_low - cutoff)
+    limit = torch.where(usable, limit, torch.full_like(limit, math.nan))
+    return m, torch.where(reshaped, limit, torch.full_like(limit, 0.5 * skin))
+
+
+def _adjugate(a: torch.Tensor) -> torch.Tensor:
+    """Adjugate of 3x3 matrices ``[B, 3, 3]`` (``a @ adj(a) = det(a) I``), elementwise."""
+    r0, r1, r2 = a[:, 0], a[:, 1], a[:, 2]
+    return torch.stack(
+        [torch.linalg.cross(r1, r2), torch.linalg.cross(r2, r0), torch.linalg.cross(r0, r1)], 2
+    )
