@@ -176,10 +176,9 @@ class NeighborList:
         if self._layout is not batch.layout or self._i is None or not self._lazy:
             self._build_batched(batch, None)
             self.skin_watch.forget(built=True)
-        elif self._fresh_rows is not None:  # systems joined in a refill
-            self._build_batched(batch, self._fresh_rows)
-            self.skin_watch.forget()
         else:
+            if self._fresh_rows is not None:  # systems that joined in a refill
+                self._build_batched(batch, self._fresh_rows)
             strain = None
             if not same_key(identity_key((batch.cell,)), self._ref_cell_key or []):
                 strain = strain_limits(self._ref_cell, batch.cell, self.cutoff, self.skin)
@@ -220,7 +219,9 @@ class NeighborList:
             self._ref_cell = torch.where(rows[:, None, None], cell, self._ref_cell)
             self._shift_cell = torch.where(rows[:, None, None], cell, self._shift_cell)
             self._built_ok = torch.where(rows, ok, self._built_ok)
-            self._ref_cell_key = self._shift_key = None  # kept systems: other cells
+            same = bool((self._ref_cell == cell).all())  # (a rebuild's read)
+            self._ref_cell_key = identity_key((batch.cell,)) if same else None
+            self._shift_key = None  # (the kept systems' shifts: recomputed in this cell)
             self.num_builds += int(rows.sum())
         self._fresh_rows = None
         self._layout = batch.layout
@@ -291,13 +292,14 @@ class NeighborList:
         shift_cell[kept] = self._shift_cell[old_rows[kept]]
         self._ref_positions, self._ref_cell, self._shift_cell = ref_pos, ref_cell, shift_cell
         self._layout = new_batch.layout
-        self._fresh_rows = ~kept  # (the accelerator path builds them at the next call)
+        # (the accelerator path builds the systems that joined at the next call)
+        self._fresh_rows = None if bool(kept.all()) else ~kept
         if self._built_ok is not None:
             built_ok = torch.ones(new_batch.num_systems, dtype=torch.bool, device=device)
             built_ok[kept] = self._built_ok[old_rows[kept]]
             self._built_ok = built_ok
         self._ref_cell_key = self._shift_key = None
-        self.skin_watch.forget()
+        self.skin_watch.remap(atom_keep, new_atom_index, new_batch.num_atoms, old_rows, kept)
         if len(self._i) > 1 and not bool((self._i[1:] >= self._i[:-1]).all()):
             self._sort(new_batch.num_atoms)  # rows were reordered: restore the canonical order
         self._set_aids(new_batch)

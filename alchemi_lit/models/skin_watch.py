@@ -13,8 +13,8 @@ limit -- and copies both to the host without waiting.  The next call reads that 
     worst + safety * rate <= 0,
 
 i.e. unless the list could run out within one more call moving at up to ``safety``
-(2) times the last measured rate; otherwise it rebuilds (a rebuild reads sizes on the
-host anyway).  The list stays exact as long as no call moves an atom more than twice as
+(3) times the last measured rate; otherwise it rebuilds (a rebuild reads sizes on the
+host anyway).  The list stays exact as long as no call moves an atom more than three times as
 far as the call before, which smooth dynamics and relaxations never do; every call also
 checks its own list exactly on the device, and a late read that finds an inexact list
 counts a violation, warns, and doubles ``safety``.  Where the history is unknown (after
@@ -32,8 +32,9 @@ from ..tensor_ops import row_dot
 
 log = logging.getLogger(__name__)
 
-#: how much faster than in the last call the atoms may move in the next one
-SAFETY = 2.0
+#: how much farther than in the last call an atom may move in the next one (a FIRE
+#: restart ramps its steps up by at most ~2.2x a step; MD by a few per cent)
+SAFETY = 3.0
 
 
 class SkinWatch:
@@ -58,6 +59,26 @@ class SkinWatch:
         has a rate again); else (a refill) the call after that reads it once more."""
         self._known = built
         self._prev_u = self._prev_limit = self._staged = self._pending = None
+
+    def remap(
+        self,
+        atom_keep: torch.Tensor,
+        new_index: torch.Tensor,
+        num_atoms: int,
+        old_rows: torch.Tensor,
+        kept: torch.Tensor,
+    ) -> None:
+        """Carry the history over to a batch whose systems left or joined (see
+        ``NeighborList.remap``): kept atoms keep their last moves, systems that joined
+        start from zero (they are built at the next call).  The last call's copy still
+        bounds the kept systems, so the next call needs no exact read."""
+        if self._prev_u is not None:
+            u = self._prev_u.new_zeros((num_atoms, 3))
+            self._prev_u = u.index_copy_(0, new_index, self._prev_u.index_select(0, atom_keep))
+        if self._prev_limit is not None:
+            limit = self._prev_limit.new_full((len(kept),), 0.5 * self.skin)
+            limit[kept] = self._prev_limit[old_rows[kept]]
+            self._prev_limit = limit
 
     def must_rebuild(
         self,
