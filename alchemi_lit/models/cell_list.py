@@ -12,7 +12,7 @@ on the host (output shapes); it happens only at a rebuild, a bookkeeping point.
 The pairs are vesin's exactly, in vesin's orientation (``i < j``, an atom and its own
 image in one half-space of shifts) and tested with vesin's arithmetic in float64
 (``vec = (r_j - r_i) + S @ cell`` summed row by row, kept where ``(x*x + y*y) + z*z <
-radius**2``), then put in :func:`~.pair_search.canonical_order`: the edges, and so the
+radius**2``), then put in :func:`~.edges.canonical_order`: the edges, and so the
 forces, equal the CPU path's to the bit.
 
 How: each system gets a frame -- its periodic cell vectors, completed by unit vectors
@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from ..state import Batch
+from .edges import canonical_order
 
 #: candidate pairs (i, j, shift) tested in one pass; beyond it the candidates go in
 #: chunks (peak memory ~300 bytes a candidate: ~2.5 GB at 2^23)
@@ -51,8 +52,6 @@ def batched_pairs(batch: Batch, radius: float, rows: torch.Tensor | None = None)
     A system with a non-finite position (or periodic cell vector) gets no edges: NaNGuard
     quarantines it, as on the CPU path.
     """
-    from .pair_search import canonical_order
-
     pos = batch.positions.detach().to(torch.float64)
     cell = batch.cell.detach().to(torch.float64)
     pbc = batch.pbc

@@ -1,6 +1,7 @@
-"""Edges of a neighbour list: the pairs a model sees, and the sums it makes over them.
+"""Edges of a neighbour list: the pairs a model sees, the sums it makes over them, and
+their canonical order (which every builder gives, so that sums do not depend on it).
 
-(Moved out of :mod:`.neighbors`, which still exports it.)
+(Moved out of :mod:`.neighbors` and :mod:`.pair_search`, which still export them.)
 """
 
 from __future__ import annotations
@@ -68,3 +69,22 @@ class Edges:
         out = grad.new_zeros((num_atoms, 3))
         # (-grad, not alpha=-1: index_add_ with alpha takes a slower path on CPU)
         return out.index_add_(0, self.i, grad).index_add_(0, self.j, -grad)
+
+
+def canonical_order(i: torch.Tensor, j: torch.Tensor, ishift: torch.Tensor, n: int) -> torch.Tensor:
+    """Permutation sorting edges by (i, j, shift): deterministic whatever the build order.
+
+    One sort of a combined int64 key (i, j and the three integer shifts in mixed radix).
+    """
+    if len(i) == 0:
+        return torch.zeros(0, dtype=torch.long, device=i.device)
+    span = int(ishift.abs().max()) if ishift.numel() else 0
+    base = 2 * span + 1
+    if n * n * base**3 >= 2**62:  # astronomically large: fall back to chained stable sorts
+        order = torch.arange(len(i), device=i.device)
+        for key in (ishift[:, 2], ishift[:, 1], ishift[:, 0], j, i):
+            order = order[torch.sort(key[order], stable=True).indices]
+        return order
+    s = ishift + span
+    key = ((i * n + j) * base + s[:, 0]) * base * base + s[:, 1] * base + s[:, 2]
+    return torch.sort(key).indices

@@ -20,6 +20,7 @@ from ..geometry import all_pairs_suit, count_pairs, molecule_pairs
 from ..state import Batch
 from ..tensor_ops import host_reads_free
 from .cell_list import batched_pairs
+from .edges import canonical_order
 from .small_cells import canonical_system, small_cell_plan, small_cell_system
 
 #: glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), less
@@ -273,22 +274,3 @@ def _no_edges(device: torch.device, dtype: torch.dtype):
         empty,
         torch.zeros((0, 3), dtype=torch.int64, device=device),
     )
-
-
-def canonical_order(i: torch.Tensor, j: torch.Tensor, ishift: torch.Tensor, n: int) -> torch.Tensor:
-    """Permutation sorting edges by (i, j, shift): deterministic whatever the build order.
-
-    One sort of a combined int64 key (i, j and the three integer shifts in mixed radix).
-    """
-    if len(i) == 0:
-        return torch.zeros(0, dtype=torch.long, device=i.device)
-    span = int(ishift.abs().max()) if ishift.numel() else 0
-    base = 2 * span + 1
-    if n * n * base**3 >= 2**62:  # astronomically large: fall back to chained stable sorts
-        order = torch.arange(len(i), device=i.device)
-        for key in (ishift[:, 2], ishift[:, 1], ishift[:, 0], j, i):
-            order = order[torch.sort(key[order], stable=True).indices]
-        return order
-    s = ishift + span
-    key = ((i * n + j) * base + s[:, 0]) * base * base + s[:, 1] * base + s[:, 2]
-    return torch.sort(key).indices

@@ -216,12 +216,13 @@ def strain_limits(
     ref_cell: torch.Tensor, cell: torch.Tensor, cutoff: float, skin: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each system's deformation ``M`` since the build (``h = h0 M``) and how far ``[B]``
-    its atoms may move beyond it, without a host sync (the CPU path's exact version,
-    ``NeighborList._strain``, uses LAPACK calls that check errors on the host).
+    its atoms may move beyond it, without a host sync (the CPU path's version,
+    ``NeighborList._strain``, calls LAPACK, which checks its errors on the host).
 
-    ``0.5 ((cutoff + skin) s - cutoff)`` with ``s`` a lower bound of the smallest singular
-    value of ``M`` (Gershgorin's on ``M^T M``): exact for a dilation, a little early for a
-    shear.  NaN where either cell is singular or non-finite (rebuilt).
+    ``0.5 ((cutoff + skin) s - cutoff)`` with ``s`` the smallest singular value of ``M``
+    from the closed-form eigenvalues of ``M^T M``, less a relative 1e-8 for rounding (a
+    bound from below: never later than the exact rule).  NaN where either cell is
+    singular or non-finite (rebuilt).
     """
     eye = torch.eye(3, dtype=cell.dtype, device=cell.device).expand_as(cell)
     cell = cell.detach()
@@ -235,13 +236,23 @@ def strain_limits(
     safe_det = torch.where(usable, det_ref, torch.ones_like(det_ref))
     m = torch.bmm(adj / safe_det[:, None, None], cell)
     m = torch.where(usable[:, None, None], m, eye)
-    gram = torch.bmm(m.transpose(1, 2), m)
-    diag = torch.diagonal(gram, dim1=1, dim2=2)
-    off = gram.abs().sum(2) - diag.abs()
-    s_low = (diag - off).amin(1).clamp_min(0).sqrt()
+    low = _smallest_eigenvalue(torch.bmm(m.transpose(1, 2), m))
+    s_low = (low - 1e-8 * low.abs()).clamp_min(0).sqrt()
     limit = 0.5 * ((cutoff + skin) * s_low - cutoff)
     limit = torch.where(usable, limit, torch.full_like(limit, math.nan))
     return m, torch.where(reshaped, limit, torch.full_like(limit, 0.5 * skin))
+
+
+def _smallest_eigenvalue(g: torch.Tensor) -> torch.Tensor:
+    """Smallest eigenvalue of symmetric 3x3 matrices ``[B, 3, 3]`` in closed form (the
+    trigonometric solution of the characteristic cubic; elementwise, so no sync)."""
+    q = torch.diagonal(g, dim1=1, dim2=2).sum(1) / 3
+    d = g - q[:, None, None] * torch.eye(3, dtype=g.dtype, device=g.device)
+    p = ((d * d).sum((1, 2)) / 6).sqrt()
+    b = d / torch.where(p > 0, p, torch.ones_like(p))[:, None, None]
+    half_det = 0.5 * (b[:, 0] * _adjugate(b)[:, :, 0]).sum(1)
+    phi = torch.acos(half_det.clamp(-1.0, 1.0)) / 3
+    return torch.where(p > 0, q + 2 * p * torch.cos(phi + 2 * math.pi / 3), q)
 
 
 def _adjugate(a: torch.Tensor) -> torch.Tensor:
