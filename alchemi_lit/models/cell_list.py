@@ -63,6 +63,7 @@ def batched_pairs(batch: Batch, radius: float, rows: torch.Tensor | None = None)
         0, batch.system_idx, bad_atom
     )
     ok &= bad == 0
+    cell = torch.nan_to_num(cell, nan=0.0, posinf=0.0, neginf=0.0)  # (systems left out)
     atoms = ok.index_select(0, batch.system_idx).nonzero().squeeze(1)  # (a build's read)
     grid = _Grid(pos.index_select(0, atoms), cell, pbc, batch.system_idx.index_select(0, atoms),
                  n_sys, radius)  # fmt: skip
@@ -106,7 +107,8 @@ class _Grid:
         extent = _segment_extreme(frac, system, n_sys, "amax") - low
         length = torch.where(pbc, height, extent * height)
         half = 0.5 * radius
-        nb = torch.floor(length / half).clamp(1, _MAX_BINS_PER_AXIS)
+        # (finite for every system, built or not: bin keys are offset by a cumulative sum)
+        nb = torch.nan_to_num(torch.floor(length / half), nan=1.0).clamp(1, _MAX_BINS_PER_AXIS)
         width = torch.where(pbc, height / nb, torch.maximum(length / nb, torch.full_like(nb, half)))
         reach = torch.ceil(radius * (1 + _REACH_MARGIN) / width)
         reach = torch.where(pbc, reach, torch.minimum(reach, nb - 1)).to(torch.int64)

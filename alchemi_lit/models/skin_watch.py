@@ -5,20 +5,21 @@ value at every model call, a blocking sync that stalls the launch queue (the mai
 left in a GPU step, REFERENCE.md section 7).  Here each call measures on the device how
 close the list is to its limit -- ``worst``, the largest ``max|u| - limit`` over systems
 (``u``: the atoms' moves beyond the cell's affine deformation since the build, ``limit``:
-``skin / 2`` in an unchanged cell, see :mod:`.neighbors`) -- and how fast that can grow
-per call -- ``rate``, the largest move of an atom in one call plus the largest drop of a
-limit -- and copies both to the host without waiting.  The next call reads that copy
-(its event is a call old: complete, or nearly) and keeps the list while
+``skin / 2`` in an unchanged cell, see :mod:`.neighbors`) --, how fast that can grow per
+call -- ``rate``, the largest move of an atom in one call plus the largest drop of a
+limit -- and whether a system must be rebuilt anyway (it turned non-finite or finite
+again), and copies the three to the host without waiting.  The next call reads that
+copy (its event is a call old: complete, or nearly) and keeps the list while
 
     worst + safety * rate <= 0,
 
-i.e. unless the list could run out within one more call moving at up to ``safety``
-(3) times the last measured rate; otherwise it rebuilds (a rebuild reads sizes on the
-host anyway).  The list stays exact as long as no call moves an atom more than three times as
-far as the call before, which smooth dynamics and relaxations never do; every call also
-checks its own list exactly on the device, and a late read that finds an inexact list
-counts a violation, warns, and doubles ``safety``.  Where the history is unknown (after
-a new layout or a refill) the first calls read the exact check at once.
+i.e. unless the list could run out within one more call moving up to ``safety`` (3)
+times as far as the last; otherwise it rebuilds (a rebuild reads sizes on the host
+anyway).  So the list stays exact as long as no call moves an atom more than three
+times as far as the call before, which dynamics and relaxations never do (a FIRE
+restart ramps up by ~2.2x).  Every call checks its own list on the device too, and a
+late read that finds it was inexact counts a violation, warns, and doubles ``safety``.
+Where the history is unknown (a new layout) the next call reads the exact check at once.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class SkinWatch:
         self._known = False  # whether the previous call's u and limits are known
         self._prev_u: torch.Tensor | None = None  # None: all zero (just rebuilt)
         self._prev_limit: torch.Tensor | None = None  # None: skin / 2 (just rebuilt)
-        self._staged: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._staged: torch.Tensor | None = None  # (worst, rate, changed) of this call
         self._pending: tuple[torch.Tensor, torch.cuda.Event | None, bool] | None = None
         self._buffers: list[torch.Tensor] = []
         self._rate: float | None = None  # the last rate read (host)
@@ -94,7 +95,7 @@ class SkinWatch:
         ``strain``: each system's deformation since the build and the limit ``[B]`` of
         its atoms' moves (:func:`strain_limits`), or None for an unchanged cell.
         """
-        u, worst, limit = _measure(
+        u, worst, changed, limit = _measure(
             positions, system, num_systems, ref_positions, strain, built_ok, 0.5 * self.skin
         )
         if self._known:
@@ -102,26 +103,25 @@ class SkinWatch:
         else:
             rate = u.new_full((), math.nan)
         self._known = True
-        self._prev_u, self._prev_limit, self._staged = u, limit, (worst, rate)
+        self._prev_u, self._prev_limit = u, limit
+        self._staged = torch.stack([worst, rate, changed.to(worst.dtype)])
         late = self._read()
         if late is None:
             self.exact_reads += 1
-            return not bool(worst <= 0)  # (the one blocking read, after a reset only)
-        late_worst, late_rate = late
-        return not late_worst + self.safety * late_rate <= 0  # NaN: rebuild
+            return not bool((worst <= 0) & ~changed)  # (a blocking read, after a reset only)
+        late_worst, late_rate, late_changed = late
+        return late_changed or not late_worst + self.safety * late_rate <= 0
 
     def publish(self, rebuilt: bool) -> None:
         """Send this call's measure to the host without waiting (read at the next call).
         After a rebuild the atoms' moves count from here, and the list is at its
         limit's farthest: ``worst = -skin / 2``, known on the host."""
-        worst, rate = self._staged
-        self._staged = None
+        values, self._staged = self._staged, None
         if rebuilt:
             self._prev_u, self._prev_limit = None, None  # zero moves, limits skin / 2
-        values = torch.stack([worst.to(rate.dtype), rate])
         cuda = values.device.type == "cuda"
         if len(self._buffers) < 2:
-            self._buffers = [torch.empty(2, dtype=values.dtype, pin_memory=cuda) for _ in "ab"]
+            self._buffers = [torch.empty(3, dtype=values.dtype, pin_memory=cuda) for _ in "ab"]
             for host in self._buffers:
                 host.host_buffer = True  # (a host copy: reading it never waits on the device)
         host = self._buffers[0]
@@ -132,17 +132,17 @@ class SkinWatch:
             event.record()
         self._pending = (host, event, rebuilt)
 
-    def _read(self) -> tuple[float, float] | None:
-        """The previous call's (worst, rate), or None where unknown."""
+    def _read(self) -> tuple[float, float, bool] | None:
+        """The previous call's (worst, rate, changed), or None where unknown."""
         if self._pending is None:
             return None
         host, event, rebuilt = self._pending
         self._pending = None
         if event is not None:
             event.synchronize()  # (recorded a call ago: complete, or nearly)
-        worst, rate = host.tolist()
+        worst, rate, changed = host.tolist()
         if rebuilt:
-            worst = -0.5 * self.skin
+            worst, changed = -0.5 * self.skin, 0.0
         elif worst > 0:  # the list used then was not exact: a faster move than allowed for
             self.violations += 1
             self.safety *= 2.0
@@ -156,7 +156,7 @@ class SkinWatch:
                 return None
             rate = self._rate
         self._rate = rate
-        return worst, rate
+        return worst, rate, changed > 0
 
 
 def _measure(
@@ -167,10 +167,11 @@ def _measure(
     strain: tuple[torch.Tensor, torch.Tensor] | None,
     built_ok: torch.Tensor,
     half_skin: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The atoms' moves ``u`` beyond the affine one, the largest ``max|u| - limit`` over
-    systems (+inf where a system turned non-finite or finite again since its build, so
-    that it is rebuilt; NaN limits count as +inf) and the limits ``[B]``."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The atoms' moves ``u`` beyond the affine one; the largest ``max|u| - limit`` over
+    the systems built and still finite (-inf if none); whether a system must be rebuilt
+    whatever the moves (it turned non-finite, or finite again, since its build, or its
+    cell became singular); and the limits ``[B]``."""
     pos = positions.detach()
     if strain is None:
         u = pos - ref_positions
@@ -180,17 +181,18 @@ def _measure(
         affine = torch.bmm(ref_positions.unsqueeze(1), m.index_select(0, system)).squeeze(1)
         u = pos - affine
     disp2 = row_dot(u)
-    finite = torch.isfinite(disp2)
-    worst_atom = torch.zeros(num_systems, dtype=pos.dtype, device=pos.device)
-    worst_atom = worst_atom.scatter_reduce(0, system, disp2, "amax", include_self=True)
+    finite = torch.isfinite(pos).all(1)
+    farthest = torch.zeros(num_systems, dtype=pos.dtype, device=pos.device)
+    farthest = farthest.scatter_reduce(0, system, disp2, "amax", include_self=True)
     ok = torch.ones(num_systems, dtype=torch.int64, device=pos.device)
     ok = ok.scatter_reduce(0, system, finite.to(torch.int64), "amin", include_self=True).bool()
-    q = worst_atom.sqrt() - limit
-    inf = torch.full_like(q, math.inf)
-    q = torch.where(ok & built_ok, q, torch.where(ok == built_ok, -inf, inf))
-    q = torch.nan_to_num(q, nan=math.inf, posinf=math.inf, neginf=-math.inf)
+    both = ok & built_ok
+    q = farthest.sqrt() - limit
+    usable = both & ~torch.isnan(q)
+    q = torch.where(usable, q, torch.full_like(q, -math.inf))
     worst = q.max() if num_systems else q.new_full((), -math.inf)
-    return u, worst, limit
+    changed = ((ok != built_ok) | (both & ~usable)).any()
+    return u, worst, changed, limit
 
 
 def _rate(

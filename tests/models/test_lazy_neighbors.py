@@ -204,6 +204,33 @@ def test_a_refill_builds_only_the_new_systems_and_reads_no_history(accelerator) 
     assert model.neighbors.skin_watch.exact_reads == exact
 
 
+def test_a_system_turning_non_finite_loses_its_edges_and_gets_them_back(accelerator) -> None:
+    """A diverged system gets no edges (NaNGuard quarantines it) at the rebuild after
+    the call that saw it, and its edges again once it is finite (a restored snapshot);
+    the other systems' forces stay exact throughout."""
+    batch = Batch.from_atoms(perturbed_argon(3, 2, 0.05, seed=8), dtype=DT)
+    model = LennardJones(**LJ)
+    lo = int(batch.ptr[1])
+    saved = batch.positions[lo].clone()
+    edges_of_1 = []
+    for call in range(10):
+        batch.positions += 0.002
+        if call == 3:
+            batch.positions[lo] = float("nan")
+        if call == 6:
+            batch.positions[lo] = saved + 0.002 * (call + 1)
+        out = model(batch)
+        edges_of_1.append(int((model.neighbors._system == 1).sum()))
+        want = fresh_forces(batch)
+        rows = batch.system_idx != 1
+        assert torch.equal(out["forces"][rows], want["forces"][rows]), call
+        if call >= 8:
+            assert torch.equal(out["forces"], want["forces"]), call
+    assert edges_of_1[4] == 0 and edges_of_1[3] > 0  # rebuilt one call late, without them
+    assert edges_of_1[-1] == edges_of_1[0]
+    assert model.neighbors.skin_watch.violations == 0
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_steady_md_on_cuda_does_not_sync_in_the_neighbour_list(monkeypatch) -> None:
