@@ -71,9 +71,8 @@ def test_a_long_md_run_keeps_the_list_exact_and_reads_the_host_in_few_calls(
     the calls that build read anything on the host (< 10 % of the calls)."""
     model = Checked()
     atoms = [*perturbed_argon(3, 2, 0.05, seed=1), triclinic_argon(2, 0.05, 0.04, seed=2)]
-    sim = al.Simulator(
-        model=model, stages=Langevin(dt=5.0, temperature=60.0, friction=0.01, steps=200)
-    )
+    stage = Langevin(dt=5.0, temperature=60.0, friction=0.01, steps=200)
+    sim = al.Simulator(model=model, stages=stage, accelerator="cpu")
     with watch_calls(monkeypatch, NeighborList, "__call__", only=model.neighbors) as record:
         sim.run(atoms)
     assert model.calls == len(record.calls) >= 200
@@ -257,7 +256,7 @@ def test_steady_md_on_cuda_does_not_sync_in_the_neighbour_list(monkeypatch) -> N
     sim = al.Simulator(
         model=model,
         stages=Langevin(dt=4.0, temperature=60.0, friction=0.01, steps=200),
-        device="cuda",
+        accelerator="cuda",
     )
     res = sim.run(atoms)
     assert sum(n > 0 for n in synced) < 0.1 * len(synced), synced
