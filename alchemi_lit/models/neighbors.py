@@ -64,7 +64,7 @@ from .pair_search import (
     flat3,
     keep_edge_temporaries_on_heap,
 )
-from .skin_watch import SkinWatch, strain_limits
+from .skin_watch import SkinWatch
 
 #: (the pair search moved to geometry, pair_search and small_cells; importable from here)
 __all__ = [
@@ -181,7 +181,7 @@ class NeighborList:
                 self._build_batched(batch, self._fresh_rows)
             strain = None
             if not same_key(identity_key((batch.cell,)), self._ref_cell_key or []):
-                strain = strain_limits(self._ref_cell, batch.cell, self.cutoff, self.skin)
+                strain = self.skin_watch.strain(self._ref_cell, batch.cell)
             rebuild = self.skin_watch.must_rebuild(
                 batch.positions, batch.system_idx, batch.num_systems,
                 self._ref_positions, strain, self._built_ok,

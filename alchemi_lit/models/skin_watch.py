@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import torch
 
-from ..tensor_ops import row_dot
+from ..tensor_ops import kept, row_dot
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,12 @@ class SkinWatch:
         self._pending: tuple[torch.Tensor, torch.cuda.Event | None, bool] | None = None
         self._buffers: list[torch.Tensor] = []
         self._rate: float | None = None  # the last rate read (host)
+        self._inverse: tuple[torch.Tensor, int, Any] | None = None  # of the reference cells
+
+    def strain(self, ref_cell: torch.Tensor, cell: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """:func:`strain_limits`, the reference cells' inverses kept while they are."""
+        self._inverse = kept(self._inverse, ref_cell, reference_inverse)
+        return strain_limits(ref_cell, cell, self.cutoff, self.skin, self._inverse[2])
 
     def forget(self, built: bool = False) -> None:
         """Drop the history: the next call reads the exact check at once.  ``built``: the
@@ -171,7 +178,8 @@ def _measure(
     """The atoms' moves ``u`` beyond the affine one; the largest ``max|u| - limit`` over
     the systems built and still finite (-inf if none); whether a system must be rebuilt
     whatever the moves (it turned non-finite, or finite again, since its build, or its
-    cell became singular); and the limits ``[B]``."""
+    cell was squeezed or sheared past what the skin allows: a NaN or negative limit);
+    and the limits ``[B]``."""
     pos = positions.detach()
     if strain is None:
         u = pos - ref_positions
@@ -191,7 +199,7 @@ def _measure(
     usable = both & ~torch.isnan(q)
     q = torch.where(usable, q, torch.full_like(q, -math.inf))
     worst = q.max() if num_systems else q.new_full((), -math.inf)
-    changed = ((ok != built_ok) | (both & ~usable)).any()
+    changed = ((ok != built_ok) | (both & ~usable) | (both & (limit < 0))).any()
     return u, worst, changed, limit
 
 
@@ -214,8 +222,22 @@ def _rate(
     return rate
 
 
+def reference_inverse(ref_cell: torch.Tensor) -> torch.Tensor:
+    """Inverses ``[B, 3, 3]`` of the cells a list was built in (NaN where singular or
+    non-finite), from the adjugate: elementwise, no sync.  Kept per build."""
+    adj = _adjugate(ref_cell)
+    det = (ref_cell[:, 0] * adj[:, :, 0]).sum(1)  # (row 0 times its cofactors)
+    usable = (det.abs() > 1e-12) & torch.isfinite(det)
+    safe = torch.where(usable, det, torch.full_like(det, math.nan))
+    return adj / safe[:, None, None]
+
+
 def strain_limits(
-    ref_cell: torch.Tensor, cell: torch.Tensor, cutoff: float, skin: float
+    ref_cell: torch.Tensor,
+    cell: torch.Tensor,
+    cutoff: float,
+    skin: float,
+    ref_inverse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each system's deformation ``M`` since the build (``h = h0 M``) and how far ``[B]``
     its atoms may move beyond it, without a host sync (the CPU path's version,
@@ -223,25 +245,19 @@ def strain_limits(
 
     ``0.5 ((cutoff + skin) s - cutoff)`` with ``s`` the smallest singular value of ``M``
     from the closed-form eigenvalues of ``M^T M``, less a relative 1e-8 for rounding (a
-    bound from below: never later than the exact rule).  NaN where either cell is
-    singular or non-finite (rebuilt).
+    bound from below: never later than the exact rule).  Where the cell is unchanged,
+    ``M = I`` and ``skin / 2``; where a cell is singular or non-finite the limit is NaN
+    or negative (the list is rebuilt).  ``ref_inverse``: :func:`reference_inverse` of
+    ``ref_cell``, when the caller keeps it.
     """
     eye = torch.eye(3, dtype=cell.dtype, device=cell.device).expand_as(cell)
     cell = cell.detach()
     reshaped = (cell != ref_cell).flatten(1).any(1)
-    adj = _adjugate(ref_cell)
-    det_ref = (ref_cell[:, 0] * adj[:, :, 0]).sum(1)  # (row 0 times its cofactors)
-    det_new = (cell[:, 0] * _adjugate(cell)[:, :, 0]).sum(1)
-    usable = reshaped & (det_ref.abs() > 1e-12) & (det_new.abs() > 1e-12)
-    usable = usable & torch.isfinite(ref_cell).flatten(1).all(1)
-    usable = usable & torch.isfinite(cell).flatten(1).all(1)
-    safe_det = torch.where(usable, det_ref, torch.ones_like(det_ref))
-    m = torch.bmm(adj / safe_det[:, None, None], cell)
-    m = torch.where(usable[:, None, None], m, eye)
+    inv = reference_inverse(ref_cell) if ref_inverse is None else ref_inverse
+    m = torch.where(reshaped[:, None, None], torch.bmm(inv, cell), eye)
     low = _smallest_eigenvalue(torch.bmm(m.transpose(1, 2), m))
     s_low = (low - 1e-8 * low.abs()).clamp_min(0).sqrt()
     limit = 0.5 * ((cutoff + skin) * s_low - cutoff)
-    limit = torch.where(usable, limit, torch.full_like(limit, math.nan))
     return m, torch.where(reshaped, limit, torch.full_like(limit, 0.5 * skin))
 
 
