@@ -54,8 +54,8 @@ import torch
 from ..geometry import all_pairs_suit, count_pairs, molecule_pairs
 from ..segments import ones_rows
 from ..state import Batch
-from ..tensor_ops import host_reads_free, identity_key, may_be_set, row_dot, same_key
-from .cell_list import batched_pairs
+from ..tensor_ops import host_reads_free, identity_key, may_be_set, row_dot
+from .device_path import DevicePath
 from .edges import Edges
 from .pair_search import (
     batch_pair_counts,
@@ -64,7 +64,6 @@ from .pair_search import (
     flat3,
     keep_edge_temporaries_on_heap,
 )
-from .skin_watch import SkinWatch
 
 #: (the pair search moved to geometry, pair_search and small_cells; importable from here)
 __all__ = [
@@ -73,7 +72,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-class NeighborList:
+class NeighborList(DevicePath):
     """Verlet neighbour list over a :class:`~alchemi_lit.state.Batch` (see module doc)."""
 
     def __init__(self, cutoff: float, skin: float = 1.0) -> None:
@@ -92,13 +91,7 @@ class NeighborList:
         self._ishift: torch.Tensor | None = None  # integer cell shifts, for the edge order
         self._aids: tuple[Any, Any, Any] = (None, None, None)  # see Edges
         self._csr: dict[torch.dtype, tuple[Any]] = {}  # see _rows
-        # the accelerator path (see _update_lazily)
-        self.skin_watch = SkinWatch(self.cutoff, self.skin)
-        self._lazy = False  # whether the list was last kept by the accelerator path
-        self._built_ok: torch.Tensor | None = None  # systems built with finite positions
-        self._fresh_rows: torch.Tensor | None = None  # systems that joined in a refill
-        self._ref_cell_key: list[Any] | None = None  # identity of the cell built in
-        self._shift_key: list[Any] | None = None  # identity of the cell the shifts are in
+        self._init_device_path()
 
     def reset(self) -> None:
         self._layout = None
@@ -167,69 +160,6 @@ class NeighborList:
         if reshift:
             self._reshift(batch)
 
-    def _update_lazily(self, batch: Batch) -> None:
-        """The accelerator path: a steady call reads nothing on the host.  The skin check
-        is read one call late (:mod:`.skin_watch`) and a rebuild, when due, rebuilds every
-        system in one batched pass (:mod:`.cell_list`): a rebuild reads sizes on the host,
-        and rebuilding all at once makes rebuilds as rare as the fastest system allows
-        instead of one whenever any system needs one."""
-        if self._layout is not batch.layout or self._i is None or not self._lazy:
-            self._build_batched(batch, None)
-            self.skin_watch.forget(built=True)
-        else:
-            if self._fresh_rows is not None:  # systems that joined in a refill
-                self._build_batched(batch, self._fresh_rows)
-            strain = None
-            if not same_key(identity_key((batch.cell,)), self._ref_cell_key or []):
-                strain = self.skin_watch.strain(self._ref_cell, batch.cell)
-            rebuild = self.skin_watch.must_rebuild(
-                batch.positions, batch.system_idx, batch.num_systems,
-                self._ref_positions, strain, self._built_ok,
-            )  # fmt: skip
-            if rebuild:
-                self._build_batched(batch, None)
-            self.skin_watch.publish(rebuild)
-        if not same_key(identity_key((batch.cell,)), self._shift_key or []):
-            self._reshift(batch)  # (on the device; the cell changed, or may have)
-
-    def _build_batched(self, batch: Batch, rows: torch.Tensor | None) -> None:
-        """Build every system (``rows`` None) or the systems ``rows`` ``[B]``, merged into
-        the kept list, in one batched pass on the batch's device (reads sizes only)."""
-        new = batched_pairs(batch, self.cutoff + self.skin, rows)
-        pos, cell = batch.positions.detach(), batch.cell.detach()
-        ok = torch.ones(batch.num_systems, dtype=torch.int64, device=batch.device)
-        finite = torch.isfinite(pos).all(1).to(torch.int64)
-        ok = ok.scatter_reduce(0, batch.system_idx, finite, "amin", include_self=True).bool()
-        if rows is None:
-            self._i, self._j, self._shift, self._system, self._ishift = new
-            self._ref_positions, self._ref_cell = pos.clone(), cell.clone()
-            self._shift_cell, self._built_ok = cell.clone(), ok
-            self._ref_cell_key = self._shift_key = identity_key((batch.cell,))
-            self.num_builds += batch.num_systems
-        else:  # each system's edges come from one side: a stable sort by system merges them
-            keep = (~rows).index_select(0, self._system).nonzero().squeeze(1)
-            olds = (self._i, self._j, self._shift, self._system, self._ishift)
-            merged = [torch.cat([o.index_select(0, keep), n]) for o, n in zip(olds, new)]
-            order = torch.sort(merged[3], stable=True).indices
-            self._i, self._j, self._shift, self._system, self._ishift = (
-                m.index_select(0, order) for m in merged
-            )
-            atom_rows = rows.index_select(0, batch.system_idx).unsqueeze(1)
-            self._ref_positions = torch.where(atom_rows, pos, self._ref_positions)
-            self._ref_cell = torch.where(rows[:, None, None], cell, self._ref_cell)
-            self._shift_cell = torch.where(rows[:, None, None], cell, self._shift_cell)
-            self._built_ok = torch.where(rows, ok, self._built_ok)
-            same = bool((self._ref_cell == cell).all())  # (a rebuild's read)
-            self._ref_cell_key = identity_key((batch.cell,)) if same else None
-            self._shift_key = None  # (the kept systems' shifts: recomputed in this cell)
-            self.num_builds += int(rows.sum())
-        self._fresh_rows = None
-        self._layout = batch.layout
-        self._lazy = True
-        self._set_aids(batch)
-        if batch.device.type == "cpu":
-            keep_edge_temporaries_on_heap(len(self._i))
-
     def _reshift(self, batch: Batch) -> None:
         """Cartesian shifts of the kept edges in the current cells, computed as a build
         computes them (``torch.bmm`` of the integer shift and the cell, bit for bit)."""
@@ -292,14 +222,7 @@ class NeighborList:
         shift_cell[kept] = self._shift_cell[old_rows[kept]]
         self._ref_positions, self._ref_cell, self._shift_cell = ref_pos, ref_cell, shift_cell
         self._layout = new_batch.layout
-        # (the accelerator path builds the systems that joined at the next call)
-        self._fresh_rows = None if bool(kept.all()) else ~kept
-        if self._built_ok is not None:
-            built_ok = torch.ones(new_batch.num_systems, dtype=torch.bool, device=device)
-            built_ok[kept] = self._built_ok[old_rows[kept]]
-            self._built_ok = built_ok
-        self._ref_cell_key = self._shift_key = None
-        self.skin_watch.remap(atom_keep, new_atom_index, new_batch.num_atoms, old_rows, kept)
+        self._remap_device_path(new_batch, old_rows, kept, atom_keep, new_atom_index)
         if len(self._i) > 1 and not bool((self._i[1:] >= self._i[:-1]).all()):
             self._sort(new_batch.num_atoms)  # rows were reordered: restore the canonical order
         self._set_aids(new_batch)
@@ -392,3 +315,4 @@ class NeighborList:
         atom_counts = torch.bincount(self._i, minlength=batch.num_atoms)
         system_counts = torch.bincount(self._system, minlength=batch.num_systems)
         self._aids = (atom_counts, system_counts, flat3(self._j))
+        self._rows(batch.dtype)  # (now, at a build or remap, rather than in the next call)

@@ -22,7 +22,7 @@ from alchemi_lit.models import (
     Morse,
     NeighborList,
     cell_list,
-    neighbors,
+    device_path,
     small_cells,
 )
 from alchemi_lit.models.pair_search import build_rows
@@ -100,7 +100,7 @@ def test_the_builder_is_chosen_by_whether_host_reads_are_free(monkeypatch) -> No
         return batched(*args, **kw)
 
     monkeypatch.setattr("alchemi_lit.models.pair_search.batched_pairs", counted)
-    monkeypatch.setattr("alchemi_lit.models.neighbors.batched_pairs", counted)
+    monkeypatch.setattr("alchemi_lit.models.device_path.batched_pairs", counted)
     batch = Batch.from_atoms(zoo(2) + mixed_structures(3), dtype=DT, validate=False)
     rows = list(range(0, batch.num_systems, 2))
     cpu, cpu_edges = build_rows(batch, rows, 5.0), NeighborList(4.0, 1.0)(batch)
@@ -169,7 +169,7 @@ def test_a_builds_operations_do_not_grow_with_the_number_of_systems(monkeypatch)
     assert counts[0] == counts[1], counts
     assert counts[0][1] <= 8  # the sizes a build reads (output shapes), not per system
     # (on CPU a build primes the heap once per size of edge list: one op, not on a GPU)
-    monkeypatch.setattr(neighbors, "keep_edge_temporaries_on_heap", lambda n: None)
+    monkeypatch.setattr(device_path, "keep_edge_temporaries_on_heap", lambda n: None)
     calls = []
     for batch in (small, large):
         nl = NeighborList(5.0, 1.0)

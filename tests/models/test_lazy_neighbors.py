@@ -186,28 +186,39 @@ def test_the_strain_limit_is_a_lower_bound_of_the_exact_one() -> None:
     assert bool(strain_limits(ref, nan_cell, 5.0, 1.0)[1][5].isnan())
 
 
-def test_a_refill_builds_only_the_new_systems_and_reads_no_history(accelerator) -> None:
+def test_a_refill_builds_only_the_new_systems_and_reads_no_history(
+    accelerator, monkeypatch
+) -> None:
     """Systems leaving and joining (``remap``, at a bookkeeping): the kept systems keep
-    their edges and history, the new ones are built and merged at the next call, whose
-    edges and forces equal a fresh list's; no exact read is needed after it."""
+    their edges, history and cells (steady calls after a graduation read nothing and
+    compute no strain), the new ones are built and merged at the next call; edges and
+    forces equal a fresh list's throughout, and no exact read is needed."""
     first = Batch.from_atoms(perturbed_argon(4, 2, 0.1, seed=5), dtype=DT)
     model = LennardJones(**LJ)
     for _ in range(3):
         first.positions += 0.01
         model(first)
+    exact = model.neighbors.skin_watch.exact_reads
+
+    def steps(batch: Batch, n: int) -> None:
+        for _ in range(n):
+            batch.positions += 0.01
+            out = model(batch, compute_stress=True)
+            want = fresh_forces(batch)
+            for key in ("energy", "forces", "stress"):
+                assert torch.equal(out[key], want[key]), key
+
     keep = torch.tensor([0, 2, 3])
     kept = first.select(keep)
-    model.neighbors.remap(first.ptr, keep, kept)
+    model.neighbors.remap(first.ptr, keep, kept)  # a graduation
+    builds = model.neighbors.num_builds
+    with watch_calls(monkeypatch, NeighborList, "__call__", only=model.neighbors) as record:
+        steps(kept, 3)
+    assert record.calls_with_reads == 0 and max(ops for ops, _ in record.calls) < 60, record.calls
     joining = Batch.from_atoms([triclinic_argon(2, seed=6)], system_ids=[7], dtype=DT)
     merged = Batch.concatenate([kept, joining])
-    model.neighbors.remap(kept.ptr, torch.tensor([0, 1, 2, -1]), merged)
-    builds, exact = model.neighbors.num_builds, model.neighbors.skin_watch.exact_reads
-    for _ in range(5):
-        merged.positions += 0.01
-        out = model(merged, compute_stress=True)
-        want = fresh_forces(merged)
-        for key in ("energy", "forces", "stress"):
-            assert torch.equal(out[key], want[key]), key
+    model.neighbors.remap(kept.ptr, torch.tensor([0, 1, 2, -1]), merged)  # a refill
+    steps(merged, 5)
     assert model.neighbors.num_builds == builds + 1  # the joining system only
     assert model.neighbors.skin_watch.exact_reads == exact
 
