@@ -53,6 +53,7 @@ class SkinWatch:
         self._staged: torch.Tensor | None = None  # (worst, rate, changed) of this call
         self._pending: tuple[torch.Tensor, torch.cuda.Event | None, bool] | None = None
         self._buffers: list[torch.Tensor] = []
+        self._buffer_kind: tuple[torch.dtype, bool] | None = None
         self._rate: float | None = None  # the last rate read (host)
         self._inverse: tuple[torch.Tensor, int, Any] | None = None  # of the reference cells
 
@@ -127,7 +128,8 @@ class SkinWatch:
         if rebuilt:
             self._prev_u, self._prev_limit = None, None  # zero moves, limits skin / 2
         cuda = values.device.type == "cuda"
-        if len(self._buffers) < 2:
+        if self._buffer_kind != (values.dtype, cuda):  # two, used in turn; pinned for CUDA
+            self._buffer_kind = (values.dtype, cuda)
             self._buffers = [torch.empty(3, dtype=values.dtype, pin_memory=cuda) for _ in "ab"]
             for host in self._buffers:
                 host.host_buffer = True  # (a host copy: reading it never waits on the device)
