@@ -18,8 +18,8 @@ forces, equal the CPU path's to the bit.
 How: each system gets a frame -- its periodic cell vectors, completed by unit vectors
 orthogonal to them along non-periodic axes -- and its atoms get fractional coordinates
 in it, wrapped into the cell along periodic axes.  Bins are at least ``radius / 2`` wide
-(``radius / 2`` rather than ``radius``: 5^3 bins of a quarter of the atoms test ~6x
-fewer candidates than 3^3 bins of all of them), a bin searches the bins ``s`` =
+(``radius / 2`` rather than ``radius``: 5^3 bins of a quarter of the atoms test about
+a sixth of the candidates 3^3 bins of all of them do), a bin searches the bins ``s`` =
 ``ceil(radius / width)`` away along each axis, wrapped with an image shift along periodic
 axes (so a cell narrower than the radius just gets more images, as in vesin and
 :mod:`.small_cells`), and only half of the offsets are searched (the other half finds
