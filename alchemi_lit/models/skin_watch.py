@@ -17,8 +17,9 @@ i.e. unless the list could run out within one more call moving up to ``safety`` 
 times as far as the last; otherwise it rebuilds (a rebuild reads sizes on the host
 anyway).  So the list stays exact as long as no call moves an atom more than three
 times as far as the call before, which dynamics and relaxations never do (a FIRE
-restart ramps its steps up by 2.2 times at most).  Every call checks its own list on the device too, and a
-late read that finds it was inexact counts a violation, warns, and doubles ``safety``.
+restart ramps its steps up by 2.2 times at most).  Every call checks its own list on
+the device too, and a late read that finds it was inexact counts a violation, warns,
+and doubles ``safety``.
 Where the history is unknown (a new layout) the next call reads the exact check at once.
 """
 
