@@ -141,4 +141,8 @@ def main(args: Any) -> int:
         f"{sizes[0]} systems (cartesian shifts to 1e-12 Å: cuBLAS may round them differently)"
     )
     print(f"* candidates per pass: {cell_list.CANDIDATE_BUDGET:,} (more go in chunks)")
+    print(
+        "* syncs: aten operations that wait for the device (nonzero, item, ...); the "
+        "per-system builder's .tolist() reads of ptr, pbc and finiteness are not among them"
+    )
     return 0
