@@ -189,6 +189,12 @@ def run_jobs(
     atoms = [job.atoms for job in jobs]
     ids = list(range(len(jobs)))
     data: Any = atoms
+    if isinstance(max_atoms, int) and max(len(a) for a in atoms) > max_atoms:
+        big = max(range(len(jobs)), key=lambda k: len(atoms[k]))
+        raise ConfigError(
+            f"{workflow}: job {jobs[big].label} of structure {jobs[big].material} has "
+            f"{len(atoms[big])} atoms, more than max_atoms={max_atoms}; raise max_atoms"
+        )
     if max_atoms is not None:
         data = SizeAwareSampler(atoms, max_atoms=max_atoms, max_systems=max_systems, system_ids=ids)
     n_mat = len({job.material for job in jobs})
