@@ -113,6 +113,7 @@ def eos(
         ks = run.of(i)
         volumes = [abs(np.linalg.det(jobs[k].atoms.cell)) for k in ks]
         record: dict[str, Any] = {
+            "form": eos,
             "strains": strains.tolist(),
             "volumes": volumes,
             "energies": run.energy[ks].tolist(),

@@ -211,6 +211,7 @@ def _analyse(
     at300 = int(np.flatnonzero(np.asarray(thermal["temperatures"]) == 300.0)[0])
     low = min(lowest)
     return {
+        **_plot_data(ph),
         "min_frequency_THz": low,
         "stable": bool(low >= -float(tolerance)),
         "free_energy_300K": float(thermal["free_energy"][at300]) * _kj_per_mol(),
@@ -239,3 +240,22 @@ def _without_gamma_acoustic() -> dict[str, bool]:
 
     params = inspect.signature(Phonopy.run_thermal_properties).parameters
     return {"exclude_gamma_acoustic": True} if "exclude_gamma_acoustic" in params else {}
+
+
+def _plot_data(ph: Any) -> dict[str, Any]:
+    """Band path and DOS as plain lists, for the per-material file (what ``alchemi-lit
+    report`` plots without phonopy's symmetry set-up again)."""
+    dos = ph.total_dos
+    out: dict[str, Any] = {
+        "dos": {"frequency_THz": np.asarray(dos.frequency_points), "dos": np.asarray(dos.dos)}
+    }
+    band = ph.band_structure
+    if band is not None:
+        connections = band.path_connections
+        out["band"] = {
+            "distances": [np.asarray(d) for d in band.distances],
+            "frequencies_THz": [np.asarray(f) for f in band.frequencies],
+            "labels": list(band.labels) if band.labels is not None else None,
+            "connections": None if connections is None else [bool(c) for c in connections],
+        }
+    return out
