@@ -163,7 +163,7 @@ class CLI:
             f"  {p} validate --config my.yaml",
             f"  {p} run --simulator.stages.help FIRE",
             f"  {p} report results/quickstart.zarr --plots results/plots",
-            f"  {p} elastic --config configs/elastic.yaml   # also: eos, phonons",
+            f"  {p} elastic --config configs/workflows/elastic.yaml   # also: eos, phonons",
         ]
         return "\n".join(lines)
 
