@@ -26,9 +26,9 @@ class MaterialResults:
     """Results of one workflow over many materials (subclasses name the columns).
 
     ``to_pandas()``: one row per material, in input order: ``material`` (input index),
-    ``formula``, ``n_atoms``, the workflow's columns, ``error`` (None, or why the
-    material has no values: a failed job or fit; the others still finished) and
-    ``source_file``.  ``jobs``: the run's raw per-job results
+    ``formula``, ``n_atoms``, the workflow's columns, ``error`` (missing -- None or
+    NaN, as pandas stores it -- or why the material has no values: a failed job or fit;
+    the others still finished) and ``source_file``.  ``jobs``: the run's raw per-job results
     (:class:`~alchemi_lit.results.Results` in ``jobs.results``).  ``write(dir)`` saves
     the table and per-material files.
     """
@@ -108,7 +108,13 @@ class MaterialResults:
         if format == "csv":
             table.to_csv(path, index=False)
         else:
-            table.to_parquet(path, index=False)
+            try:
+                table.to_parquet(path, index=False)
+            except ImportError as exc:  # pandas needs pyarrow (or fastparquet) for parquet
+                raise ConfigError(
+                    f"{self.name}: parquet tables need pyarrow, which is not installed: "
+                    f"pip install pyarrow, or write format='csv'"
+                ) from exc
         written = [path]
         folder = out / self.name
         folder.mkdir(exist_ok=True)

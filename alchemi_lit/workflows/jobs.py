@@ -60,9 +60,14 @@ class JobRun:
     forces: list[np.ndarray]  # [n_atoms, 3] eV/Å per job
     failures: dict[int, str] = field(default_factory=dict)  # job index -> reason
 
+    def __post_init__(self) -> None:
+        self._by_material: dict[int, list[int]] = {}
+        for k, job in enumerate(self.jobs):
+            self._by_material.setdefault(job.material, []).append(k)
+
     def of(self, material: int) -> list[int]:
         """Indices of ``material``'s jobs, in the order they were made."""
-        return [k for k, job in enumerate(self.jobs) if job.material == material]
+        return self._by_material.get(material, [])
 
     def failure(self, material: int) -> str | None:
         """Why ``material``'s jobs cannot be used (the first failed job), or None."""

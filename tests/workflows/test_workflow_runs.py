@@ -215,3 +215,18 @@ def test_a_job_larger_than_max_atoms_names_its_structure():
         ConfigError, match=r"job 1:.* of structure 1 has 4 atoms, more than max_atoms=2"
     ):
         workflows.elastic([copper(), cu3au()], Untouchable(), max_atoms=2)
+
+
+def test_write_saves_the_table_and_one_file_per_material(tmp_path):
+    res = workflows.eos([copper(), aluminium()], EMT())
+    written = res.write(tmp_path)
+    table = pd.read_csv(tmp_path / "eos.csv")
+    np.testing.assert_allclose(table["B0"], res.to_pandas()["B0"], rtol=1e-15)
+    assert (tmp_path / "eos" / "0_Cu.json").exists() and (tmp_path / "eos" / "1_Al.json").exists()
+    assert tmp_path / "eos.settings.json" in written
+    if importlib.util.find_spec("pyarrow") is None:
+        with pytest.raises(ConfigError, match="parquet tables need pyarrow, which is not installed: pip install pyarrow"):
+            res.write(tmp_path, format="parquet")
+    else:
+        res.write(tmp_path, format="parquet")
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "eos.parquet"), res.to_pandas())
