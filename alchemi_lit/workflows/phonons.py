@@ -154,8 +154,8 @@ def phonons(
     matrices = supercell_matrices(supercell, materials, width, model)
     temps = np.unique(np.append(np.asarray(temperatures, dtype=np.float64), 300.0))
     setups = [
-        build_phonopy(atoms, m, primitive_matrix, symprec, distance)
-        for atoms, m in zip(materials, matrices)
+        build_phonopy(atoms, m, primitive_matrix, symprec, distance, i)
+        for i, (atoms, m) in enumerate(zip(materials, matrices))
     ]
     jobs = [
         Job(i, f"{i}:d{k}", sc)

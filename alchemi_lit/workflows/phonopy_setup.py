@@ -64,10 +64,25 @@ def supercell_matrices(
 
 
 def build_phonopy(
+    atoms: Any, matrix: np.ndarray, primitive_matrix: Any, symprec: float, distance: float,
+    index: int = 0,
+) -> tuple[Any, list[Any]]:  # fmt: skip
+    """phonopy's ``Phonopy`` for ``atoms`` with its displacements generated, and the
+    displaced supercells as ``ase.Atoms`` (the jobs); phonopy refusing the structure
+    (a primitive matrix that does not fit it ...) is an error naming it, before the run."""
+    try:
+        return _build(atoms, matrix, primitive_matrix, symprec, distance)
+    except Exception as exc:
+        raise StructureError(
+            f"phonons: structure {index} ({atoms.get_chemical_formula()}): phonopy cannot set "
+            f"it up ({type(exc).__name__}: {exc}); check primitive_matrix and symprec",
+            index,
+        ) from exc
+
+
+def _build(
     atoms: Any, matrix: np.ndarray, primitive_matrix: Any, symprec: float, distance: float
 ) -> tuple[Any, list[Any]]:
-    """phonopy's ``Phonopy`` for ``atoms`` with its displacements generated, and the
-    displaced supercells as ``ase.Atoms`` (the jobs)."""
     from phonopy import Phonopy
     from phonopy.structure.atoms import PhonopyAtoms
 

@@ -225,8 +225,21 @@ def test_write_saves_the_table_and_one_file_per_material(tmp_path):
     assert (tmp_path / "eos" / "0_Cu.json").exists() and (tmp_path / "eos" / "1_Al.json").exists()
     assert tmp_path / "eos.settings.json" in written
     if importlib.util.find_spec("pyarrow") is None:
-        with pytest.raises(ConfigError, match="parquet tables need pyarrow, which is not installed: pip install pyarrow"):
+        with pytest.raises(
+            ConfigError,
+            match="parquet tables need pyarrow, which is not installed: pip install pyarrow",
+        ):
             res.write(tmp_path, format="parquet")
     else:
         res.write(tmp_path, format="parquet")
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "eos.parquet"), res.to_pandas())
+
+
+def test_a_structure_phonopy_cannot_set_up_is_named_before_the_run():
+    pytest.importorskip("phonopy")
+    # an F-centring primitive matrix: right for cubic fcc Cu, wrong for L1_2 Cu3Au
+    cubic_cu = bulk("Cu", "fcc", a=3.59, cubic=True)
+    with pytest.raises(StructureError, match=r"structure 1 \(AuCu3\): phonopy cannot set it up"):
+        workflows.phonons(
+            [cubic_cu, cu3au()], Untouchable(), supercell=2, min_width=0, primitive_matrix="F"
+        )
