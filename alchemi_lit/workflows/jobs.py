@@ -103,10 +103,12 @@ def as_structures(structures: Any, workflow: str) -> list[Any]:
 
 def check_materials(structures: Sequence[Any], model: Model, workflow: str) -> None:
     """Refuse, before anything runs, what no job of a bulk property can use: a cell not
-    periodic in x, y and z, a flat cell, constraints, elements the model lacks."""
+    periodic in x, y and z, a flat cell, an invalid structure (NaN, zero masses,
+    coincident atoms), constraints, elements the model lacks."""
     from ase.data import chemical_symbols
 
     from ..geometry import periodic_heights
+    from ..validation import validate_atoms
 
     if not isinstance(model, Model):
         raise ConfigError(
@@ -124,6 +126,10 @@ def check_materials(structures: Sequence[Any], model: Model, workflow: str) -> N
             )
         if len(atoms) == 0 or periodic_heights(np.asarray(atoms.cell), atoms.pbc).min() < 1e-3:
             raise StructureError(f"{name} has no atoms or a flat cell; give a 3-D crystal", i)
+        try:  # NaN coordinates, zero masses, coincident atoms ...: named as the input
+            validate_atoms(atoms, i)
+        except StructureError as exc:
+            raise StructureError(f"{workflow}: {exc}", i) from exc
         if atoms.constraints:
             raise StructureError(
                 f"{name} has constraints ({type(atoms.constraints[0]).__name__}); the "

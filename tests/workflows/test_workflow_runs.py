@@ -243,3 +243,10 @@ def test_a_structure_phonopy_cannot_set_up_is_named_before_the_run():
         workflows.phonons(
             [cubic_cu, cu3au()], Untouchable(), supercell=2, min_width=0, primitive_matrix="F"
         )
+
+
+def test_an_invalid_structure_is_named_by_its_input_index_not_a_job():
+    broken = copper()
+    broken.positions[0, 0] = np.nan
+    with pytest.raises(StructureError, match=r"^elastic: system 1: .*non-finite"):
+        workflows.elastic([aluminium(), broken], Untouchable())
