@@ -149,7 +149,9 @@ class NeighborList(DevicePath):
 
     def _update_exactly(self, batch: Batch) -> None:
         """Rebuild the systems that need it, read on the host at once (where it is free)."""
-        self._lazy = False
+        if self._lazy:  # the accelerator's path kept the list so far: start over
+            self._init_device_path()
+            self.reset()
         need = self.needs_rebuild(batch)
         moved_cell = need.new_zeros(())
         if self._shift_cell is not None and self._layout is batch.layout:

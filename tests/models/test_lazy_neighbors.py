@@ -8,6 +8,7 @@ read on a GPU (``device_counting``); tests marked ``cuda`` count real syncs on a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 
@@ -279,3 +280,21 @@ def test_steady_md_on_cuda_does_not_sync_in_the_neighbour_list(monkeypatch) -> N
     final = Batch.from_atoms(res.to_atoms(), dtype=DT)
     got = LennardJones(**LJ).to("cuda")(final.to("cuda"))["forces"].cpu()
     torch.testing.assert_close(got, fresh_forces(final)["forces"], atol=1e-10, rtol=0)
+
+
+def test_one_model_can_run_on_either_path_one_run_after_the_other() -> None:
+    """A list kept by the accelerator's path is started over by the CPU's (and the
+    other way round): each run equals the same run with a fresh model."""
+    import alchemi_lit as al
+    from alchemi_lit.integrators import FIRE
+
+    data = [a.copy() for a in perturbed_argon(6, 2, 0.1, seed=1)]
+    model = LennardJones(**LJ)
+
+    def relax(m: LennardJones) -> torch.Tensor:
+        stage = FIRE(fmax=0.05, max_steps=30)
+        return al.Simulator(model=m, stages=stage, precision="64").run(data).batch.positions
+
+    for path in (accelerator_path, contextlib.nullcontext, accelerator_path):
+        with path():
+            torch.testing.assert_close(relax(model), relax(LennardJones(**LJ)), rtol=0, atol=0)
