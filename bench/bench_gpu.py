@@ -2,7 +2,7 @@
 
 Run from the repository root (``scripts/gpu_check.sh`` runs it on a GPU machine)::
 
-    python bench/bench_gpu.py --device cuda --json out.json   # ~3 min on an H100
+    python bench/bench_gpu.py --device cuda --json out.json   # minutes; --deadline S caps it
     python bench/bench_gpu.py --device cpu --quick            # smoke run, timings mean nothing
 
 Rows (every size is smaller with ``--quick``):

@@ -78,15 +78,19 @@ def step_time(
     one_pass = estimate * (2 * short + 2 + extra)
     if budget_s is not None and one_pass > budget_s:
         return StepTiming([estimate], short, short, f"~ from one run (a pass > {budget_s:.0f} s)")
-    per_step, spent = [], t_warm
+    per_step, longs, spent, capped = [], [], t_warm, ""
     for k in range(repeats):
         if budget_s is not None and k > 0 and spent + one_pass > budget_s:
-            return StepTiming(per_step, short, short + extra, f"{k} of {repeats} repeats (budget)")
+            capped = f"{k} of {repeats} repeats (budget)"
+            break
         t_short, _ = timed(lambda: run(short), device)
         t_long, _ = timed(lambda: run(short + extra), device)
         spent += t_short + t_long
         per_step.append(max(t_long - t_short, 0.0) / extra)
-    return StepTiming(per_step, short, short + extra)
+        longs.append(t_long / (short + extra + 1))
+    if median(per_step) <= 0.0:  # the steps drowned in the runs' noise (a busy CPU)
+        return StepTiming(longs, short, short + extra, "~ noise: the long runs' mean per call")
+    return StepTiming(per_step, short, short + extra, capped)
 
 
 def call_time(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
