@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .tensor_ops import may_be_set
+from .tensor_ops import host_reads_free, may_be_set
 
 #: ``|F - I|_1`` below which the log series is used without further square roots
 _LOG_RADIUS = 0.25
@@ -89,7 +89,7 @@ def expm(a: torch.Tensor) -> torch.Tensor:
     out = eye
     for k in range(_EXP_TERMS, 0, -1):  # Horner: I + x (I + x/2 (I + ...))
         out = eye + (x @ out) / k
-    rounds = _MAX_SQUARINGS if a.device.type != "cpu" else int(squarings.max()) if len(a) else 0
+    rounds = int(squarings.max()) if host_reads_free(a) and len(a) else _MAX_SQUARINGS
     for i in range(rounds):
         out = torch.where((i < squarings)[..., None, None], out @ out, out)
     return out

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .backends import primitive
-from .tensor_ops import identity_key, same_key
+from .tensor_ops import host_reads_free, identity_key, same_key
 
 _MASK32 = 0xFFFFFFFF
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
@@ -189,7 +189,7 @@ class NormalsAhead:
         dtype: torch.dtype,
     ) -> torch.Tensor:
         n = int(system_idx.shape[0])
-        if system_idx.device.type != "cpu" or n == 0 or self._limit(n) < 2:
+        if not host_reads_free(system_idx) or n == 0 or self._limit(n) < 2:
             return atom_normals(seed, system_id, step, system_idx, local_index, purpose, dtype)
         keys = (seed, system_id, step, system_idx, local_index, purpose, dtype)
         window = self.window(*keys)

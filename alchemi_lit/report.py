@@ -158,9 +158,11 @@ def summarize(
     """A JSON-ready summary of per-system results (see module docstring).
 
     ``stats`` (a run's ``Results.stats``: ``wall_time_s``, ``steps``, ``forward_calls``)
-    adds wall time and throughput.  ``optimizers`` flags the optimizer stages (default:
-    read from the stage exits); a plan without one reports ``completed`` systems, since
-    ``converged`` (every optimizer met its criterion) means nothing for MD alone.
+    adds wall time and throughput, and ``skipped``, the structures SizeAwareSampler's
+    ``skip_invalid`` left out (each with its ``system_id`` and why).  ``optimizers`` flags
+    the optimizer stages (default: read from the stage exits); a plan without one reports
+    ``completed`` systems, since ``converged`` (every optimizer met its criterion) means
+    nothing for MD alone.
     """
     arr = {k: np.asarray(v.cpu() if hasattr(v, "cpu") else v) for k, v in systems.items()}
     n = len(arr["energy"]) if "energy" in arr else 0
@@ -236,6 +238,8 @@ def summarize(
         for key in ("steps", "forward_calls"):
             if stats.get(key) is not None:
                 out[f"loop_{key}"] = int(stats[key])
+        if stats.get("skipped"):  # left out by SizeAwareSampler(skip_invalid=True)
+            out["skipped"] = list(stats["skipped"])
     return out
 
 
@@ -270,6 +274,11 @@ def summary_table(
     else:  # MD only: nothing to converge
         table.add_row("completed", f"{summary.get('completed', 0)} / {n}")
     table.add_row("quarantined", str(summary["quarantined"]))
+    skipped = summary.get("skipped") or []
+    if skipped:
+        why = "; ".join(f"system_id {s['system_id']}: {s['reason']}" for s in skipped[:5])
+        more = f"; ... {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        table.add_row("skipped", escape(f"{len(skipped)} (skip_invalid: {why}{more})"))
     table.add_row("exit reasons", _fmt_reasons(summary["exit_reasons"]))
     epa = summary.get("energy_per_atom")
     if epa and epa.get("mean") is not None:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Hashable
 import numpy as np
 import torch
 
-from .tensor_ops import kept, numpy_viewable
+from .tensor_ops import host_reads_free, kept, numpy_viewable
 
 
 class Segments:
@@ -40,7 +40,7 @@ class Segments:
         self.system_idx = system_idx
         self.num_systems = int(n_atoms.shape[0])
         self.num_atoms = int(system_idx.shape[0])
-        self.on_cpu = system_idx.device.type == "cpu"
+        self.on_cpu = host_reads_free(system_idx)  # (the CPU's shortcuts read values)
         self._n_atoms = n_atoms
         self._xyz_idx: torch.Tensor | None = None
         self._xyz_counts: np.ndarray | None = None

@@ -20,6 +20,7 @@ from .engine.restart import input_system_ids
 from .errors import ConfigError
 from .hooks import Callback
 from .integrators.base import Integrator
+from .integrators.params import check_system_ids
 from .models.base import Model
 from .results import Results
 from .sinks import Sink
@@ -242,7 +243,12 @@ class Simulator:
         if data is None:  # every system was finished before
             results = Results(None, {"systems": 0, "steps": 0, "forward_calls": 0}, stores)
         else:
+            ids = input_system_ids(data)
+            for stage in _stages_of(self.plan) if ids is not None else ():
+                check_system_ids(stage, ids)  # a short per-system list: now, not mid-run
             results = self.strategy.run(self, data, resume=checkpoint)
+            if getattr(data, "skipped", None):  # skip_invalid: in the summary, with why
+                results.stats["skipped"] = list(data.skipped)
         for store in new:  # made by this run (maybe in a rank): later runs append to it
             store.created_by_run()
         if earlier is not None and self._keeps_results_in_memory():
@@ -292,11 +298,12 @@ class Simulator:
 
     def _check_stores(self, data: Any) -> None:
         """Before anything is computed (in this process, whatever the strategy): a
-        ``"w-"`` store must not exist, and a run appending to a store must not reuse a
-        ``system_id`` stored there (see ZarrSink.refuse_id_clashes)."""
+        store must be writable, a ``"w-"`` store must not exist, and a run appending to
+        a store must not reuse a ``system_id`` stored there (see ZarrSink)."""
         stores = self._stores()
         ids = input_system_ids(data) if stores else None
         for store in stores:
+            store.refuse_unwritable()
             store.refuse_existing()
             if ids is not None:
                 store.refuse_id_clashes(ids)
@@ -332,6 +339,7 @@ class Simulator:
             "ended": iso(ended),
             "strategy": self.strategy_name,
             "resumed": resumed,
+            **({"skipped": st["skipped"]} if st.get("skipped") else {}),
         }
         for sink in stores:
             sink.record_run(record)

@@ -190,6 +190,16 @@ class Pipeline:
                 raise ValueError(f"duplicate pipeline edge ({a}, {b})")
             self.edges.append((a, b))
         self._check_acyclic()
+        bands = [type(s).__name__ for p in self.stages.values() for s in p.stages
+                 if getattr(s, "band", None) is not None]  # fmt: skip
+        if bands and len(self.stages) > 1:
+            from .errors import ConfigError
+
+            raise ConfigError(
+                f"{bands[0]}(band=NEB(...)) in a pipeline across ranks: a band's endpoints "
+                f"and images must stay in one batch, which ranks would split; fuse the "
+                f"stages on one device instead (relax + neb), or run replicas"
+            )
 
     @classmethod
     def of(cls, plan: Integrator | Fused | Pipeline) -> Pipeline:

@@ -133,8 +133,10 @@ def per_system(fn: F) -> F:
 
 
 def numpy_viewable(t: torch.Tensor) -> bool:
-    """A CPU tensor NumPy can view as it is (no graph to keep, a dtype NumPy has)."""
-    return t.is_cpu and not t.requires_grad and t.dtype != torch.bfloat16
+    """A CPU tensor NumPy can view as it is (no graph to keep, a dtype NumPy has) and
+    whose values may be read for free (not on the accelerator's path: a NumPy view is a
+    host read)."""
+    return host_reads_free(t) and not t.requires_grad and t.dtype != torch.bfloat16
 
 
 def _as_tensor(value: Any) -> Any:

@@ -4,6 +4,9 @@ Run (from the repository root; ~2-3 minutes on 2 CPU cores)::
 
     python bench/bench_neighbors.py
 
+(``--device cpu|cuda`` compares the accelerator path's builders instead: the batched cell
+list against one vesin-torch call per system, ``bench/device_neighbors.py``.)
+
 Workloads (float64, half lists within radius 9.5 Å = the LJ benchmark's rc 8.5 Å +
 1 Å skin): the LJ benchmark's batch (64 perturbed fcc argon crystals of 108 atoms,
 15.8 Å cubic cells, so the radius exceeds half the cell) and a scaling series of
@@ -254,10 +257,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--skip", nargs="*", default=[], choices=["ase", "matscipy", "nvalchemi", "brute"]
     )
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        help="compare the accelerator path's builders on this device instead "
+        "(per-system vesin-torch vs the batched cell list; see device_neighbors.py)",
+    )
+    p.add_argument("--quick", action="store_true", help="with --device: a smoke run")
+    p.add_argument(
+        "--per-system-max",
+        type=int,
+        default=1_024,
+        help="with --device: time the per-system builder up to this many systems",
+    )
     gate_arguments(p)
     p.set_defaults(max_wait=120.0)
     args = p.parse_args(argv)
     setup_threads(args.threads)
+    if args.device is not None:
+        from device_neighbors import main as device_main
+
+        return device_main(args)
     gate = gate_from(args)
     t_start = time.perf_counter()
     print(

@@ -806,6 +806,33 @@ CASES: list[Case] = [
         "data.structures",
     ),
     Case(
+        "partial-occupancy-cif",
+        r"partial_occupancy\.cif' \(structure 0\) has partially occupied sites: site 0 \(Cu1, "
+        r"Cu 0\.5 \+ Au 0\.5, 4 atoms\); ASE reads each as one species \(Au4\).*order it "
+        r"first .*partial_occupancy='majority'",
+        structures("partial_occupancy.cif"),
+        "data.structures",
+    ),
+    Case(
+        "partial-occupancy-majority-warn",
+        r"partially occupied sites taken as their majority species .*site 0 \(Cu1, Cu 0\.5 "
+        r"\+ Au 0\.5, 4 atoms\) as Au",
+        structures("partial_occupancy.cif", partial_occupancy="majority"),
+        status=0,
+    ),
+    Case(
+        "partial-occupancy-unknown",
+        r"minority",
+        structures("partial_occupancy.cif", partial_occupancy="minority"),
+        "data.partial_occupancy",
+    ),
+    Case(
+        "api-partial-occupancy",
+        r"site 0 \(Cu1, Cu 0\.5 \+ Au 0\.5, 4 atoms\)",
+        call=lambda _: read_structures(BAD / "partial_occupancy.cif"),
+        exc=StructureError,
+    ),
+    Case(
         "overlapping-atoms-warn",
         r"system 0: atoms 0 and 1 are only 0\.100 Å apart.*duplicate atoms",
         structures("overlapping_atoms.extxyz"),

@@ -102,10 +102,13 @@ class NaNGuard(Callback):
         """The kept state of the systems of ``bad`` ``[B]`` back into the batch."""
         am = b.atom_mask(bad).unsqueeze(-1)
         for name, old in zip(_ATOM_KEPT, saved):
-            setattr(b, name, torch.where(am, old, b.atom[name]))
+            if b.atom[name] is not old:  # (the same tensor: nothing to restore)
+                setattr(b, name, torch.where(am, old, b.atom[name]))
         for name, old in zip(self._names, saved[len(_ATOM_KEPT) :]):
             now = b.system.get(name)
-            if now is not None and now.shape == old.shape:
+            # a field the step left alone keeps its identity (the neighbour list tells an
+            # unchanged cell by it, without reading it: DESIGN_NOTES.md, issue #26)
+            if now is not None and now is not old and now.shape == old.shape:
                 setattr(b, name, torch.where(bad.view(-1, *[1] * (old.dim() - 1)), old, now))
 
     def _check_intact(self, saved: tuple[torch.Tensor, ...]) -> bool:

@@ -15,6 +15,14 @@ step even when that is not a multiple of ``frequency``.
 which equals the loop step for systems present from the start); ``loop_step`` is
 the loop step of the record.
 
+Two temperatures, labelled: ``T`` counts 3 degrees of freedom per free atom (3N, as
+ASE's ``get_temperature``): it is what every thermostat here holds at its target.
+``T_internal`` is the kinetic energy about the centre of mass over 3N - 3: where the
+total momentum is conserved (Nosé-Hoover chains, Bussi, Berendsen, velocity Verlet; not
+Langevin), the momentum is 3 frozen degrees of freedom and that is the physical
+temperature, ``T N/(N - 1)`` at zero total momentum (60 K reads 61.9 K at 32 atoms;
+the same as ``T`` at thousands).  For a system with fixed atoms it equals ``T``.
+
 Where the loop computes the stress -- for every system, when a stage needs it (a
 barostat, a cell filter) or with ``Simulator(stress=True)`` -- records hold the
 pressure ``P`` (GPa, with the ideal-gas term:
@@ -31,10 +39,11 @@ import torch
 
 from ..hooks import Callback, StepContext
 from ..integrators.barostat import instantaneous_pressure
-from ..units import GPa
+from ..state import Batch
+from ..units import GPa, kB
 
 _INT_KEYS = ("system_id", "steps", "loop_step")
-_FLOAT_KEYS = ("T", "E_kin", "E_pot", "P", "V")
+_FLOAT_KEYS = ("T", "E_kin", "E_pot", "P", "V", "T_internal")
 
 
 class ThermoMonitor(Callback):
@@ -46,7 +55,9 @@ class ThermoMonitor(Callback):
         final: also record each system's state when it finishes the plan.
 
     After the run, ``monitor.series(system_id)`` gives ``{"steps", "loop_step", "T",
-    "E_kin", "E_pot", "E_tot", "P", "V"}`` as NumPy arrays in time order;
+    "T_internal", "E_kin", "E_pot", "E_tot", "P", "V"}`` as NumPy arrays in time order
+    (``T``: 3N degrees of freedom, what thermostats hold at their target;
+    ``T_internal``: 3N - 3, about the centre of mass -- see the module docstring);
     ``monitor.system_ids`` lists the systems recorded.  Units: K, eV, GPa and Å^3.  The
     history is reset at each run start.
     """
@@ -82,7 +93,8 @@ class ThermoMonitor(Callback):
         ek = b.kinetic_energy()[idx]
         p = instantaneous_pressure(b)[idx] / GPa if stress_computed(ctx) else ek * float("nan")
         v = torch.where(b.volume > 1e-12, b.volume, float("nan"))[idx]
-        floats = torch.stack([b.temperature()[idx], ek, b.energy[idx], p, v]).cpu().numpy()
+        t, t_internal = b.temperature()[idx], internal_temperature(b)[idx]
+        floats = torch.stack([t, ek, b.energy[idx], p, v, t_internal]).cpu().numpy()
         chunk = {
             "system_id": ints[0],
             "steps": ints[1],
@@ -102,7 +114,7 @@ class ThermoMonitor(Callback):
             else:
                 self._flat = {k: np.zeros(0, dtype=np.int64) for k in _INT_KEYS}
                 self._flat.update({k: np.zeros(0) for k in _FLOAT_KEYS})
-            for k in ("P", "V"):  # (records of a checkpoint written before these were kept)
+            for k in ("P", "V", "T_internal"):  # (a checkpoint's from before they were kept)
                 self._flat.setdefault(k, np.full(len(self._flat["T"]), np.nan))
         return self._flat
 
@@ -118,7 +130,8 @@ class ThermoMonitor(Callback):
         return flat
 
     def series(self, system_id: int) -> dict[str, np.ndarray]:
-        """Time series of one system: steps, loop_step, T (K), E_kin, E_pot, E_tot (eV)."""
+        """Time series of one system: steps, loop_step, T and T_internal (K), E_kin, E_pot,
+        E_tot (eV), P (GPa), V (Å^3)."""
         flat = self._all()
         sel = flat["system_id"] == int(system_id)
         if not sel.any():
@@ -137,6 +150,20 @@ class ThermoMonitor(Callback):
         records = state.get("records")
         self._chunks = [dict(records)] if records is not None else []
         self._flat = None
+
+
+def internal_temperature(batch: Batch) -> torch.Tensor:
+    """``[B]`` K: the kinetic energy about each system's centre of mass over ``3N - 3``
+    degrees of freedom (N free atoms); ``batch.temperature()`` (3N) where a system has
+    fixed atoms, whose momentum nothing conserves."""
+    v, m, free = batch.velocities, batch.masses, ~batch.fixed
+    momentum = batch.segments.sum(torch.where(free[:, None], m[:, None] * v, 0.0))
+    mass = batch.segments.sum(torch.where(free, m, 0.0)).clamp_min(1e-30)
+    drift = 0.5 * (momentum * momentum).sum(-1) / mass
+    dof = batch.degrees_of_freedom()
+    inner = 2.0 * (batch.kinetic_energy(free) - drift) / ((dof - 3.0).clamp_min(1.0) * kB)
+    anchored = dof < 3.0 * batch.n_atoms.to(dof.dtype)
+    return torch.where(anchored, batch.temperature(), inner)
 
 
 def stress_computed(ctx: StepContext) -> bool:

@@ -10,7 +10,6 @@ permission) and the structures against the model and the budgets.
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,12 +153,17 @@ def _read_structures(data: dict[str, Any]) -> list[Any]:
                 one_line(str(exc)),
             ) from exc
     try:
-        atoms = read_structures(spec, index=data.get("index") or ":", format=data.get("format"))
+        atoms = read_structures(
+            spec, index=data.get("index") or ":", format=data.get("format"),
+            partial_occupancy=data.get("partial_occupancy") or "error",
+        )  # fmt: skip
     except Exception as exc:
         text = str(exc)
         key = "data.structures"
         if text.startswith("index "):
             key = "data.index"
+        elif text.startswith("partial_occupancy"):
+            key = "data.partial_occupancy"
         elif text.startswith("unknown structure file format"):
             key = "data.format"
         raise CLIError(key, one_line(text)) from exc
@@ -206,19 +210,12 @@ def _check_sinks(sim: Any, resolved: dict[str, Any], source: Any, resuming: bool
 
 def _check_writable(path: Path, key: str, what: str) -> None:
     """``path`` is (or can be created as) a writable directory; creates nothing."""
-    path = path.expanduser()
-    if path.exists() and not path.is_dir():
-        raise CLIError(key, f"{what} {str(path)!r} exists and is a file, not a directory")
-    parent = path
-    while not parent.exists():
-        parent = parent.parent
-    if parent != path and not parent.is_dir():
-        raise CLIError(key, f"cannot create {what} {str(path)!r}: {str(parent)!r} is a file")
-    if not os.access(parent, os.W_OK | os.X_OK):
+    from ..sinks.zarr import unwritable
+
+    why = unwritable(path)
+    if why is not None:
         raise CLIError(
-            key,
-            f"cannot create {what} {str(path)!r}: no write permission in {str(parent)!r}; "
-            f"choose a writable location",
+            key, f"cannot create {what} {str(path)!r}: {why}; choose a writable location"
         )
 
 

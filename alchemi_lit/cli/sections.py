@@ -22,7 +22,8 @@ class SamplerConfig:
             device (a fit of the model's memory on small probe batches).
         max_systems: most systems in flight at once (None: no limit).
         max_edges: most neighbour pairs in flight (None: no limit).
-        skip_invalid: leave invalid structures out with a warning instead of failing.
+        skip_invalid: leave invalid or oversize structures out with a warning instead of
+            failing (the summary lists them).
         memory_fraction: with ``max_atoms: auto``, the share of the free memory a full
             batch may take.
     """
@@ -45,6 +46,9 @@ class DataConfig:
         builtin_args: keyword arguments of the built-in set (``n_systems``, ``repeat`` ...).
         format: ASE format name when the file extension does not tell it.
         index: which frames of the file to read (ASE syntax, ``":"`` = all).
+        partial_occupancy: a structure with partially occupied sites (a disordered
+            CIF) is refused (``error``), or each such site takes its majority species,
+            with a warning (``majority``).
         first_id: number the structures' ``system_id`` from this value on (default:
             from 0, or the ids results of an earlier run carry), e.g. to append them to
             a results store that holds ids from 0 on.
@@ -59,6 +63,7 @@ class DataConfig:
     builtin_args: dict[str, Any] = field(default_factory=dict)
     format: str | None = None
     index: str | int = ":"
+    partial_occupancy: Literal["error", "majority"] = "error"
     first_id: int | None = None
     sampler: dict[str, Any] | None = None
 

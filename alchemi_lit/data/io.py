@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from ..errors import StructureError
+import numpy as np
+
+from ..errors import ConfigError, StructureError, StructureWarning
+
+Occupancy = Literal["error", "majority"]
 
 
 def read_structures(
-    path: str | Path, index: str | int | slice = ":", format: str | None = None
+    path: str | Path,
+    index: str | int | slice = ":",
+    format: str | None = None,
+    partial_occupancy: Occupancy = "error",
 ) -> list[Any]:
     """Read all structures of a file (extxyz, cif, POSCAR, traj, ...) as ``ase.Atoms``.
 
@@ -22,16 +30,26 @@ def read_structures(
     ``info["steps"]``, from which it counts on), so one run continues another's
     results as one run of both plans would, random numbers included.  Errors name the
     file and what went wrong; a file with no structures is an error.
+
+    A structure with partially occupied sites (a disordered CIF: ASE reads each such
+    site as its majority species, so Cu 0.5 / Au 0.5 comes out as pure Au -- another
+    crystal) is refused naming the sites, unless ``partial_occupancy="majority"``
+    accepts that approximation, with a :class:`StructureWarning` naming every site.
     """
+    if partial_occupancy not in ("error", "majority"):
+        raise ConfigError(
+            f"partial_occupancy must be 'error' (refuse partially occupied sites) or "
+            f"'majority' (take each site's majority species), got {partial_occupancy!r}"
+        )
     p = Path(path)
     files = _files_of(path)
     if files is not None:
         frames = []
         for f in files:
             try:
-                read = read_structures(f, index, format)
+                read = read_structures(f, index, format, partial_occupancy)
             except StructureError as exc:
-                if p.is_dir():  # a folder may hold other files too
+                if p.is_dir() and "partially occupied" not in str(exc):  # other files?
                     raise StructureError(
                         f"{exc}; or read only the structure files of {str(p)!r} with a "
                         f"pattern such as '{p / '*.cif'}'"
@@ -45,7 +63,71 @@ def read_structures(
         raise StructureError(f"structure file {str(p)!r} does not exist; check the path")
     if (p / "zarr.json").is_file():
         return _select(_read_store(p), index, p)
-    return _read_file(p, index, format)
+    frames = _read_file(p, index, format)
+    for k, atoms in enumerate(frames):
+        _ordered(atoms, f"{str(p)!r} (structure {k})", partial_occupancy, p, k)
+    return frames
+
+
+def _cif_labels(path: Path, k: int) -> list[str]:
+    """The ``_atom_site_label``s of the ``k``-th structure of a CIF (none if unknown)."""
+    try:
+        from ase.io.cif import parse_cif
+
+        with open(path) as fh:
+            blocks = [b for b in parse_cif(fh) if b.has_structure()]
+        return [str(label) for label in blocks[k].get("_atom_site_label", [])]
+    except Exception:  # not a CIF, or one ASE read differently: sites go by number
+        return []
+
+
+def _ordered(atoms: Any, name: str, policy: Occupancy, path: Path, k: int) -> None:
+    """Refuse ``atoms`` with partially occupied sites (ASE's ``info["occupancy"]``:
+    ``{site: {symbol: occupancy}}``, atoms mapped to sites by ``spacegroup_kinds``), or
+    give each such site its majority species with a warning (``policy="majority"``)."""
+    occupancy = atoms.info.get("occupancy")
+    if not isinstance(occupancy, dict) or not occupancy:
+        return
+    kinds = atoms.arrays.get("spacegroup_kinds", np.arange(len(atoms)))
+    partial = {}
+    for site, species in occupancy.items():
+        rows = np.flatnonzero(kinds == int(site))
+        if len(rows) and (len(species) > 1 or sum(species.values()) < 1.0 - 1e-6):
+            partial[site] = (species, rows)
+
+    if not partial:
+        return
+    labels = _cif_labels(path, k)
+
+    def shown(site: str) -> str:
+        species, rows = partial[site]
+        mix = " + ".join(f"{sym} {occ:g}" for sym, occ in species.items())
+        label = f"{labels[int(site)]}, " if int(site) < len(labels) else ""
+        return f"site {site} ({label}{mix}, {len(rows)} atoms)"
+
+    sites = "; ".join(shown(site) for site in partial)
+    if policy == "error":
+        raise StructureError(
+            f"{name} has partially occupied sites: {sites}; ASE reads each as one species "
+            f"({atoms.get_chemical_formula()}), another crystal: order it first (a supercell "
+            f"or SQS tool such as pymatgen's OrderDisorderedStructureTransformation or icet), "
+            f"or pass partial_occupancy='majority' (data.partial_occupancy in a config) to "
+            f"take each site's majority species"
+        )
+    taken = []
+    for site, (species, rows) in partial.items():
+        best = max(species.values())
+        now = atoms.symbols[rows[0]]  # ties: the species the reader chose
+        major = now if species.get(now) == best else max(species, key=species.get)
+        atoms.symbols[rows] = major
+        taken.append(f"{shown(site)} as {major}")
+    warnings.warn(
+        StructureWarning(
+            f"{name}: partially occupied sites taken as their majority species "
+            f"(partial_occupancy='majority'), an ordered approximation: {'; '.join(taken)}"
+        ),
+        stacklevel=3,
+    )
 
 
 def _files_of(path: str | Path) -> list[Path] | None:

@@ -6,7 +6,8 @@ may pass a large system waiting for room (first fit within a lookahead window, f
 a bounded number of takes), so free room is used; the order depends only on the
 data, budgets and graduations, which keeps runs deterministic.  Every system is
 checked before the run starts -- a system larger than the budget, or an invalid
-structure, is an error naming its index then, not hours into a campaign.
+structure, is an error naming its index then, not hours into a campaign (or, with
+``skip_invalid``, left out with a warning and listed in the run's summary).
 ``max_atoms="auto"`` measures the budgets when the sampler is bound to the run's
 model (:mod:`alchemi_lit.data.memory_budget`).
 """
@@ -23,6 +24,7 @@ from loguru import logger
 from ..errors import ConfigError, StructureError
 from ..geometry import count_pairs
 from ..state import default_system_ids, require_atoms, validate_atoms
+from .bands import band_runs, check_band
 from .io import read_structures
 from .memory import MemoryReader
 
@@ -38,6 +40,10 @@ class SizeAwareSampler:
     ``memory_fraction`` of the free memory; the fit and budgets are logged, kept in
     :attr:`memory_fit` and recorded with the run in its results stores.
 
+    The images of a nudged elastic band (consecutive structures sharing
+    ``info["path_id"]``, :mod:`.bands`) are taken as one unit, never split across
+    batches: a band larger than the budget is an error before the run.
+
     Args:
         dataset: a sequence of ``ase.Atoms`` or a path :func:`read_structures` reads.
         max_atoms: most atoms in flight at once, or ``"auto"`` (measured).
@@ -46,7 +52,9 @@ class SizeAwareSampler:
             cap on the measured one).
         system_ids: one id per structure (default: dataset positions, or the ids that
             results of an earlier run carry: :func:`~alchemi_lit.state.default_system_ids`).
-        skip_invalid: leave invalid structures out with a warning instead of failing.
+        skip_invalid: leave invalid structures, and ones above ``max_atoms`` or
+            ``max_edges``, out with a warning instead of failing (:attr:`skipped` and the
+            run's summary list them, with why).
         memory_fraction: share of the free memory a full batch may take (``"auto"``).
         memory_reader: where memory is read (``"auto"``; default: the run's device).
     """
@@ -105,6 +113,13 @@ class SizeAwareSampler:
             raise ConfigError("SizeAwareSampler: system_ids must be unique, one per structure")
         self.system_ids = np.asarray(ids, dtype=np.int64)
         self.sizes = np.asarray([len(a) for a in items], dtype=np.int64)
+        #: bands as ``(path_id, start, stop)`` dataset positions; ``unit[k]``: how many
+        #: structures are taken with structure k when it heads its unit (a band's first)
+        self.bands = band_runs(items)
+        self.unit = np.ones(n, dtype=np.int64)
+        for _, start, stop in self.bands:
+            self.unit[start:stop] = 0
+            self.unit[start] = stop - start
         self.edges: np.ndarray | None = None
         self.skip_invalid = skip_invalid
         self.memory_fraction = float(memory_fraction)
@@ -116,14 +131,42 @@ class SizeAwareSampler:
         self.position = 0
         self._passed = 0  # takes that passed the system at the head of the queue
         self._validated = False
+        #: structures left out under ``skip_invalid``: ``{"index", "system_id", "reason"}``
+        self.skipped: list[dict[str, Any]] = []
         too_big = np.flatnonzero(self.sizes > self.max_atoms) if not self.auto else []
-        if len(too_big):
+        if len(too_big) and not skip_invalid:
             k = int(too_big[0])
             raise StructureError(
                 f"system {k} has {int(self.sizes[k])} atoms, more than max_atoms={self.max_atoms} "
-                f"({len(too_big)} system(s) too large); raise max_atoms or remove them",
+                f"({len(too_big)} system(s) too large); raise max_atoms, remove them or pass "
+                f"skip_invalid=True",
                 k,
             )
+        limit = f"more than max_atoms={self.max_atoms}"
+        self._skip([(int(k), f"{int(self.sizes[k])} atoms, {limit}") for k in too_big])
+        self._check_bands_fit()
+
+    def _check_bands_fit(self) -> None:
+        """A band runs in one batch: refuse one larger than the budget (before the run)."""
+        queued = set(self.order.tolist())
+        for p, start, stop in self.bands:
+            if start not in queued:  # skipped (skip_invalid)
+                continue
+            atoms, count = int(self.sizes[start:stop].sum()), stop - start
+            edges = int(self.edges[start:stop].sum()) if self.edges is not None else 0
+            measured = None if self.max_atoms == "auto" else self.max_atoms
+            for what, need, limit in (
+                ("max_atoms", atoms, measured),
+                ("max_systems", count, self.max_systems),
+                ("max_edges", edges, self.max_edges if self.edges is not None else None),
+            ):
+                if limit is not None and need > int(limit):
+                    raise StructureError(
+                        f"band path_id {p} (structures {start}-{stop - 1}) needs {what}={need} "
+                        f"in one batch, more than {what}={limit}; a band is never split: "
+                        f"raise {what} to at least {need} or use fewer images",
+                        start,
+                    )
 
     def __len__(self) -> int:
         return len(self.order)
@@ -132,6 +175,9 @@ class SizeAwareSampler:
         """A sampler of the same data and budgets that leaves out the systems with these
         ids (a restarted run skips the ones already stored); the rest keep their ids."""
         skip = set(int(s) for s in system_ids)
+        for _, start, stop in self.bands:  # a band is done when all its images are
+            if not skip.issuperset(int(s) for s in self.system_ids[start:stop]):
+                skip.difference_update(int(s) for s in self.system_ids[start:stop])
         keep = [k for k in range(len(self.dataset)) if int(self.system_ids[k]) not in skip]
         return SizeAwareSampler(
             [self.dataset[k] for k in keep], *self.requested_budget(),
@@ -176,20 +222,50 @@ class SizeAwareSampler:
                 f"{' ...' if len(bad) > 5 else ''}. Fix them or pass skip_invalid=True",
                 bad[0][0],
             )
-        if bad:
-            logger.warning(f"skipping {len(bad)} invalid structure(s): {[k for k, _ in bad]}")
-            skip = {k for k, _ in bad}
-            self.order = np.asarray([k for k in self.order if k not in skip], dtype=np.int64)
+        queued = set(self.order.tolist())  # (an oversize one is out already)
+        self._skip([(k, msg.removeprefix(f"system {k}: ")) for k, msg in bad if k in queued])
         if self.max_edges is not None:
             self.edges = self._count_edges(cutoff, "max_edges")
-            too_many = [k for k in self.order if self.edges[k] > self.max_edges]
-            if too_many:
+            too_many = [int(k) for k in self.order if self.edges[k] > self.max_edges]
+            limit = f"neighbour pairs, more than max_edges={self.max_edges}"
+            if too_many and self.skip_invalid:
+                self._skip([(k, f"{int(self.edges[k])} {limit}") for k in too_many])
+            elif too_many:
                 k = int(too_many[0])
                 raise StructureError(
                     f"system {k} has {int(self.edges[k])} neighbour pairs, more than "
                     f"max_edges={self.max_edges}; raise max_edges or remove it",
                     k,
                 )
+        for p, start, stop in self.bands:
+            check_band([self.dataset[k] for k in range(start, stop)], p, start)
+        self._check_bands_fit()
+
+    def _skip(self, rows: list[tuple[int, str]]) -> None:
+        """Leave dataset rows out (``skip_invalid``) with a warning naming each and why;
+        the run's summary lists them (:attr:`skipped`)."""
+        if not rows:
+            return
+        for k, why in rows:
+            self.skipped.append({"index": k, "system_id": int(self.system_ids[k]), "reason": why})
+        listing = "; ".join(
+            f"system {k} (system_id {self.system_ids[k]}): {why}" for k, why in rows
+        )
+        logger.warning(f"skipping {len(rows)} invalid structure(s) (skip_invalid=True): {listing}")
+        skip = {k for k, _ in rows}
+        for p, start, stop in self.bands:  # a band with a skipped image goes whole
+            mates = [k for k in range(start, stop) if k not in skip]
+            if len(mates) < stop - start:
+                for k in mates:
+                    self.skipped.append(
+                        {
+                            "index": k,
+                            "system_id": int(self.system_ids[k]),
+                            "reason": f"in band path_id {p} with a skipped image",
+                        }
+                    )
+                skip.update(mates)
+        self.order = np.asarray([k for k in self.order if k not in skip], dtype=np.int64)
 
     def _count_edges(self, cutoff: float | None, why: str) -> np.ndarray:
         if cutoff is None:
@@ -219,6 +295,7 @@ class SizeAwareSampler:
         # edge budget then finds the checkpoint's in-flight edge count kept)
         self.max_atoms, self.max_edges = found.max_atoms, found.max_edges
         self.memory_fit = found.as_dict()
+        self._check_bands_fit()
 
     def take(
         self, free_atoms: int, free_systems: int, free_edges: int | None = None
@@ -235,25 +312,29 @@ class SizeAwareSampler:
         taken: list[int] = []  # positions in self.order, ascending
         head_fits = False
         passed = 0  # systems skipped over so far
-        for scan in range(self.position, len(self.order)):
+        scan = self.position
+        while scan < len(self.order):
             if free_systems <= 0 or free_atoms <= 0 or passed >= self.LOOKAHEAD:
                 break
-            k = int(self.order[scan])
-            n = int(self.sizes[k])
-            e = int(self.edges[k]) if self.edges is not None else 0
-            fits = n <= free_atoms and (free_edges is None or e <= free_edges)
+            count = int(self.unit[self.order[scan]])  # a band is one unit (kept contiguous)
+            unit = self.order[scan : scan + count]
+            n = int(self.sizes[unit].sum())
+            e = int(self.edges[unit].sum()) if self.edges is not None else 0
+            fits = n <= free_atoms and count <= free_systems
+            fits = fits and (free_edges is None or e <= free_edges)
             if scan == self.position:
                 head_fits = fits
                 if not fits and self._passed >= self.MAX_PASSED:
                     break  # the room that frees up is the head's now
             if fits:
-                taken.append(scan)
+                taken.extend(range(scan, scan + count))
                 free_atoms -= n
-                free_systems -= 1
+                free_systems -= count
                 if free_edges is not None:
                     free_edges -= e
             else:
                 passed += 1
+            scan += count
         if not taken:
             return [], []
         self._passed = 0 if head_fits else self._passed + 1

@@ -194,8 +194,12 @@ class RunLoop:
                     self.loop.compute(batch, ctx)  # forces before the first step
                 self.hooks.run_start(ctx)
                 if resume is None and batch.num_systems:
-                    # systems the model failed on at their first evaluation are out already
+                    # systems the model failed on at their first evaluation are out already,
+                    # and leave before the next forward (which would quarantine them again)
                     self.loop.start(batch, self.loop.not_quarantined(batch), ctx)
+                    if self.loop.evict:
+                        self.loop.evict = False
+                        self._graduate(ctx)
                 if resume is not None:  # checkpoints are taken before admission
                     ctx.batch = self._admit(ctx.batch)
                 self._loop(ctx, guard)

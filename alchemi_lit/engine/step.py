@@ -207,6 +207,7 @@ class FusedLoop:
         # writes a new status tensor or writes into it: checked by identity, without
         # reading a value.
         if batch.status is not status or status._version != version:
+            self._leave_as_bands(batch, masks)
             kept = [m & (batch.status == c) for m, c in zip(masks, self.plan.codes)]
             left = torch.stack([m & ~k for m, k in zip(masks, kept)]).any(0)
             ctx.exited = left if ctx.exited is None else ctx.exited | left  # for ON_CONVERGE
@@ -235,6 +236,15 @@ class FusedLoop:
         self.transitions(batch, ctx)
         hooks(H.AFTER_STEP, ctx)
         ctx.step += 1
+
+    def _leave_as_bands(self, batch: Batch, masks: list[torch.Tensor]) -> None:
+        """Systems just quarantined take the rest of their nudged elastic band with them
+        (a band stage's ``band`` filter, :mod:`~alchemi_lit.integrators.neb`)."""
+        bands = [s.band for s in self.plan.stages if getattr(s, "band", None) is not None]
+        if bands:
+            left = torch.stack([m & (batch.status != c) for m, c in zip(masks, self.plan.codes)])
+            for band in bands:
+                band.quarantine_bands(batch, left.any(0), self.plan.exit)
 
     def status_masks(self, batch: Batch) -> StatusMasks:
         """The masks of each stage's systems and of finished ones, recomputed only when

@@ -17,6 +17,7 @@ from .langevin import Langevin
 from .lbfgs import LBFGS
 from .md import MDIntegrator
 from .mtk import MTKNPT
+from .neb import NEB
 from .nose_hoover import NoseHooverChain
 from .npt_langevin import NPTLangevin
 from .ops import maxwell_boltzmann
@@ -29,6 +30,7 @@ __all__ = [
     "FIRE2",
     "LBFGS",
     "MTKNPT",
+    "NEB",
     "Berendsen",
     "Bussi",
     "CRescale",

@@ -29,42 +29,23 @@ import torch
 
 from ..errors import ConfigError
 from ..state import Batch, system_name
-from ..tensor_ops import may_be_set
-from ..units import GPa, bar, kB
+from ..tensor_ops import host_reads_free, may_be_set
+from ..units import GPa, kB
 from . import ops
 from .md import MDIntegrator
-from .params import TEMPERATURE, Param, Usual, as_param, check_param, warn_if_unusual
-
-#: external pressures (GPa): a value in bar given as GPa
-PRESSURE_GPA = Usual(-100.0, 1000.0, None, (1e-4, "{value} bar"))
-#: external pressures (bar): a value in GPa given as bar is small, one in Pa large
-PRESSURE_BAR = Usual(-1e6, 1e7, None, (1e-5, "{value} Pa"))
+from .params import Param, check_pressure
 
 
 def external_pressure(owner: str, pressure_gpa: Param | None, pressure_bar: Param | None) -> Param:
     """The external pressure in eV/Å^3 from one of ``pressure_gpa``/``pressure_bar``
-    (0 when neither is given; a number or one per ``system_id``)."""
-    if pressure_gpa is not None and pressure_bar is not None:
-        raise ConfigError(
-            f"{owner}: give pressure_gpa or pressure_bar, not both "
-            f"(got {pressure_gpa!r} GPa and {pressure_bar!r} bar)"
-        )
-    name, value, unit, usual, scale = (
-        ("pressure_bar", pressure_bar, "bar", PRESSURE_BAR, bar)
-        if pressure_bar is not None
-        else ("pressure_gpa", 0.0 if pressure_gpa is None else pressure_gpa, "GPa",
-              PRESSURE_GPA, GPa)
-    )  # fmt: skip
-    value = as_param(value, name, owner, unit)
-    finite = torch.isfinite(torch.as_tensor(value, dtype=torch.float64)).all()
-    if not bool(finite):
-        raise ConfigError(f"{owner}: {name} ({unit}) must be finite, got {value}")
-    warn_if_unusual(owner, name, value, unit, usual)
-    return value * scale if isinstance(value, torch.Tensor) else float(value) * scale
+    (0 when neither is given; a number or one per ``system_id``): the checks and
+    :class:`UnitWarning` rules cell filters share (:func:`~.params.check_pressure`)."""
+    return check_pressure(owner, pressure_gpa=pressure_gpa, pressure_bar=pressure_bar)
 
 
 class NPTIntegrator(MDIntegrator):
-    """Base of the NPT integrators: a temperature (> 0, K), an external pressure
+    """Base of the NPT integrators: a temperature (K; 0 K as for every thermostat:
+    :class:`~.md.MDIntegrator`), an external pressure
     (:func:`external_pressure`), isotropic or full-cell fluctuations; the stress is
     computed in every step (``requires_stress``)."""
 
@@ -82,7 +63,6 @@ class NPTIntegrator(MDIntegrator):
         isotropic: bool,
     ) -> None:
         owner = type(self).__name__
-        check_param("temperature", owner, temperature, unit="K", usual=TEMPERATURE)
         super().__init__(dt, steps, temperature)
         self.pressure_gpa, self.pressure_bar = pressure_gpa, pressure_bar
         self.pressure = external_pressure(owner, pressure_gpa, pressure_bar)
@@ -101,7 +81,7 @@ class NPTIntegrator(MDIntegrator):
 
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
         # arrivals from another rank are checked here (on CPU, where reading is free)
-        if batch.device.type == "cpu" and may_be_set(mask):
+        if host_reads_free(mask) and may_be_set(mask):
             self.refuse(batch, mask)
         super().init_systems(batch, mask)
 

@@ -19,7 +19,7 @@ from ..state import Batch
 from ..units import fs
 from . import ops
 from .md import MDIntegrator, describe
-from .params import Param, check_param
+from .params import Param
 
 
 class Berendsen(MDIntegrator):
@@ -27,8 +27,8 @@ class Berendsen(MDIntegrator):
 
     Args:
         dt: time step in fs (a number, or one per system as a list indexed by system_id).
-        temperature: target temperature in K (a number, or one per system).
-        taut: coupling time in fs: how fast the temperature relaxes to the target.
+        temperature: target temperature in K, >= 0 (0 K: a quench; a number, or one per system).
+        taut: coupling time in fs, >= 2 dt: how fast the temperature relaxes to the target.
         steps: the stage's number of steps.
         fixcm: remove each system's mean momentum every step (as ASE).
     """
@@ -42,7 +42,7 @@ class Berendsen(MDIntegrator):
         fixcm: bool = True,
     ) -> None:
         super().__init__(dt, steps, temperature)
-        self.taut_fs = check_param("taut", type(self).__name__, taut, unit="fs")
+        self.taut_fs = self.time_constant("taut", taut)
         self.taut = self.taut_fs * fs
         self.fixcm = bool(fixcm)
 

@@ -5,6 +5,8 @@ Each system keeps its own Hessian (initially ``alpha I``), updated with ASE's fo
 1e-7), and steps ``-V |w|^-1 V^T g`` from its eigendecomposition, scaled down as a
 whole when its longest row exceeds ``maxstep``.  With ``cell=`` it optimizes ASE's
 filter coordinates (see :mod:`.cell`) and converges on their forces, cell included.
+With ``band=NEB(...)`` one Hessian spans a band's interior images (ASE's BFGS on ``NEB``;
+``max_atoms`` then counts a band's interior atoms).
 
 Memory: the Hessian has ``(3n + 9)^2`` values for a system of n atoms (``(3n)^2``
 without a cell).  It lives in the batch as one row block per atom, ``bfgs_hessian``
@@ -28,7 +30,8 @@ from ..state import Batch, system_name
 from ..tensor_ops import may_be_set
 from .base import FieldSpec, _check_param
 from .cell import CellFilter
-from .extended import CellOptimizer, dense_groups
+from .extended import CellOptimizer, dense_groups, set_diagonal
+from .neb import NEB, as_band
 
 
 class BFGS(CellOptimizer):
@@ -47,8 +50,9 @@ class BFGS(CellOptimizer):
         max_atoms: int = 256,
         max_memory_gb: float = 4.0,
         criterion: Criterion | None = None,
+        band: NEB | None = None,
     ) -> None:
-        super().__init__(fmax, max_steps, maxstep, cell, criterion)
+        super().__init__(fmax, max_steps, maxstep, cell, criterion, as_band(band))
         name = type(self).__name__
         if self.maxstep > 1.0:  # as ASE
             warnings.warn(f"{name}: a *very* large maxstep, {self.maxstep} Å", stacklevel=2)
@@ -69,7 +73,8 @@ class BFGS(CellOptimizer):
         """Also systems above ``max_atoms``, and a batch whose Hessians exceed the budget."""
         super().refuse(batch, mask)
         name = type(self).__name__
-        big = (mask & (batch.n_atoms > self.max_atoms)).nonzero().flatten().tolist()
+        size = batch.n_atoms if self.band is None else self.band.vector_atoms(batch, mask)
+        big = (mask & (size > self.max_atoms)).nonzero().flatten().tolist()
         if big:
             raise ConfigError(
                 f"{name}(max_atoms={self.max_atoms}): "
@@ -88,14 +93,16 @@ class BFGS(CellOptimizer):
             )
 
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
+        mask = self.entering(batch, mask)
         super().init_systems(batch, mask)
         atoms, k = torch.arange(batch.num_atoms, device=batch.device)[:, None], torch.arange(3)
-        cols = 3 * batch.segments.local_index[:, None] + k.to(batch.device)
-        _set_diagonal(batch.bfgs_hessian, atoms, cols, batch.atom_mask(mask), self.alpha)
+        local = batch.segments.local_index if self.band is None else self.band.local_index(batch)
+        cols = 3 * local[:, None] + k.to(batch.device)
+        set_diagonal(batch.bfgs_hessian, atoms, cols, batch.atom_mask(mask), self.alpha)
         if self.view.width:
             rows = torch.arange(batch.num_systems, device=batch.device)[:, None]
             cols = 3 * batch.n_atoms[:, None] + torch.arange(9, device=batch.device)
-            _set_diagonal(batch.bfgs_hessian_cell, rows, cols, mask, self.alpha)
+            set_diagonal(batch.bfgs_hessian_cell, rows, cols, mask, self.alpha)
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
         x_atoms, x_cell = self.view.coordinates(batch)
@@ -139,12 +146,3 @@ def _update(
     )
     update = moved & (dx.abs().amax(-1) >= 1e-7)
     return torch.where(update[:, None, None], new, hess)
-
-
-def _set_diagonal(
-    t: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, mask: torch.Tensor, value: float
-) -> None:
-    """``t[r, k, cols[r, k]] = value`` for the rows of ``mask`` (in place: fresh state)."""
-    k = torch.arange(cols.shape[1], device=t.device)[None, :]
-    current = t[rows, k, cols]
-    t[rows, k, cols] = torch.where(mask[:, None], torch.full_like(current, value), current)

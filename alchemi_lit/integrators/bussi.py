@@ -27,7 +27,7 @@ from ..state import Batch
 from ..units import fs
 from . import ops
 from .md import MDIntegrator, describe
-from .params import Param, check_param
+from .params import Param
 
 
 class Bussi(MDIntegrator):
@@ -35,8 +35,8 @@ class Bussi(MDIntegrator):
 
     Args:
         dt: time step in fs (a number, or one per system as a list indexed by system_id).
-        temperature: bath temperature in K (a number, or one per system).
-        taut: coupling time in fs: how fast the kinetic energy relaxes to the bath's.
+        temperature: bath temperature in K, >= 0 (0 K: a quench; a number, or one per system).
+        taut: coupling time in fs, >= 2 dt: how fast the kinetic energy relaxes to the bath's.
         steps: the stage's number of steps.
     """
 
@@ -48,7 +48,7 @@ class Bussi(MDIntegrator):
         steps: int = 1000,
     ) -> None:
         super().__init__(dt, steps, temperature)
-        self.taut_fs = check_param("taut", type(self).__name__, taut, unit="fs")
+        self.taut_fs = self.time_constant("taut", taut)
         self.taut = self.taut_fs * fs
 
     def __repr__(self) -> str:

@@ -42,6 +42,7 @@ from ..state import Batch, system_name
 from ..tensor_ops import identity_key, same_key
 from ..units import GPa, bar
 from .base import FieldSpec
+from .params import check_pressure
 from .stage_fields import CELL_REFERENCE
 
 #: cells of at most this volume (Å^3) carry no cell degrees of freedom
@@ -60,7 +61,9 @@ class CellFilter:
             ``"unit"`` (ASE ``UnitCellFilter``: the deformation itself).
         scalar_pressure: external pressure in eV/Å^3 (0 by default).
         pressure_gpa: the same in GPa (give one of the three pressures).
-        pressure_bar: the same in bar.
+        pressure_bar: the same in bar.  A pressure far outside its unit's usual range
+            gets the barostats' :class:`~alchemi_lit.errors.UnitWarning`
+            (``scalar_pressure=1.0``, 160 GPa, reads as 1 GPa given in eV/Å^3).
         hydrostatic_strain: only hydrostatic deformations (the virial's trace).
         constant_volume: project the volume change out of the cell forces.
         mask: which strain components relax, Voigt order (xx, yy, zz, yz, xz, xy),
@@ -93,16 +96,8 @@ class CellFilter:
             raise bad("kind", "must be 'frechet' (ASE FrechetCellFilter) or 'unit'")
         if self.cell_for_nonperiodic not in ("error", "ignore"):
             raise bad("cell_for_nonperiodic", "must be 'error' or 'ignore'")
-        given = [
-            n
-            for n in ("scalar_pressure", "pressure_gpa", "pressure_bar")
-            if getattr(self, n) is not None
-        ]
-        if len(given) > 1:
-            raise ConfigError(f"CellFilter: give one pressure, got {', '.join(given)}")
-        p = torch.as_tensor(self.pressure, dtype=torch.float64)
-        if p.dim() > 1 or not bool(torch.isfinite(p).all()):
-            raise bad(given[0], "must be a finite number or a list of them (one per system_id)")
+        pressures = ("scalar_pressure", "pressure_gpa", "pressure_bar")
+        check_pressure("CellFilter", **{n: getattr(self, n) for n in pressures})  # barostats' rules
         for name in ("hydrostatic_strain", "constant_volume"):
             v = getattr(self, name)
             if not (isinstance(v, bool) or all(isinstance(x, bool) for x in v)):

@@ -51,11 +51,11 @@ class CRescale(NPTIntegrator):
 
     Args:
         dt: time step in fs (a number, or one per system as a list indexed by system_id).
-        temperature: K, > 0 (a number, or one per system).
+        temperature: K; 0 K quenches atoms and cell (a number, or one per system).
         pressure_gpa: external pressure in GPa (0 by default; a number or one per system).
         pressure_bar: the same in bar (give one of the two).
-        taut: the thermostat's coupling time in fs.
-        taup: the barostat's relaxation time in fs.
+        taut: the thermostat's coupling time in fs (at least 2 dt).
+        taup: the barostat's relaxation time in fs (at least 2 dt).
         compressibility: isothermal compressibility in 1/GPa, an estimate (argon ~0.3,
             water 0.45, metals ~0.01): with ``taup`` it sets how fast the volume relaxes.
         isotropic: volume fluctuations only; False: the full cell (no rotations).
@@ -76,8 +76,8 @@ class CRescale(NPTIntegrator):
     ) -> None:
         super().__init__(dt, steps, temperature, pressure_gpa, pressure_bar, isotropic)
         owner = type(self).__name__
-        self.taut = check_param("taut", owner, taut, unit="fs") * fs
-        self.taup = check_param("taup", owner, taup, unit="fs") * fs
+        self.taut = self.time_constant("taut", taut) * fs
+        self.taup = self.time_constant("taup", taup) * fs
         beta = check_param("compressibility", owner, compressibility, unit="1/GPa",
                            usual=COMPRESSIBILITY)  # fmt: skip
         self.beta = beta / GPa  # Å^3/eV
@@ -111,11 +111,12 @@ class CRescale(NPTIntegrator):
         p0 = per_system(batch, self.pressure)
         diffusion = kt * beta / (4.0 * taup)
         lam_force = -2.0 * lam * (p0 - baro.trace(p_int) / 3.0 - 0.5 * kt / volume)
+        drift = beta / (4.0 * taup) * lam_force  # D/kT f, defined at 0 K too
         z = ops.system_normals(batch, self.seed, rng.PURPOSE_BAROSTAT, 1 if self.isotropic else 11)
         if self.isotropic:
-            d_lam = diffusion / kt * lam_force * dt + torch.sqrt(2.0 * diffusion * dt) * z[:, 0]
+            d_lam = drift * dt + torch.sqrt(2.0 * diffusion * dt) * z[:, 0]
             return ((lam + d_lam) / lam) ** (2.0 / 3.0)
-        half = diffusion / kt * lam_force * 0.5 * dt
+        half = drift * 0.5 * dt
         spread = torch.sqrt(diffusion * dt)
         d_lam = half + spread * z[:, 0]
         eye = torch.eye(3, dtype=batch.dtype, device=batch.device)

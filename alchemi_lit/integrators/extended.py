@@ -24,7 +24,7 @@ import torch
 from ..convergence import Criterion, ForceMax
 from ..errors import ConfigError
 from ..state import Batch
-from ..tensor_ops import may_be_set, row_dot
+from ..tensor_ops import host_reads_free, may_be_set, row_dot
 from . import ops
 from .base import FieldSpec, Integrator
 from .cell import CellFilter, as_cell_filter
@@ -105,8 +105,34 @@ class FilterForceMax(Criterion):
         return f"FilterForceMax({self.fmax}, {self.cell.kind!r})"
 
 
-def default_criterion(fmax: float, cell: CellFilter | None) -> Criterion:
+class BandForceMax(Criterion):
+    """Every NEB force of a band below ``fmax``: ASE's test of an optimizer running on
+    ``NEB`` (the largest row of the forces on all interior images); endpoints pass.
+
+    Args:
+        fmax: threshold in eV/Å (> 0).
+        band: the optimizer's :class:`~.neb.NEB` filter.
+    """
+
+    def __init__(self, fmax: float, band: Any) -> None:
+        if not fmax > 0:
+            raise ValueError(f"fmax must be > 0 eV/Å, got {fmax}")
+        self.fmax, self.band = float(fmax), band
+
+    def declare(self, batch: Batch) -> None:
+        self.band.declare(batch)  # (so results drop the band fields with the stage's)
+
+    def __call__(self, batch: Batch) -> torch.Tensor:
+        return self.band.converged(batch, self.fmax)
+
+    def __repr__(self) -> str:
+        return f"BandForceMax({self.fmax})"
+
+
+def default_criterion(fmax: float, cell: CellFilter | None, band: Any = None) -> Criterion:
     """ASE's convergence test of an optimizer: on the forces, or on the filter's forces."""
+    if band is not None:
+        return BandForceMax(fmax, band)
     return ForceMax(fmax) if cell is None else FilterForceMax(fmax, cell)
 
 
@@ -141,7 +167,9 @@ class DenseGroup:
 
 def dense_groups(batch: Batch, mask: torch.Tensor, view: CellView) -> list[DenseGroup]:
     """The systems of ``mask`` ``[B]`` grouped by (atom count, carries a cell); the
-    grouping is read on the host."""
+    grouping is read on the host.  A band filter packs each band as one vector."""
+    if hasattr(view, "dense_groups"):
+        return view.dense_groups(batch, mask)
     rows = mask.nonzero().flatten().tolist()
     carries = view.carries_cell(batch).tolist()
     found: dict[tuple[int, bool], list[int]] = {}
@@ -169,21 +197,26 @@ class CellOptimizer(Integrator):
         maxstep: float,
         cell: CellFilter | str | None,
         criterion: Criterion | None,
+        band: Any = None,
     ) -> None:
         super().__init__(max_steps)
         name = type(self).__name__
         self.fmax = check_param("fmax", name, fmax, unit="eV/Å", usual=FORCE)
         self.maxstep = check_param("maxstep", name, maxstep, unit="Å")
         self.cell = as_cell_filter(cell)
-        self.view = cell_view(self.cell)
+        self.band = band  # an NEB filter (.neb; its optimizers convert band= with as_band)
+        if self.band is not None and self.cell is not None:
+            raise ConfigError(f"{name}: give cell= or band=, not both (NEB keeps the cell fixed)")
+        self.view = self.band if self.band is not None else cell_view(self.cell)
         if self.cell is not None:  # the cell forces come from the stress
             self.requires_stress = True
-        self.criterion = criterion or default_criterion(self.fmax, self.cell)
+        self.criterion = criterion or default_criterion(self.fmax, self.cell, self.band)
         # the class's own fields (FIRE's), then the filter's (the reference cell)
         self.fields: dict[str, FieldSpec] = {**type(self).fields, **self.view.field_specs()}
 
     def __repr__(self) -> str:
         cell = "" if self.cell is None else f", cell={self.cell.kind!r}"
+        cell += "" if self.band is None else f", band={self.band!r}"
         return f"{type(self).__name__}(fmax={self.fmax}, max_steps={self.max_steps}{cell})"
 
     def setup(self, batch: Batch, seed: int, prefix: str) -> None:
@@ -196,18 +229,38 @@ class CellOptimizer(Integrator):
                 )
         self.refuse(batch, torch.ones_like(batch.pbc[:, 0]))  # before any model call
         super().setup(batch, seed, prefix)
+        if self.band is not None:
+            self.band.declare(batch)
 
     def refuse(self, batch: Batch, mask: torch.Tensor) -> None:
         """Raise ConfigError for systems of ``mask`` this stage cannot take."""
         self.view.check(batch, type(self).__name__, mask)
 
+    def converged(self, batch: Batch) -> torch.Tensor | None:
+        """The criterion; a plan's stages without ``band=`` pass the interior images of
+        bands straight on (they relax the endpoints; the images wait in the band stage)."""
+        conv = super().converged(batch)
+        if self.band is None and conv is not None and batch.has_field("neb_count"):
+            conv = conv | ((batch.neb_image > 0) & (batch.neb_image < batch.neb_count - 1))
+        return conv
+
+    def entering(self, batch: Batch, mask: torch.Tensor) -> torch.Tensor:
+        """Systems of ``mask`` enter: with ``band=``, also the waiting images of bands
+        that start now, whose optimizer state must be fresh too (call first in
+        ``init_systems``)."""
+        return mask if self.band is None else self.band.arrive(batch, mask)
+
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
         # systems arriving after a refill were checked by setup; from another rank, here
         # (on an accelerator only where the step reads the host anyway: no sync added)
-        if (self.reads_host or batch.device.type == "cpu") and may_be_set(mask):
+        if (self.reads_host or host_reads_free(mask)) and may_be_set(mask):
             self.refuse(batch, mask)
         super().init_systems(batch, mask)
         self.view.init(batch, mask)
+
+    def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        if self.band is not None:  # a delayed climbing image may start now
+            self.band.advance(batch, mask)
 
 
 class History:
@@ -304,10 +357,14 @@ def inertial_step(
     seg = batch.segments
     x_a, x_c = view.coordinates(batch)
     f_a, f_c = view.forces(batch)
-    v_a, v_c = batch.velocities, getattr(batch, CELL_VELOCITIES)
+    v_a = batch.velocities
+    v_c = getattr(batch, CELL_VELOCITIES) if view.width else x_c  # (x_c: [B, 0] then)
+
+    reduce = getattr(view, "reduce", None)  # a band sums over its images
 
     def dot(u_a: torch.Tensor, u_c: torch.Tensor, w_a: torch.Tensor, w_c: torch.Tensor) -> Any:
-        return seg.sum_xyz(u_a * w_a) + (u_c * w_c).sum(-1)
+        total = seg.sum_xyz(u_a * w_a) + (u_c * w_c).sum(-1)
+        return total if reduce is None else reduce(total, batch)
 
     vf, ff, vv = dot(v_a, v_c, f_a, f_c), dot(f_a, f_c, f_a, f_c), dot(v_a, v_c, v_a, v_c)
     a, c, p, s, vmax, *state = coefficients(vf, ff, vv)
@@ -322,6 +379,16 @@ def inertial_step(
         x_a, x_c = x_a + p3 * v_a, x_c + p[:, None] * v_c
     new_x_a, new_x_c = x_a + s3 * new_v_a, x_c + s[:, None] * new_v_c
     batch.velocities = ops.masked(ops.moving_atoms(batch, mask), new_v_a, v_a)
-    setattr(batch, CELL_VELOCITIES, torch.where(mask[:, None], new_v_c, v_c))
+    if view.width:
+        setattr(batch, CELL_VELOCITIES, torch.where(mask[:, None], new_v_c, v_c))
     view.set_coordinates(batch, new_x_a, new_x_c, mask)
     return tuple(state)
+
+
+def set_diagonal(
+    t: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, mask: torch.Tensor, value: float
+) -> None:
+    """``t[r, k, cols[r, k]] = value`` for the rows of ``mask`` (in place: fresh state)."""
+    k = torch.arange(cols.shape[1], device=t.device)[None, :]
+    current = t[rows, k, cols]
+    t[rows, k, cols] = torch.where(mask[:, None], torch.full_like(current, value), current)

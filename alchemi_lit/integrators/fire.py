@@ -16,6 +16,7 @@ With ``cell=`` (``mode="ase"`` only) the same decisions drive ASE's FIRE on a ce
 (:mod:`.cell`): the three cell rows count as atoms in the power, the mixing norms and
 the step length, and convergence is on the filter's forces.  That step runs in torch
 (:func:`~.extended.inertial_step`); the positions-only step keeps its compiled kernel.
+With ``band=NEB(...)`` it is ASE's FIRE on ``NEB``: the band is the system (:mod:`.neb`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from . import formulas, ops
 from .base import FieldSpec
 from .cell import CellFilter
 from .extended import CellOptimizer, inertial_fields, inertial_step
+from .neb import NEB, as_band
 from .params import TIME_STEP, check_count, check_param, check_range
 
 #: ASE's FIRE defaults expressed in femtoseconds.
@@ -61,6 +63,7 @@ class FIRE(CellOptimizer):
         cell: relax the cell too: a :class:`CellFilter`, ``"frechet"`` or ``"unit"``
             (ASE's FIRE on ``FrechetCellFilter`` / ``UnitCellFilter``); None: positions.
         criterion: convergence criterion instead of ``ForceMax(fmax)``.
+        band: relax nudged elastic bands (:class:`~.neb.NEB`; ``mode="ase"``).
     """
 
     fields: ClassVar[dict[str, FieldSpec]] = {
@@ -84,8 +87,9 @@ class FIRE(CellOptimizer):
         mode: Literal["ase", "mass_weighted"] = "ase",
         cell: CellFilter | str | None = None,
         criterion: Criterion | None = None,
+        band: NEB | None = None,
     ) -> None:
-        super().__init__(fmax, max_steps, maxstep, cell, criterion)
+        super().__init__(fmax, max_steps, maxstep, cell, criterion, as_band(band))
         name = type(self).__name__
         self.fields.update(inertial_fields(self.view))
         self.dt0 = check_param("dt", name, dt, unit="fs", usual=TIME_STEP) * fs
@@ -97,18 +101,20 @@ class FIRE(CellOptimizer):
         self.n_min = check_count(name, "n_min", n_min)
         if mode not in ("ase", "mass_weighted"):
             raise ValueError(f"{name}: mode must be 'ase' or 'mass_weighted', got {mode!r}")
-        if mode != "ase" and self.cell is not None:
-            raise ConfigError(f"{name}: cell= needs mode='ase' (ASE's FIRE), got mode={mode!r}")
+        if mode != "ase" and (self.cell or self.band) is not None:
+            what = "cell=" if self.cell is not None else "band="
+            raise ConfigError(f"{name}: {what} needs mode='ase' (ASE's FIRE), got mode={mode!r}")
         self.mode = mode
 
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
+        mask = self.entering(batch, mask)
         super().init_systems(batch, mask)
         batch.fire_dt.masked_fill_(mask, self.dt0)
         batch.fire_alpha.masked_fill_(mask, self.astart)
         batch.velocities.masked_fill_(batch.atom_mask(mask).unsqueeze(-1), 0.0)
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        if self.cell is not None:
+        if self.cell is not None or self.band is not None:
             step = inertial_step(batch, mask, self.view, partial(self._with_cell, batch, mask))
             batch.fire_dt, batch.fire_alpha, batch.fire_n = step
             return

@@ -37,7 +37,7 @@ class Langevin(MDIntegrator):
 
     Args:
         dt: time step in fs (a number, or one per system as a list indexed by system_id).
-        temperature: bath temperature in K (a number, or one per system).
+        temperature: bath temperature in K, >= 0 (0 K: a quench; a number, or one per system).
         friction: friction coefficient gamma in 1/fs (its inverse is the damping time;
             a number, or one per system).
         steps: the stage's number of steps.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from ..state import Batch
@@ -10,7 +12,7 @@ from ..units import fs
 from . import ops
 from .base import Integrator
 from .ops import maxwell_boltzmann
-from .params import TEMPERATURE, TIME_STEP, Param, check_param
+from .params import TIME_STEP, Param, check_param, check_temperature, check_time_constant
 
 
 class MDIntegrator(Integrator):
@@ -21,6 +23,13 @@ class MDIntegrator(Integrator):
     temperature (zero total momentum), drawn from its own random stream; systems that
     arrive moving keep their velocities.
 
+    Temperature 0, one rule for every thermostat and barostat: ``temperature >= 0``,
+    and 0 K is a quench (the thermostat drains the kinetic energy; a system entering at
+    rest stays at rest).  A method that cannot do 0 K says why in :attr:`no_zero_kelvin`
+    and refuses it with that reason (Nosé-Hoover chains: their masses are ``∝ kT``).
+    Time constants (``taut``, ``tdamp``, ``pdamp``, ``taup``) must span at least two time
+    steps (:meth:`time_constant`).
+
     Args:
         dt: time step in fs (a number, or one per system as a list indexed by system_id).
         steps: the stage's number of steps.
@@ -29,14 +38,16 @@ class MDIntegrator(Integrator):
     """
 
     budget_name = "steps"
+    #: why this method cannot run at 0 K (None: it can, as a quench)
+    no_zero_kelvin: ClassVar[str | None] = None
 
     def __init__(self, dt: Param, steps: int, temperature: Param | None = None) -> None:
         super().__init__(steps)
         owner = type(self).__name__
         self.dt_fs = check_param("dt", owner, dt, unit="fs", usual=TIME_STEP)
         self.dt = self.dt_fs * fs
-        self.temperature = None if temperature is None else check_param(
-            "temperature", owner, temperature, strict=False, unit="K", usual=TEMPERATURE
+        self.temperature = None if temperature is None else check_temperature(
+            owner, temperature, type(self).no_zero_kelvin
         )  # fmt: skip
 
     @property
@@ -48,6 +59,11 @@ class MDIntegrator(Integrator):
         if self.temperature is not None:
             still = ops.system_sum(batch, row_sum(batch.velocities.abs())) == 0
             maxwell_boltzmann(batch, mask & still, self.temperature, self.seed)
+
+    def time_constant(self, name: str, value: Param) -> Param:
+        """A thermostat's or barostat's time constant ``name`` in fs, checked against the
+        time step (:func:`~.params.check_time_constant`)."""
+        return check_time_constant(type(self).__name__, name, value, self.dt_fs)
 
     def dt_tensor(self, batch: Batch) -> Param:
         """The time step per system (:func:`~.ops.per_system`), in ASE's time unit."""

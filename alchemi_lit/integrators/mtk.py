@@ -25,7 +25,7 @@ from . import barostat as baro
 from . import formulas, ops
 from .barostat import NPTIntegrator, per_system
 from .base import FieldSpec
-from .params import Param, check_count, check_param
+from .params import Param, check_count
 
 
 class MTKNPT(NPTIntegrator):
@@ -34,11 +34,12 @@ class MTKNPT(NPTIntegrator):
 
     Args:
         dt: time step in fs (a number, or one per system as a list indexed by system_id).
-        temperature: K, > 0 (a number, or one per system).
+        temperature: K, > 0: the chains' and cell's masses are ``∝ kT`` (a number, or
+            one per system).
         pressure_gpa: external pressure in GPa (0 by default; a number or one per system).
         pressure_bar: the same in bar (give one of the two).
-        tdamp: damping time of the thermostat chain in fs (ASE suggests 100 dt).
-        pdamp: damping time of the barostat in fs (ASE suggests 1000 dt).
+        tdamp: damping time of the thermostat chain in fs, >= 2 dt (ASE suggests 100 dt).
+        pdamp: damping time of the barostat in fs, >= 2 dt (ASE suggests 1000 dt).
         isotropic: volume fluctuations only (``IsotropicMTKNPT``); False: the full cell.
         tchain: thermostats in the atoms' chain.
         pchain: thermostats in the cell's chain.
@@ -46,6 +47,8 @@ class MTKNPT(NPTIntegrator):
         ploop: substeps of the cell's chain per half step.
         steps: the stage's number of steps.
     """
+
+    no_zero_kelvin = "its chains' and cell's masses are proportional to kT: at 0 K they vanish"
 
     def __init__(
         self,
@@ -64,8 +67,8 @@ class MTKNPT(NPTIntegrator):
     ) -> None:
         super().__init__(dt, steps, temperature, pressure_gpa, pressure_bar, isotropic)
         owner = type(self).__name__
-        self.tdamp = check_param("tdamp", owner, tdamp, unit="fs") * fs
-        self.pdamp = check_param("pdamp", owner, pdamp, unit="fs") * fs
+        self.tdamp = self.time_constant("tdamp", tdamp) * fs
+        self.pdamp = self.time_constant("pdamp", pdamp) * fs
         counts = {"tchain": tchain, "pchain": pchain, "tloop": tloop, "ploop": ploop}
         self.tchain, self.pchain, self.tloop, self.ploop = (
             check_count(owner, name, value, 1) for name, value in counts.items())  # fmt: skip
@@ -89,11 +92,8 @@ class MTKNPT(NPTIntegrator):
 
     def cell_mass(self, batch: Batch) -> torch.Tensor:
         """``W [B]``: ``(N + 1) kT pdamp²``, three times that if isotropic."""
-        w = (
-            (batch.n_atoms + 1).to(batch.dtype)
-            * self.kt(batch)
-            * per_system(batch, self.pdamp) ** 2
-        )
+        n = (batch.n_atoms + 1).to(batch.dtype)
+        w = n * self.kt(batch) * per_system(batch, self.pdamp) ** 2
         return 3.0 * w if self.isotropic else w
 
     def kick(self, batch: Batch, mask: torch.Tensor) -> None:

@@ -36,7 +36,7 @@ from . import ops
 from .base import FieldSpec
 from .formulas import SUZUKI_YOSHIDA
 from .md import MDIntegrator, describe
-from .params import TEMPERATURE, Param, check_count, check_param
+from .params import Param, check_count
 
 
 class NoseHooverChain(MDIntegrator):
@@ -44,8 +44,10 @@ class NoseHooverChain(MDIntegrator):
 
     Args:
         dt: time step in fs (a number, or one per system as a list indexed by system_id).
-        temperature: bath temperature in K, > 0 (a number, or one per system).
-        tdamp: damping time of the chain in fs (sets its masses; a number or per system).
+        temperature: bath temperature in K, > 0: the chain's masses are ``∝ kT``, so it
+            cannot run at 0 K (a number, or one per system).
+        tdamp: damping time of the chain in fs, at least 2 dt (sets its masses; ASE
+            suggests 100 dt; a number or per system).
         chain_length: number of thermostats in the chain (ASE's ``tchain``).
         chain_steps: substeps per half step of the chain (ASE's ``tloop``).
         suzuki_yoshida: order of the Suzuki-Yoshida splitting of a substep: 1, 3 or 5.
@@ -53,6 +55,9 @@ class NoseHooverChain(MDIntegrator):
     """
 
     fields: ClassVar[dict[str, FieldSpec]] = {}
+    no_zero_kelvin: ClassVar[str | None] = (
+        "the chain's masses are proportional to kT (Q = Nf kT tdamp²): at 0 K they vanish"
+    )
 
     def __init__(
         self,
@@ -65,10 +70,8 @@ class NoseHooverChain(MDIntegrator):
         steps: int = 1000,
     ) -> None:
         owner = type(self).__name__
-        # Q ∝ kT: a chain needs a positive temperature (use Langevin/Bussi to cool to 0 K).
-        check_param("temperature", owner, temperature, unit="K", usual=TEMPERATURE)
         super().__init__(dt, steps, temperature)
-        self.tdamp_fs = check_param("tdamp", owner, tdamp, unit="fs")
+        self.tdamp_fs = self.time_constant("tdamp", tdamp)
         self.tdamp = self.tdamp_fs * fs
         self.chain_length = check_count(owner, "chain_length", chain_length, 1)
         self.chain_steps = check_count(owner, "chain_steps", chain_steps, 1)

@@ -45,11 +45,11 @@ class NPTLangevin(NPTIntegrator):
 
     Args:
         dt: time step in fs (a number, or one per system as a list indexed by system_id).
-        temperature: K, > 0 (a number, or one per system).
+        temperature: K; 0 K quenches atoms and cell (a number, or one per system).
         pressure_gpa: external pressure in GPa (0 by default; a number or one per system).
         pressure_bar: the same in bar (give one of the two).
         friction: the atoms' friction in 1/fs (ASE's ``1/T_tau``).
-        pdamp: the cell's time constant in fs (ASE's ``P_tau``): its friction is
+        pdamp: the cell's time constant in fs, >= 2 dt (ASE's ``P_tau``): its friction is
             ``1/pdamp`` and it sets the default cell mass.
         barostat_mass: the cell mass in eV fs² (None: ASE's heuristic from ``pdamp``).
         isotropic: volume fluctuations only (ASE's ``hydrostatic``); False: the full cell.
@@ -71,7 +71,7 @@ class NPTLangevin(NPTIntegrator):
         super().__init__(dt, steps, temperature, pressure_gpa, pressure_bar, isotropic)
         owner = type(self).__name__
         self.gamma = check_param("friction", owner, friction, unit="1/fs", usual=FRICTION) / fs
-        self.pdamp = check_param("pdamp", owner, pdamp, unit="fs") * fs
+        self.pdamp = self.time_constant("pdamp", pdamp) * fs
         self.barostat_mass = None if barostat_mass is None else (
             check_param("barostat_mass", owner, barostat_mass, unit="eV fs²") * fs**2
         )  # fmt: skip

@@ -26,7 +26,7 @@ import torch
 from .. import random as rng
 from ..backends import primitive
 from ..state import Batch
-from ..tensor_ops import all_set
+from ..tensor_ops import all_set, host_reads_free
 from ..units import kB
 from . import formulas
 from .noise import NoiseStream, noise_keys, noise_source, normals
@@ -368,7 +368,7 @@ def _velocity_normals(batch: Batch, mask: torch.Tensor, seed: int) -> torch.Tens
     a function of its key): with many small systems a few enter an MD stage at almost
     every step, and drawing for the whole batch each time was a tenth of the run."""
     idx, local = batch.system_idx, batch.segments.local_index
-    rows = mask.nonzero().flatten() if batch.device.type == "cpu" else None
+    rows = mask.nonzero().flatten() if host_reads_free(mask) else None
     atoms = None
     if rows is not None and len(rows) < batch.num_systems:
         atoms = batch.atom_index(rows)

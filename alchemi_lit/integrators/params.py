@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, UnitWarning
+from ..units import GPa, bar
 
 Param = float | torch.Tensor
 
@@ -49,6 +50,19 @@ FRICTION = Usual(1e-5, 1.0, (1e3, "a damping time of {inverse} fs"), (1e-3, "{va
 TEMPERATURE = Usual(0.0, 1e5, None, (1e-3, "{value} mK"))
 #: force thresholds (eV/Å): meV/Å
 FORCE = Usual(0.0, 5.0, None, (1e-3, "{value} meV/Å"))
+#: external pressures (GPa): a value in bar given as GPa
+PRESSURE_GPA = Usual(-100.0, 1000.0, (1e-4, "{value} bar"), (1e-4, "{value} bar"))
+#: external pressures (bar): a value in Pa given as bar
+PRESSURE_BAR = Usual(-1e6, 1e7, (1e-5, "{value} Pa"), (1e-5, "{value} Pa"))
+#: external pressures (eV/Å^3): a value in GPa given as eV/Å^3 (1 reads as 160 GPa; the
+#: range stops at 80 GPa, as a GPa number people give is 1-100)
+PRESSURE_EV_A3 = Usual(-0.5, 0.5, (GPa, "{value} GPa"), (GPa, "{value} GPa"))
+#: the units an external pressure is given in: name -> (unit, eV/Å^3 per unit, Usual)
+PRESSURES = {
+    "pressure_gpa": ("GPa", GPa, PRESSURE_GPA),
+    "pressure_bar": ("bar", bar, PRESSURE_BAR),
+    "scalar_pressure": ("eV/Å^3", 1.0, PRESSURE_EV_A3),
+}
 
 _warned: set[tuple[str, str, float]] = set()
 _PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
@@ -62,8 +76,13 @@ def as_param(
     if isinstance(value, np.ndarray):
         value = value.tolist()
     if isinstance(value, (list, tuple)):
-        value = [as_param(v, name, owner, unit) for v in value]
-        return torch.as_tensor(value, dtype=torch.float64)
+        items = [as_param(v, name, owner, unit) for v in value]
+        if any(isinstance(v, torch.Tensor) and v.dim() for v in items):
+            raise ConfigError(
+                f"{owner + ': ' if owner else ''}{name} must be a number or a flat list of "
+                f"them (one per system_id), got {value!r}"
+            )
+        return torch.as_tensor(items, dtype=torch.float64)
     if isinstance(value, torch.Tensor) or (
         isinstance(value, numbers.Real) and not isinstance(value, bool)
     ):
@@ -131,6 +150,110 @@ def check_count(owner: str, name: str, value: int, minimum: int = 0, what: str =
     return int(value)
 
 
+#: the fewest time steps a thermostat's or barostat's time constant may span: a Nosé-Hoover
+#: chain with ``tdamp <= dt`` (and MTK's, NPTLangevin's cell with ``pdamp <= dt``) is
+#: non-finite within steps, and no coupling can act faster than the steps resolve
+MIN_STEPS_PER_TIME_CONSTANT = 2
+
+
+def check_temperature(owner: str, value: Param | Sequence[float], no_zero: str | None) -> Param:
+    """A bath temperature in K (:func:`check_param`): ``>= 0``, where 0 K is a quench
+    (the thermostat drains the kinetic energy), or ``> 0`` for a method that cannot do
+    0 K: then a :class:`ConfigError` gives ``no_zero`` (why) and what to use instead."""
+    value = check_param("temperature", owner, value, strict=False, unit="K", usual=TEMPERATURE)
+    if no_zero is not None and bool((torch.as_tensor(value) == 0).any()):
+        raise ConfigError(
+            f"{owner}: temperature must be > 0 K, got {shown(value)}: {no_zero}; to quench to "
+            f"0 K use Langevin, Bussi or Berendsen (NVT), CRescale or NPTLangevin (NPT), or an "
+            f"optimizer"
+        )
+    return value
+
+
+def check_time_constant(owner: str, name: str, value: Param | Sequence[float], dt: Param) -> Param:
+    """A thermostat's or barostat's time constant in fs: ``> 0`` and at least
+    :data:`MIN_STEPS_PER_TIME_CONSTANT` time steps ``dt`` (fs; per system where either is
+    a list), else a :class:`ConfigError` naming both values."""
+    value = check_param(name, owner, value, unit="fs")
+    tau, step = (torch.as_tensor(v, dtype=torch.float64).flatten() for v in (value, dt))
+    if len(tau) > 1 and len(step) > 1:  # both per system: the ids both cover
+        tau, step = tau[: len(step)], step[: len(tau)]
+    tau, step = torch.broadcast_tensors(tau, step)
+    short = (tau < MIN_STEPS_PER_TIME_CONSTANT * step).nonzero().flatten().tolist()
+    if short:
+        k = short[0]
+        per_system = isinstance(value, torch.Tensor) or isinstance(dt, torch.Tensor)
+        where = f" for system_id {k}" if per_system else ""
+        least = MIN_STEPS_PER_TIME_CONSTANT * float(step[k])
+        raise ConfigError(
+            f"{owner}: {name}={float(tau[k]):g} fs is shorter than {MIN_STEPS_PER_TIME_CONSTANT} "
+            f"time steps (dt={float(step[k]):g} fs){where}: a coupling faster than the steps "
+            f"resolve is not integrated (a Nosé-Hoover chain goes non-finite at once); give "
+            f"{name} >= {least:g} fs (usually 100 dt or more) or a smaller dt"
+        )
+    return value
+
+
+def check_pressure(owner: str, **given: Param | Sequence[float] | None) -> Param:
+    """The external pressure in eV/Å^3 from the one of ``given`` that is not None
+    (``pressure_gpa``, ``pressure_bar`` or ``scalar_pressure`` in eV/Å^3; 0 if none is;
+    a number or one per ``system_id``), checked once for barostats and cell filters
+    alike: two given, text or a non-finite value is a :class:`ConfigError`, a value
+    outside its unit's usual range a :class:`UnitWarning` naming the value meant."""
+    named = [n for n, v in given.items() if v is not None]
+    if len(named) > 1:
+        *rest, last = given
+        many = "both" if len(named) == len(given) == 2 else f"{len(named)} of them"
+        got = " and ".join(f"{given[n]!r} {PRESSURES[n][0]}" for n in named)
+        raise ConfigError(
+            f"{owner}: give one pressure, {', '.join(rest)} or {last}, not {many} (got {got})"
+        )
+    if not named:
+        return 0.0
+    name = named[0]
+    unit, scale, usual = PRESSURES[name]
+    value = as_param(given[name], name, owner, unit)  # type: ignore[arg-type]
+    if not bool(torch.isfinite(torch.as_tensor(value, dtype=torch.float64)).all()):
+        raise ConfigError(f"{owner}: {name} ({unit}) must be finite, got {value}")
+    warn_if_unusual(owner, name, value, unit, usual)
+    return value * scale if isinstance(value, torch.Tensor) else float(value) * scale
+
+
+#: attributes of the built-in integrators that hold a parameter under another name
+_PARAMETER_OF = {"gamma": "friction", "beta": "compressibility"}
+
+
+def check_system_ids(stage: object, system_ids: Sequence[int]) -> None:
+    """Before a run: every per-system parameter of ``stage`` (a list or 1-D tensor
+    attribute: one value per ``system_id``) must have a value for each of the run's
+    ``system_ids``, else a :class:`ConfigError` naming the parameter, how many values it
+    has and the ids without one (rather than an ``IndexError`` mid-run)."""
+    ids = sorted(set(int(i) for i in system_ids))
+    for attr, value in vars(stage).items():
+        if isinstance(value, (torch.Tensor, np.ndarray)):
+            count = len(value) if value.ndim == 1 else None
+        elif isinstance(value, (list, tuple)) and value:
+            count = len(value) if all(isinstance(v, numbers.Real) for v in value) else None
+        else:
+            count = None
+        missing = [i for i in ids if count is not None and not 0 <= i < count]
+        if attr.startswith("_") or not missing:
+            continue
+        name = _PARAMETER_OF.get(attr, attr.removesuffix("_fs"))
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ConfigError(
+            f"{type(stage).__name__}: {name} has {count} value(s), one per system_id "
+            f"0..{count - 1} (a list is indexed by system_id, not by position), but none for "
+            f"system_id {missing[0]}{more}; give one value per system_id up to {ids[-1]}, or "
+            f"one for all"
+        )
+
+
+def shown(value: Param) -> float | list[float]:
+    """A parameter as a message shows it: a number, or a list for per-system values."""
+    return value.tolist() if isinstance(value, torch.Tensor) else value
+
+
 def warn_if_unusual(owner: str, name: str, value: Param, unit: str, usual: Usual) -> None:
     """A :class:`UnitWarning` (once per owner, parameter and value) when ``value`` (or
     an element of it) lies outside ``usual``, naming the value most likely meant."""
@@ -163,6 +286,11 @@ def _user_stacklevel() -> int:
 __all__ = [
     "FORCE",
     "FRICTION",
+    "MIN_STEPS_PER_TIME_CONSTANT",
+    "PRESSURES",
+    "PRESSURE_BAR",
+    "PRESSURE_EV_A3",
+    "PRESSURE_GPA",
     "TEMPERATURE",
     "TIME_STEP",
     "Param",
@@ -171,6 +299,10 @@ __all__ = [
     "check_count",
     "check_param",
     "check_positive",
+    "check_pressure",
     "check_range",
+    "check_system_ids",
+    "check_temperature",
+    "check_time_constant",
     "warn_if_unusual",
 ]

@@ -226,6 +226,9 @@ class ASECalculatorModel(Model):
                     s = np.asarray(calc.get_property("stress", atoms))
                     stress[b] = voigt_6_to_full_3x3_stress(s) if s.shape == (6,) else s
             except Exception as exc:
+                # a calculator that failed may keep a broken state (EMT's arrays for the
+                # failing species): the next system gets a fresh one
+                self._calcs.pop(sid if self.per_system else -1, None)
                 raise ModelError(
                     f"ASECalculatorModel: calculator {type(calc).__name__} failed on system "
                     f"{sid} ({type(exc).__name__}: {exc})"

@@ -34,19 +34,19 @@ Small non-periodic systems (molecules, up to ~50 atoms) likewise get their pairs
 one vectorised test (:func:`molecule_pairs`), which beats a vesin call's fixed cost
 there; structure validation and edge budgets use it too.
 
-Each vesin system's pairs are put in canonical order right after its call, while
-they are small and in cache, so a batch needs no global sort (the all-pairs path
-yields that order directly).  vesin 0.6 serialises its calls on a global mutex, so
-a second thread only helps by sorting one system while the other is in vesin, or
-by running vesin's systems while the small cells are done in torch.  With a skin the
-list is rebuilt every few tens of MD steps anyway.  The rebuild check costs one
-host-device sync per model call (deciding to rebuild is a host decision);
-everything else stays on the device.
+Each vesin system's pairs are put in canonical order right after its call (in cache;
+vesin 0.6 serialises calls, so a second thread only hides a sort or the small cells).
+On CPU the skin check is read on the host at every call, which is free there.
+
+**Accelerator path** (wherever host reads are not free: a GPU, or CPU with
+``tensor_ops.CPU_READS_FREE = False``): one batched cell list builds every system at
+once (:mod:`.cell_list`, vesin's edges to the bit, its operations independent of the
+number of systems), the skin check is read one call late (:mod:`.skin_watch`), and a
+due rebuild rebuilds every system, so that a steady call reads nothing on the host.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -54,7 +54,9 @@ import torch
 from ..geometry import all_pairs_suit, count_pairs, molecule_pairs
 from ..segments import ones_rows
 from ..state import Batch
-from ..tensor_ops import may_be_set, row_dot
+from ..tensor_ops import host_reads_free, identity_key, may_be_set, row_dot
+from .device_path import DevicePath
+from .edges import Edges
 from .pair_search import (
     batch_pair_counts,
     build_rows,
@@ -70,67 +72,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-@dataclass
-class Edges:
-    """Half list of pairs (each unordered pair once) within ``cutoff + skin``.
-
-    ``vec = positions[j] - positions[i] + shift`` points from i to j.  Pairs with
-    ``|vec| > cutoff`` are present and must be masked by the model (they are what
-    makes the skin work).
-
-    ``atom_counts``/``system_counts``/``j_flat``/``atom_rows`` are set by
-    :class:`NeighborList` on CPU, where its edges are sorted by ``i`` (hence by system).
-    There the sum over each atom's run of edges is a product with a sparse CSR matrix of
-    ones (cheaper than ``segment_reduce``, itself cheaper than ``index_add_``, on CPU:
-    DESIGN_NOTES.md, "Edge reductions"), the pull on atoms j a flat bincount, and
-    per-system sums use ``segment_reduce``: it adds in order, so edges beyond the cutoff
-    (exact zeros) never change a sum, while the CSR product over a long row groups its
-    terms by position (tested: results do not depend on the list's history).  On GPU
-    they stay None and the reductions use ``index_add_`` (no host sync).
-    """
-
-    i: torch.Tensor
-    j: torch.Tensor
-    vec: torch.Tensor
-    system: torch.Tensor
-    cutoff: float
-    atom_counts: torch.Tensor | None = None  # edges per atom i  [N]
-    system_counts: torch.Tensor | None = None  # edges per system  [B]
-    j_flat: torch.Tensor | None = None  # 3 j + (0, 1, 2)  [3 P]
-    atom_rows: torch.Tensor | None = None  # CSR [N, P]: the edges of each atom i
-
-    def directed(self) -> Edges:
-        """Both directions of every pair (for message-passing models)."""
-        return Edges(
-            torch.cat([self.i, self.j]),
-            torch.cat([self.j, self.i]),
-            torch.cat([self.vec, -self.vec]),
-            torch.cat([self.system, self.system]),
-            self.cutoff,
-        )
-
-    def system_sum(self, values: torch.Tensor, num_systems: int) -> torch.Tensor:
-        """Sum per-edge ``values`` ``[P]`` or ``[P, k]`` into systems ``[B]`` / ``[B, k]``."""
-        if self.system_counts is not None:
-            return torch.segment_reduce(values, "sum", lengths=self.system_counts, axis=0)
-        out = values.new_zeros((num_systems, *values.shape[1:]))
-        return out.index_add_(0, self.system, values)
-
-    def forces(self, grad: torch.Tensor, num_atoms: int) -> torch.Tensor:
-        """``F_i = sum_j dE/dvec_ij - sum_k dE/dvec_ki`` from the edge gradient ``[P, 3]``."""
-        if self.atom_counts is not None and self.j_flat is not None:
-            if self.atom_rows is not None and grad.dtype == self.atom_rows.dtype:
-                out = self.atom_rows @ grad
-            else:
-                out = torch.segment_reduce(grad, "sum", lengths=self.atom_counts, axis=0)
-            pulled = torch.bincount(self.j_flat, weights=grad.reshape(-1), minlength=3 * num_atoms)
-            return out.sub_(pulled.view(num_atoms, 3))
-        out = grad.new_zeros((num_atoms, 3))
-        # (-grad, not alpha=-1: index_add_ with alpha takes a slower path on CPU)
-        return out.index_add_(0, self.i, grad).index_add_(0, self.j, -grad)
-
-
-class NeighborList:
+class NeighborList(DevicePath):
     """Verlet neighbour list over a :class:`~alchemi_lit.state.Batch` (see module doc)."""
 
     def __init__(self, cutoff: float, skin: float = 1.0) -> None:
@@ -149,6 +91,7 @@ class NeighborList:
         self._ishift: torch.Tensor | None = None  # integer cell shifts, for the edge order
         self._aids: tuple[Any, Any, Any] = (None, None, None)  # see Edges
         self._csr: dict[torch.dtype, tuple[Any]] = {}  # see _rows
+        self._init_device_path()
 
     def reset(self) -> None:
         self._layout = None
@@ -194,20 +137,28 @@ class NeighborList:
         return strain, torch.where(reshaped, limit, torch.full_like(s_min, 0.5 * self.skin))
 
     def __call__(self, batch: Batch) -> Edges:
-        need = self.needs_rebuild(batch)
-        moved_cell = need.new_zeros(())
-        if self._shift_cell is not None and self._layout is batch.layout:
-            moved_cell = ((batch.cell != self._shift_cell).flatten(1).any(1) & ~need).any()
-        rebuild, reshift = torch.stack([need.any(), moved_cell]).tolist()  # the one host sync
-        if rebuild:
-            self._rebuild(batch, need)
-        if reshift:
-            self._reshift(batch)
+        if host_reads_free(batch.positions):
+            self._update_exactly(batch)
+        else:
+            self._update_lazily(batch)
         pos = batch.positions  # index_select and in-place ops: pos[j] - pos[i] is slower on CPU
         vec = pos.index_select(0, self._j).sub_(pos.index_select(0, self._i)).add_(self._shift)
         return Edges(
             self._i, self._j, vec, self._system, self.cutoff, *self._aids, *self._rows(vec.dtype)
         )
+
+    def _update_exactly(self, batch: Batch) -> None:
+        """Rebuild the systems that need it, read on the host at once (where it is free)."""
+        self._lazy = False
+        need = self.needs_rebuild(batch)
+        moved_cell = need.new_zeros(())
+        if self._shift_cell is not None and self._layout is batch.layout:
+            moved_cell = ((batch.cell != self._shift_cell).flatten(1).any(1) & ~need).any()
+        rebuild, reshift = torch.stack([need.any(), moved_cell]).tolist()  # the one host read
+        if rebuild:
+            self._rebuild(batch, need)
+        if reshift:
+            self._reshift(batch)
 
     def _reshift(self, batch: Batch) -> None:
         """Cartesian shifts of the kept edges in the current cells, computed as a build
@@ -217,6 +168,7 @@ class NeighborList:
             self._ishift.to(cell.dtype).unsqueeze(1), cell.index_select(0, self._system)
         ).squeeze(1)
         self._shift_cell = cell.clone()
+        self._shift_key = identity_key((batch.cell,))
 
     def _rows(self, dtype: torch.dtype) -> tuple[Any]:
         """``Edges.atom_rows`` for the current aids (built once per list and dtype)."""
@@ -270,6 +222,7 @@ class NeighborList:
         shift_cell[kept] = self._shift_cell[old_rows[kept]]
         self._ref_positions, self._ref_cell, self._shift_cell = ref_pos, ref_cell, shift_cell
         self._layout = new_batch.layout
+        self._remap_device_path(new_batch, old_rows, kept, atom_keep, new_atom_index)
         if len(self._i) > 1 and not bool((self._i[1:] >= self._i[:-1]).all()):
             self._sort(new_batch.num_atoms)  # rows were reordered: restore the canonical order
         self._set_aids(new_batch)
@@ -362,3 +315,4 @@ class NeighborList:
         atom_counts = torch.bincount(self._i, minlength=batch.num_atoms)
         system_counts = torch.bincount(self._system, minlength=batch.num_systems)
         self._aids = (atom_counts, system_counts, flat3(self._j))
+        self._rows(batch.dtype)  # (now, at a build or remap, rather than in the next call)

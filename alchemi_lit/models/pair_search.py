@@ -1,6 +1,8 @@
 """Building the pairs of a batch's neighbour lists (what :class:`~.neighbors.NeighborList`
-rebuilds): vesin on CPU and on the GPU, an all-pairs test for small molecules and for
-periodic cells narrower than twice the radius, in one canonical edge order.
+rebuilds): vesin on CPU, an all-pairs test for small molecules and for periodic cells
+narrower than twice the radius, and on an accelerator (wherever reading a value on the
+host is not free) one batched cell list for all systems (:mod:`.cell_list`), in one
+canonical edge order.
 
 How and why these paths were chosen (and measured) is in the module docstring of
 :mod:`.neighbors` and in BENCHMARKS.md.
@@ -16,6 +18,9 @@ import torch
 
 from ..geometry import all_pairs_suit, count_pairs, molecule_pairs
 from ..state import Batch
+from ..tensor_ops import host_reads_free
+from .cell_list import batched_pairs
+from .edges import canonical_order
 from .small_cells import canonical_system, small_cell_plan, small_cell_system
 
 #: glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), less
@@ -74,11 +79,15 @@ def build_rows(batch: Batch, rows: list[int], radius: float):
     (then sorted on its own: a few thousand pairs, in cache) or, for a small
     periodic cell, by :func:`small_cell_system`, which yields vesin's pairs in
     canonical order; the result is the same to the bit whichever path and however
-    many threads (see the module doc).
+    many threads (see the module doc).  Where host reads are not free (an accelerator,
+    or CPU under ``tensor_ops.CPU_READS_FREE = False``) every row is built in one batched
+    pass, :func:`~.cell_list.batched_pairs`: the same edges, to the bit.
     """
     device, dtype = batch.device, batch.dtype
-    if device.type != "cpu":
-        return build_rows_on_device(batch, rows, radius)
+    if not host_reads_free(batch.positions):
+        mask = torch.zeros(batch.num_systems, dtype=torch.bool, device=device)
+        mask[torch.as_tensor(rows, dtype=torch.long, device=device)] = True
+        return batched_pairs(batch, radius, mask)
     ptr = batch.ptr.tolist()
     cells = batch.cell.detach()
     pbcs = batch.pbc.tolist()
@@ -210,8 +219,9 @@ def _vesin_rows(
 
 
 def build_rows_on_device(batch: Batch, rows: list[int], radius: float):
-    """:func:`build_rows` with ``vesin-torch``, on the batch's own device (GPU path;
-    it runs on CPU tensors too, which is how the tests check it against the CPU path).
+    """:func:`build_rows` with ``vesin-torch``, one call per system, on the batch's own
+    device: the accelerator path before :mod:`.cell_list` (its launches grow with the
+    systems), kept as the reference ``bench/bench_neighbors.py`` compares against.
     Edges in canonical order, as from :func:`build_rows`."""
     device, dtype = batch.device, batch.dtype
     ptr = batch.ptr.tolist()
@@ -264,22 +274,3 @@ def _no_edges(device: torch.device, dtype: torch.dtype):
         empty,
         torch.zeros((0, 3), dtype=torch.int64, device=device),
     )
-
-
-def canonical_order(i: torch.Tensor, j: torch.Tensor, ishift: torch.Tensor, n: int) -> torch.Tensor:
-    """Permutation sorting edges by (i, j, shift): deterministic whatever the build order.
-
-    One sort of a combined int64 key (i, j and the three integer shifts in mixed radix).
-    """
-    if len(i) == 0:
-        return torch.zeros(0, dtype=torch.long, device=i.device)
-    span = int(ishift.abs().max()) if ishift.numel() else 0
-    base = 2 * span + 1
-    if n * n * base**3 >= 2**62:  # astronomically large: fall back to chained stable sorts
-        order = torch.arange(len(i), device=i.device)
-        for key in (ishift[:, 2], ishift[:, 1], ishift[:, 0], j, i):
-            order = order[torch.sort(key[order], stable=True).indices]
-        return order
-    s = ishift + span
-    key = ((i * n + j) * base + s[:, 0]) * base * base + s[:, 1] * base + s[:, 2]
-    return torch.sort(key).indices

@@ -5,6 +5,7 @@ The layout, and reading a store back, are in :mod:`alchemi_lit.results_store`.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,6 +76,17 @@ class ZarrSink(Sink):
 
     # ---------------------------------------------------------------- open
     def open(self, run_info: dict[str, Any]) -> None:
+        self.refuse_unwritable()
+        try:
+            self._open(run_info)
+        except OSError as exc:  # (a folder made read-only or immutable since the check)
+            raise ConfigError(
+                f"ZarrSink: cannot write the results store {str(self.path)!r} "
+                f"({type(exc).__name__}: {exc.strerror or exc}); choose a store path in a "
+                f"writable folder"
+            ) from exc
+
+    def _open(self, run_info: dict[str, Any]) -> None:
         import zarr
 
         self._run_info = dict(run_info)
@@ -276,6 +288,16 @@ class ZarrSink(Sink):
                 f"append to it, mode='w' to replace it, or choose another path"
             )
 
+    def refuse_unwritable(self) -> None:
+        """A one-line :class:`ConfigError` where no store can be written at the path (a
+        file in the way, no permission), checked before a run starts and at open."""
+        why = unwritable(self.path)
+        if why is not None:
+            raise ConfigError(
+                f"ZarrSink: cannot write the results store {str(self.path)!r}: {why}; "
+                f"choose a store path in a writable folder"
+            )
+
     def refuse_id_clashes(self, system_ids: Sequence[int]) -> None:
         """Before a run appends to an existing store: a ``system_id`` it already holds
         would make its results ambiguous (which run's system 3?), so such a run is
@@ -300,6 +322,23 @@ class ZarrSink(Sink):
         the store's ``runs`` attribute.  Per-rank copies of a pipeline record into the
         store they are merged into."""
         record_run_stats(getattr(self, "final_path", self.path), stats)
+
+
+def unwritable(path: str | Path) -> str | None:
+    """Why no folder (a store, an output directory) can be written at ``path``, or None:
+    a file there or among its parents, or a folder without write permission (what
+    ``os.access`` says, so a read-only or immutable one); creates nothing."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"{str(path)!r} exists and is a file, not a directory"
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if parent != path and not parent.is_dir():
+        return f"{str(parent)!r} is a file"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"no write permission in {str(parent)!r}"
+    return None
 
 
 def record_run_stats(path: str | Path, stats: dict[str, Any]) -> None:

@@ -56,13 +56,17 @@ def _buffer_config(buffer: BufferConfig | Mapping[str, int] | None) -> BufferCon
 
 
 def shard(sampler: SizeAwareSampler, parts: int, index: int) -> SizeAwareSampler:
-    """A disjoint shard of ``sampler``'s systems, balanced by atom count (greedy)."""
+    """A disjoint shard of ``sampler``'s systems, balanced by atom count (greedy); the
+    images of a band (:mod:`~alchemi_lit.data.bands`) go to one shard together."""
     loads = [0] * parts
     owner = np.empty(len(sampler.dataset), dtype=np.int64)
-    for k in np.argsort(-sampler.sizes, kind="stable"):
+    heads = np.flatnonzero(sampler.unit > 0)  # a system, or the first image of a band
+    units = [slice(int(k), int(k + sampler.unit[k])) for k in heads]
+    unit_atoms = np.asarray([int(sampler.sizes[u].sum()) for u in units])
+    for j in np.argsort(-unit_atoms, kind="stable"):
         p = int(np.argmin(loads))
-        owner[k] = p
-        loads[p] += int(sampler.sizes[k])
+        owner[units[j]] = p
+        loads[p] += int(unit_atoms[j])
     mine = [int(k) for k in sampler.order if owner[k] == index]
     sub = (
         SizeAwareSampler(

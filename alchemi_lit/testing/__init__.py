@@ -6,9 +6,16 @@ pickling, checkpoint round trip, fused == sequential (:mod:`.integrators`).
 independence, pickling; ``check_pipeline_equals_fused(model, structures)``: a plan
 split over two ranks equals the fused run bit for bit (:mod:`.models`).  Each raises
 an ``AssertionError`` naming the promise that is broken.
+``accelerator_path()`` runs CPU tensors through every branch a GPU takes, and
+``StepProbe`` counts each step's aten operations and host reads (a GPU's syncs)
+(:mod:`.accelerator`).
 """
 
+from .accelerator import StepProbe, accelerator_path
 from .integrators import check_integrator
 from .models import check_model, check_pipeline_equals_fused
 
-__all__ = ["check_integrator", "check_model", "check_pipeline_equals_fused"]
+__all__ = [
+    "StepProbe", "accelerator_path", "check_integrator", "check_model",
+    "check_pipeline_equals_fused",
+]  # fmt: skip

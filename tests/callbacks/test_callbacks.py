@@ -11,7 +11,7 @@ import torch
 from ase.build import bulk
 from rich.console import Console
 
-from alchemi_lit import Fused, Simulator
+from alchemi_lit import Fused, Simulator, units
 from alchemi_lit.callbacks import (
     HookStageEnum,
     LambdaCallback,
@@ -323,7 +323,8 @@ def test_thermo_monitor_series_match_batch() -> None:
     assert monitor.system_ids.tolist() == [0, 1]
     for sid, expected in snaps.data.items():
         series = monitor.series(sid)
-        assert set(series) == {"steps", "loop_step", "T", "E_kin", "E_pot", "E_tot", "P", "V"}
+        keys = {"steps", "loop_step", "T", "T_internal", "E_kin", "E_pot", "E_tot", "P", "V"}
+        assert set(series) == keys
         assert np.isnan(series["P"]).all()  # no stage computes the stress (test_npt: one does)
         assert np.all(series["V"] == series["V"][0]) and series["V"][0] > 0
         assert series["loop_step"].tolist() == [0, 4, 8, 12, 14]  # 14: the final state
@@ -342,3 +343,36 @@ def test_thermo_monitor_series_match_batch() -> None:
         ThermoMonitor(frequency=0)
     flat = monitor.records()
     assert len(flat["T"]) == 10 and torch.is_tensor(flat["T"]) is False
+
+
+def test_thermo_monitor_labels_both_temperatures() -> None:
+    """``T`` counts 3N degrees of freedom (what thermostats hold at the target, ASE's
+    get_temperature), ``T_internal`` 3N - 3 about the centre of mass: a user comparing
+    "59.9 K at 60 K" with the README's "3 % hot at 32 atoms" sees both, labelled."""
+    from ase.constraints import FixAtoms, FixCom
+
+    from alchemi_lit import Batch
+    from alchemi_lit.callbacks.thermo import internal_temperature
+
+    still, drifting, anchored = (argon(0.02, k, (2, 2, 2)) for k in range(3))
+    anchored.set_constraint(FixAtoms(indices=[0]))
+    for k, atoms in enumerate((still, drifting, anchored)):
+        kt = np.sqrt(atoms.get_masses() * units.kB * 60.0)[:, None]
+        atoms.set_momenta(np.random.default_rng(k).normal(size=(32, 3)) * kt)
+    still.set_momenta(still.get_momenta() - still.get_momenta().mean(0))  # at rest as a whole
+    drifting.set_momenta(drifting.get_momenta() + np.array([0.3, -0.2, 0.1]))  # it all moves
+    t = internal_temperature(Batch.from_atoms([still, drifting, anchored], dtype=torch.float64))
+    reference = still.copy()
+    reference.set_constraint(FixCom())  # ASE: 3N - 3 degrees of freedom
+    np.testing.assert_allclose(t[0], reference.get_temperature(), rtol=1e-12)
+    np.testing.assert_allclose(t[0], still.get_temperature() * 32 / 31, rtol=1e-12)
+    p, m = drifting.get_momenta(), drifting.get_masses()
+    inner = 0.5 * ((p - m[:, None] * p.sum(0) / m.sum()) ** 2 / m[:, None]).sum()
+    np.testing.assert_allclose(t[1], 2 * inner / (93 * units.kB), rtol=1e-12)
+    assert t[1] < drifting.get_temperature()  # the drift is not heat
+    np.testing.assert_allclose(t[2], anchored.get_temperature(), rtol=1e-12)  # T itself
+
+    monitor = ThermoMonitor(frequency=3)  # NVE conserves the momentum: N/(N - 1) all along
+    simulator(VelocityVerlet(dt=2.0, steps=9, temperature=60.0), [monitor]).run([still])
+    series = monitor.series(0)
+    np.testing.assert_allclose(series["T_internal"], series["T"] * 32 / 31, rtol=1e-9)

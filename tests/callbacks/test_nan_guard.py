@@ -94,7 +94,7 @@ def rows(res, system_id: int) -> torch.Tensor:
     return b.positions[int(b.ptr[r]) : int(b.ptr[r + 1])]
 
 
-def test_non_finite_forces_restore_the_last_finite_state_others_unaffected():
+def test_non_finite_forces_restore_the_last_finite_state_others_unaffected(code_path):
     clean, _, _ = run(at=None)
     res, before, warnings = run(at=4)  # evaluation 4 = the force call of step 3
     assert res.exit_reasons == ["completed", "non_finite", "completed"]
@@ -108,7 +108,7 @@ def test_non_finite_forces_restore_the_last_finite_state_others_unaffected():
     assert not any("NaNGuard" in w for w in warnings)
 
 
-def test_in_place_writer_is_detected_and_guarded_by_copies():
+def test_in_place_writer_is_detected_and_guarded_by_copies(code_path):
     res, before, warnings = run(at=4, stage_cls=InPlaceVerlet)
     guard = [w for w in warnings if w.startswith("NaNGuard")]
     assert len(guard) == 1 and "positions" in guard[0] and "in place" in guard[0]
@@ -119,7 +119,7 @@ def test_in_place_writer_is_detected_and_guarded_by_copies():
         assert torch.equal(rows(res, sid), rows(clean, sid))
 
 
-def test_in_place_writer_in_the_failing_step_still_quarantines():
+def test_in_place_writer_in_the_failing_step_still_quarantines(code_path):
     """Caught in the very step that fails: no copy of its start exists, so the system
     leaves as it is -- quarantined, flagged, and the others unaffected."""
     res, _, warnings = run(at=2, stage_cls=InPlaceVerlet)  # step 1's force call
@@ -180,7 +180,7 @@ def run_cell(model: LennardJones, poison_cell_at: int | None = None):
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered in det:RuntimeWarning")
-def test_non_finite_stress_in_a_cell_relaxation_restores_positions_and_cell():
+def test_non_finite_stress_in_a_cell_relaxation_restores_positions_and_cell(code_path):
     """A NaN stress makes the next cell step NaN (cell and positions): the system gets the
     cell, reference cell and positions that step started from, and leaves."""
     clean, _ = run_cell(PoisonedStress(None))
@@ -197,7 +197,7 @@ def test_non_finite_stress_in_a_cell_relaxation_restores_positions_and_cell():
         assert torch.equal(b.cell[b.system_id == sid], clean.batch.cell[b.system_id == sid])
 
 
-def test_a_non_finite_cell_alone_is_non_finite(monkeypatch):
+def test_a_non_finite_cell_alone_is_non_finite(monkeypatch, code_path):
     """A cell turned NaN while positions, energy and forces stay finite is caught,
     flagged as the cell, and restored with its reference cell and cell velocities; the
     others run on untouched."""

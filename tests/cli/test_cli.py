@@ -111,6 +111,26 @@ def test_run_writes_store_config_summary_without_fabric(
     assert run["summary"]["atom_steps_per_s"] > 0
 
 
+def test_summary_lists_what_skip_invalid_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An oversize structure under ``sampler: {skip_invalid: true}`` is skipped with its
+    reason in the printed summary and in the summary JSON (it used to stop the run)."""
+    store = tmp_path / "s.zarr"
+    sets = "{n_systems: 4, min_atoms: 8, max_atoms: 20, seed: 2}"  # 18, 18, 20, 9 atoms
+    argv = ["run", "--config", str(QUICKSTART), *tiny(store), "--data.structures",
+            "builtin:mixed_argon", "--data.builtin_args", sets,
+            "--data.sampler", "{max_atoms: 19, skip_invalid: true}"]  # fmt: skip
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "skipped" in out and "system_id 2: 20 atoms, more than max_atoms=19" in out, out
+    summary = json.loads((tmp_path / "s.summary.json").read_text())
+    assert summary["systems"] == 3
+    assert summary["skipped"] == [
+        {"index": 2, "system_id": 2, "reason": "20 atoms, more than max_atoms=19"}
+    ]
+
+
 def test_override_changes_result(tmp_path: Path, base_run: Path) -> None:
     store = tmp_path / "hot.zarr"
     argv = ["run", "--config", str(QUICKSTART), *tiny(store)]

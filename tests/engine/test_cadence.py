@@ -87,8 +87,7 @@ def test_finished_systems_leave_the_forward_at_once_or_one_step_late_and_results
     else:
         lag = int(auto.batch.n_atoms.sum())  # one more evaluation per system, at most
         assert needed < model.atoms <= needed + lag, (model.atoms, needed, lag)
-    monkeypatch.setattr(tensor_ops, "CPU_READS_FREE", True)
-    every = Counting()
+    every = Counting()  # (the same path: its results are the same bit for bit)
     each_step = relax(every, 1)
     coarse = Counting()
     relax(coarse, 10)
@@ -124,12 +123,12 @@ def test_stress_false_with_a_stage_that_needs_it_is_refused():
 
 
 @pytest.fixture
-def accelerator_path(monkeypatch):
+def accelerator_path():
     """The accelerator's path on CPU: branch-free, kernels off, no free host reads."""
-    from alchemi_lit import kernels
+    from alchemi_lit.testing import accelerator_path
 
-    monkeypatch.setattr(tensor_ops, "CPU_READS_FREE", False)
-    monkeypatch.setattr(kernels, "ENABLED", False)
+    with accelerator_path():
+        yield
 
 
 #: where the framework's step loop lives (the model's own internals are its business)

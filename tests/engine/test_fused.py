@@ -225,6 +225,72 @@ def test_invalid_structure_in_dataset_named_before_run() -> None:
     assert sorted(res.system_id.tolist()) == [0, 1, 3]
 
 
+def test_skip_invalid_leaves_out_oversize_structures_and_the_summary_says_why(
+    log_messages, tmp_path
+) -> None:
+    """``skip_invalid=True`` used to raise for a structure above max_atoms all the same."""
+    from alchemi_lit.report import read_store_runs
+    from alchemi_lit.sinks import ZarrSink
+
+    data = mixed_argon(4, 8, 20, seed=2)  # 18, 18, 20 and 9 atoms
+    with pytest.raises(StructureError, match=r"system 2 has 20 atoms.*or pass skip_invalid=True"):
+        SizeAwareSampler(data, max_atoms=19)
+    data[3].positions[0, 0] = np.nan
+    store = ZarrSink(tmp_path / "r.zarr")
+    sim = al.Simulator(model=lj(), stages=relax(), sinks=[store])
+    res = sim.run(SizeAwareSampler(data, max_atoms=19, skip_invalid=True, system_ids=[5, 6, 7, 8]))
+    assert sorted(res.system_id.tolist()) == [5, 6]
+    said = [m for level, m in log_messages if level == "WARNING" and m.startswith("skipping")]
+    assert "system 2 (system_id 7): 20 atoms, more than max_atoms=19" in said[0]
+    assert "system 3 (system_id 8): non-finite" in said[1]
+    skipped = [(s["system_id"], s["reason"]) for s in res.stats["skipped"]]
+    assert skipped[0] == (7, "20 atoms, more than max_atoms=19")
+    assert skipped[1][0] == 8 and skipped[1][1].startswith("non-finite (NaN/inf) coordinates")
+    assert read_store_runs(tmp_path / "r.zarr")[-1]["stats"]["skipped"][0] == {
+        "index": 2, "system_id": 7, "reason": "20 atoms, more than max_atoms=19"
+    }  # fmt: skip
+    edges = SizeAwareSampler(data[:3], max_atoms=100, max_edges=70, skip_invalid=True)
+    edges.bind(CUTOFF)
+    assert (
+        len(edges) == 2
+        and "73 neighbour pairs, more than max_edges=70" in (edges.skipped[0]["reason"])
+    )
+
+
+class FailsOn27Atoms(LennardJones):
+    """LJ that cannot evaluate a batch holding a 27-atom system (as an MLIP whose
+    descriptor is undefined for one structure)."""
+
+    def forward(self, batch, *args, **kwargs):
+        if bool((batch.n_atoms == 27).any()):
+            raise RuntimeError("descriptor undefined")
+        return super().forward(batch, *args, **kwargs)
+
+
+@pytest.mark.parametrize(("order", "max_atoms"), [((0, 1, 0), 200), ((0, 0, 1, 0), 64)])
+def test_a_quarantine_is_logged_once(log_messages, order, max_atoms: int) -> None:
+    """At the run's first evaluation (it used to be logged again by the first step's,
+    which found the system still in the batch) or when it joins at a refill."""
+    from ase.build import bulk
+
+    kinds = [bulk("Ar", "fcc", a=5.26, cubic=True) * (2, 2, 2), bulk("Ar", "sc", a=3.7) * 3]
+    data = [kinds[k].copy() for k in order]
+    for sync_every in (1, 4, "auto"):
+        log_messages.clear()
+        model = FailsOn27Atoms(epsilon=0.0104, sigma=3.40, cutoff=CUTOFF)
+        sim = al.Simulator(
+            model=model, stages=VelocityVerlet(dt=2.0, steps=6), sync_every=sync_every
+        )
+        res = sim.run(SizeAwareSampler(data, max_atoms=max_atoms))
+        bad = order.index(1)
+        assert res.batch.info[bad]["model_error"] == "RuntimeError: descriptor undefined"
+        assert sorted(res.exit_reasons).count("model_error") == 1
+        said = [m for _, m in log_messages if "quarantined" in m]
+        assert said == [
+            f"system {bad} quarantined: the model raised on it (RuntimeError: descriptor undefined)"
+        ], (sync_every, said)
+
+
 def test_results_carry_the_final_stress_as_ase_computes_it():
     """The step loop skips stress; finished systems get it in one evaluation -- crystals
     as ASE's LennardJones gives it at their final positions, molecules (no cell) none."""

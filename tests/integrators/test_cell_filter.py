@@ -19,6 +19,8 @@ to ASE's own filter (coordinates up to the constant, forces, set_positions).
 from __future__ import annotations
 
 import pickle
+import re
+import warnings
 from itertools import product
 
 import numpy as np
@@ -29,8 +31,8 @@ from ase.calculators.lj import LennardJones as AseLJ
 from ase.filters import FrechetCellFilter, UnitCellFilter
 
 from alchemi_lit import Batch
-from alchemi_lit.errors import ConfigError
-from alchemi_lit.integrators import BFGS, LBFGS, CellFilter
+from alchemi_lit.errors import ConfigError, UnitWarning
+from alchemi_lit.integrators import BFGS, LBFGS, CellFilter, params
 from alchemi_lit.linalg import expm, expm_frechet_adjoint, logm
 from alchemi_lit.models import LennardJones
 from alchemi_lit.units import bar_to_ev_per_a3, gpa_to_ev_per_a3
@@ -271,6 +273,8 @@ def test_description_accepts_strings_units_and_per_system_values() -> None:
         ({"kind": "exp"}, "kind"),
         ({"scalar_pressure": 0.1, "pressure_gpa": 1.0}, "one pressure"),
         ({"pressure_gpa": float("nan")}, "finite"),
+        ({"pressure_gpa": [[1.0, 2.0]]}, "flat list"),
+        ({"scalar_pressure": "1 GPa"}, r"write scalar_pressure=1\.0"),
         ({"mask": [1, 1, 1]}, "6 values"),
         ({"mask": [1, 1, 1, 0.5, 0, 0]}, "0/1"),
         ({"hydrostatic_strain": "yes"}, "hydrostatic_strain"),
@@ -281,6 +285,35 @@ def test_description_accepts_strings_units_and_per_system_values() -> None:
 def test_bad_descriptions_are_refused(kwargs: dict, words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         CellFilter(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "meant"),
+    [
+        ({"pressure_gpa": 5000.0}, r"pressure_gpa=5000 GPa .* did you mean 0\.5 GPa \(5000 bar\)"),
+        ({"scalar_pressure": 1.0}, r"scalar_pressure=1 eV/Å\^3 .* 0\.00624151 eV/Å\^3 \(1 GPa\)"),
+        ({"scalar_pressure": [0.0, -2.0]}, r"scalar_pressure=-2 eV/Å\^3 .* \(-2 GPa\)"),
+        ({"pressure_bar": 1e8}, r"pressure_bar=1e\+08 bar .* did you mean 1000 bar \(1e\+08 Pa\)"),
+    ],
+)
+def test_a_pressure_in_another_unit_warns_once_naming_the_value_meant(
+    monkeypatch, kwargs: dict, meant: str
+) -> None:
+    """The barostats' UnitWarning rules: ``scalar_pressure=1.0`` (a GPa number in the
+    eV/Å^3 slot: 160 GPa) once relaxed four Cu atoms to +5.86 eV in silence."""
+    monkeypatch.setattr(params, "_warned", set())
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        CellFilter(**kwargs)
+        LBFGS(cell=dict(kwargs))  # the same filter again (a config's mapping): no repeat
+    messages = [str(w.message) for w in record if issubclass(w.category, UnitWarning)]
+    assert len(messages) == 1, messages
+    assert re.search(meant, messages[0]), messages[0]
+    assert messages[0].startswith("CellFilter: ")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnitWarning)
+        for usual in ({"pressure_gpa": 300.0}, {"scalar_pressure": -0.3}, {"pressure_bar": 1e4}):
+            CellFilter(**usual)
 
 
 @pytest.mark.parametrize(

@@ -14,13 +14,17 @@ from alchemi_lit.errors import ConfigError, UnitWarning
 from alchemi_lit.integrators import (
     FIRE,
     FIRE2,
+    MTKNPT,
     Berendsen,
     Bussi,
+    CRescale,
     Langevin,
     NoseHooverChain,
+    NPTLangevin,
     VelocityVerlet,
     params,
 )
+from alchemi_lit.models import LennardJones
 
 
 @pytest.fixture(autouse=True)
@@ -100,7 +104,7 @@ def test_each_parameter_and_value_is_reported_once():
     assert unit_warnings(lambda: Langevin(dt=0.002)) == []  # said already
     assert len(unit_warnings(lambda: Langevin(dt=0.003))) == 1  # another value
     assert len(unit_warnings(lambda: VelocityVerlet(dt=0.002))) == 1  # another integrator
-    # NoseHooverChain checks its temperature twice (> 0 first): still one warning
+    # NoseHooverChain checks its temperature > 0 on top of the common check: one warning
     assert len(unit_warnings(lambda: NoseHooverChain(temperature=2e5))) == 1
 
 
@@ -156,3 +160,98 @@ def test_check_functions_are_public_and_clear():
     assert params.check_count("Mine", "n", 3.0) == 3
     per_system = params.check_positive("Mine", "tau", np.array([1.0, 2.0]), "fs")
     assert per_system.dtype == torch.float64 and per_system.tolist() == [1.0, 2.0]
+
+
+# (stage, time constant): every thermostat's and barostat's coupling time
+TIME_CONSTANTS = [
+    (NoseHooverChain, "tdamp"),
+    (MTKNPT, "tdamp"),
+    (MTKNPT, "pdamp"),
+    (CRescale, "taut"),
+    (CRescale, "taup"),
+    (NPTLangevin, "pdamp"),
+    (Bussi, "taut"),
+    (Berendsen, "taut"),
+]
+
+
+@pytest.mark.parametrize(("cls", "name"), TIME_CONSTANTS)
+def test_a_time_constant_shorter_than_two_steps_is_refused_naming_both(cls, name) -> None:
+    """``NoseHooverChain(dt=5, tdamp=1)`` used to end at step 0 as non_finite, no hint."""
+    owner = cls.__name__
+    with pytest.raises(ConfigError, match=rf"{owner}: {name}=1 fs is shorter than 2 time steps "
+                       rf"\(dt=5 fs\): .* give {name} >= 10 fs"):  # fmt: skip
+        cls(dt=5.0, **{name: 1.0})
+    with pytest.raises(ConfigError, match=rf"{name}=9\.9 fs .*\(dt=5 fs\)"):
+        cls(dt=5.0, **{name: 9.9})  # (equal to dt: a chain goes non-finite too)
+    with pytest.raises(ConfigError, match=rf"{name}=30 fs .*\(dt=20 fs\) for system_id 1"):
+        cls(dt=[1.0, 20.0], **{name: 30.0})
+    with pytest.raises(ConfigError, match=rf"{name}=3 fs .*\(dt=2 fs\) for system_id 2"):
+        cls(dt=2.0, **{name: [100.0, 50.0, 3.0]})
+    cls(dt=5.0, **{name: 10.0})  # two steps: accepted
+    cls(dt=[1.0, 20.0], **{name: [100.0, 40.0]})
+
+
+THERMOSTATS = (Langevin, Bussi, Berendsen, NoseHooverChain, MTKNPT, CRescale, NPTLangevin)
+
+
+@pytest.mark.parametrize("cls", THERMOSTATS)
+def test_one_temperature_zero_rule(cls) -> None:
+    """0 K is a quench wherever the method is defined at 0 K; the methods whose masses
+    are proportional to kT (Nosé-Hoover chains) refuse it, saying why and what to use.
+    The docstring says which (CRescale and NPTLangevin used to refuse 0 K, no reason)."""
+    doc = " ".join(cls.__doc__.split())
+    if cls.no_zero_kelvin is None:
+        assert cls(temperature=0.0).temperature == 0.0
+        assert cls(temperature=[300.0, 0.0]).temperature.tolist() == [300.0, 0.0]
+        assert "0 K" in doc and "quench" in doc, doc
+    else:
+        message = rf"{cls.__name__}: temperature must be > 0 K, got 0\.0: .*proportional to kT"
+        with pytest.raises(ConfigError, match=message + r".*to quench to 0 K use Langevin"):
+            cls(temperature=0.0)
+        with pytest.raises(ConfigError, match=r"got \[300\.0, 0\.0\]: "):
+            cls(temperature=[300.0, 0.0])
+        assert "> 0" in doc and "kT" in doc, doc
+    with pytest.raises(ConfigError, match="temperature"):
+        cls(temperature=-1.0)
+    refusing = {c.__name__ for c in THERMOSTATS if c.no_zero_kelvin is not None}
+    assert refusing == {"NoseHooverChain", "MTKNPT"}
+
+
+class NeverCalled(LennardJones):
+    """LJ that fails a test if the run evaluates it: the check must come first."""
+
+    def forward(self, batch, *args, **kwargs):
+        raise AssertionError("the model ran before the per-system check")
+
+
+@pytest.mark.parametrize(
+    ("stage", "ids", "message"),
+    [
+        (Langevin(temperature=[300.0, 600.0]), [0, 1, 2], r"Langevin: temperature has 2 "
+         r"value\(s\), one per system_id 0\.\.1 .*none for system_id 2; give one value per "
+         r"system_id up to 2, or one for all"),
+        (Bussi(taut=[100.0, 100.0, 100.0]), [3, 4, 5], r"Bussi: taut has 3 value\(s\).*indexed "
+         r"by system_id, not by position.*none for system_id 3 \(and 2 more\)"),
+        (NPTLangevin(friction=[0.01, 0.02]), [0, 1, 2], r"NPTLangevin: friction has 2 .*id 2"),
+        (CRescale(compressibility=[0.3]), [0, 1], r"CRescale: compressibility has 1 .*id 1;"),
+        (MTKNPT(pressure_gpa=[0.1, 0.2]), [0, 2, 1], r"MTKNPT: pressure_gpa has 2 .*id 2;"),
+        (Langevin(dt=[1.0, 2.0]) + FIRE(), [0, 1, 2], r"Langevin: dt has 2 .*id 2;"),
+    ],
+)  # fmt: skip
+def test_a_short_per_system_list_is_refused_before_step_0_naming_the_id(
+    stage, ids: list[int], message: str
+) -> None:
+    """It used to be ``IndexError: index 2 is out of bounds for dimension 0 with size 2``
+    from ops.py, mid-run (or after continuing from a store whose ids start past 0)."""
+    from ase.build import bulk
+
+    import alchemi_lit as al
+    from alchemi_lit.data import SizeAwareSampler
+
+    atoms = [bulk("Ar", "fcc", a=5.26, cubic=True) for _ in ids]
+    sim = al.Simulator(model=NeverCalled(epsilon=0.0104, sigma=3.4, cutoff=6.0), stages=stage)
+    with pytest.raises(ConfigError, match=message):
+        sim.run(al.Batch.from_atoms(atoms, system_ids=ids))
+    with pytest.raises(ConfigError, match=message):
+        sim.run(SizeAwareSampler(atoms, max_atoms=100, system_ids=ids))

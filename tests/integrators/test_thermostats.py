@@ -24,7 +24,15 @@ import torch
 
 import alchemi_lit as al
 from alchemi_lit.hooks import Callback
-from alchemi_lit.integrators import FIRE, Berendsen, Bussi, Langevin, NoseHooverChain
+from alchemi_lit.integrators import (
+    FIRE,
+    Berendsen,
+    Bussi,
+    CRescale,
+    Langevin,
+    NoseHooverChain,
+    NPTLangevin,
+)
 from alchemi_lit.models import LennardJones
 from alchemi_lit.units import kB
 from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
@@ -132,7 +140,10 @@ def test_optimizer_then_thermostat_heats_from_rest() -> None:
     assert float(t_final.min()) > 0.2 * T_TARGET, t_final
 
 
-def test_zero_kelvin_langevin_and_bussi_cool_down() -> None:
+def test_zero_kelvin_is_a_quench_for_every_method_that_takes_it() -> None:
+    """The temperature-0 rule (MDIntegrator): the NVT thermostats and the two NPT methods
+    defined at 0 K (CRescale, NPTLangevin: they used to refuse it) drain the kinetic
+    energy; Nosé-Hoover chains refuse 0 K (test_params)."""
     systems = [argon_bulk(2) for _ in range(4)]
     for k, atoms in enumerate(systems):
         gen = np.random.default_rng(k)
@@ -140,6 +151,13 @@ def test_zero_kelvin_langevin_and_bussi_cool_down() -> None:
     for integ in (
         Langevin(dt=DT, temperature=0.0, friction=0.04, steps=200),
         Bussi(dt=DT, temperature=0.0, taut=25.0, steps=200),
+        Berendsen(dt=DT, temperature=0.0, taut=25.0, steps=200),
+        CRescale(dt=DT, temperature=0.0, taut=25.0, taup=500.0, compressibility=0.3, steps=200),
+        CRescale(
+            dt=DT, temperature=0.0, taut=25.0, compressibility=0.3, isotropic=False, steps=200
+        ),
+        NPTLangevin(dt=DT, temperature=0.0, friction=0.04, pdamp=500.0, steps=200),
+        NPTLangevin(dt=DT, temperature=0.0, friction=0.04, isotropic=False, steps=200),
     ):
         sim = al.Simulator(model=model(), stages=integ, precision="64", seed=1, sync_every=50)
         t = sim.run(systems).batch.temperature()

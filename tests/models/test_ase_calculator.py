@@ -227,6 +227,12 @@ def test_a_failing_system_is_named_and_quarantined() -> None:
     sim = al.Simulator(ASECalculatorModel(AseEMT), FIRE(fmax=0.05, max_steps=3), precision="64")
     res = sim.run([good, bad])
     assert res.batch.exit_code.tolist() == [2, 5]  # max_steps, model_error
+    # one calculator shared by the systems: the one that failed on Fe is not reused
+    shared = ASECalculatorModel(AseEMT, per_system=False)
+    res = al.Simulator(shared, FIRE(fmax=0.05, max_steps=3), precision="64").run(
+        [good, bad, good.copy()]
+    )
+    assert res.batch.exit_code.tolist() == [2, 5, 2]
 
 
 def test_run_summary_says_slow_path(tmp_path, monkeypatch, capsys) -> None:

@@ -3,6 +3,9 @@ stores read back as the structures of a new run."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -226,3 +229,56 @@ def test_a_sink_used_for_a_second_run_appends_it_as_a_run(tmp_path, mode):
     if mode == "w-":
         with pytest.raises(ConfigError, match="already exists; use ZarrSink"):
             relax_sim(ZarrSink(store)).run(SizeAwareSampler(DATA[5:6], max_atoms=120))
+
+
+class NoForwards(LennardJones):
+    """LJ that fails the test if a run computes anything."""
+
+    def forward(self, *args, **kwargs):
+        raise AssertionError("the run started although its store cannot be written")
+
+
+def refused_before_step_0(sink: ZarrSink) -> str:
+    """The one-line error of a run (with a HostMemory fallback) writing to ``sink``."""
+    model = NoForwards(epsilon=0.0104, sigma=3.40, cutoff=6.0)
+    sim = al.Simulator(model=model, stages=FIRE(fmax=0.1), sinks=[sink, HostMemory()])
+    with pytest.raises(ConfigError) as caught:
+        sim.run(DATA[:2])
+    text = str(caught.value)
+    assert "\n" not in text and text.startswith(f"ZarrSink: cannot write the results store "
+                                                f"{str(sink.path)!r}")  # fmt: skip
+    assert text.endswith("choose a store path in a writable folder"), text
+    return text
+
+
+@pytest.mark.parametrize("mode", ["w-", "a", "w"])
+def test_an_unwritable_store_path_is_a_one_line_config_error(tmp_path, mode, monkeypatch):
+    """They used to be a raw NotADirectoryError / FileExistsError / PermissionError with a
+    traceback, HostMemory fallback or not."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a store")
+    text = refused_before_step_0(ZarrSink(blocker / "r.zarr", mode=mode))
+    assert f"{str(blocker)!r} is a file" in text
+    text = refused_before_step_0(ZarrSink(blocker, mode=mode))
+    assert "exists and is a file, not a directory" in text
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)  # (root may write there all the same: os.access then says no)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m: Path(p) != locked and real(p, m))
+    text = refused_before_step_0(ZarrSink(locked / "r.zarr", mode=mode))
+    assert f"no write permission in {str(locked)!r}" in text
+    assert blocker.read_text() == "not a store" and not any(locked.iterdir())
+
+
+def test_a_store_failing_to_open_is_a_one_line_config_error(tmp_path, monkeypatch):
+    """A folder os.access calls writable that refuses all the same (immutable, a
+    read-only mount): the error at open is the same one line."""
+    import zarr
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted", str(tmp_path / "r.zarr"))
+
+    monkeypatch.setattr(zarr, "open_group", refuse)
+    text = refused_before_step_0(ZarrSink(tmp_path / "r.zarr"))
+    assert "(PermissionError: Operation not permitted)" in text

@@ -1,0 +1,286 @@
+"""The accelerator path's neighbour list reads nothing on the host in a steady call and
+stays exact (issue #26, part 2): its skin check is read one call late, and a due
+rebuild rebuilds every system.
+
+Run on CPU with ``tensor_ops.CPU_READS_FREE = False``, counting what would be a host
+read on a GPU (``device_counting``); tests marked ``cuda`` count real syncs on a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from device_counting import watch_calls
+
+import alchemi_lit as al
+from alchemi_lit import Batch, tensor_ops
+from alchemi_lit.integrators import Langevin
+from alchemi_lit.models import LennardJones, NeighborList
+from alchemi_lit.models.skin_watch import strain_limits
+from conftest import perturbed_argon, triclinic_argon
+
+DT = torch.float64
+LJ = {"epsilon": 0.0104, "sigma": 3.40, "cutoff": 5.0, "skin": 1.0}
+
+
+@pytest.fixture
+def accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The accelerator's path on CPU: no free host reads, the integrators' torch path."""
+    from alchemi_lit import kernels
+
+    monkeypatch.setattr(tensor_ops, "CPU_READS_FREE", False)
+    monkeypatch.setattr(kernels, "ENABLED", False)
+
+
+def fresh_forces(batch: Batch, **kw) -> dict[str, torch.Tensor]:
+    """The CPU path's result with a list built now (the exact reference)."""
+    free = tensor_ops.CPU_READS_FREE
+    tensor_ops.CPU_READS_FREE = True
+    try:
+        return LennardJones(**{**LJ, **kw})(batch, compute_stress=True)
+    finally:
+        tensor_ops.CPU_READS_FREE = free
+
+
+class Checked(LennardJones):
+    """LJ whose every step's result is compared with a fresh list's, bit for bit."""
+
+    def __init__(self) -> None:
+        super().__init__(**LJ)
+        self.calls = 0
+        self.rebuilt_at: list[int] = []
+
+    def forward(self, batch, compute_stress=None, neighbors=None):
+        builds = self.neighbors.num_builds
+        out = super().forward(batch, compute_stress=True, neighbors=neighbors)
+        if neighbors is None:
+            if self.neighbors.num_builds != builds:
+                self.rebuilt_at.append(self.calls)
+            self.calls += 1
+            want = fresh_forces(batch)
+            for key in ("energy", "forces", "stress"):
+                assert torch.equal(out[key], want[key]), (self.calls, key)
+        return out
+
+
+def test_a_long_md_run_keeps_the_list_exact_and_reads_the_host_in_few_calls(
+    accelerator, monkeypatch
+) -> None:
+    """Langevin NVT of argon (60 K, dt 5 fs, 200 steps): every step's forces equal a fresh
+    list's bit for bit, the list is rebuilt a few times (all systems at once), and only
+    the calls that build read anything on the host (< 10 % of the calls)."""
+    model = Checked()
+    atoms = [*perturbed_argon(3, 2, 0.05, seed=1), triclinic_argon(2, 0.05, 0.04, seed=2)]
+    stage = Langevin(dt=5.0, temperature=60.0, friction=0.01, steps=200)
+    sim = al.Simulator(model=model, stages=stage, accelerator="cpu")
+    with watch_calls(monkeypatch, NeighborList, "__call__", only=model.neighbors) as record:
+        sim.run(atoms)
+    assert model.calls == len(record.calls) >= 200
+    watch = model.neighbors.skin_watch
+    assert watch.violations == 0
+    assert 2 <= len(model.rebuilt_at) - 1 <= 10, model.rebuilt_at  # rebuilds beyond the first
+    assert model.neighbors.num_builds == len(model.rebuilt_at) * len(atoms)  # all at once
+    reading = [k for k, (_, reads) in enumerate(record.calls) if reads]
+    assert set(reading) <= set(model.rebuilt_at) | {1}, (reading, model.rebuilt_at)
+    assert watch.exact_reads == 1  # the call after the first build: no history yet
+    assert len(reading) < 0.1 * len(record.calls)
+    steady = [ops for k, (ops, _) in enumerate(record.calls) if k not in reading]
+    # a steady call: the check and the edge vectors (NaNGuard's restore, run on every
+    # step here, leaves an untouched cell the same tensor: no strain computed)
+    assert max(steady) < 60
+
+
+def _move(batch: Batch, step: torch.Tensor, row: int) -> None:
+    lo, hi = batch.ptr[row : row + 2].tolist()
+    batch.positions[lo:hi] += step
+
+
+def test_the_late_check_rebuilds_before_an_atom_moved_half_the_skin(accelerator) -> None:
+    """Atoms drifting at a steady speed: the list is rebuilt in time (the exact check
+    never finds it stale), and not much earlier than needed."""
+    batch = Batch.from_atoms(perturbed_argon(3, 2, 0.05, seed=3), dtype=DT)
+    nl = NeighborList(5.0, 1.0)
+    gen = torch.Generator().manual_seed(0)
+    drift = torch.tensor([0.021, -0.013, 0.008], dtype=DT)
+    builds = []
+    for _ in range(120):
+        jitter = 0.002 * torch.randn(batch.positions.shape, generator=gen, dtype=DT)
+        batch.positions += jitter
+        _move(batch, drift, 1)
+        before = nl.num_builds
+        nl(batch)
+        builds.append(nl.num_builds > before)
+        assert not bool(nl.needs_rebuild(batch).any())  # the list in use is exact
+    # |drift| 0.026 Å a call: 0.5 Å of skin lasts ~19 calls; rebuilt a few calls early
+    gaps = np.diff(np.nonzero(builds)[0])
+    assert len(gaps) >= 4 and gaps.min() >= 12, gaps
+    assert nl.skin_watch.violations == 0
+
+
+def test_a_sudden_jump_is_caught_one_call_late_with_a_warning(accelerator, caplog) -> None:
+    """A move far beyond the last rate (no integrator makes one) leaves one call with a
+    stale list: the next call counts it, warns, rebuilds and grows its margin."""
+    batch = Batch.from_atoms(perturbed_argon(2, 2, 0.05, seed=4), dtype=DT)
+    nl = NeighborList(5.0, 1.0)
+    for _ in range(4):
+        batch.positions += 0.005
+        nl(batch)
+    _move(batch, torch.tensor([0.7, 0.0, 0.0], dtype=DT), 0)
+    before = nl.num_builds
+    nl(batch)
+    assert nl.num_builds == before  # not seen yet: this call's list is stale
+    assert bool(nl.needs_rebuild(batch).any())
+    with caplog.at_level(logging.WARNING, logger="alchemi_lit.models.skin_watch"):
+        nl(batch)
+    assert nl.skin_watch.violations == 1 and "past the skin" in caplog.text
+    assert nl.num_builds == before + batch.num_systems
+    assert nl.skin_watch.safety == 6.0
+
+
+def test_changing_cells_keep_the_list_exact_without_reads(accelerator, monkeypatch) -> None:
+    """A barostat's cells: kept lists get their shifts in the new cell on the device,
+    forces equal a fresh list's bit for bit, and steady calls read nothing."""
+    batch = Batch.from_atoms([triclinic_argon(2, seed=3), *perturbed_argon(2, 2, 0.1, seed=4)])
+    model = LennardJones(**LJ)
+    gen = torch.Generator().manual_seed(1)
+    with watch_calls(monkeypatch, NeighborList, "__call__", only=model.neighbors) as record:
+        for _ in range(40):
+            strain = torch.eye(3, dtype=DT) + 0.002 * torch.randn(3, 3, generator=gen, dtype=DT)
+            batch.cell = batch.cell @ strain  # (a new tensor, as the barostats set it)
+            batch.positions = batch.positions @ strain
+            batch.positions += 0.01 * torch.randn(batch.positions.shape, generator=gen, dtype=DT)
+            out = model(batch, compute_stress=True)
+            want = fresh_forces(batch)
+            for key in ("energy", "forces", "stress"):
+                assert torch.equal(out[key], want[key]), key
+    reading = sum(bool(reads) for _, reads in record.calls)
+    builds = model.neighbors.num_builds // batch.num_systems
+    assert builds < 10 and reading <= builds + 1, (builds, reading)
+
+
+def test_the_strain_limit_is_a_lower_bound_of_the_exact_one() -> None:
+    """Without a sync (no LAPACK error check), the smallest singular value of the strain
+    comes from a closed form, less a margin for rounding: never later than the exact
+    rule (``svdvals``), and no more than a hair earlier."""
+    gen = torch.Generator().manual_seed(2)
+    ref = 6.0 * torch.eye(3, dtype=DT) + torch.randn(64, 3, 3, generator=gen, dtype=DT)
+    strain = torch.eye(3, dtype=DT) + 0.03 * torch.randn(64, 3, 3, generator=gen, dtype=DT)
+    strain[:8] = torch.diag_embed(1 + 0.03 * torch.randn(8, 3, generator=gen, dtype=DT))
+    strain[8] = torch.eye(3, dtype=DT) * 1.01  # a triple singular value
+    m, limit = strain_limits(ref, ref @ strain, 5.0, 1.0)
+    torch.testing.assert_close(m, strain, atol=1e-12, rtol=0)
+    exact = 0.5 * (6.0 * torch.linalg.svdvals(strain)[:, -1] - 5.0)
+    assert bool((limit <= exact).all())
+    torch.testing.assert_close(limit, exact, atol=1e-7, rtol=0)
+    same = strain_limits(ref, ref.clone(), 5.0, 1.0)[1]
+    assert bool((same == 0.5).all())
+    singular = ref.clone()
+    singular[3, 2] = singular[3, 0]
+    assert float(strain_limits(ref, singular, 5.0, 1.0)[1][3]) < 0  # (rebuilt)
+    nan_cell = ref.clone()
+    nan_cell[5, 1, 1] = float("nan")
+    assert bool(strain_limits(ref, nan_cell, 5.0, 1.0)[1][5].isnan())
+
+
+def test_a_refill_builds_only_the_new_systems_and_reads_no_history(
+    accelerator, monkeypatch
+) -> None:
+    """Systems leaving and joining (``remap``, at a bookkeeping): the kept systems keep
+    their edges, history and cells (steady calls after a graduation read nothing and
+    compute no strain), the new ones are built and merged at the next call; edges and
+    forces equal a fresh list's throughout, and no exact read is needed."""
+    first = Batch.from_atoms(perturbed_argon(4, 2, 0.1, seed=5), dtype=DT)
+    model = LennardJones(**LJ)
+    for _ in range(3):
+        first.positions += 0.01
+        model(first)
+    exact = model.neighbors.skin_watch.exact_reads
+
+    def steps(batch: Batch, n: int) -> None:
+        for _ in range(n):
+            batch.positions += 0.01
+            out = model(batch, compute_stress=True)
+            want = fresh_forces(batch)
+            for key in ("energy", "forces", "stress"):
+                assert torch.equal(out[key], want[key]), key
+
+    keep = torch.tensor([0, 2, 3])
+    kept = first.select(keep)
+    model.neighbors.remap(first.ptr, keep, kept)  # a graduation
+    builds = model.neighbors.num_builds
+    with watch_calls(monkeypatch, NeighborList, "__call__", only=model.neighbors) as record:
+        steps(kept, 3)
+    assert record.calls_with_reads == 0 and max(ops for ops, _ in record.calls) < 60, record.calls
+    joining = Batch.from_atoms([triclinic_argon(2, seed=6)], system_ids=[7], dtype=DT)
+    merged = Batch.concatenate([kept, joining])
+    model.neighbors.remap(kept.ptr, torch.tensor([0, 1, 2, -1]), merged)  # a refill
+    steps(merged, 5)
+    assert model.neighbors.num_builds == builds + 1  # the joining system only
+    assert model.neighbors.skin_watch.exact_reads == exact
+
+
+def test_a_system_turning_non_finite_loses_its_edges_and_gets_them_back(accelerator) -> None:
+    """A diverged system gets no edges (NaNGuard quarantines it) at the rebuild after
+    the call that saw it, and its edges again once it is finite (a restored snapshot);
+    the other systems' forces stay exact throughout."""
+    batch = Batch.from_atoms(perturbed_argon(3, 2, 0.05, seed=8), dtype=DT)
+    model = LennardJones(**LJ)
+    lo = int(batch.ptr[1])
+    saved = batch.positions[lo].clone()
+    edges_of_1 = []
+    for call in range(10):
+        batch.positions += 0.002
+        if call == 3:
+            batch.positions[lo] = float("nan")
+        if call == 6:
+            batch.positions[lo] = saved + 0.002 * (call + 1)
+        out = model(batch)
+        edges_of_1.append(int((model.neighbors._system == 1).sum()))
+        want = fresh_forces(batch)
+        rows = batch.system_idx != 1
+        assert torch.equal(out["forces"][rows], want["forces"][rows]), call
+        if call >= 8:
+            assert torch.equal(out["forces"], want["forces"]), call
+    assert edges_of_1[4] == 0 and edges_of_1[3] > 0  # rebuilt one call late, without them
+    assert edges_of_1[-1] == edges_of_1[0]
+    assert model.neighbors.skin_watch.violations == 0
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_steady_md_on_cuda_does_not_sync_in_the_neighbour_list(monkeypatch) -> None:
+    """On a GPU, counted by ``torch.cuda.set_sync_debug_mode``: a steady call of the
+    list makes no blocking sync; forces agree with the CPU's."""
+    model = LennardJones(**LJ)
+    synced: list[int] = []
+    original = NeighborList.__call__
+
+    def watched(self, batch):
+        if self is not model.neighbors:
+            return original(self, batch)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                return original(self, batch)
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+                synced.append(sum("synchroniz" in str(w.message) for w in caught))
+
+    monkeypatch.setattr(NeighborList, "__call__", watched)
+    atoms = perturbed_argon(8, 2, 0.05, seed=7)
+    sim = al.Simulator(
+        model=model,
+        stages=Langevin(dt=4.0, temperature=60.0, friction=0.01, steps=200),
+        accelerator="cuda",
+    )
+    res = sim.run(atoms)
+    assert sum(n > 0 for n in synced) < 0.1 * len(synced), synced
+    assert model.neighbors.skin_watch.violations == 0
+    final = Batch.from_atoms(res.to_atoms(), dtype=DT)
+    got = LennardJones(**LJ).to("cuda")(final.to("cuda"))["forces"].cpu()
+    torch.testing.assert_close(got, fresh_forces(final)["forces"], atol=1e-10, rtol=0)

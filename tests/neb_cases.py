@@ -1,0 +1,54 @@
+"""Nudged-elastic-band test cases: the Au-on-Al(100) hop of ASE's NEB tutorial, and
+small adatom hops on fcc(100) slabs of several metals (EMT), for tests/integrators and
+tests/workflows."""
+
+from __future__ import annotations
+
+import warnings
+from functools import lru_cache
+
+from ase.build import add_adsorbate, fcc100
+from ase.calculators.emt import EMT as AseEMT
+from ase.constraints import FixAtoms
+from ase.mep import NEB as AseNEB
+from ase.optimize import QuasiNewton
+
+
+@lru_cache(maxsize=1)
+def _tutorial_endpoints() -> tuple:
+    slab = fcc100("Al", size=(2, 2, 3))
+    add_adsorbate(slab, "Au", 1.7, "hollow")
+    slab.center(axis=2, vacuum=4.0)
+    slab.set_constraint(FixAtoms(mask=[atom.tag > 1 for atom in slab]))
+    initial = slab.copy()
+    initial.calc = AseEMT()
+    QuasiNewton(initial, logfile=None).run(fmax=0.05)
+    final = initial.copy()
+    final.calc = AseEMT()
+    final[-1].x += final.get_cell()[0, 0] / 2
+    QuasiNewton(final, logfile=None).run(fmax=0.05)
+    return initial, final
+
+
+def tutorial_band(n_images: int = 5) -> list:
+    """The tutorial's band (ASE's linear interpolation between relaxed endpoints),
+    fresh copies without calculators."""
+    initial, final = _tutorial_endpoints()
+    images = [initial.copy() for _ in range(n_images - 1)] + [final.copy()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        AseNEB(images, method="improvedtangent").interpolate()
+    for img in images:
+        img.calc = None
+    return images
+
+
+def hop(metal: str, adatom: str, along: int, size: tuple[int, int, int] = (2, 2, 2)) -> tuple:
+    """Unrelaxed endpoints of an adatom hop between hollow sites of an fcc(100) slab,
+    along x (0) or y (1); the bottom layer fixed."""
+    slab = fcc100(metal, size=size, vacuum=4.0)
+    add_adsorbate(slab, adatom, 1.6, "hollow")
+    slab.set_constraint(FixAtoms(mask=[atom.tag == size[2] for atom in slab]))
+    final = slab.copy()
+    final.positions[-1, along] += slab.cell[along, along] / size[along]
+    return slab, final

@@ -1,0 +1,165 @@
+"""``testing.accelerator_path()``: the GPU's branches on a CPU, and ``StepProbe``.
+
+Under the switch every integrator, the fused plan and the run loop must give the CPU
+path's results (the GPU gave the CPU's trajectories to 1e-12 Å on an H100); the step
+must read nothing on the host and launch as many operations for 256 systems as for 16.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import alchemi_lit as al
+from alchemi_lit import kernels, tensor_ops
+from alchemi_lit.hooks import Callback
+from alchemi_lit.integrators import (
+    BFGS,
+    FIRE,
+    FIRE2,
+    LBFGS,
+    MTKNPT,
+    Berendsen,
+    Bussi,
+    CellFilter,
+    CRescale,
+    Langevin,
+    NoseHooverChain,
+    NPTLangevin,
+    VelocityVerlet,
+    formulas,
+)
+from alchemi_lit.models import LennardJones
+from alchemi_lit.testing import StepProbe, accelerator_path
+from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon
+
+STEPS = 15
+
+PLANS = {
+    "fire": lambda: FIRE(fmax=1e-3, max_steps=STEPS),
+    "fire2": lambda: FIRE2(fmax=1e-3, max_steps=STEPS),
+    "bfgs": lambda: BFGS(fmax=1e-3, max_steps=STEPS),
+    "lbfgs": lambda: LBFGS(fmax=1e-3, max_steps=STEPS),
+    "fire+frechet": lambda: FIRE(fmax=1e-3, max_steps=STEPS, cell=CellFilter("frechet")),
+    "lbfgs+frechet": lambda: LBFGS(fmax=1e-3, max_steps=STEPS, cell=CellFilter("frechet")),
+    "verlet": lambda: VelocityVerlet(dt=2.0, steps=STEPS),
+    "langevin": lambda: Langevin(dt=2.0, temperature=[40.0, 80.0, 60.0], steps=STEPS),
+    "nose-hoover": lambda: NoseHooverChain(dt=2.0, temperature=60.0, tdamp=40.0, steps=STEPS),
+    "bussi": lambda: Bussi(dt=2.0, temperature=60.0, taut=40.0, steps=STEPS),
+    "berendsen": lambda: Berendsen(dt=2.0, temperature=60.0, taut=40.0, steps=STEPS),
+    "mtk": lambda: MTKNPT(dt=2.0, temperature=60.0, pressure_gpa=0.1, tdamp=40.0,
+                          pdamp=200.0, steps=STEPS),
+    "crescale": lambda: CRescale(dt=2.0, temperature=60.0, pressure_gpa=0.1, taut=40.0,
+                                 taup=200.0, steps=STEPS),
+    "npt-langevin": lambda: NPTLangevin(dt=2.0, temperature=60.0, pressure_gpa=0.1,
+                                        steps=STEPS),
+    "fire+langevin": lambda: FIRE(fmax=0.05, max_steps=10)
+    + Langevin(dt=2.0, temperature=60.0, steps=10),
+}
+
+
+def systems():
+    out = perturbed_argon(3, 2, 0.1, seed=31)
+    out[1] = out[1][:20]  # another size
+    for k, atoms in enumerate(out):
+        atoms.set_momenta(torch.randn(len(atoms), 3, dtype=torch.float64,
+                                      generator=torch.Generator().manual_seed(k)).numpy() * 0.1)
+    return out  # fmt: skip
+
+
+def run(plan) -> al.Results:
+    sim = al.Simulator(
+        model=LennardJones(AR_EPSILON, AR_SIGMA, 6.0), stages=plan, precision="64", seed=3
+    )
+    return sim.run(systems())
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_every_integrator_gives_the_cpu_paths_results_on_the_accelerators(name):
+    """Same decisions (steps, exit reasons) exactly; positions, velocities and cells to
+    1e-9 -- the two paths differ in libraries (NumPy and numba against torch) and in
+    summation order, and 15 steps of MD amplify an ulp by orders of magnitude."""
+    cpu = run(PLANS[name]())
+    with accelerator_path():
+        device = run(PLANS[name]())
+    assert device.exit_reasons == cpu.exit_reasons
+    assert torch.equal(device.batch.total_steps, cpu.batch.total_steps)
+    for field in ("positions", "velocities", "cell"):
+        torch.testing.assert_close(
+            getattr(device.batch, field), getattr(cpu.batch, field), rtol=0, atol=1e-9,
+            msg=field,
+        )  # fmt: skip
+
+
+def test_the_switch_is_one_switch_and_is_put_back():
+    before = tensor_ops.CPU_READS_FREE, kernels.ENABLED
+    x = torch.ones(3)
+    with pytest.raises(RuntimeError), accelerator_path():
+        assert not tensor_ops.host_reads_free(x) and not kernels.usable(x)
+        assert not tensor_ops.numpy_viewable(x)
+        raise RuntimeError("leave by an exception")
+    assert before == (tensor_ops.CPU_READS_FREE, kernels.ENABLED)
+
+
+def test_per_system_formulas_run_in_torch_under_the_switch():
+    """The torch versions of Bussi's factor and the Nosé-Hoover chain are what a GPU
+    runs: under the switch they are the ones the integrators call."""
+    seen = []
+
+    class Spy(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    c = torch.tensor([0.9, 0.8], dtype=torch.float64)
+    with accelerator_path(), Spy():
+        formulas.bussi_alpha(c, c, c * 9, c, c, c)
+    assert "sqrt" in seen
+    seen.clear()
+    with Spy():
+        formulas.bussi_alpha(c, c, c * 9, c, c, c)
+    assert "sqrt" not in seen  # NumPy on the CPU's path
+
+
+class Reader(Callback):
+    """Reads a value on the host in every step (as a careless callback might)."""
+
+    def after_compute(self, ctx) -> None:
+        float(ctx.batch.energy.sum())
+
+
+def test_the_probe_counts_host_reads_and_not_host_copies():
+    probe = StepProbe()
+    plan = Langevin(dt=2.0, temperature=60.0, steps=5)
+    with accelerator_path(), probe:
+        sim = al.Simulator(
+            model=LennardJones(AR_EPSILON, AR_SIGMA, 6.0),
+            stages=plan,
+            callbacks=[probe, Reader()],
+            sync_every="auto",  # its host copies are not reads
+        )
+        sim.run(systems())
+    assert len(probe.reads_per_step) >= 5
+    assert all(r >= 1 for r in probe.reads_per_step)
+    assert any("_local_scalar_dense" in w for w in probe.where)
+    assert min(probe.ops_per_step) > 50
+
+
+def median(values: list[int]) -> int:
+    return sorted(values)[len(values) // 2]
+
+
+@pytest.mark.parametrize("plan", ["langevin", "fire"])
+def test_a_steps_operations_do_not_grow_with_the_number_of_systems(plan):
+    """No Python loop over systems in a step: the same operations for 256 systems as
+    for 16 (a loop would multiply them sixteenfold)."""
+    ops = {}
+    for n in (16, 256):
+        probe = StepProbe()
+        stage = (Langevin(dt=2.0, temperature=60.0, steps=8) if plan == "langevin"
+                 else FIRE(fmax=1e-4, max_steps=8))  # fmt: skip
+        with accelerator_path(), probe:
+            al.Simulator(model=LennardJones(AR_EPSILON, AR_SIGMA, 6.0), stages=stage,
+                         callbacks=[probe]).run(perturbed_argon(n, 1, 0.05, seed=2))  # fmt: skip
+        ops[n] = median(probe.ops_per_step)
+    assert ops[256] == ops[16], ops
