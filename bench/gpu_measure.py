@@ -221,6 +221,7 @@ def probe_tools() -> tuple[Any, Any] | None:
 
 def probe_summary(probe: Any, skip: int = 2) -> dict[str, Any]:
     """Host reads and aten ops per steady step from a finished StepProbe."""
+    here = os.getcwd() + os.sep
     reads = probe.reads_per_step[skip:] or probe.reads_per_step
     ops = probe.ops_per_step[skip:] or probe.ops_per_step
     return {
@@ -228,5 +229,5 @@ def probe_summary(probe: Any, skip: int = 2) -> dict[str, Any]:
         "steps_without_read": sum(1 for r in reads if r == 0) / max(len(reads), 1),
         "ops_per_step": median(ops) if ops else None,
         "ops_max": max(ops) if ops else None,
-        "read_sites": list(dict.fromkeys(probe.where))[:5],
+        "read_sites": list(dict.fromkeys(w.replace(here, "") for w in probe.where))[:5],
     }
