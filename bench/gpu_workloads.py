@@ -83,6 +83,16 @@ class AlchemiCase:
     def run(self, n: int, callbacks: list[Any] | None = None) -> Any:
         return self.simulator(n, callbacks or []).run(self.batch)
 
+    def fresh_neighbour_list(self) -> None:
+        """A new, empty list for the model: on a CPU, a list built under
+        ``accelerator_path()`` keeps the device path's state, which a later host-path run
+        of the same model then fails to remap at its first graduation (IndexError in
+        ``_remap_device_path``; a GPU takes one path only)."""
+        from alchemi_lit.models.neighbors import NeighborList
+
+        old = self.model.neighbors
+        self.model.neighbors = NeighborList(old.cutoff, old.skin)
+
     def bare(self) -> dict[str, torch.Tensor]:
         """The model call a step makes, alone, on the same batch."""
         return self.model(self.batch, compute_stress=False)

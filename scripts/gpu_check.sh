@@ -17,7 +17,7 @@
 #
 # Settings (environment): OUT, SITE (install folder, default /tmp/alchemi_gpu_site),
 # TEST_TIMEOUT (s, default 60), BENCH_DEADLINE (s after which the benchmark starts no
-# new row, default 140), BENCH_TIMEOUT (s, default 190), BENCH_ARGS (more arguments),
+# new row, default 150), BENCH_TIMEOUT (s, default 200), BENCH_ARGS (more arguments),
 # SKIP_INSTALL=1 (use what is importable already), DEVICE=cpu (a dry run of this script
 # without a GPU: the cuda tests skip and the benchmark runs --quick on the CPU).
 set -euo pipefail
@@ -84,19 +84,19 @@ TESTS_RC=0
 if [ "${#FILES[@]}" -eq 0 ]; then
   echo "no test is marked cuda"
 else
-  timeout "${TEST_TIMEOUT:-60}" "$PY" -m pytest -q -p no:cacheprovider -m cuda \
+  timeout "${TEST_TIMEOUT:-60}" "$PY" -m pytest -q -p no:cacheprovider -m cuda --durations=5 \
     --timeout 120 "${FILES[@]}" 2>&1 | tee "$OUT/pytest_cuda.txt" || TESTS_RC=$?
 fi
 
-step "bench/bench_gpu.py (deadline ${BENCH_DEADLINE:-140} s, timeout ${BENCH_TIMEOUT:-190} s)"
-BENCH=(--device "$DEVICE" --json "$OUT/bench_gpu.json" --deadline "${BENCH_DEADLINE:-140}")
+step "bench/bench_gpu.py (deadline ${BENCH_DEADLINE:-150} s, timeout ${BENCH_TIMEOUT:-200} s)"
+BENCH=(--device "$DEVICE" --json "$OUT/bench_gpu.json" --deadline "${BENCH_DEADLINE:-150}")
 if [ "$DEVICE" != cuda ]; then
   BENCH+=(--quick)
 fi
 # shellcheck disable=SC2206  # BENCH_ARGS: words on purpose
 BENCH+=(${BENCH_ARGS:-})
 BENCH_RC=0
-timeout "${BENCH_TIMEOUT:-190}" "$PY" bench/bench_gpu.py "${BENCH[@]}" 2>&1 |
+timeout "${BENCH_TIMEOUT:-200}" "$PY" bench/bench_gpu.py "${BENCH[@]}" 2>&1 |
   tee "$OUT/bench_gpu.txt" || BENCH_RC=$?
 
 step "done"
