@@ -5,11 +5,20 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from common import format_table
+import torch
+from common import environment_line, format_table
 
 
 def _f(value: Any, fmt: str, missing: str = "-") -> str:
     return missing if value is None else format(value, fmt)
+
+
+def environment(device: torch.device) -> str:
+    """common.environment_line, and the GPU's name and CUDA version on one."""
+    line = environment_line()
+    if device.type == "cuda":
+        line += f" | {torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}"
+    return line
 
 
 def rate(x: float) -> str:
@@ -29,6 +38,7 @@ def step_table(rows: list[dict[str, Any]]) -> str:
         "range ms",
         "atom-steps/s",
         "peak MiB",
+        "syncs/step",
         "this / alchemi_lit",
     )
     out = []
@@ -45,6 +55,7 @@ def step_table(rows: list[dict[str, Any]]) -> str:
                 f"{min(spread):.2f}-{max(spread):.2f}" if len(spread) > 1 else "-",
                 f"{mark}{rate(r['atom_steps_s'])}",
                 _f(r["peak_MiB"], ".0f"),
+                _f(r.get("syncs_per_step"), ".1f"),
                 f"{mark}{r['vs_alchemi']:.2f}x" if "vs_alchemi" in r else "",
             )
         )
@@ -59,7 +70,6 @@ def framework_table(rows: list[dict[str, Any]]) -> str:
         "bare model ms",
         "framework",
         "bare atom-steps/s",
-        "syncs/step",
         "no-sync steps",
         "host reads/step",
         "no-read steps",
@@ -76,7 +86,6 @@ def framework_table(rows: list[dict[str, Any]]) -> str:
                 f"{r['bare_ms']:.2f}",
                 f"{r['framework']:.0%}",
                 rate(r["bare_atom_steps_s"]),
-                _f(r.get("syncs_per_step"), ".1f"),
                 _f(r.get("steps_without_sync"), ".0%"),
                 _f(r.get("reads_per_step"), ".1f"),
                 _f(r.get("steps_without_read"), ".0%"),
