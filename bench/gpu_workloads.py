@@ -8,6 +8,7 @@ structures, device and dtype.  Both sides start from the same ``ase.Atoms``.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -140,6 +141,9 @@ def torchsim_status() -> tuple[Any, str]:
     if not (hasattr(ts, "Integrator") and hasattr(ts, "Optimizer")):
         return None, f"TorchSim {version} is importable, but the rows need its 0.6 API"
     from torch_sim.neighbors import ALCHEMIOPS_AVAILABLE, VESIN_TORCHSCRIPT_AVAILABLE
+
+    # its runners log "all systems reached the maximum steps" at every timed FIRE run
+    logging.getLogger("torch_sim").setLevel(logging.ERROR)
 
     nl = (
         "nvalchemi-toolkit-ops (Warp)"
