@@ -74,12 +74,16 @@ if [ -z "${NO_TORCHSIM:-}" ]; then
   download "${TORCHSIM[@]}"
 fi
 
-echo "building: alchemi_lit and alchemi-lit-sevenn (pip wheel --no-deps)"
-"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$DEST" . plugins/alchemi_lit_sevenn
-
-echo "downloading and slimming: $SEVENN (keeping only $KEEP_CHECKPOINT)"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+echo "building: alchemi_lit and alchemi-lit-sevenn (pip wheel --no-deps, from the tracked files)"
+# from a copy: a build in the tree would leave build/ and *.egg-info folders in it
+mkdir -p "$TMP/src"
+git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$TMP/src"
+"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$DEST" \
+  "$TMP/src" "$TMP/src/plugins/alchemi_lit_sevenn"
+
+echo "downloading and slimming: $SEVENN (keeping only $KEEP_CHECKPOINT)"
 "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$TMP" "$SEVENN" 2>&1 |
   grep -v "is ignored" || true
 "$PY" - "$TMP" "$DEST" "$KEEP_CHECKPOINT" <<'PY'
