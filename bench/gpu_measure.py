@@ -47,7 +47,7 @@ class StepTiming:
     per_step: list[float]
     short: int
     long: int
-    capped: str = ""  # why fewer repeats than asked, if so
+    capped: str = ""  # why fewer repeats than asked; "~ ..." where it is an estimate
 
     @property
     def median(self) -> float:
@@ -65,14 +65,17 @@ def step_time(
 ) -> StepTiming:
     """Time ``run(n)`` (a whole run of ``n`` steps) at ``short`` and at a longer ``n``.
 
-    A first ``run(short)`` warms up (imports, kernels, allocator) and estimates a step
-    from above (a run of ``n`` steps calls the model ``n + 1`` times); the long run
+    A first ``run(short)`` warms up (imports, kernels, allocator) and a second (the
+    first alone for a budgeted peer) estimates a step from above (a run of ``n`` steps
+    calls the model ``n + 1`` times); the long run
     adds enough steps for ``target_s`` seconds (at least 3, at most ``max_steps``).
     With ``budget_s`` (a slow peer), repeats stop once the next would pass it, and a
     single pass that would is not made: ``per_step`` then holds the warm-up's
     estimate alone and ``capped`` says so.
     """
     t_warm, _ = timed(lambda: run(short), device)
+    if budget_s is None:  # the first run of a process pays CUDA's start: estimate again
+        t_warm, _ = timed(lambda: run(short), device)
     estimate = t_warm / (short + 1)
     extra = int(min(max(3, round(target_s / max(estimate, 1e-9))), max_steps))
     one_pass = estimate * (2 * short + 2 + extra)
