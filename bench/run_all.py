@@ -42,6 +42,8 @@ BENCHES = {
     "mlip_relax": ["bench_mlip_relax.py"],
     "mlip_cell": ["bench_mlip_relax.py", "--cell"],
     "mace_nvt": ["bench_mace_nvt.py"],
+    # elastic tensors and phonons of 20 crystals: batched workflows vs ASE + phonopy (#28)
+    "properties": ["bench_properties.py"],
 }
 
 

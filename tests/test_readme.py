@@ -71,6 +71,7 @@ def test_readme_python_examples_run(tmp_path, monkeypatch):
         "custom-integrator",
         "custom-md",
         "model",
+        "properties",
     }
 
 
@@ -121,3 +122,22 @@ def test_readme_model_matches_analytic_springs():
     np.testing.assert_allclose(out["energy"].numpy(), e_ref, rtol=1e-12, atol=0)
     np.testing.assert_allclose(out["forces"].numpy(), np.concatenate(f_ref), rtol=0, atol=1e-12)
     assert abs(e_ref[0] - 0.5 * k * 0.3**2) < 1e-12  # the dimer, by hand
+
+
+@pytest.mark.timeout(300)
+def test_readme_properties_workflows(tmp_path, monkeypatch):
+    """The materials-properties block, alone (phonopy's supercells shrunk: its symmetry
+    set-up of 216-atom supercells takes seconds each); the reference checks are in
+    tests/workflows/."""
+    pytest.importorskip("phonopy")
+    monkeypatch.chdir(tmp_path)
+    block = readme_blocks()["properties"]
+    fast = 'supercell=2, min_width=0, mesh=[5, 5, 5], npoints=5'
+    ns = run_block(block.replace('supercell="auto"', fast), "properties")
+    assert list(ns["eos"].to_pandas()["formula"]) == ["Cu", "Al", "Ni", "Ag"]
+    elastic = ns["elastic"].to_pandas()
+    assert elastic["error"].isna().all() and elastic["born_stable"].all()
+    assert (elastic["C11"] > elastic["C12"]).all()  # cubic and stable
+    assert type(ns["ph"]).__name__ == "Phonopy"
+    assert (tmp_path / "properties" / "elastic.csv").exists()
+    assert (tmp_path / "properties" / "elastic" / "0_Cu.json").exists()

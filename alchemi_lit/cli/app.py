@@ -40,12 +40,14 @@ class CLI:
         from .plugins import PluginsCommand
         from .report import ReportCommand
         from .run import RunCommand
+        from .workflow import WorkflowCommand
 
         return {
             "run": RunCommand(validate=False),
             "validate": RunCommand(validate=True),
             "plugins": PluginsCommand(),
             "report": ReportCommand(),
+            **{name: WorkflowCommand(name) for name in ("eos", "elastic", "phonons")},
         }
 
     def add_arguments_to_parser(self, parser: Any) -> None:
@@ -161,6 +163,7 @@ class CLI:
             f"  {p} validate --config my.yaml",
             f"  {p} run --simulator.stages.help FIRE",
             f"  {p} report results/quickstart.zarr --plots results/plots",
+            f"  {p} elastic --config configs/workflows/elastic.yaml   # also: eos, phonons",
         ]
         return "\n".join(lines)
 

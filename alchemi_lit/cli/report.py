@@ -1,4 +1,5 @@
-"""``alchemi-lit report STORE [--plots DIR] [--trajectory TRAJ]``: summarize a results store."""
+"""``alchemi-lit report STORE [--plots DIR] [--trajectory TRAJ]``: summarize a results store
+(or a property workflow's output folder: :mod:`.workflow_report`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ class ReportCommand(Command):
     help = "summarize a results store and (with --plots) plot it"
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("store", type=str, help="results store written by ZarrSink (.zarr)")
+        parser.add_argument(
+            "store",
+            type=str,
+            help="results store written by ZarrSink (.zarr), or a property workflow's "
+            "output folder (alchemi-lit eos / elastic / phonons)",
+        )
         parser.add_argument(
             "--plots",
             type=str | None,
@@ -34,6 +40,10 @@ class ReportCommand(Command):
         from rich.console import Console
 
         from ..report import report
+        from .workflow_report import report_workflow, workflow_name
 
+        if workflow_name(cfg.store) is not None:  # E(V) fits, C_ij, phonon bands and DOS
+            report_workflow(cfg.store, cfg.plots, console=Console(width=console_width()))
+            return 0
         report(cfg.store, cfg.plots, cfg.trajectory, console=Console(width=console_width()))
         return 0

@@ -193,6 +193,7 @@ class RunLoop:
                 if resume is None and batch.num_systems:
                     self.loop.compute(batch, ctx)  # forces before the first step
                 self.hooks.run_start(ctx)
+                done_at_entry = False
                 if resume is None and batch.num_systems:
                     # systems the model failed on at their first evaluation are out already,
                     # and leave before the next forward (which would quarantine them again)
@@ -200,9 +201,12 @@ class RunLoop:
                     if self.loop.evict:
                         self.loop.evict = False
                         self._graduate(ctx)
+                    # every system left at entry (zero-step stages: single points): a
+                    # step would be a forward for nothing; one read, before the loop
+                    done_at_entry = bool(self.loop.finished(ctx.batch).all())
                 if resume is not None:  # checkpoints are taken before admission
                     ctx.batch = self._admit(ctx.batch)
-                self._loop(ctx, guard)
+                self._loop(ctx, guard, done_at_entry)
             finally:
                 try:
                     self.hooks.run_end(ctx)
@@ -211,12 +215,13 @@ class RunLoop:
                     self.stats.wall_s = time.perf_counter() - started
         return self.stats
 
-    def _loop(self, ctx: StepContext, guard: InterruptGuard) -> None:
+    def _loop(self, ctx: StepContext, guard: InterruptGuard, done_at_entry: bool = False) -> None:
         interval = self.cadence.fixed or MAX_AUTO_INTERVAL
         budget = self.loop.plan.total_budget() + 2 * interval + 2
         idle = 0
         while True:
-            steps = self._steps(ctx, guard)
+            steps = 0 if done_at_entry else self._steps(ctx, guard)
+            done_at_entry = False
             started = time.perf_counter()
             graduated = self._graduate(ctx)
             interrupted = guard.received is not None

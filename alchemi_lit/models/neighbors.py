@@ -307,9 +307,11 @@ class NeighborList(DevicePath):
         self._shift, self._ishift = self._shift[order], self._ishift[order]
 
     def _set_aids(self, batch: Batch) -> None:
-        """Reduction aids of :class:`Edges` (CPU; edges are sorted by i here)."""
+        """Reduction aids of :class:`Edges` (CPU; edges are sorted by i here).  On an
+        accelerator's path none: its reductions are index_add (a bincount with
+        ``minlength`` sizes its output from a value it reads)."""
         self._csr = {}
-        if batch.device.type != "cpu":
+        if not host_reads_free(batch.positions):
             self._aids = (None, None, None)
             return
         atom_counts = torch.bincount(self._i, minlength=batch.num_atoms)

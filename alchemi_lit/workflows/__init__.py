@@ -1,6 +1,19 @@
-"""Workflows: whole studies built on the Simulator (nudged elastic bands, ...)."""
+"""Workflows: whole studies built on the Simulator, every job of every band or
+material in one batched run.
+
+Nudged elastic bands (:mod:`.neb`: bands built with ASE's interpolation; results per
+band in :mod:`.bands`) and materials properties, each a small module (``eos``,
+``elastic``, ``phonons``) over a shared job runner (:mod:`.jobs`) and per-material table
+(:mod:`.base`).
+"""
 
 from .bands import Band, BandResults, band_results
+from .elastic import ElasticResults, elastic
+from .eos import EOSResults, eos
 from .neb import label_bands, make_band, read_bands
+from .phonons import PhononResults, phonons
 
-__all__ = ["Band", "BandResults", "band_results", "label_bands", "make_band", "read_bands"]
+__all__ = [
+    "Band", "BandResults", "EOSResults", "ElasticResults", "PhononResults", "band_results",
+    "elastic", "eos", "label_bands", "make_band", "phonons", "read_bands",
+]  # fmt: skip

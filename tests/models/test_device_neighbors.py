@@ -134,11 +134,13 @@ def _copper_and_gold(seed: int) -> list[Atoms]:
     ],
     ids=["lj", "morse", "emt"],
 )
-def test_forces_through_the_accelerator_path_equal_the_cpu_paths_bit_for_bit(
+def test_forces_through_the_accelerator_path_equal_the_cpu_paths(
     monkeypatch, make, structures
 ) -> None:
-    """Energy, forces and stress are the CPU path's to the bit: the edges and their
-    order are the same (the reductions are chosen by device, CPU here, not by the switch)."""
+    """Energy, forces and stress are the CPU path's to rounding: the edges and their
+    order are the same, and the accelerator's index_add sums the same edge terms as the
+    CPU's CSR products in another order -- reordering n terms moves a sum by at most
+    (n - 1) eps sum|term|, below 1e-12 of the largest value for the < 100 terms here."""
     if structures == "argon":
         atoms = [*perturbed_argon(2, 2, 0.1, 5), cluster_argon(5.0, 0.1, 6), *mixed_structures(7)]
     else:
@@ -148,7 +150,8 @@ def test_forces_through_the_accelerator_path_equal_the_cpu_paths_bit_for_bit(
     monkeypatch.setattr(tensor_ops, "CPU_READS_FREE", False)
     got = make()(batch, compute_stress=True)
     for key in ("energy", "forces", "stress"):
-        assert torch.equal(got[key], want[key]), key
+        scale = float(want[key].abs().max())
+        torch.testing.assert_close(got[key], want[key], rtol=0, atol=1e-12 * scale, msg=key)
 
 
 def _argon_batch(n_systems: int) -> Batch:

@@ -17,10 +17,11 @@ import torch
 from device_counting import watch_calls
 
 import alchemi_lit as al
-from alchemi_lit import Batch, tensor_ops
+from alchemi_lit import Batch
 from alchemi_lit.integrators import Langevin
 from alchemi_lit.models import LennardJones, NeighborList
 from alchemi_lit.models.skin_watch import strain_limits
+from alchemi_lit.testing import accelerator_path
 from conftest import perturbed_argon, triclinic_argon
 
 DT = torch.float64
@@ -28,22 +29,16 @@ LJ = {"epsilon": 0.0104, "sigma": 3.40, "cutoff": 5.0, "skin": 1.0}
 
 
 @pytest.fixture
-def accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The accelerator's path on CPU: no free host reads, the integrators' torch path."""
-    from alchemi_lit import kernels
-
-    monkeypatch.setattr(tensor_ops, "CPU_READS_FREE", False)
-    monkeypatch.setattr(kernels, "ENABLED", False)
+def accelerator():
+    """The accelerator's path on CPU (testing.accelerator_path)."""
+    with accelerator_path():
+        yield
 
 
 def fresh_forces(batch: Batch, **kw) -> dict[str, torch.Tensor]:
-    """The CPU path's result with a list built now (the exact reference)."""
-    free = tensor_ops.CPU_READS_FREE
-    tensor_ops.CPU_READS_FREE = True
-    try:
-        return LennardJones(**{**LJ, **kw})(batch, compute_stress=True)
-    finally:
-        tensor_ops.CPU_READS_FREE = free
+    """The result with a list built now, on the same path (the exact reference: the
+    same edges in the same order and the same reductions, so equal to the bit)."""
+    return LennardJones(**{**LJ, **kw})(batch, compute_stress=True)
 
 
 class Checked(LennardJones):

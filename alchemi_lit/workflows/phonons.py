@@ -1,0 +1,261 @@
+"""Phonons of many materials through phonopy, the forces of every displaced supercell of
+every material from one batched run.
+
+phonopy (the field's standard) makes the supercells and displacements and does all the
+lattice dynamics -- force constants, band path, DOS, thermal properties -- exactly as a
+user driving it with an ASE calculator would; only the force evaluations change: all
+materials' displaced supercells are the jobs of one run.  Each material's ``Phonopy``
+object is returned, ready for anything else phonopy does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..models.base import Model
+from .base import MaterialResults
+from .jobs import Job, as_structures, check_materials, run_jobs
+from .phonopy_setup import build_phonopy, require_phonopy, supercell_matrices
+
+
+#: 1 kJ/mol in eV (phonopy's thermal properties are per mole of primitive cells)
+def _kj_per_mol() -> float:
+    from ase.units import kJ, mol
+
+    return float(kJ / mol)
+
+
+class PhononResults(MaterialResults):
+    """Per material: ``min_frequency_THz`` (lowest on the band path and mesh; imaginary
+    as negative), ``stable`` (above ``-imaginary_tolerance``), ``free_energy_300K``
+    (eV per primitive cell, phonopy's), ``n_displacements``; :meth:`phonopy` gives the
+    ``Phonopy`` object, :meth:`band_structure`, :meth:`dos`, :meth:`thermal` its data."""
+
+    columns = ("min_frequency_THz", "stable", "free_energy_300K", "n_displacements")
+    name = "phonons"
+
+    def phonopy(self, i: int) -> Any:
+        """Material ``i``'s ``phonopy.Phonopy`` with forces, force constants, band
+        structure, mesh, DOS and thermal properties computed."""
+        return self.values[self._check(i)]["_phonopy"]
+
+    def band_structure(self, i: int) -> dict[str, Any]:
+        """phonopy's band-structure dict (``qpoints``, ``distances``, ``frequencies`` in
+        THz per path segment) plus ``labels``; empty without a band path."""
+        band = self.phonopy(i).band_structure
+        if band is None:
+            return {}
+        keys = ("qpoints", "distances", "frequencies", "labels", "path_connections")
+        return {k: getattr(band, k) for k in keys}
+
+    def dos(self, i: int) -> dict[str, np.ndarray]:
+        """Total DOS: ``frequency_points`` (THz) and ``total_dos`` (phonopy's)."""
+        dos = self.phonopy(i).total_dos
+        return {"frequency_points": dos.frequency_points, "total_dos": dos.dos}
+
+    def thermal(self, i: int) -> Any:
+        """Thermal properties per primitive cell, a ``pandas.DataFrame``:
+        ``temperature_K``, ``free_energy_eV``, ``entropy_eV_per_K``,
+        ``heat_capacity_eV_per_K`` (phonopy's kJ/mol and J/K/mol converted)."""
+        import pandas as pd
+
+        t = _thermal(self.phonopy(i))
+        per_k = _kj_per_mol() / 1000.0
+        return pd.DataFrame({
+            "temperature_K": t["temperatures"],
+            "free_energy_eV": np.asarray(t["free_energy"]) * _kj_per_mol(),
+            "entropy_eV_per_K": np.asarray(t["entropy"]) * per_k,
+            "heat_capacity_eV_per_K": np.asarray(t["heat_capacity"]) * per_k,
+        })  # fmt: skip
+
+    def record(self, i: int) -> dict[str, Any]:
+        return {k: v for k, v in self.values[i].items() if not k.startswith("_")}
+
+    def write_material(self, i: int, stem: Any) -> list[Any]:
+        """The JSON record, phonopy's ``phonopy_params.yaml`` (structure, displacements,
+        forces, force constants: ``phonopy.load`` reads it), ``band.yaml``,
+        ``total_dos.dat`` and the thermal table as CSV."""
+        written = super().write_material(i, stem)
+        ph = self.phonopy(i)
+        params = stem.parent / f"{stem.name}.phonopy_params.yaml"
+        ph.save(params, settings={"force_constants": True})
+        written.append(params)
+        if ph.band_structure is not None:
+            band = stem.parent / f"{stem.name}.band.yaml"
+            ph.write_yaml_band_structure(filename=band)
+            written.append(band)
+        dos = stem.parent / f"{stem.name}.total_dos.dat"
+        ph.write_total_dos(filename=dos)
+        thermal = stem.parent / f"{stem.name}.thermal.csv"
+        self.thermal(i).to_csv(thermal, index=False)
+        return [*written, dos, thermal]
+
+
+def phonons(
+    structures: Any,
+    model: Model,
+    *,
+    supercell: Any = "auto",
+    min_width: float | None = None,
+    distance: float = 0.01,
+    primitive_matrix: Any = "auto",
+    symprec: float = 1e-5,
+    band_path: Any = "seekpath",
+    npoints: int = 51,
+    mesh: Any = 50.0,
+    temperatures: Any = tuple(range(0, 1001, 50)),
+    imaginary_tolerance: float = 0.05,
+    max_atoms: int | str | None = None,
+    max_systems: int | None = None,
+    resume: Any = None,
+    **simulator: Any,
+) -> PhononResults:
+    """Harmonic phonons of every structure through phonopy, forces from one batched run.
+
+    Args:
+        structures: relaxed ``ase.Atoms`` periodic in x, y and z (the unit cells).
+        model: any alchemi_lit model.
+        supercell: ``"auto"`` (the smallest diagonal multiple of each lattice vector
+            reaching ``min_width``), an int, 3 ints (diagonal), a 3 x 3 matrix
+            (phonopy's ``supercell_matrix``), for every structure; or a dict of
+            structure index -> one of these (the others: "auto").
+        min_width: smallest supercell thickness (Å) allowed, checked before the run;
+            default twice the model's cutoff, so a displaced atom's images stay out of
+            the range its force constants are read over; 0 turns the check off.
+        distance: displacement length (Å, phonopy's default 0.01).
+        primitive_matrix, symprec: passed to ``Phonopy``.
+        band_path: ``"seekpath"`` (phonopy's ``auto_band_structure``), a list of
+            paths of fractional q-points (each a list of corners, in the primitive
+            cell's reciprocal basis, for every structure), or None.
+        npoints: q-points per path segment.
+        mesh: the mesh for DOS, thermal properties and the stability test (phonopy's
+            ``run_mesh``: a length in Å or three numbers).
+        temperatures: K, for the thermal properties (300 K is always included).
+        imaginary_tolerance: THz; ``stable`` means no frequency below ``-tolerance``
+            (imaginary frequencies are negative), 0.05 THz as atomate2's default:
+            acoustic modes near Gamma come out slightly imaginary from numerical noise.
+        max_atoms, max_systems, resume, **simulator: as :func:`~.elastic.elastic`.
+
+    Returns:
+        :class:`PhononResults`.
+    """
+    require_phonopy(band_path == "seekpath")
+    if not float(distance) > 0 or float(imaginary_tolerance) < 0:
+        raise ConfigError(
+            f"phonons: distance must be > 0 Å and imaginary_tolerance >= 0 THz, got "
+            f"{distance} and {imaginary_tolerance}"
+        )
+    materials = as_structures(structures, "phonons")
+    check_materials(materials, model, "phonons")
+    width = 2.0 * float(model.cutoff) if min_width is None else float(min_width)
+    matrices = supercell_matrices(supercell, materials, width, model)
+    temps = np.unique(np.append(np.asarray(temperatures, dtype=np.float64), 300.0))
+    setups = [
+        build_phonopy(atoms, m, primitive_matrix, symprec, distance, i)
+        for i, (atoms, m) in enumerate(zip(materials, matrices))
+    ]
+    jobs = [
+        Job(i, f"{i}:d{k}", sc)
+        for i, (_, supercells) in enumerate(setups)
+        for k, sc in enumerate(supercells)
+    ]
+    run = run_jobs(jobs, model, None, "phonons", max_atoms, max_systems, resume, simulator)
+    values, errors = [], []
+    for i, (ph, supercells) in enumerate(setups):
+        record: dict[str, Any] = {
+            "supercell_matrix": matrices[i],
+            "n_displacements": len(supercells),
+        }
+        error = run.failure(i)
+        if error is None:
+            try:
+                record.update(_analyse(ph, [run.forces[k] for k in run.of(i)], band_path,
+                                       npoints, mesh, temps, imaginary_tolerance))  # fmt: skip
+            except Exception as exc:  # phonopy's own failure, for this material only
+                error = f"phonopy failed: {type(exc).__name__}: {exc}"
+        values.append(record)
+        errors.append(error)
+    settings = {
+        "supercell": [m.tolist() for m in matrices], "min_width": width, "distance": distance,
+        "band_path": band_path, "npoints": npoints, "mesh": mesh, "temperatures": temps.tolist(),
+        "imaginary_tolerance": imaginary_tolerance,
+    }  # fmt: skip
+    return PhononResults(materials, values, errors, run, settings)
+
+
+def _analyse(
+    ph: Any, forces: list[np.ndarray], band_path: Any, npoints: int, mesh: Any,
+    temps: np.ndarray, tolerance: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Force constants, band path, mesh, DOS and thermal properties of one material."""
+    ph.forces = np.asarray(forces)
+    ph.produce_force_constants(show_drift=False)
+    lowest = []
+    if band_path == "seekpath":
+        ph.auto_band_structure(npoints=int(npoints))
+    elif band_path is not None:
+        from phonopy.phonon.band_structure import get_band_qpoints_and_path_connections
+
+        qpoints, connections = get_band_qpoints_and_path_connections(band_path, int(npoints))
+        ph.run_band_structure(qpoints, path_connections=connections)
+    if ph.band_structure is not None:
+        lowest.append(min(float(np.min(f)) for f in ph.band_structure.frequencies))
+    ph.run_mesh(mesh)
+    lowest.append(float(np.min(ph.mesh.frequencies)))
+    ph.run_total_dos()
+    ph.run_thermal_properties(temperatures=temps, **_without_gamma_acoustic())
+    thermal = _thermal(ph)
+    at300 = int(np.flatnonzero(np.asarray(thermal["temperatures"]) == 300.0)[0])
+    low = min(lowest)
+    return {
+        **_plot_data(ph),
+        "min_frequency_THz": low,
+        "stable": bool(low >= -float(tolerance)),
+        "free_energy_300K": float(thermal["free_energy"][at300]) * _kj_per_mol(),
+        "_phonopy": ph,
+    }
+
+
+def _thermal(ph: Any) -> dict[str, np.ndarray]:
+    """phonopy's thermal properties (kJ/mol, J/K/mol) from its ``ThermalProperties``
+    (the dict getter is deprecated in phonopy 4; older releases lack the attributes)."""
+    t = ph.thermal_properties
+    names = ("temperatures", "free_energy", "entropy", "heat_capacity")
+    if all(hasattr(t, n) for n in names):
+        return {n: np.asarray(getattr(t, n)) for n in names}
+    return {n: np.asarray(v) for n, v in ph.get_thermal_properties_dict().items()}
+
+
+def _without_gamma_acoustic() -> dict[str, bool]:
+    """Leave the three acoustic modes at Gamma out of the thermal sums where phonopy can
+    (``exclude_gamma_acoustic``, phonopy 4): they are zero up to numerical noise, and
+    their ``kT ln(h nu / kT)`` terms made the free energy depend on that noise by
+    ~1e-4 eV on a Gamma-centred mesh."""
+    import inspect
+
+    from phonopy import Phonopy
+
+    params = inspect.signature(Phonopy.run_thermal_properties).parameters
+    return {"exclude_gamma_acoustic": True} if "exclude_gamma_acoustic" in params else {}
+
+
+def _plot_data(ph: Any) -> dict[str, Any]:
+    """Band path and DOS as plain lists, for the per-material file (what ``alchemi-lit
+    report`` plots without phonopy's symmetry set-up again)."""
+    dos = ph.total_dos
+    out: dict[str, Any] = {
+        "dos": {"frequency_THz": np.asarray(dos.frequency_points), "dos": np.asarray(dos.dos)}
+    }
+    band = ph.band_structure
+    if band is not None:
+        connections = band.path_connections
+        out["band"] = {
+            "distances": [np.asarray(d) for d in band.distances],
+            "frequencies_THz": [np.asarray(f) for f in band.frequencies],
+            "labels": list(band.labels) if band.labels is not None else None,
+            "connections": None if connections is None else [bool(c) for c in connections],
+        }
+    return out

@@ -1,0 +1,119 @@
+"""``alchemi-lit eos | elastic | phonons`` run every ``configs/workflows/*.yaml`` end to end
+(shrunk), give the Python API's numbers, resume, report and refuse bad configs in one
+line.  (``test_configs.py`` runs ``configs/*.yaml`` with ``run``; these configs are for
+the workflow commands, hence their own folder and test.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from ase.io import read
+
+from alchemi_lit import workflows
+from alchemi_lit.cli import main
+from alchemi_lit.integrators import FIRE
+from alchemi_lit.models import EMT
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "configs" / "workflows").glob("*.yaml"))
+CRYSTALS = ROOT / "configs" / "data" / "crystals.extxyz"
+#: a few structures, and phonopy's supercells small (its symmetry set-up of the 216-atom
+#: supercells "auto" picks for EMT takes seconds per material)
+TINY = {
+    "eos": ["--data.index", ":3"],
+    "elastic": ["--data.index", ":2"],
+    "phonons": ["--data.index", ":2", "--workflow.supercell", "2", "--workflow.min_width", "0",
+                "--workflow.mesh", "[5, 5, 5]", "--workflow.npoints", "5"],
+}  # fmt: skip
+
+
+def run_config(config: Path, out: Path, *extra: str) -> int:
+    args = [config.stem, "--config", str(config), "--output.dir", str(out), *TINY[config.stem]]
+    if config.stem == "elastic":  # its store and checkpoints into tmp as well
+        args += ["--simulator.sinks.0.init_args.store", str(out / "jobs.zarr"),
+                 "--simulator.callbacks.0.init_args.dirpath", str(out / "ckpt")]  # fmt: skip
+    return main([*args, *extra])
+
+
+def test_the_workflow_configs_exist():
+    assert {p.stem for p in CONFIGS} == {"eos", "elastic", "phonons"}
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_workflow_config_runs_and_equals_the_python_api(config, tmp_path, capsys):
+    if config.stem == "phonons":
+        pytest.importorskip("phonopy")
+    assert run_config(config, tmp_path) == 0
+    name = config.stem
+    table = pd.read_csv(tmp_path / f"{name}.csv")
+    assert (tmp_path / f"{name}.config.yaml").exists() and (tmp_path / name).is_dir()
+    assert table["error"].isna().all()
+    atoms = read(CRYSTALS, TINY[name][1])
+    if name == "eos":
+        ref = workflows.eos(atoms, EMT()).to_pandas()
+        np.testing.assert_allclose(table["B0"], ref["B0"], rtol=1e-12)
+    elif name == "elastic":
+        ref = workflows.elastic(atoms, EMT(), relax=FIRE(fmax=0.001, max_steps=1000)).to_pandas()
+        np.testing.assert_allclose(table["C11"], ref["C11"], rtol=1e-12)
+        np.testing.assert_allclose(table["C44"], ref["C44"], rtol=1e-12)
+    else:
+        ref = workflows.phonons(
+            atoms, EMT(), supercell=2, min_width=0, mesh=[5, 5, 5], npoints=5
+        ).to_pandas()
+        np.testing.assert_allclose(table["free_energy_300K"], ref["free_energy_300K"], rtol=1e-12)
+    assert "summary" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_report_plots_a_workflow_output(config, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    if config.stem == "phonons":
+        pytest.importorskip("phonopy")
+    assert run_config(config, tmp_path) == 0
+    capsys.readouterr()
+    assert main(["report", str(tmp_path), "--plots", str(tmp_path / "plots")]) == 0
+    out = capsys.readouterr().out
+    pngs = sorted((tmp_path / "plots").glob("*.png"))
+    n = len(pd.read_csv(tmp_path / f"{config.stem}.csv"))
+    assert len(pngs) == n and all(p.stat().st_size > 1000 for p in pngs)
+    assert f"alchemi-lit report: {config.stem}" in out
+
+
+def test_resume_of_a_finished_elastic_run_computes_nothing_and_gives_the_same_table(tmp_path):
+    config = ROOT / "configs" / "workflows" / "elastic.yaml"
+    assert run_config(config, tmp_path) == 0
+    first = pd.read_csv(tmp_path / "elastic.csv")
+    assert run_config(config, tmp_path, "--resume") == 0
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "elastic.csv"), first)
+
+
+def test_print_config_reruns_to_the_same_table(tmp_path, capsys):
+    config = ROOT / "configs" / "workflows" / "eos.yaml"
+    assert main(["eos", "--config", str(config), "--data.index", ":2", "--print_config"]) == 0
+    resolved = tmp_path / "resolved.yaml"
+    resolved.write_text(capsys.readouterr().out)
+    assert "SinglePoint" in resolved.read_text()  # no stages: single points, said so
+    assert main(["eos", "--config", str(resolved), "--output.dir", str(tmp_path / "a")]) == 0
+    assert run_config(config, tmp_path / "b", "--data.index", ":2") == 0
+    pd.testing.assert_frame_equal(
+        pd.read_csv(tmp_path / "a" / "eos.csv"), pd.read_csv(tmp_path / "b" / "eos.csv")
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        (["--simulator.stages", "[{class_path: FIRE}]"], "simulator.stages"),
+        (["--data.first_id", "5"], "data.first_id"),
+        (["--workflow.distance", "-1"], "distance must be > 0"),
+    ],
+)
+def test_a_bad_workflow_config_is_one_line_with_exit_2(extra, key, tmp_path, capsys):
+    pytest.importorskip("phonopy")
+    config = ROOT / "configs" / "workflows" / "phonons.yaml"
+    assert run_config(config, tmp_path, *extra) == 2
+    err = capsys.readouterr().err
+    assert key in err and err.startswith("error:") and len(err.strip().splitlines()) == 1

@@ -1,0 +1,107 @@
+"""workflows.phonons against phonopy driven by ASE's EMT calculator, the way phonopy's
+own ASE examples run it: same supercells and displacements, forces from ASE."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ase import Atoms
+from ase.calculators.emt import EMT as AseEMT
+from workflow_materials import aluminium, copper, cu3au
+
+from alchemi_lit import workflows
+from alchemi_lit.models import EMT
+
+pytest.importorskip("phonopy")
+pytest.importorskip("seekpath")
+
+from phonopy import Phonopy
+from phonopy.structure.atoms import PhonopyAtoms
+
+# small supercells keep phonopy's own set-up (symmetry of the supercell) quick; both
+# sides use the same ones, so the comparison is exact whatever their size
+SUPERCELLS = [[3, 3, 3], [3, 3, 3], [2, 2, 2]]
+KW = dict(min_width=0, mesh=[9, 9, 9], npoints=11)
+
+
+def ase_phonopy(atoms, supercell):
+    """phonopy with forces from ASE's EMT, and the same band path, mesh and thermal
+    properties as the workflow's settings above."""
+    unit = PhonopyAtoms(
+        symbols=atoms.get_chemical_symbols(), cell=atoms.cell[:],
+        scaled_positions=atoms.get_scaled_positions(), masses=atoms.get_masses(),
+    )  # fmt: skip
+    ph = Phonopy(unit, supercell_matrix=np.diag(supercell), primitive_matrix="auto")
+    ph.generate_displacements(distance=0.01)
+    forces = []
+    for sc in ph.supercells_with_displacements:
+        s = Atoms(sc.symbols, cell=sc.cell, scaled_positions=sc.scaled_positions, pbc=True)
+        s.calc = AseEMT()
+        forces.append(s.get_forces())
+    ph.forces = forces
+    ph.produce_force_constants()
+    ph.auto_band_structure(npoints=KW["npoints"])
+    ph.run_mesh(KW["mesh"])
+    ph.run_thermal_properties(temperatures=[300.0], exclude_gamma_acoustic=True)
+    return ph
+
+
+def gamma(ph):
+    ph.run_qpoints([[0.0, 0.0, 0.0]])
+    return ph.qpoints.frequencies[0]
+
+
+@pytest.fixture(scope="module")
+def computed():
+    materials = [copper(), aluminium(), cu3au()]
+    return materials, workflows.phonons(
+        materials, EMT(), supercell=dict(enumerate(SUPERCELLS)), **KW
+    )
+
+
+def test_frequencies_and_free_energy_match_phonopy_with_ase_emt(computed):
+    materials, res = computed
+    table = res.to_pandas()
+    for i, atoms in enumerate(materials):
+        ref = ase_phonopy(atoms, SUPERCELLS[i])
+        ph = res.phonopy(i)
+        assert isinstance(ph, Phonopy)
+        # forces agree with ASE's to ~1e-14 eV/Å: frequencies to far below 1e-4 THz
+        np.testing.assert_allclose(gamma(ph), gamma(ref), rtol=0, atol=1e-4)
+        for mine, theirs in zip(
+            res.band_structure(i)["frequencies"], ref.band_structure.frequencies
+        ):
+            np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-4)
+        f300 = ref.thermal_properties.free_energy[0] / 96.485332123  # kJ/mol -> eV
+        assert table["free_energy_300K"][i] == pytest.approx(f300, abs=1e-4)
+        assert table["free_energy_300K"][i] == pytest.approx(
+            res.thermal(i).set_index("temperature_K")["free_energy_eV"][300.0], abs=1e-12
+        )
+        assert table["n_displacements"][i] == len(ref.supercells_with_displacements)
+    assert table["stable"].all()
+    assert (table["min_frequency_THz"] > -0.05).all()
+
+
+def test_unstable_structure_is_flagged(computed):
+    """Cu squeezed to bcc with the fcc lattice constant: imaginary shear modes, which
+    the flag must report (phonopy gives them as negative frequencies)."""
+    bcc = Atoms(
+        "Cu", cell=[[-1.55, 1.55, 1.55], [1.55, -1.55, 1.55], [1.55, 1.55, -1.55]], pbc=True
+    )
+    res = workflows.phonons([bcc], EMT(), supercell=3, **KW)
+    row = res.to_pandas().iloc[0]
+    assert row["min_frequency_THz"] < -0.05 and not row["stable"]
+
+
+def test_dos_and_thermal_tables(computed):
+    _, res = computed
+    dos = res.dos(0)
+    assert dos["frequency_points"].shape == dos["total_dos"].shape
+    # 3 modes per atom: the DOS integrates to 3 per primitive cell (1 atom)
+    integral = np.trapezoid(dos["total_dos"], dos["frequency_points"])
+    assert integral == pytest.approx(3.0, rel=0.02)
+    thermal = res.thermal(2)
+    assert list(thermal.columns) == [
+        "temperature_K", "free_energy_eV", "entropy_eV_per_K", "heat_capacity_eV_per_K"
+    ]  # fmt: skip
+    assert 300.0 in thermal["temperature_K"].tolist()

@@ -1,0 +1,252 @@
+"""How the workflows run: a batch of materials equals each alone, a killed workflow
+resumes without losing or repeating anything, a failing material leaves the others be,
+and bad input is refused before anything runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+
+import numpy as np
+import pandas as pd
+import pytest
+from ase import Atoms
+from ase.build import bulk
+from ase.calculators.emt import EMT as AseEMT
+from workflow_materials import aluminium, copper, cu3au, ten_materials, triclinic
+
+from alchemi_lit import workflows
+from alchemi_lit.callbacks import Checkpoint
+from alchemi_lit.engine.interrupt import RunInterrupted
+from alchemi_lit.errors import ConfigError, StructureError
+from alchemi_lit.hooks import Callback
+from alchemi_lit.integrators import FIRE, CellFilter, Langevin
+from alchemi_lit.models import EMT, ASECalculatorModel
+from alchemi_lit.sinks import ZarrSink
+
+RELAX = FIRE(fmax=1e-3, max_steps=500)
+
+
+def test_ten_materials_batched_equal_each_alone():
+    """Inflight batches of mixed jobs (the triclinic cell's relax for many steps) give
+    every material bit for bit what it gets alone: its jobs' paths depend on nothing else."""
+    materials = ten_materials()
+    batched = workflows.elastic(materials, EMT(), relax=RELAX, max_atoms=40)
+    assert batched.jobs.results.stats["forward_calls"] > 1  # refilled: several batches
+    for i, atoms in enumerate(materials):
+        alone = workflows.elastic([atoms], EMT(), relax=RELAX)
+        np.testing.assert_array_equal(batched.elastic_tensor(i), alone.elastic_tensor(0))
+    eos_batched = workflows.eos(materials, EMT(), max_atoms=40).to_pandas()
+    for i, atoms in enumerate(materials):
+        alone = workflows.eos([atoms], EMT()).to_pandas()
+        assert eos_batched["B0"][i] == alone["B0"][0] and eos_batched["V0"][i] == alone["V0"][0]
+
+
+def test_phonons_batched_equal_each_alone():
+    pytest.importorskip("phonopy")
+    materials = [copper(), aluminium(), cu3au()]
+    kw = dict(supercell=2, min_width=0, mesh=[5, 5, 5], band_path=None)
+    batched = workflows.phonons(materials, EMT(), max_atoms=40, **kw).to_pandas()
+    for i, atoms in enumerate(materials):
+        alone = workflows.phonons([atoms], EMT(), **kw).to_pandas()
+        assert batched["min_frequency_THz"][i] == alone["min_frequency_THz"][0]
+        assert batched["free_energy_300K"][i] == alone["free_energy_300K"][0]
+
+
+def test_single_points_of_one_batch_cost_one_forward():
+    res = workflows.eos([copper(), aluminium()], EMT())
+    assert res.jobs.results.stats["forward_calls"] == 1
+
+
+class SignalSelf(Callback):
+    """SIGTERM to this process once ``after`` jobs have left the plan."""
+
+    def __init__(self, after: int) -> None:
+        super().__init__()
+        self.after, self.finished, self.sent = after, 0, False
+
+    def on_converge(self, ctx) -> None:
+        self.finished += int((ctx.batch.status == ctx.state["exit_code"]).sum())
+
+    def after_step(self, ctx) -> None:
+        if self.finished >= self.after and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("checkpoints", [True, False], ids=["checkpoint", "stores-only"])
+def test_a_killed_workflow_resumes_and_loses_nothing(tmp_path, checkpoints):
+    materials = [triclinic(), copper(), cu3au(), triclinic(), aluminium()]
+    kw = dict(relax=RELAX, max_atoms=12)
+    reference = workflows.elastic(materials, EMT(), **kw).to_pandas()
+
+    def callbacks(extra):
+        saved = [Checkpoint(tmp_path / "ckpt", every_n_steps=5)] if checkpoints else []
+        return [*saved, *extra]
+
+    store = tmp_path / "elastic.zarr"
+    with pytest.raises(RunInterrupted):
+        workflows.elastic(materials, EMT(), sinks=[ZarrSink(store)],
+                          callbacks=callbacks([SignalSelf(after=30)]), **kw)  # fmt: skip
+    done_before = len(ZarrSink(store).read())
+    assert 0 < done_before < 5 * 24
+    resumed = workflows.elastic(
+        materials, EMT(), sinks=[ZarrSink(store)], callbacks=callbacks([]), resume=True, **kw
+    )
+    pd.testing.assert_frame_equal(resumed.to_pandas(), reference)
+    stored = ZarrSink(store).read()
+    assert sorted(stored.system_id.tolist()) == list(range(5 * 24))  # each job once
+
+
+class NoGold(AseEMT):
+    """ASE's EMT, failing on any structure with gold."""
+
+    def calculate(self, atoms=None, properties=("energy",), system_changes=()):
+        if 79 in atoms.numbers:
+            raise RuntimeError("no gold here")
+        super().calculate(atoms, properties, system_changes)
+
+
+def test_a_material_whose_jobs_fail_is_reported_and_the_others_finish():
+    materials = [copper(), cu3au(), aluminium()]
+    res = workflows.elastic(materials, ASECalculatorModel(NoGold))
+    table = res.to_pandas()
+    assert "the model failed" in table["error"][1] and "no gold here" in table["error"][1]
+    assert table[list(workflows.elastic.__globals__["CIJ"])].iloc[1].isna().all()
+    assert set(res.failed) == {1}
+    clean = workflows.elastic([copper(), aluminium()], EMT())
+    for row, i in ((0, 0), (2, 1)):
+        assert pd.isna(table["error"][row])
+        np.testing.assert_allclose(res.elastic_tensor(row), clean.elastic_tensor(i), atol=1e-6)
+    with pytest.raises(ValueError, match="material 1 has no elastic results"):
+        res.elastic_tensor(1)
+
+
+# ------------------------------------------------------------- refused before running
+class Untouchable(EMT):
+    """EMT that fails the test if it is ever evaluated."""
+
+    def forward(self, batch):
+        raise AssertionError("the model was evaluated although the input was refused")
+
+
+MOLECULE = Atoms("Cu2", positions=[[0, 0, 0], [0, 0, 2.4]], cell=[10, 10, 10], pbc=False)
+
+
+@pytest.mark.parametrize("name", ["eos", "elastic", "phonons"])
+def test_a_non_periodic_structure_is_refused_before_anything_runs(name):
+    with pytest.raises(StructureError, match=r"structure 1 \(Cu2\) is not periodic in x, y and z"):
+        getattr(workflows, name)([copper(), MOLECULE], Untouchable())
+
+
+def test_missing_phonopy_names_the_package_and_the_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "phonopy" else real(n, *a)
+    )
+    with pytest.raises(
+        ConfigError, match=r"phonons need phonopy.*pip install 'alchemi_lit\[phonons\]'"
+    ):
+        workflows.phonons([copper()], Untouchable())
+
+
+def test_a_supercell_too_small_for_the_cutoff_is_refused_with_one_that_would_do():
+    model = Untouchable()  # cutoff ~5.9 Å: supercells must be ~11.8 Å thick
+    with pytest.raises(
+        StructureError,
+        match=r"structure 0 \(Cu\): the supercell .* is 6.22 Å thick.*supercell=\[6, 6, 6\]",
+    ):
+        workflows.phonons([copper()], model, supercell=3)
+
+
+def test_auto_supercells_reach_twice_the_cutoff():
+    pytest.importorskip("phonopy")
+    from alchemi_lit.geometry import periodic_heights
+
+    atoms = bulk("Cu", "fcc", a=3.59, cubic=True)
+    res = workflows.phonons([atoms], EMT(), mesh=[5, 5, 5], band_path=None)
+    m = np.asarray(res.settings["supercell"][0])
+    thick = periodic_heights(m.T @ atoms.cell[:], np.ones(3, bool))
+    assert np.all(thick >= 2 * EMT().cutoff) and np.all(
+        thick - atoms.cell.lengths() < 2 * EMT().cutoff
+    )
+
+
+def test_relax_must_be_optimizers_that_keep_the_imposed_cell():
+    with pytest.raises(ConfigError, match="MD stages do not end at a minimum"):
+        workflows.elastic(
+            [copper()], Untouchable(), relax=Langevin(dt=1.0, temperature=10.0, steps=5)
+        )
+    with pytest.raises(ConfigError, match="relaxes the cell, which would undo"):
+        workflows.elastic([copper()], Untouchable(), relax=FIRE(cell="frechet"))
+    with pytest.raises(ConfigError, match="relaxes the cell"):
+        workflows.eos([copper()], Untouchable(), relax=FIRE(cell=CellFilter()))
+    # the shape may relax at each volume: the volume is what the EOS imposes
+    res = workflows.eos(
+        [triclinic()], EMT(), relax=FIRE(fmax=0.01, cell=CellFilter(constant_volume=True))
+    )
+    assert pd.isna(res.to_pandas()["error"][0])
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda m: workflows.elastic([copper()], m, strains=(0.01,)), "at least two distinct"),
+        (lambda m: workflows.elastic([copper()], m, strains=(0.0, 0.01)), "non-zero"),
+        (lambda m: workflows.elastic([copper()], m, strains=(-1.0, 1.0)), "at most 0.1"),
+        (lambda m: workflows.eos([copper()], m, n_points=3), "n_points must be >= 5"),
+        (lambda m: workflows.eos([copper()], m, eos="bm"), "one of ASE's"),
+        (lambda m: workflows.eos([copper()], m, max_strain=4), "fraction"),
+        (lambda m: workflows.eos([copper()], m, stages=FIRE()), "set by the workflow"),
+        (lambda m: workflows.eos([], m), "no structures"),
+        (lambda m: workflows.phonons([copper()], m, supercell=[2, 2]), "3 x 3 integer"),
+        (lambda m: workflows.phonons([copper()], m, supercell={3: 2}), "structure indices"),
+    ],
+)
+def test_bad_parameters_are_refused_in_one_line(call, match):
+    with pytest.raises(ConfigError, match=match) as caught:
+        call(Untouchable())
+    assert "\n" not in str(caught.value)
+
+
+def test_a_job_larger_than_max_atoms_names_its_structure():
+    with pytest.raises(
+        ConfigError, match=r"job 1:.* of structure 1 has 4 atoms, more than max_atoms=2"
+    ):
+        workflows.elastic([copper(), cu3au()], Untouchable(), max_atoms=2)
+
+
+def test_write_saves_the_table_and_one_file_per_material(tmp_path):
+    res = workflows.eos([copper(), aluminium()], EMT())
+    written = res.write(tmp_path)
+    table = pd.read_csv(tmp_path / "eos.csv")
+    np.testing.assert_allclose(table["B0"], res.to_pandas()["B0"], rtol=1e-15)
+    assert (tmp_path / "eos" / "0_Cu.json").exists() and (tmp_path / "eos" / "1_Al.json").exists()
+    assert tmp_path / "eos.settings.json" in written
+    if importlib.util.find_spec("pyarrow") is None:
+        with pytest.raises(
+            ConfigError,
+            match="parquet tables need pyarrow, which is not installed: pip install pyarrow",
+        ):
+            res.write(tmp_path, format="parquet")
+    else:
+        res.write(tmp_path, format="parquet")
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "eos.parquet"), res.to_pandas())
+
+
+def test_a_structure_phonopy_cannot_set_up_is_named_before_the_run():
+    pytest.importorskip("phonopy")
+    # an F-centring primitive matrix: right for cubic fcc Cu, wrong for L1_2 Cu3Au
+    cubic_cu = bulk("Cu", "fcc", a=3.59, cubic=True)
+    with pytest.raises(StructureError, match=r"structure 1 \(AuCu3\): phonopy cannot set it up"):
+        workflows.phonons(
+            [cubic_cu, cu3au()], Untouchable(), supercell=2, min_width=0, primitive_matrix="F"
+        )
+
+
+def test_an_invalid_structure_is_named_by_its_input_index_not_a_job():
+    broken = copper()
+    broken.positions[0, 0] = np.nan
+    with pytest.raises(StructureError, match=r"^elastic: system 1: .*non-finite"):
+        workflows.elastic([aluminium(), broken], Untouchable())
