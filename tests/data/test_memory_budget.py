@@ -312,6 +312,7 @@ def test_one_structure_dataset():
     assert sampler.max_atoms == 32
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_auto_on_a_gpu_reads_the_device():
     """On a GPU: PyTorch's allocator statistics drive the fit; with 256 MiB said to be

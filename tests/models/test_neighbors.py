@@ -381,6 +381,7 @@ def test_device_builder_matches_cpu_builder() -> None:
             assert _pair_set(di[dm], dj[dm], dishift[dm]) == _pair_set(i[m], j[m], ishift[m])
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_lennard_jones_on_cuda_matches_cpu() -> None:
     batch = Batch.from_atoms(perturbed_argon(4, 2, 0.1, seed=3), dtype=DT)
