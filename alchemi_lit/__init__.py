@@ -9,27 +9,30 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import AlchemiError, ConfigError, ModelError, StructureError
-from .version import __version__
+from . import _moved
+from .core.errors import AlchemiError, ConfigError, ModelError, StructureError
+from .core.version import __version__
+
+_moved.install()  # old module paths (alchemi_lit.state, ...) keep working for one release
 
 if TYPE_CHECKING:
-    from .hooks import Callback, HookStageEnum
-    from .results import Results
+    from .core.state import Batch
+    from .engine.hooks import Callback, HookStageEnum
+    from .integrators.stages import Fused, Pipeline
+    from .io.results import Results
     from .simulator import Simulator
-    from .stages import Fused, Pipeline
-    from .state import Batch
     from .strategies.buffers import BufferConfig
 
 
 #: public name -> the module that defines it
 _LAZY = {
-    "Batch": ".state",
+    "Batch": ".core.state",
     "BufferConfig": ".strategies.buffers",
-    "Callback": ".hooks",
-    "Fused": ".stages",
-    "HookStageEnum": ".hooks",
-    "Pipeline": ".stages",
-    "Results": ".results",
+    "Callback": ".engine.hooks",
+    "Fused": ".integrators.stages",
+    "HookStageEnum": ".engine.hooks",
+    "Pipeline": ".integrators.stages",
+    "Results": ".io.results",
     "Simulator": ".simulator",
 }
 

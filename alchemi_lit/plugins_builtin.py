@@ -7,7 +7,7 @@ everything, and so `alchemi-lit plugins` shows exactly this list plus entry poin
 from __future__ import annotations
 
 from .callbacks import Checkpoint, Logger, NaNGuard, ProgressBar, ThermoMonitor, TrajectoryWriter
-from .convergence import All, Any_, EnergyChange, ForceMax
+from .core.registry import register, register_preset
 from .data import SizeAwareSampler
 from .integrators import (
     BFGS,
@@ -23,8 +23,8 @@ from .integrators import (
     NPTLangevin,
     VelocityVerlet,
 )
+from .integrators.convergence import All, Any_, EnergyChange, ForceMax
 from .models import EMT, ASECalculatorModel, LennardJones, Morse
-from .registry import register, register_preset
 from .sinks import HostMemory, ZarrSink
 from .strategies.distributed import PipelineStrategy, ReplicasStrategy
 from .strategies.single import SingleDeviceStrategy

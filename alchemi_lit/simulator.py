@@ -15,17 +15,17 @@ from typing import Any, Literal
 import torch
 
 from .callbacks.nan_guard import NaNGuard
+from .core.errors import ConfigError
+from .core.state import Batch
 from .engine.cadence import check_sync_every
+from .engine.hooks import Callback
 from .engine.restart import input_system_ids
-from .errors import ConfigError
-from .hooks import Callback
 from .integrators.base import Integrator
 from .integrators.params import check_system_ids
+from .integrators.stages import Fused, Pipeline, as_plan
+from .io.results import Results
 from .models.base import Model
-from .results import Results
 from .sinks import Sink
-from .stages import Fused, Pipeline, as_plan
-from .state import Batch
 from .strategies.base import Strategy, create_strategy
 from .strategies.buffers import BufferConfig
 from .strategies.launch import StartMethod
@@ -84,7 +84,7 @@ class Simulator:
         reuse_cpu_memory: on a CPU with glibc (Linux), keep memory the model frees in
             the process heap for the next step while a run lasts, instead of returning
             it to the system and having it zero-filled again (see
-            :mod:`alchemi_lit.heap`); returned at the end of the run.  ``False``:
+            :mod:`alchemi_lit.core.heap`); returned at the end of the run.  ``False``:
             glibc's own behaviour.  No effect on GPUs.
     """
 
@@ -363,7 +363,7 @@ class Simulator:
         import ase
         import numpy
 
-        from .version import __version__
+        from .core.version import __version__
 
         return {
             "plan": repr(self.plan),

@@ -20,7 +20,7 @@ Engines: alchemi_lit (``workflows.elastic`` and ``workflows.phonons``: every str
 cell / displaced supercell of every material in one batched run, within
 ``--max-atoms``); ASE (the model's ASE calculator, ``ase.optimize.FIRE``, phonopy),
 one material after the other, in a fresh process (an alchemi_lit run changes this
-process's glibc heap thresholds, alchemi_lit.heap); matcalc (``ElasticityCalc``,
+process's glibc heap thresholds, alchemi_lit.core.heap); matcalc (``ElasticityCalc``,
 ``PhononCalc``) when importable.  Measured: wall time, the time inside the model (the
 ASE calculator's ``calculate``; alchemi_lit's run), model calls (forward calls of the
 batched run; calculator calls), and the agreement of C_ij and of the free energy.

@@ -32,7 +32,8 @@ import torch
 from common import argon_set, environment_line, format_table, median
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from alchemi_lit import Batch, geometry
+from alchemi_lit import Batch
+from alchemi_lit.core import geometry
 from alchemi_lit.models import cell_list, small_cells
 from alchemi_lit.models.pair_search import build_rows, build_rows_on_device
 

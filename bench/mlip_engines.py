@@ -122,7 +122,7 @@ class AseEngine:
         self, cell: bool, fmax: float, max_steps: int, max_atoms: int, systems: int | None = None
     ) -> dict[str, Any]:
         """In a fresh process, as an ASE user runs it: a run of alchemi_lit leaves this
-        process's glibc heap settings changed (alchemi_lit.heap), and ASE must not
+        process's glibc heap settings changed (alchemi_lit.core.heap), and ASE must not
         inherit them.  The child evaluates the set once untimed (imports, first calls)."""
         import multiprocessing
 

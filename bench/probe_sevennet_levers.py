@@ -14,7 +14,7 @@ levers a framework has over that cost, on the benchmark's own crystals:
   atom-balanced shards split the work actually done (atoms x steps);
 * ``--slim-heap``: the two levers alchemi_lit now applies by default -- e3nn's code
   slimmed (``SevenNet(slim_graphs=True)``, :mod:`alchemi_lit.models.fx_slim`) and freed
-  memory kept in the heap during a run (:mod:`alchemi_lit.heap`) -- alone and together,
+  memory kept in the heap during a run (:mod:`alchemi_lit.core.heap`) -- alone and together,
   for batches of <= 117 atoms, one structure per call, and sevenn's own ASE calculator
   (what the ASE engine would gain from the same two changes);
 * ``--heap-runs``: whole relaxations in fresh processes with the heap kept and with
@@ -118,7 +118,7 @@ def probe_slim_heap(atoms: list[Any], gate: Any) -> None:
     from alchemi_lit_sevenn.model import _e3nn_import_guard
 
     import alchemi_lit as al
-    from alchemi_lit.heap import kept_heap
+    from alchemi_lit.core.heap import kept_heap
     from alchemi_lit.models.fx_slim import slim_graph_modules
 
     with _e3nn_import_guard(), warnings.catch_warnings():

@@ -358,7 +358,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def add_entry_point(monkeypatch: pytest.MonkeyPatch, name: str, target: str) -> None:
     """Make ``importlib.metadata`` list one more ``alchemi_lit.plugins`` entry point
     (``target``: ``module:callable``), as if a package declaring it were installed."""
-    from alchemi_lit import registry
+    from alchemi_lit.core import registry
 
     real = metadata.entry_points
 

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 import alchemi_lit
-from alchemi_lit import backends, convergence, kernels
-from alchemi_lit import random as rng
-from alchemi_lit.integrators import ops
+from alchemi_lit import kernels
+from alchemi_lit.core import backends
+from alchemi_lit.core import random as rng
+from alchemi_lit.integrators import convergence, ops
 
 PACKAGE = Path(alchemi_lit.__file__).parent
 INTEGRATORS = ("fire", "fire2", "verlet", "langevin", "bussi", "berendsen", "nose_hoover")
@@ -56,9 +57,10 @@ def test_the_import_walk_sees_a_relative_kernels_import(tmp_path):
 def test_importing_the_integrators_and_core_does_not_import_the_kernels():
     """The backend sits above the integrators: it is loaded when a primitive first runs."""
     code = (
-        "import sys, alchemi_lit.integrators, alchemi_lit.random, alchemi_lit.convergence\n"
+        "import sys, alchemi_lit.integrators, alchemi_lit.core.random\n"
+        "import alchemi_lit.integrators.convergence\n"
         "assert 'alchemi_lit.kernels' not in sys.modules, 'kernels imported'\n"
-        "import alchemi_lit.backends as b; b._load_builtin()\n"
+        "import alchemi_lit.core.backends as b; b._load_builtin()\n"
         "assert 'alchemi_lit.kernels.backend' in sys.modules\n"
         "assert 'numba' not in sys.modules, 'numba imported before a kernel runs'\n"
     )
@@ -72,7 +74,7 @@ def test_module_sizes():
     assert lines[PACKAGE / "integrators" / "base.py"] <= 150
     for name in INTEGRATORS:
         assert lines[PACKAGE / "integrators" / f"{name}.py"] <= 150, name
-    for path in [*lines, *(PACKAGE / "kernels").glob("*.py"), PACKAGE / "backends.py"]:
+    for path in [*lines, *(PACKAGE / "kernels").glob("*.py"), PACKAGE / "core" / "backends.py"]:
         assert len(path.read_text().splitlines()) <= 400, path
 
 
@@ -98,7 +100,7 @@ def test_a_primitive_runs_the_backend_that_accepts_its_inputs():
 
 @pytest.fixture
 def batch():
-    from alchemi_lit.state import Batch
+    from alchemi_lit.core.state import Batch
     from conftest import perturbed_argon
 
     b = Batch.from_atoms(perturbed_argon(2, repeat=1, seed=0), dtype=torch.float64)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import alchemi_lit as al
-from alchemi_lit import random as rng
+from alchemi_lit.core import random as rng
 from alchemi_lit.data import argon_crystals
 from alchemi_lit.integrators import FIRE, Bussi, Langevin
 from alchemi_lit.models import LennardJones

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import alchemi_lit as al
-from alchemi_lit.convergence import EnergyChange, ForceMax
 from alchemi_lit.data import argon_crystals
 from alchemi_lit.integrators import FIRE
+from alchemi_lit.integrators.convergence import EnergyChange, ForceMax
 from alchemi_lit.models import LennardJones
 
 

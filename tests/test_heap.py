@@ -9,7 +9,8 @@ import ctypes
 import pytest
 import torch
 
-from alchemi_lit import Simulator, heap
+from alchemi_lit import Simulator
+from alchemi_lit.core import heap
 from alchemi_lit.engine import run_loop
 from alchemi_lit.integrators import FIRE
 from alchemi_lit.models import LennardJones

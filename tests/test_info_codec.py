@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from alchemi_lit.info_codec import info_from_json, info_to_json
+from alchemi_lit.core.info_codec import info_from_json, info_to_json
 
 
 def test_round_trip_keeps_types_dtypes_and_shapes():

@@ -22,22 +22,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "alchemi_lit"
 
 #: each layer's modules (a package prefix covers its submodules); lowest first
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    (
-        "core",
-        (
-            "errors", "version", "units", "tensor_ops", "segments", "random", "linalg",
-            "backends", "info_codec", "fields", "geometry", "validation", "atoms_codec",
-            "state", "registry", "compiling", "heap",
-        ),
-    ),
-    ("io", ("data", "results", "results_store", "sinks", "serialize", "trajectory_store")),
-    ("physics", ("models", "integrators", "kernels", "convergence", "stages")),
-    ("engine", ("engine", "hooks")),
+    ("core", ("core", "_moved")),
+    ("io", ("io", "data", "sinks")),
+    ("physics", ("models", "integrators", "kernels")),
+    ("engine", ("engine",)),
     ("callbacks", ("callbacks",)),
     ("strategies", ("strategies",)),
     ("simulator", ("simulator", "plugins_builtin")),
     ("workflows", ("workflows",)),
-    ("cli", ("cli", "report", "report_plots", "report_runs", "help_format", "testing", "__init__")),
+    ("cli", ("cli", "report", "testing", "__init__")),
 ]  # fmt: skip
 
 #: modules allowed over 400 lines, and why (DESIGN_NOTES.md says more)
@@ -191,7 +184,7 @@ def test_modules_are_small(path: Path):
     limit = MAX_LINES
     if name.startswith("integrators.") and name.split(".")[-1] not in (
         "base", "md", "ops", "params", "formulas", "noise", "cell", "extended", "barostat",
-        "neb", "band_forces",
+        "neb", "band_forces", "convergence", "stages",
     ):  # fmt: skip
         limit = MAX_INTEGRATOR_LINES  # one built-in integrator per module
     assert lines <= limit, f"alchemi_lit.{name} has {lines} lines (limit {limit})"

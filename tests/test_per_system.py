@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 
+from alchemi_lit.core.tensor_ops import per_system
 from alchemi_lit.integrators.formulas import fire_coefficients
-from alchemi_lit.tensor_ops import per_system
 from conftest import TRANSCENDENTAL_ULPS, assert_conditioned_close
 
 

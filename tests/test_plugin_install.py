@@ -16,7 +16,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from alchemi_lit import registry
+from alchemi_lit.core import registry
 from conftest import TOY_DIST, TOY_SRC, check_toy_plugin_is_ours
 
 

@@ -16,14 +16,15 @@ import torch
 import yaml
 from ase.io import write
 
-from alchemi_lit import Simulator, registry
+from alchemi_lit import Simulator
 from alchemi_lit.cli import main
-from alchemi_lit.convergence import All, EnergyChange, ForceMax
+from alchemi_lit.core import registry
+from alchemi_lit.core.errors import ConfigError
+from alchemi_lit.core.registry import Entry, PluginLoadError
 from alchemi_lit.data import argon_crystals
-from alchemi_lit.errors import ConfigError
 from alchemi_lit.integrators import FIRE
+from alchemi_lit.integrators.convergence import All, EnergyChange, ForceMax
 from alchemi_lit.models import LennardJones
-from alchemi_lit.registry import Entry, PluginLoadError
 from alchemi_lit.sinks import read_results
 from alchemi_lit.strategies import SingleDeviceStrategy, Strategy
 from conftest import add_entry_point

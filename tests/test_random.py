@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alchemi_lit import random as rng
+from alchemi_lit.core import random as rng
 
 # Random123 known-answer vectors for Philox4x32-10 (counter, key, result).
 KAT = [
@@ -62,7 +62,7 @@ def test_normals_drawn_ahead_are_exactly_the_keyed_draws():
     """NormalsAhead serves several steps from one draw: every value must equal a fresh
     atom_normals call, whether systems advance together, one is frozen, the draw runs
     out, or the layout changes."""
-    from alchemi_lit.random import NormalsAhead, atom_normals
+    from alchemi_lit.core.random import NormalsAhead, atom_normals
 
     sizes = [5, 12, 1, 30]
     sys_idx = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)])
@@ -92,7 +92,7 @@ def test_normals_ahead_adapts_how_far_it_draws(monkeypatch):
     """A batch whose layout changes every step (refills at every bookkeeping) gets
     one- or two-step draws instead of eight-step ones it throws away; a stable layout
     goes back to drawing ahead.  The numbers stay the keyed draws throughout."""
-    from alchemi_lit import random as random_mod
+    from alchemi_lit.core import random as random_mod
 
     drawn = []  # atoms x steps of each draw NormalsAhead makes
     keyed = random_mod.atom_normals

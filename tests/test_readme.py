@@ -95,7 +95,7 @@ def test_readme_model_matches_analytic_springs():
     """The ``Harmonic`` model of the README: energies and forces of pair springs
     ``k/2 (r - r0)^2`` against the analytic values, two systems in one batch, with a
     pair inside the neighbour list's skin but beyond the cutoff that must not count."""
-    from alchemi_lit.state import Batch
+    from alchemi_lit.core.state import Batch
 
     ns = run_block(readme_blocks()["model"], "model")
     k, r0, cutoff = 2.0, 1.0, 2.0

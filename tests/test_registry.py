@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alchemi_lit import registry
 from alchemi_lit.cli import main
+from alchemi_lit.core import registry
+from alchemi_lit.core.registry import Entry, PluginConflictError
 from alchemi_lit.integrators import Integrator
-from alchemi_lit.registry import Entry, PluginConflictError
 from conftest import add_entry_point
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "plugin_pkg"

@@ -27,13 +27,13 @@ import alchemi_lit as al
 from alchemi_lit import report_plots
 from alchemi_lit.callbacks import TrajectoryWriter, read_trajectory
 from alchemi_lit.cli import main
+from alchemi_lit.core.errors import ConfigError
+from alchemi_lit.core.state import EXIT_RUNNING
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
-from alchemi_lit.errors import ConfigError
 from alchemi_lit.integrators import FIRE, Langevin, VelocityVerlet
 from alchemi_lit.models import LennardJones
 from alchemi_lit.report import read_store_runs, report, stage_names_from_plan
 from alchemi_lit.sinks import HostMemory, ZarrSink, read_results
-from alchemi_lit.state import EXIT_RUNNING
 from conftest import PoisonedLJ
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +85,7 @@ def test_energy_is_recorded_when_each_stage_is_left(fused_run) -> None:
 
 
 def test_stage_energy_survives_a_checkpoint(tmp_path: Path) -> None:
-    from alchemi_lit.serialize import batch_from_state, batch_state
+    from alchemi_lit.io.serialize import batch_from_state, batch_state
 
     memory = HostMemory()
     memory.write(al.Simulator(model=lj(), stages=relax() + md(), sync_every=4).run(DATA[:3]).batch)

@@ -19,12 +19,12 @@ from ase.units import GPa
 
 import alchemi_lit as al
 from alchemi_lit import kernels
+from alchemi_lit.core.errors import StructureWarning
 from alchemi_lit.data import SizeAwareSampler, argon_crystals, read_structures
-from alchemi_lit.errors import StructureWarning
 from alchemi_lit.integrators import FIRE, Langevin
+from alchemi_lit.io.results import COLUMNS
+from alchemi_lit.io.results_store import ATOM_COLUMNS, SYSTEM_COLUMNS
 from alchemi_lit.models import EMT, LennardJones
-from alchemi_lit.results import COLUMNS
-from alchemi_lit.results_store import ATOM_COLUMNS, SYSTEM_COLUMNS
 from alchemi_lit.sinks import HostMemory, ZarrSink, read_results
 
 

@@ -69,7 +69,7 @@ def test_cache_follows_the_layout():
 
 
 def test_local_index_counts_atoms_within_each_system():
-    from alchemi_lit.random import local_atom_index
+    from alchemi_lit.core.random import local_atom_index
 
     b = ragged_batch()
     assert torch.equal(b.segments.local_index, local_atom_index(b.system_idx, b.ptr))

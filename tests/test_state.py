@@ -13,8 +13,8 @@ from ase.constraints import FixAtoms, FixBondLength, FixCartesian
 from ase.md import velocitydistribution
 
 from alchemi_lit import Batch, StructureError
-from alchemi_lit.errors import StructureWarning
-from alchemi_lit.state import ATOM_FIELDS, EXIT_CONVERGED, EXIT_MAX_STEPS, SYSTEM_FIELDS
+from alchemi_lit.core.errors import StructureWarning
+from alchemi_lit.core.state import ATOM_FIELDS, EXIT_CONVERGED, EXIT_MAX_STEPS, SYSTEM_FIELDS
 from conftest import (
     cluster_argon,
     mixed_pbc_argon,

@@ -20,11 +20,11 @@ from ase.calculators.lj import LennardJones as AseLJ
 from ase.constraints import FixAtoms, FixBondLength, FixCartesian
 
 import alchemi_lit as al
+from alchemi_lit.core.errors import BatchError, StructureError, StructureWarning
+from alchemi_lit.core.state import ARRAYS_KEY, system_name, validate_atoms
 from alchemi_lit.data import read_structures
-from alchemi_lit.errors import BatchError, StructureError, StructureWarning
 from alchemi_lit.models import LennardJones
 from alchemi_lit.sinks import ZarrSink
-from alchemi_lit.state import ARRAYS_KEY, system_name, validate_atoms
 from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, triclinic_argon
 
 DT = torch.float64
@@ -367,7 +367,7 @@ def test_closest_pair_matches_ase_whatever_the_search_radius(cutoff: float) -> N
     included -- or none when ASE finds none."""
     from ase.neighborlist import neighbor_list
 
-    from alchemi_lit.geometry import closest_pair as _closest_pair
+    from alchemi_lit.core.geometry import closest_pair as _closest_pair
 
     rng = np.random.default_rng(7)
     for k in range(12):

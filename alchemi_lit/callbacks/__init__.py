@@ -1,7 +1,7 @@
 """Callbacks bound to the step stages of HookStageEnum."""
 
-from ..hooks import Callback, HookStageEnum, LambdaCallback, StepContext
-from ..trajectory_store import read_trajectory, trajectory_system_ids
+from ..engine.hooks import Callback, HookStageEnum, LambdaCallback, StepContext
+from ..io.trajectory_store import read_trajectory, trajectory_system_ids
 from .checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
 from .logger import Logger
 from .nan_guard import NaNGuard

@@ -35,9 +35,9 @@ from typing import Any
 
 from loguru import logger
 
+from ..core.errors import ConfigError
 from ..engine import checkpointing
-from ..errors import ConfigError
-from ..hooks import Callback, StepContext, callback_states, restore_callback_states
+from ..engine.hooks import Callback, StepContext, callback_states, restore_callback_states
 
 __all__ = [
     "FORMAT", "Checkpoint", "callback_states", "latest_checkpoint", "load_checkpoint",

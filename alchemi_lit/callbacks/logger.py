@@ -24,11 +24,11 @@ from typing import Any
 import torch
 from loguru import logger
 
-from ..hooks import Callback, StepContext
+from ..core.state import EXIT_COMPLETED, EXIT_QUARANTINED, EXIT_REASONS, EXIT_RUNNING
+from ..core.tensor_ops import row_dot
+from ..core.units import GPa
+from ..engine.hooks import Callback, StepContext
 from ..integrators.barostat import instantaneous_pressure
-from ..state import EXIT_COMPLETED, EXIT_QUARANTINED, EXIT_REASONS, EXIT_RUNNING
-from ..tensor_ops import row_dot
-from ..units import GPa
 
 
 def stage_codes(ctx: StepContext) -> tuple[list[int], list[str]]:

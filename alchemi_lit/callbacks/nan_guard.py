@@ -24,10 +24,10 @@ import torch
 from loguru import logger
 
 from .. import kernels
-from ..hooks import Callback, StepContext
+from ..core.state import EXIT_QUARANTINED, Batch
+from ..core.tensor_ops import host_reads_free, may_be_set
+from ..engine.hooks import Callback, StepContext
 from ..integrators.stage_fields import CELL_STATE
-from ..state import EXIT_QUARANTINED, Batch
-from ..tensor_ops import host_reads_free, may_be_set
 
 NAN_ENERGY, NAN_FORCES, NAN_POSITIONS, NAN_CELL = 1, 2, 4, 8
 _ATOM_KEPT = ("positions", "velocities", "forces")

@@ -38,7 +38,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from ..hooks import Callback, StepContext
+from ..engine.hooks import Callback, StepContext
 from .logger import stage_codes
 
 #: seconds of history the rate is measured over

@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..hooks import Callback, StepContext
+from ..core.state import Batch
+from ..core.units import GPa, kB
+from ..engine.hooks import Callback, StepContext
 from ..integrators.barostat import instantaneous_pressure
-from ..state import Batch
-from ..units import GPa, kB
 
 _INT_KEYS = ("system_id", "steps", "loop_step")
 _FLOAT_KEYS = ("T", "E_kin", "E_pot", "P", "V", "T_internal")

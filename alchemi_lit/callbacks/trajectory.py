@@ -62,11 +62,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from ..hooks import Callback, StepContext
-from ..state import Batch
-from ..trajectory_store import FORMAT, VERSION, _as_path, _is_store
-from ..trajectory_store import read_trajectory as read_trajectory  # (lived here before)
-from ..trajectory_store import trajectory_system_ids as trajectory_system_ids
+from ..core.state import Batch
+from ..engine.hooks import Callback, StepContext
+from ..io.trajectory_store import FORMAT, VERSION, _as_path, _is_store
+from ..io.trajectory_store import read_trajectory as read_trajectory  # (lived here before)
+from ..io.trajectory_store import trajectory_system_ids as trajectory_system_ids
 
 #: Written when ``fields`` is not given: what the report plots, and velocities.
 DEFAULT_FIELDS = ("positions", "velocities", "energy", "temperature")

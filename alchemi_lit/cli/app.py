@@ -83,7 +83,7 @@ class CLI:
         """The resolved config of a run / validate command line: config files and
         overrides merged, plugin names resolved and checked, parsed by jsonargparse
         (which exits here for ``--help`` and ``--print_config``)."""
-        from .. import registry
+        from ..core import registry
         from .checks import check_config
         from .config import merged_config, parse_config
         from .sections import Sections
@@ -127,7 +127,7 @@ class CLI:
             print(self.top_help(commands))
             return 0 if args else EXIT_USAGE
         if args[0] == "--version":
-            from ..version import __version__
+            from ..core.version import __version__
 
             print(f"{self.prog} {__version__}")
             return 0

@@ -81,7 +81,7 @@ def split_argv(args: list[str]) -> Request:
 
 def _help_target(value: str) -> str:
     """``--KEY.help NAME``: jsonargparse's help takes class names, not registry names."""
-    from .. import registry
+    from ..core import registry
 
     entry = registry.find(value) if "." not in value else None
     return entry.import_path if entry is not None else value

@@ -87,7 +87,7 @@ def build(
     ids = None if first is None else list(range(int(first), int(first) + len(atoms)))
     source: Any = atoms
     if ids is not None:
-        from ..state import Batch
+        from ..core.state import Batch
 
         try:
             source = Batch.from_atoms(atoms, system_ids=ids, dtype=sim.dtype)
@@ -225,8 +225,8 @@ def check_structures(built: Built, full: bool) -> dict[str, Any]:
     import numpy as np
     from ase.data import chemical_symbols
 
+    from ..core.state import Batch
     from ..data import SizeAwareSampler
-    from ..state import Batch
 
     sim, atoms = built.sim, built.atoms
     model = sim.model

@@ -126,7 +126,7 @@ def _absolute_output_paths(conf: dict[str, Any]) -> None:
 def _check_strategy(sim: dict[str, Any]) -> None:
     """``simulator.strategy``: ``auto`` or a registered name (a closed set: anything else
     is an error listing the valid names), or a registered class as class_path/init_args."""
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     from ..strategies.base import check_strategy_name
 
     value = sim.get("strategy")

@@ -29,7 +29,7 @@ def one_line(text: str) -> str:
 
 def classify(exc: BaseException) -> tuple[int, str]:
     """Exit status and one-line message for an exception."""
-    from ..errors import AlchemiError
+    from ..core.errors import AlchemiError
 
     if isinstance(exc, CLIError):
         return EXIT_USAGE, str(exc)

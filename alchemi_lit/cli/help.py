@@ -38,7 +38,7 @@ def class_help(prog: str, key: str, name: str | None) -> int | None:
     from jsonargparse import ArgumentParser
     from rich.console import Console
 
-    from .. import registry
+    from ..core import registry
     from .command import console_width
     from .help_format import ReadableDefaults
     from .plugins import plugin_table

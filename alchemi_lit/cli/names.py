@@ -4,7 +4,7 @@ jsonargparse 4.53 resolves ``class_path: FIRE`` only to a subclass with exactly 
 class name; it knows neither the registry's presets (``fire-ase`` = ``FIRE(mode="ase")``)
 nor its aliases (``lj-argon``) nor case-insensitive names, and it checks the
 ``init_args`` of a ``Union``-typed list as a whole (one error listing every subtype).
-So each plugin entry is resolved here, against :mod:`alchemi_lit.registry`, to
+So each plugin entry is resolved here, against :mod:`alchemi_lit.core.registry`, to
 ``{class_path: import.path, init_args: {...}}`` with the preset's arguments as
 defaults, and its ``init_args`` are type-checked against its own signature with a
 small jsonargparse parser per class: an error names the exact key.
@@ -26,7 +26,7 @@ COMPONENT_META = ("class_path", "init_args", "dict_kwargs")
 COMPONENTS = {
     "model": ("model", "alchemi_lit.models.base.Model", False),
     "stages": ("integrator", "alchemi_lit.integrators.base.Integrator", True),
-    "callbacks": ("callback", "alchemi_lit.hooks.Callback", True),
+    "callbacks": ("callback", "alchemi_lit.engine.hooks.Callback", True),
     "sinks": ("sink", "alchemi_lit.sinks.Sink", True),
 }
 
@@ -42,8 +42,8 @@ def a(noun: str) -> str:
 
 def lookup(name: str, key: str, kind: str | None) -> tuple[str, dict[str, Any]]:
     """A ``class_path`` value -> (import path, preset args).  Dotted paths pass through."""
-    from .. import registry
-    from ..errors import ConfigError
+    from ..core import registry
+    from ..core.errors import ConfigError
 
     if "." in name:
         return name, {}

@@ -19,7 +19,7 @@ class PluginsCommand(Command):
     help = "list every registered plugin (integrators, models, callbacks, sinks, ...)"
 
     def add_arguments(self, parser: Any) -> None:
-        from .. import registry
+        from ..core import registry
 
         parser.add_argument(
             "--kind",
@@ -31,7 +31,7 @@ class PluginsCommand(Command):
     def execute(self, cli: CLI, cfg: Any) -> int:
         from rich.console import Console
 
-        from .. import registry
+        from ..core import registry
 
         if cfg.kind is not None and cfg.kind not in registry.KINDS:
             close = difflib.get_close_matches(cfg.kind, registry.KINDS, n=1)
@@ -62,7 +62,7 @@ def plugin_table(kind: str | None, title: str) -> Any:
     from rich.markup import escape
     from rich.table import Table
 
-    from .. import registry
+    from ..core import registry
 
     order = {k: i for i, k in enumerate(registry.KINDS)}
     entries = sorted(

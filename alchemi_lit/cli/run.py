@@ -188,7 +188,7 @@ def _run(built: Built, resolved: dict[str, Any], resume: str | bool | None = Non
 
 def _optimizer_flags(plan: Any, k: int) -> list[bool] | None:
     """Which of the ``k`` stage-history columns are optimizer stages (None: unknown)."""
-    from ..stages import Fused
+    from ..integrators.stages import Fused
 
     if isinstance(plan, Fused):
         flags = [bool(s.is_optimizer) for s in plan.stages]

@@ -71,7 +71,7 @@ class WorkflowCommand(Command):
 
     def parse(self, cli: CLI, req: Any) -> dict[str, Any]:
         """The resolved config: as ``run`` resolves it, the ``workflow`` section beside."""
-        from .. import registry
+        from ..core import registry
         from .checks import check_config
         from .config import merged_config, parse_config
         from .sections import Sections
@@ -108,7 +108,7 @@ class WorkflowCommand(Command):
     def _arguments(self, resolved: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(the workflow's run arguments: structures, model, relax, budgets, Simulator
         arguments; its own parameters) from the resolved config."""
-        from ..stages import as_plan
+        from ..integrators.stages import as_plan
         from ..workflows.jobs import SinglePoint
         from .build import _read_structures, instantiate
 

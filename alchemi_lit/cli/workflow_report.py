@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 #: the table columns shown per workflow (besides material and formula)
 SHOWN = {
@@ -68,7 +68,7 @@ def _cell(value: Any) -> str:
 
 
 def _plot_all(name: str, folder: Path, table: Any, plots: Path) -> list[Path]:
-    from ..report_plots import _pyplot
+    from ..report.plots import _pyplot
 
     plt = _pyplot()
     plots.mkdir(parents=True, exist_ok=True)

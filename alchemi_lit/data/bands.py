@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import StructureError
+from ..core.errors import StructureError
 
 #: the ``atoms.info`` key naming a structure's band
 PATH_KEY = "path_id"

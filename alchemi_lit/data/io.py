@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import ConfigError, StructureError, StructureWarning
+from ..core.errors import ConfigError, StructureError, StructureWarning
 
 Occupancy = Literal["error", "majority"]
 
@@ -202,8 +202,8 @@ def _read_store(path: Path) -> list[Any]:
     """The final structures of an alchemi_lit results store."""
     import zarr
 
-    from ..results_store import SCHEMA, read_results
-    from ..trajectory_store import FORMAT as TRAJECTORY
+    from ..io.results_store import SCHEMA, read_results
+    from ..io.trajectory_store import FORMAT as TRAJECTORY
 
     attrs = zarr.open_group(str(path), mode="r").attrs
     if attrs.get("schema") != SCHEMA:

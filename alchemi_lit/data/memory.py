@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ConfigError
-from ..heap import malloc_trim
+from ..core.errors import ConfigError
+from ..core.heap import malloc_trim
 
 
 class MemoryReader(ABC):

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .memory import MemoryReader
 
 #: probes stop once one raised the peak by this many reader resolutions

@@ -21,9 +21,9 @@ from typing import Any, Literal
 import numpy as np
 from loguru import logger
 
-from ..errors import ConfigError, StructureError
-from ..geometry import count_pairs
-from ..state import default_system_ids, require_atoms, validate_atoms
+from ..core.errors import ConfigError, StructureError
+from ..core.geometry import count_pairs
+from ..core.state import default_system_ids, require_atoms, validate_atoms
 from .bands import band_runs, check_band
 from .io import read_structures
 from .memory import MemoryReader
@@ -51,7 +51,7 @@ class SizeAwareSampler:
         max_edges: most neighbour pairs in flight (None: no limit; with ``"auto"``, a
             cap on the measured one).
         system_ids: one id per structure (default: dataset positions, or the ids that
-            results of an earlier run carry: :func:`~alchemi_lit.state.default_system_ids`).
+            results of an earlier run carry: :func:`~alchemi_lit.core.state.default_system_ids`).
         skip_invalid: leave invalid structures, and ones above ``max_atoms`` or
             ``max_edges``, out with a warning instead of failing (:attr:`skipped` and the
             run's summary list them, with why).

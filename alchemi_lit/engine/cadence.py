@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 import torch
 
-from ..errors import ConfigError
-from ..tensor_ops import host_reads_free, identity_key, same_key
+from ..core.errors import ConfigError
+from ..core.tensor_ops import host_reads_free, identity_key, same_key
 
 SyncEvery = int | Literal["auto"]
 #: with "auto", book at least this often (checkpoint schedules, the safety net)

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 MAGIC = b"ALCHEMI_LIT_CHECKPOINT\n"
 FORMAT = "alchemi_lit.checkpoint/2"

@@ -17,7 +17,7 @@ from typing import Any
 
 from loguru import logger
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .checkpoint_file import FORMAT, CheckpointDamaged, read_checkpoint, write_checkpoint
 
 
@@ -41,7 +41,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
 def newest_intact(files: Iterable[Path], where: str) -> dict[str, Any] | None:
     """Load the newest of ``files`` (sorted oldest first) that reads back whole, warning
     for each damaged one passed over; None when there are none; a
-    :class:`~alchemi_lit.errors.ConfigError` naming them when every one is damaged."""
+    :class:`~alchemi_lit.core.errors.ConfigError` naming them when every one is damaged."""
     damaged: list[CheckpointDamaged] = []
     for file in reversed(list(files)):
         try:

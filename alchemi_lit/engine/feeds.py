@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
+from ..core.state import Batch
 from ..data.sampler import SizeAwareSampler
 from ..integrators.stage_fields import without_stage_fields
 from ..sinks import SinkChain
-from ..state import Batch
 
 
 def empty_batch(sim: Any, loops: list[Any]) -> Batch:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 #: attributes set by the run itself rather than by the user's configuration (a class
 #: adds its own in ``fingerprint_ignore``; counters named ``num_*`` are left out too)
@@ -99,8 +99,8 @@ def input_digest(data: Any) -> str:
     in float64 so that the same structures give the same digest however they came."""
     from ase import Atoms
 
+    from ..core.state import Batch, default_system_ids
     from ..data.sampler import SizeAwareSampler
-    from ..state import Batch, default_system_ids
 
     if isinstance(data, Batch):
         order = torch.argsort(data.system_id.cpu(), stable=True)
@@ -215,7 +215,7 @@ def _short(value: Any) -> str:
 
 
 def refuse_mismatch(saved: Mapping[str, Any] | None, mine: Mapping[str, Any], source: str) -> None:
-    """Raise a :class:`~alchemi_lit.errors.ConfigError` naming every difference between
+    """Raise a :class:`~alchemi_lit.core.errors.ConfigError` naming every difference between
     the fingerprint ``saved`` with ``source`` (a checkpoint, a store) and this run's."""
     if saved is None:
         return

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from loguru import logger
 
+from ..core.state import MODEL_ERROR_KEY, Batch
 from ..models.neighbors import NeighborList
-from ..state import MODEL_ERROR_KEY, Batch
 
 
 def isolate_failure(

@@ -27,7 +27,7 @@ class RunInterrupted(KeyboardInterrupt):
     """The run stopped on SIGTERM/SIGINT after saving what it had.
 
     ``signum``: the signal; ``path``: the checkpoint written (None without a
-    Checkpoint callback); ``results``: the :class:`~alchemi_lit.results.Results` of the
+    Checkpoint callback); ``results``: the :class:`~alchemi_lit.io.results.Results` of the
     systems finished before the signal (None where a rank process cannot return them);
     ``where``: a sentence saying where those results were written.
     """

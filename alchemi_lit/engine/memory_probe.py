@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
+from ..core.state import Batch
 from ..models.neighbors import NeighborList
-from ..state import Batch
 
 
 class MemoryProbe:

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
-from ..results_store import read_store_batch, stored_system_ids
-from ..state import Batch, default_system_ids
+from ..core.state import Batch, default_system_ids
+from ..io.results_store import read_store_batch, stored_system_ids
 from .fingerprint import refuse_mismatch
 
 

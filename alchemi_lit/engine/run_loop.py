@@ -19,7 +19,7 @@ to the next rank), what a round exchanges and when checkpoints are due -- the fo
 components passed in.  A checkpoint is the loop's own state plus each component's
 ``state_dict``, written by one writer (:mod:`.checkpointing`) and checked against the
 run's fingerprint (:mod:`.fingerprint`) on resume.  On a CPU, freed memory stays in
-the heap for the next step while the loop runs (:mod:`alchemi_lit.heap`).
+the heap for the next step while the loop runs (:mod:`alchemi_lit.core.heap`).
 """
 
 from __future__ import annotations
@@ -29,18 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..heap import kept_heap
-from ..hooks import (
+from ..core.heap import kept_heap
+from ..core.state import Batch
+from ..io.serialize import batch_from_state, batch_state
+from .cadence import MAX_AUTO_INTERVAL, Cadence, SyncEvery
+from .fingerprint import refuse_mismatch
+from .hooks import (
     HookDispatcher,
     HookStageEnum,
     StepContext,
     callback_states,
     restore_callback_states,
 )
-from ..serialize import batch_from_state, batch_state
-from ..state import Batch
-from .cadence import MAX_AUTO_INTERVAL, Cadence, SyncEvery
-from .fingerprint import refuse_mismatch
 from .interrupt import InterruptGuard, RunInterrupted
 
 

@@ -13,9 +13,9 @@ from typing import NamedTuple
 import torch
 
 from .. import kernels
-from ..convergence import Criterion
-from ..state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, Batch
-from ..tensor_ops import may_be_set
+from ..core.state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, Batch
+from ..core.tensor_ops import may_be_set
+from ..integrators.convergence import Criterion
 
 #: Status of systems appended by a refill: no stage touches them until the next
 #: forward has computed their forces; then they enter the plan.
@@ -87,6 +87,6 @@ class Countdown(NamedTuple):
 
 
 def records_history(criterion: Criterion) -> bool:
-    """Whether ``criterion`` keeps a history (:meth:`~alchemi_lit.convergence.Criterion.
+    """Whether ``criterion`` keeps a history (:meth:`~alchemi_lit.integrators.convergence.Criterion.
     update` overridden), which transitions must then update every step."""
     return type(criterion).update is not Criterion.update

@@ -30,12 +30,8 @@ from collections.abc import Callable
 import torch
 
 from .. import kernels
-from ..errors import ConfigError
-from ..hooks import HookDispatcher, HookStageEnum, StepContext
-from ..integrators.stage_fields import EXIT_HISTORY, declare_exit_history, record_stage_exit
-from ..models.base import Model
-from ..stages import Fused
-from ..state import (
+from ..core.errors import ConfigError
+from ..core.state import (
     EXIT_COMPLETED,
     EXIT_CONVERGED,
     EXIT_MAX_STEPS,
@@ -43,8 +39,12 @@ from ..state import (
     EXIT_RUNNING,
     Batch,
 )
-from ..tensor_ops import kept, may_be_set
+from ..core.tensor_ops import kept, may_be_set
+from ..integrators.stage_fields import EXIT_HISTORY, declare_exit_history, record_stage_exit
+from ..integrators.stages import Fused
+from ..models.base import Model
 from .forward import isolate_failure
+from .hooks import HookDispatcher, HookStageEnum, StepContext
 from .status import (
     PENDING,
     Countdown,
@@ -59,7 +59,7 @@ H = HookStageEnum
 
 
 class FusedLoop:
-    """Runs a :class:`~alchemi_lit.stages.Fused` plan on batches (see module doc)."""
+    """Runs a :class:`~alchemi_lit.integrators.stages.Fused` plan on batches (see module doc)."""
 
     def __init__(
         self,

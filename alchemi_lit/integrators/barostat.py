@@ -27,10 +27,10 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import ConfigError
-from ..state import Batch, system_name
-from ..tensor_ops import host_reads_free, may_be_set
-from ..units import GPa, kB
+from ..core.errors import ConfigError
+from ..core.state import Batch, system_name
+from ..core.tensor_ops import host_reads_free, may_be_set
+from ..core.units import GPa, kB
 from . import ops
 from .md import MDIntegrator
 from .params import Param, check_pressure

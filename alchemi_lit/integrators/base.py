@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 
-from ..convergence import Criterion
-from ..state import Batch
+from ..core.state import Batch
 from . import ops
+from .convergence import Criterion
 from .params import Param, as_param, check_count, check_param
 
 if TYPE_CHECKING:
-    from ..stages import Fused, Pipeline
+    from .stages import Fused, Pipeline
 
 #: the former private name of :func:`~.params.check_param` (plugins written against it)
 _check_param = check_param
@@ -70,12 +70,12 @@ class Integrator:
 
     # ----------------------------------------------------------------- plans
     def __add__(self, other: Integrator | Fused) -> Fused:
-        from ..stages import Fused
+        from .stages import Fused
 
         return Fused([self]) + other
 
     def __or__(self, other: Any) -> Pipeline:
-        from ..stages import Fused
+        from .stages import Fused
 
         return Fused([self]) | other
 
@@ -114,7 +114,7 @@ class Integrator:
 
     def compile(self) -> None:
         """Draw this integrator's keyed noise with the kernel compiled by
-        ``torch.compile`` (:func:`~alchemi_lit.random.compiled_atom_normals`).  Called for
+        ``torch.compile`` (:func:`~alchemi_lit.core.random.compiled_atom_normals`).  Called for
         every stage by ``Simulator(compile=True)``.  Only a flag: the integrator stays a
         picklable description; compiled functions are looked up where they are used."""
         self.compiled_kernels = True

@@ -24,12 +24,12 @@ import warnings
 
 import torch
 
-from ..convergence import Criterion
-from ..errors import ConfigError
-from ..state import Batch, system_name
-from ..tensor_ops import may_be_set
+from ..core.errors import ConfigError
+from ..core.state import Batch, system_name
+from ..core.tensor_ops import may_be_set
 from .base import FieldSpec, _check_param
 from .cell import CellFilter
+from .convergence import Criterion
 from .extended import CellOptimizer, dense_groups, set_diagonal
 from .neb import NEB, as_band
 

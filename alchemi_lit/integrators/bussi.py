@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from ..state import Batch
-from ..units import fs
+from ..core.state import Batch
+from ..core.units import fs
 from . import ops
 from .md import MDIntegrator, describe
 from .params import Param

@@ -16,7 +16,7 @@ Departures, all exact in arithmetic:
 * ASE's Frechet coordinates are ``c logm(n F)``, which is ``c (log F + ln(n) I)``; the
   constant ``c ln(n) I`` cancels in every step an optimizer takes, so we keep ``c log F``
   (more accurate: computing around the constant costs ASE ~1e-12 a step).
-* ``logm``/``expm`` are batched and accurate to ~1e-15 (:mod:`alchemi_lit.linalg`: why
+* ``logm``/``expm`` are batched and accurate to ~1e-15 (:mod:`alchemi_lit.core.linalg`: why
   neither scipy nor ``torch.linalg.matrix_exp``), and the Frechet cell forces are the
   adjoint of ``expm``'s Frechet derivative, ``D exp(L^T)[G]``, one 6x6 block exponential
   per system (ASE sums nine ``expm_frechet`` calls).
@@ -36,11 +36,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from ..errors import ConfigError
-from ..linalg import expm, expm_frechet_adjoint, logm, voigt_mask
-from ..state import Batch, system_name
-from ..tensor_ops import identity_key, same_key
-from ..units import GPa, bar
+from ..core.errors import ConfigError
+from ..core.linalg import expm, expm_frechet_adjoint, logm, voigt_mask
+from ..core.state import Batch, system_name
+from ..core.tensor_ops import identity_key, same_key
+from ..core.units import GPa, bar
 from .base import FieldSpec
 from .params import check_pressure
 from .stage_fields import CELL_REFERENCE
@@ -62,7 +62,7 @@ class CellFilter:
         scalar_pressure: external pressure in eV/Å^3 (0 by default).
         pressure_gpa: the same in GPa (give one of the three pressures).
         pressure_bar: the same in bar.  A pressure far outside its unit's usual range
-            gets the barostats' :class:`~alchemi_lit.errors.UnitWarning`
+            gets the barostats' :class:`~alchemi_lit.core.errors.UnitWarning`
             (``scalar_pressure=1.0``, 160 GPa, reads as 1 GPa given in eV/Å^3).
         hydrostatic_strain: only hydrostatic deformations (the virial's trace).
         constant_volume: project the volume change out of the cell forces.

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import random as rng
-from ..linalg import expm
-from ..state import Batch
-from ..units import GPa, fs
+from ..core import random as rng
+from ..core.linalg import expm
+from ..core.state import Batch
+from ..core.units import GPa, fs
 from . import barostat as baro
 from . import formulas, ops
 from .barostat import NPTIntegrator, per_system

@@ -21,13 +21,13 @@ from typing import Any
 
 import torch
 
-from ..convergence import Criterion, ForceMax
-from ..errors import ConfigError
-from ..state import Batch
-from ..tensor_ops import host_reads_free, may_be_set, row_dot
+from ..core.errors import ConfigError
+from ..core.state import Batch
+from ..core.tensor_ops import host_reads_free, may_be_set, row_dot
 from . import ops
 from .base import FieldSpec, Integrator
 from .cell import CellFilter, as_cell_filter
+from .convergence import Criterion, ForceMax
 from .params import FORCE, check_param
 from .stage_fields import CELL_VELOCITIES
 

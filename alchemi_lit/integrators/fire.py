@@ -27,13 +27,13 @@ from typing import ClassVar, Literal
 
 import torch
 
-from ..convergence import Criterion
-from ..errors import ConfigError
-from ..state import Batch
-from ..units import fs
+from ..core.errors import ConfigError
+from ..core.state import Batch
+from ..core.units import fs
 from . import formulas, ops
 from .base import FieldSpec
 from .cell import CellFilter
+from .convergence import Criterion
 from .extended import CellOptimizer, inertial_fields, inertial_step
 from .neb import NEB, as_band
 from .params import TIME_STEP, check_count, check_param, check_range

@@ -32,12 +32,12 @@ from typing import ClassVar
 
 import torch
 
-from ..convergence import Criterion
-from ..state import Batch
-from ..units import fs
+from ..core.state import Batch
+from ..core.units import fs
 from . import formulas, ops
 from .base import FieldSpec
 from .cell import CellFilter
+from .convergence import Criterion
 from .extended import CellOptimizer, inertial_fields, inertial_step
 from .params import TIME_STEP, check_count, check_param, check_range
 

@@ -2,7 +2,7 @@
 one system's numbers in a compiled kernel.
 
 Each function takes its array namespace ``xp`` first (see
-:func:`~alchemi_lit.tensor_ops.per_system`): torch on an accelerator, NumPy on CPU, and
+:func:`~alchemi_lit.core.tensor_ops.per_system`): torch on an accelerator, NumPy on CPU, and
 :mod:`alchemi_lit.kernels.scalar_xp` inside a numba kernel, which compiles the very same
 function.  So FIRE's decisions, Bussi's rescaling factor and the Nosé-Hoover chain are
 written here only, and this module imports nothing above the core: the integrators'
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tensor_ops import per_system
+from ..core.tensor_ops import per_system
 
 #: Suzuki-Yoshida weights by order (number of sub-steps).
 SUZUKI_YOSHIDA = {
@@ -115,7 +115,7 @@ def fire2_coefficients(
     ``(A, C, P, S, vmax)`` of the update in :func:`~.ops.fire2_update` (``vmax``, the
     per-component clip, is used with ``use_abc`` only), then the new
     ``dt``, ``alpha``, ``n``, ``back`` (unchanged outside ``mask``).  ``xp``: NumPy or
-    torch (see :func:`~alchemi_lit.tensor_ops.per_system`)."""
+    torch (see :func:`~alchemi_lit.core.tensor_ops.per_system`)."""
     one, zero = xp.ones_like(vf), xp.zeros_like(vf)
     # 1. power check (not on the first step, nor right after a half step back)
     check = mask & (step > 0) & ~back

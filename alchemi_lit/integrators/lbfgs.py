@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import torch
 
-from ..convergence import Criterion
-from ..errors import ConfigError
-from ..state import Batch
+from ..core.errors import ConfigError
+from ..core.state import Batch
 from .base import FieldSpec, _check_param
 from .cell import CellFilter
+from .convergence import Criterion
 from .extended import CellOptimizer, History, max_row_norm_sq
 
 

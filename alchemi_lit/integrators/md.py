@@ -6,9 +6,9 @@ from typing import ClassVar
 
 import torch
 
-from ..state import Batch
-from ..tensor_ops import row_sum
-from ..units import fs
+from ..core.state import Batch
+from ..core.tensor_ops import row_sum
+from ..core.units import fs
 from . import ops
 from .base import Integrator
 from .ops import maxwell_boltzmann

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from ..state import Batch
-from ..units import fs
+from ..core.state import Batch
+from ..core.units import fs
 from . import barostat as baro
 from . import formulas, ops
 from .barostat import NPTIntegrator, per_system

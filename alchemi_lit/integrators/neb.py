@@ -25,10 +25,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from ..core.errors import ConfigError, StructureError
+from ..core.state import EXIT_QUARANTINED, Batch, system_name
+from ..core.tensor_ops import identity_key, same_key
 from ..data.bands import PATH_KEY, check_band
-from ..errors import ConfigError, StructureError
-from ..state import EXIT_QUARANTINED, Batch, system_name
-from ..tensor_ops import identity_key, same_key
 from .band_forces import METHODS, band_forces
 from .base import FieldSpec
 from .extended import DenseGroup, max_row_norm_sq

@@ -30,8 +30,8 @@ from typing import ClassVar
 
 import torch
 
-from ..state import Batch
-from ..units import fs
+from ..core.state import Batch
+from ..core.units import fs
 from . import ops
 from .base import FieldSpec
 from .formulas import SUZUKI_YOSHIDA

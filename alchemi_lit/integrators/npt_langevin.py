@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import random as rng
-from ..linalg import expm
-from ..state import Batch
-from ..units import fs
+from ..core import random as rng
+from ..core.linalg import expm
+from ..core.state import Batch
+from ..core.units import fs
 from . import barostat as baro
 from . import ops
 from .barostat import NPTIntegrator, per_system

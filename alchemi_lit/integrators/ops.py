@@ -5,9 +5,9 @@ Every operation acts on the free atoms of the systems in ``mask`` (``[B]`` bool,
 systems of the calling stage) and leaves every other atom bit for bit untouched, so
 several stages can share a batch.  Parameters are what integrators hold: a Python number
 or a per-system tensor indexed by ``system_id`` (:func:`per_system`); times in ASE's
-unit (``alchemi_lit.units.fs`` per fs), temperatures in K.
+unit (``alchemi_lit.core.units.fs`` per fs), temperatures in K.
 
-The operations marked *primitive* (:class:`~alchemi_lit.backends.Primitive`) may run a
+The operations marked *primitive* (:class:`~alchemi_lit.core.backends.Primitive`) may run a
 faster implementation a backend registered for their inputs: on CPU the numba kernels
 of :mod:`alchemi_lit.kernels` run each as one compiled loop.  The torch code here is the
 reference they are held to; it runs on accelerators, with autograd, under
@@ -23,11 +23,11 @@ from collections.abc import Callable
 
 import torch
 
-from .. import random as rng
-from ..backends import primitive
-from ..state import Batch
-from ..tensor_ops import all_set, host_reads_free
-from ..units import kB
+from ..core import random as rng
+from ..core.backends import primitive
+from ..core.state import Batch
+from ..core.tensor_ops import all_set, host_reads_free
+from ..core.units import kB
 from . import formulas
 from .noise import NoiseStream, noise_keys, noise_source, normals
 from .params import Param
@@ -178,7 +178,7 @@ def baoab_opening(
 
 def system_normals(batch: Batch, seed: int, purpose: int, count: int) -> torch.Tensor:
     """``count`` standard normals per system ``[B, count]`` for the current step, keyed
-    like the atoms' (:func:`~alchemi_lit.random.atom_normals`) with the indices
+    like the atoms' (:func:`~alchemi_lit.core.random.atom_normals`) with the indices
     ``0 .. ceil(count / 3) - 1`` in place of atom indices: a barostat's noise, which
     depends on nothing outside its system (not even on its number of atoms)."""
     per, b = -(-count // 3), batch.num_systems
@@ -219,7 +219,7 @@ def bussi_noise(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Bussi's ``(R1, S)`` per system ``[B]`` for the current step: of the keyed normals
     ``PURPOSE_THERMOSTAT`` (3 per free atom) ``R1`` is the first free atom's first and
-    ``S`` the sum of the squares of all others.  ``draw``: :func:`~alchemi_lit.random.
+    ``S`` the sum of the squares of all others.  ``draw``: :func:`~alchemi_lit.core.random.
     atom_normals` or a source of the same numbers (:func:`noise_source`)."""
     seg, local = batch.segments, batch.segments.local_index
     z = draw(*noise_keys(batch, seed, rng.PURPOSE_THERMOSTAT))

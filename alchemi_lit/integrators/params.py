@@ -1,11 +1,11 @@
 """Checks of integrator parameters: clear errors for impossible values, a warning for
 values most likely given in another unit.
 
-An integrator's parameters are numbers in the units of :mod:`alchemi_lit.units` (time
+An integrator's parameters are numbers in the units of :mod:`alchemi_lit.core.units` (time
 in fs, temperature in K, force in eV/Å) or per-system lists/tensors indexed by
 ``system_id``.  Text such as ``"300K"`` is refused with the number to write instead.
 A value far outside its usual range (:class:`Usual`) is allowed but reported once as
-a :class:`~alchemi_lit.errors.UnitWarning` naming the value most likely meant: TorchSim
+a :class:`~alchemi_lit.core.errors.UnitWarning` naming the value most likely meant: TorchSim
 takes time in ps, so ``Langevin(dt=0.002)`` would otherwise run 0.002 fs steps in
 silence, and ``fmax=50`` (meV/Å) would converge at step 0.
 """
@@ -25,8 +25,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..errors import ConfigError, UnitWarning
-from ..units import GPa, bar
+from ..core.errors import ConfigError, UnitWarning
+from ..core.units import GPa, bar
 
 Param = float | torch.Tensor
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..state import ATOM_FIELDS, SYSTEM_FIELDS, Batch
+from ..core.state import ATOM_FIELDS, SYSTEM_FIELDS, Batch
 
 #: a system's reference cell in a stage with a cell filter (:mod:`.cell`)
 CELL_REFERENCE = "cell_ref"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..state import Batch
+from ..core.state import Batch
 from . import ops
 from .md import MDIntegrator, describe
 from .params import Param

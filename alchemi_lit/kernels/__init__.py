@@ -9,7 +9,7 @@ over the atoms pays that once and reads each array once (figures in DESIGN_NOTES
 "Compiled CPU kernels", and BENCHMARKS.md).
 
 The kernels are a CPU fast path, not a second physics: :mod:`.backend` registers them
-as implementations of primitives (:mod:`alchemi_lit.backends`) whose torch code is the
+as implementations of primitives (:mod:`alchemi_lit.core.backends`) whose torch code is the
 reference -- the integrators' operations (:mod:`alchemi_lit.integrators.ops`), the
 keyed noise, the force criterion -- and which runs wherever a kernel does not
 (accelerators, autograd, bfloat16, inside ``torch.compile``, and any CPU run without
@@ -38,10 +38,10 @@ import numpy as np
 import torch
 from loguru import logger
 
-from ..tensor_ops import numpy_viewable
+from ..core.tensor_ops import numpy_viewable
 
 if TYPE_CHECKING:
-    from ..state import Batch
+    from ..core.state import Batch
 
 #: set ``ALCHEMI_LIT_CPU_KERNELS=0`` to run every integrator's torch path on CPU
 ENV_SWITCH = "ALCHEMI_LIT_CPU_KERNELS"

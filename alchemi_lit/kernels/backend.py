@@ -1,7 +1,7 @@
 """The numba kernels as a backend: faster implementations of the integrators' primitives
-(:mod:`alchemi_lit.integrators.ops`), of the keyed noise (:func:`alchemi_lit.random.
-atom_normals`) and of the force criterion (:func:`alchemi_lit.convergence.
-largest_force_below`), registered with :mod:`alchemi_lit.backends` when it first
+(:mod:`alchemi_lit.integrators.ops`), of the keyed noise (:func:`alchemi_lit.core.random.
+atom_normals`) and of the force criterion (:func:`alchemi_lit.integrators.convergence.
+largest_force_below`), registered with :mod:`alchemi_lit.core.backends` when it first
 dispatches.
 
 Each registration takes the inputs :func:`~alchemi_lit.kernels.usable` accepts (kernels
@@ -27,14 +27,14 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from .. import convergence, kernels
-from .. import random as rng
-from ..integrators import ops
+from .. import kernels
+from ..core import random as rng
+from ..core.state import Batch
+from ..core.tensor_ops import identity_key, same_key
+from ..integrators import convergence, ops
 from ..integrators.formulas import SUZUKI_YOSHIDA
 from ..integrators.noise import NoiseStream
 from ..integrators.params import Param
-from ..state import Batch
-from ..tensor_ops import identity_key, same_key
 
 T = TypeVar("T")
 BACKEND = "numba"

@@ -3,7 +3,7 @@ compile.
 
 Why: numba's ``cache=True`` checks only the file that defines a kernel.  A kernel in
 :mod:`.dynamics` that calls ``formulas.bussi_alpha`` (or reads a constant of
-:mod:`alchemi_lit.random`) keeps its compiled code when that other file changes, so a
+:mod:`alchemi_lit.core.random`) keeps its compiled code when that other file changes, so a
 warm cache ran yesterday's physics under today's source -- and a test of the new source
 passed against the old machine code.  Keying the whole cache folder on a digest of
 every compiled source (and numba's own version) makes any change compile afresh,

@@ -29,7 +29,7 @@ def baoab_first_half(r, v, f, kick, half_dt, c1, sigma, xi, xi_base, step, xi_st
     """Langevin BAOAB up to the force call -- ``v += (dt/2m) F``, ``r += (dt/2) v``,
     ``v = c1 v + sigma xi``, ``r += (dt/2) v`` -- for the free atoms of ``mask``'s
     systems.  ``xi`` holds the noise of ``xi_steps`` steps from ``xi_base`` per system
-    (:class:`~alchemi_lit.random.NormalsWindow`): a system at ``step`` reads block
+    (:class:`~alchemi_lit.core.random.NormalsWindow`): a system at ``step`` reads block
     ``step - xi_base``.  New ``(positions, velocities, True)``, the others' unchanged;
     ``(r, v, False)``, nothing computed, if a system of ``mask`` lies outside the draw."""
     for b in range(starts.shape[0]):

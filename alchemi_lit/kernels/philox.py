@@ -1,11 +1,11 @@
-"""The keyed Philox4x32-10 words of :func:`alchemi_lit.random.atom_normals`, and the
+"""The keyed Philox4x32-10 words of :func:`alchemi_lit.core.random.atom_normals`, and the
 uniforms made of them, as one compiled CPU loop (see :mod:`alchemi_lit.kernels`).
 
 Why: Philox's ten rounds are ~100 integer passes over the atoms in torch, and turning
 words into uniforms twelve more: together most of a Langevin step's noise draw on CPU;
 here they are one loop that reads each key once (figures in BENCHMARKS.md, "Relaxation
 and MD against the peers").  The words are bit for bit those of
-:func:`~alchemi_lit.random.philox4x32` (the same keys, counters, constants and key
+:func:`~alchemi_lit.core.random.philox4x32` (the same keys, counters, constants and key
 schedule, in uint32 words with 64-bit products) and the uniforms are computed as torch
 does (exact sum, one rounded product), so the normals are the same to the bit (tested).
 Box-Muller's logarithm, sine and cosine stay in torch, whose vectorised (SLEEF) ones
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..random import _M0, _M1, _MASK32, _W0, _W1
+from ..core.random import _M0, _M1, _MASK32, _W0, _W1
 from .cache import compiled
 
 
@@ -27,7 +27,7 @@ def atom_uniforms(
     """Each atom's four Philox4x32-10 words of the key ``(seed, system_id, step, purpose,
     local index)`` as the uniforms Box-Muller takes, float64 ``[4, ahead N]``: ``u0``,
     ``u2`` on (0, 1) and ``phi0``, ``phi1`` on (0, 2 pi) (words 0, 2, 1, 3; see
-    :func:`~alchemi_lit.random.box_muller_block`); block ``k`` of ``N`` columns is
+    :func:`~alchemi_lit.core.random.box_muller_block`); block ``k`` of ``N`` columns is
     drawn at ``step + k``."""
     n = system_idx.shape[0]
     # each atom's key words and step, gathered once for every block

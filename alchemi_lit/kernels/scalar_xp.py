@@ -1,4 +1,4 @@
-"""The array namespace of :func:`~alchemi_lit.tensor_ops.per_system` functions, for one
+"""The array namespace of :func:`~alchemi_lit.core.tensor_ops.per_system` functions, for one
 system's numbers inside a compiled kernel.
 
 Why: a kernel calls an integrator's own per-system function (FIRE's decisions, say)

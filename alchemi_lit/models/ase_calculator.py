@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ConfigError, ModelError
-from ..state import ARRAYS_KEY, MODEL_ERROR_KEY, Batch
+from ..core.errors import ConfigError, ModelError
+from ..core.state import ARRAYS_KEY, MODEL_ERROR_KEY, Batch
 from .base import _MIN_VOLUME, Model
 from .neighbors import NeighborList
 

@@ -1,6 +1,6 @@
 """Model base class: energy in, forces and stress out.
 
-A model maps a :class:`~alchemi_lit.state.Batch` to per-system energies.  Forces and
+A model maps a :class:`~alchemi_lit.core.state.Batch` to per-system energies.  Forces and
 stress follow from the gradient of the energy with respect to the *edge vectors*
 ``vec_ij = r_j - r_i + shift`` (the "edge-gradient" route used by most MLIPs):
 
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from ..errors import ModelError
-from ..state import Batch
+from ..core.errors import ModelError
+from ..core.state import Batch
 from .neighbors import Edges, NeighborList
 
 
@@ -71,7 +71,7 @@ class Model(torch.nn.Module):
         count changes at every neighbour-list rebuild).  The first evaluation after this
         call tries it; if the compiler fails there, a warning is logged and the model
         stays eager.  Returns True once compilation is set up."""
-        from ..compiling import compile_or_eager
+        from ..core.compiling import compile_or_eager
 
         def stay_eager() -> None:
             self._edge_fn = None
@@ -167,7 +167,7 @@ class Model(torch.nn.Module):
         Systems without a 3-D cell (molecules) have zero stress without an evaluation:
         with thousands of small molecules, that evaluation's neighbour lists cost as
         much as the run's own."""
-        from ..state import EXIT_MODEL_ERROR, EXIT_QUARANTINED
+        from ..core.state import EXIT_MODEL_ERROR, EXIT_QUARANTINED
 
         ok = (batch.exit_code != EXIT_MODEL_ERROR) & (batch.exit_code != EXIT_QUARANTINED)
         out = batch.stress.clone()

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from ..state import Batch
+from ..core.state import Batch
 from .edges import canonical_order
 
 #: candidate pairs (i, j, shift) tested in one pass; beyond it the candidates go in

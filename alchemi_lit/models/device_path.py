@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from ..state import Batch
-from ..tensor_ops import identity_key, same_key
+from ..core.state import Batch
+from ..core.tensor_ops import identity_key, same_key
 from .cell_list import batched_pairs
 from .pair_search import keep_edge_temporaries_on_heap
 from .skin_watch import SkinWatch

@@ -38,7 +38,7 @@ import torch
 from ase.data import atomic_numbers
 from ase.units import Bohr
 
-from ..state import Batch
+from ..core.state import Batch
 from .base import Model, per_system_sum
 from .neighbors import Edges
 

@@ -51,10 +51,10 @@ from typing import Any
 
 import torch
 
-from ..geometry import all_pairs_suit, count_pairs, molecule_pairs
-from ..segments import ones_rows
-from ..state import Batch
-from ..tensor_ops import host_reads_free, identity_key, may_be_set, row_dot
+from ..core.geometry import all_pairs_suit, count_pairs, molecule_pairs
+from ..core.segments import ones_rows
+from ..core.state import Batch
+from ..core.tensor_ops import host_reads_free, identity_key, may_be_set, row_dot
 from .device_path import DevicePath
 from .edges import Edges
 from .pair_search import (
@@ -73,7 +73,7 @@ __all__ = [
 
 
 class NeighborList(DevicePath):
-    """Verlet neighbour list over a :class:`~alchemi_lit.state.Batch` (see module doc)."""
+    """Verlet neighbour list over a :class:`~alchemi_lit.core.state.Batch` (see module doc)."""
 
     def __init__(self, cutoff: float, skin: float = 1.0) -> None:
         if cutoff <= 0:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ..state import Batch
-from ..tensor_ops import row_dot
+from ..core.state import Batch
+from ..core.tensor_ops import row_dot
 from .base import Model
 from .neighbors import Edges
 

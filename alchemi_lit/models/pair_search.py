@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..geometry import all_pairs_suit, count_pairs, molecule_pairs
-from ..state import Batch
-from ..tensor_ops import host_reads_free
+from ..core.geometry import all_pairs_suit, count_pairs, molecule_pairs
+from ..core.state import Batch
+from ..core.tensor_ops import host_reads_free
 from .cell_list import batched_pairs
 from .edges import canonical_order
 from .small_cells import canonical_system, small_cell_plan, small_cell_system

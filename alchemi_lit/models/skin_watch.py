@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..tensor_ops import kept, row_dot
+from ..core.tensor_ops import kept, row_dot
 
 log = logging.getLogger(__name__)
 

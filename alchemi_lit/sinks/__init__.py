@@ -9,12 +9,12 @@ a sink that fails (disk full, permission denied) is reported and skipped, and
 whatever no sink could take stays in an overflow buffer in memory -- computed
 results are never dropped.
 
-ZarrSink writes a results store (layout: :mod:`alchemi_lit.results_store`, which
+ZarrSink writes a results store (layout: :mod:`alchemi_lit.io.results_store`, which
 also reads it back: :func:`read_results`).  ``read()`` of any sink gives
-:class:`~alchemi_lit.results.Results`.
+:class:`~alchemi_lit.io.results.Results`.
 """
 
-from ..results_store import (
+from ..io.results_store import (
     ATOM_COLUMNS,
     SCHEMA,
     SYSTEM_COLUMNS,

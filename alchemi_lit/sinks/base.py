@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from ..errors import BatchError, ConfigError
-from ..results import Results
-from ..serialize import batch_from_state, batch_state
-from ..state import Batch
+from ..core.errors import BatchError, ConfigError
+from ..core.state import Batch
+from ..io.results import Results
+from ..io.serialize import batch_from_state, batch_state
 
 
 class Sink:
@@ -41,7 +41,7 @@ class Sink:
         raise TypeError(f"{type(self).__name__} cannot be read back")
 
     def read(self) -> Results:
-        """What the sink holds as :class:`~alchemi_lit.results.Results` (``system_id``
+        """What the sink holds as :class:`~alchemi_lit.io.results.Results` (``system_id``
         order; a sequence of ``ase.Atoms`` with energies and info)."""
         return Results(self.read_batch())
 

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from loguru import logger
 
-from ..errors import ConfigError
-from ..serialize import batch_from_state, batch_state
-from ..state import Batch
+from ..core.errors import ConfigError
+from ..core.state import Batch
+from ..io.serialize import batch_from_state, batch_state
 from .base import HostMemory, Sink, SinkFlushError
 
 

@@ -1,6 +1,6 @@
 """ZarrSink: finished systems appended to a zarr v3 results store.
 
-The layout, and reading a store back, are in :mod:`alchemi_lit.results_store`.
+The layout, and reading a store back, are in :mod:`alchemi_lit.io.results_store`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Any, Literal
 import numpy as np
 from loguru import logger
 
-from ..errors import ConfigError
-from ..info_codec import info_to_json
-from ..results import Results
-from ..results_store import (
+from ..core.errors import ConfigError
+from ..core.info_codec import info_to_json
+from ..core.state import MODEL_ERROR_KEY, Batch
+from ..io.results import Results
+from ..io.results_store import (
     ATOM_COLUMNS,
     SCHEMA,
     SYSTEM_COLUMNS,
@@ -26,7 +27,6 @@ from ..results_store import (
     read_store_batch,
     stored_system_ids,
 )
-from ..state import MODEL_ERROR_KEY, Batch
 from .base import Sink, SinkFlushError, id_list
 
 
@@ -242,7 +242,7 @@ class ZarrSink(Sink):
         return read_store_batch(self.path, run=run)
 
     def read(self, run: int | None = None) -> Results:
-        """The stored systems as :class:`~alchemi_lit.results.Results` (``run``: see
+        """The stored systems as :class:`~alchemi_lit.io.results.Results` (``run``: see
         :meth:`read_batch`); the same as :func:`read_results` of the store."""
         self.flush()
         return read_results(self.path, run=run)

@@ -11,7 +11,7 @@ of valid ones.
 A strategy plugin subclasses :class:`Strategy`, registers it and implements
 
 * ``run(sim, data, resume)`` (required): run every system and return
-  :class:`~alchemi_lit.results.Results`.  ``data`` is what the user passed to
+  :class:`~alchemi_lit.io.results.Results`.  ``data`` is what the user passed to
   ``Simulator.run`` (a Batch, an ``ase.Atoms``, a list of them or a
   :class:`~alchemi_lit.data.SizeAwareSampler`); ``resume`` a checkpoint path or None.
   ``sim`` is fully wired (``sim.model``, ``sim.plan``, ``sim.device``, ``sim.dtype``,
@@ -22,7 +22,7 @@ A strategy plugin subclasses :class:`Strategy`, registers it and implements
   runs, with the constructor's settings on ``sim`` (``sim.accelerator``,
   ``sim.devices``, ``sim.num_devices``, ``sim.buffer``, ``sim.comm_mode``,
   ``sim.timeout`` ...; not yet ``sim.device``).  Raise
-  :class:`~alchemi_lit.errors.ConfigError` naming the problem when the strategy cannot
+  :class:`~alchemi_lit.core.errors.ConfigError` naming the problem when the strategy cannot
   run ``plan``; return the plan to run (``sim.plan``).  The default accepts a fused
   plan on one device.
 
@@ -37,11 +37,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from ..stages import Fused, Pipeline
+from ..core.errors import ConfigError
+from ..integrators.stages import Fused, Pipeline
 
 if TYPE_CHECKING:
-    from ..results import Results
+    from ..io.results import Results
     from ..simulator import Simulator
 
 AUTO = "auto"
@@ -88,7 +88,7 @@ class Strategy(ABC):
 
 def strategy_names() -> list[str]:
     """Every valid ``strategy`` value: ``auto`` and the registered names."""
-    from .. import registry
+    from ..core import registry
 
     return [AUTO, *sorted(registry.REGISTRIES["strategy"].names(), key=str.lower)]
 
@@ -96,7 +96,7 @@ def strategy_names() -> list[str]:
 def check_strategy_name(name: str) -> None:
     """Raise a :class:`ConfigError` listing the valid names (with a did-you-mean) unless
     ``name`` is ``auto`` or a registered strategy."""
-    from .. import registry
+    from ..core import registry
 
     if name.lower() == AUTO or name in registry.REGISTRIES["strategy"]:
         return
@@ -115,7 +115,7 @@ def create_strategy(
 ) -> Strategy:
     """A Strategy from a registered name (built with ``options``, its own arguments),
     ``"auto"`` or an instance."""
-    from .. import registry
+    from ..core import registry
 
     options = dict(options or {})
     if isinstance(spec, Strategy):

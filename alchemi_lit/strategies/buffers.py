@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
-from ..state import Batch
+from ..core.errors import ConfigError
+from ..core.state import Batch
 
 # header words (int64)
 H_MAGIC, H_KIND, H_FLAGS, H_SYSTEMS, H_ATOMS, H_ROUND, H_ERR_RANK, H_ERR_LEN = range(8)

@@ -1,6 +1,6 @@
 """Pipeline and replica strategies: validate, launch ranks, run workers, collect.
 
-``pipeline``: one rank per stage of a :class:`~alchemi_lit.stages.Pipeline`.
+``pipeline``: one rank per stage of a :class:`~alchemi_lit.integrators.stages.Pipeline`.
 ``replicas``: ``n`` copies of the plan (a fused plan, or a pipeline of ``p`` ranks
 when ``devices = n * p``), each over a disjoint shard of the sampler balanced by atom
 count.  Both are the same engine: replicas are independent sub-pipelines whose
@@ -22,13 +22,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..core.errors import ConfigError
+from ..core.state import Batch
 from ..data.sampler import SizeAwareSampler
 from ..engine.interrupt import RunInterrupted
-from ..errors import ConfigError
-from ..results import Results
+from ..integrators.stages import Fused, Pipeline
+from ..io.results import Results
 from ..sinks import ZarrSink
-from ..stages import Fused, Pipeline
-from ..state import Batch
 from .base import Strategy
 from .buffers import BufferConfig, check_info_fits
 from .launch import StartMethod, launch, rank_device

@@ -32,8 +32,8 @@ import torch
 import torch.distributed as dist
 from loguru import logger
 
-from ..errors import AlchemiError
-from ..state import Batch
+from ..core.errors import AlchemiError
+from ..core.state import Batch
 from .buffers import (
     FLAG_ABORT,
     FLAG_DONE,

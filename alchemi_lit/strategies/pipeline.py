@@ -24,19 +24,19 @@ import torch.distributed as dist
 from loguru import logger
 
 from ..callbacks.checkpoint import Checkpoint
+from ..core.errors import ConfigError
+from ..core.state import Batch
 from ..data.sampler import SizeAwareSampler
 from ..engine import checkpointing
 from ..engine.checkpoint_file import CheckpointDamaged
 from ..engine.feeds import SamplerFeed, SinkDelivery, empty_batch
 from ..engine.fingerprint import refuse_mismatch
+from ..engine.hooks import HookDispatcher
 from ..engine.interrupt import RunInterrupted
 from ..engine.run_loop import RunLoop
 from ..engine.step import FusedLoop
-from ..errors import ConfigError
-from ..hooks import HookDispatcher
+from ..integrators.stages import Fused, Pipeline
 from ..sinks import HostMemory, SinkChain
-from ..stages import Fused, Pipeline
-from ..state import Batch
 from .buffers import BufferConfig, MessageLayout, schema_digest, schema_of
 from .exchange import Abort, CommMode, Exchange, PipelineError
 from .rank_io import Outbox, RankIO

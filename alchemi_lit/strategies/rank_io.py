@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..core.state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, Batch
 from ..engine.feeds import SamplerFeed
+from ..io.serialize import batch_from_state, batch_state
 from ..models.neighbors import batch_pair_counts
-from ..serialize import batch_from_state, batch_state
-from ..state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, Batch
 from .buffers import INFO_OVERHEAD, BufferConfig, check_info_fits
 
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..results import Results
+from ..core.state import Batch
+from ..io.results import Results
 from ..sinks import HostMemory, ZarrSink
-from ..state import Batch
 
 if TYPE_CHECKING:
     from ..simulator import Simulator

@@ -28,18 +28,18 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..callbacks.checkpoint import Checkpoint
+from ..core.errors import ConfigError
+from ..core.state import Batch
 from ..data.sampler import SizeAwareSampler
 from ..engine.feeds import BatchFeed, SamplerFeed, SinkDelivery
+from ..engine.hooks import HookDispatcher
 from ..engine.interrupt import RunInterrupted
 from ..engine.memory_probe import MemoryProbe
 from ..engine.run_loop import LocalTransport, RunLoop
 from ..engine.step import FusedLoop
-from ..errors import ConfigError
-from ..hooks import HookDispatcher
-from ..results import Results
+from ..integrators.stages import Fused
+from ..io.results import Results
 from ..sinks import HostMemory, SinkChain
-from ..stages import Fused
-from ..state import Batch
 from .base import Strategy
 
 if TYPE_CHECKING:

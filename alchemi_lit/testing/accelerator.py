@@ -22,14 +22,15 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import kernels, tensor_ops
-from ..hooks import Callback, StepContext
+from .. import kernels
+from ..core import tensor_ops
+from ..engine.hooks import Callback, StepContext
 
 
 @contextlib.contextmanager
 def accelerator_path() -> Iterator[None]:
     """Run CPU tensors through every branch an accelerator takes: reading a value on
-    the host is not free (:data:`~alchemi_lit.tensor_ops.CPU_READS_FREE`), so masked
+    the host is not free (:data:`~alchemi_lit.core.tensor_ops.CPU_READS_FREE`), so masked
     work is branch-free, per-system formulas run in torch, the numba kernels are off and
     neighbour lists are built by the device builder.  Restored on exit."""
     saved = tensor_ops.CPU_READS_FREE, kernels.ENABLED

@@ -27,14 +27,14 @@ import numpy as np
 import torch
 
 from ..callbacks.checkpoint import Checkpoint
+from ..core.state import Batch
 from ..data import argon_crystals
 from ..engine.fingerprint import settings
-from ..hooks import HookStageEnum, LambdaCallback
+from ..engine.hooks import HookStageEnum, LambdaCallback
 from ..integrators import FIRE
 from ..models import LennardJones
 from ..simulator import Simulator
 from ..sinks import ZarrSink
-from ..state import Batch
 
 #: the fields a run's results are compared on
 COMPARED = ("positions", "velocities", "forces", "energy", "cell", "total_steps", "converged")

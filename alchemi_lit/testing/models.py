@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.state import Batch
 from ..integrators import FIRE
 from ..simulator import Simulator
-from ..state import Batch
 
 #: the fields a pipeline's results must share with the fused run's, bit for bit
 PIPELINE_COMPARED = ("positions", "velocities", "forces", "energy", "stress", "total_steps")

@@ -7,7 +7,7 @@ band in :mod:`.bands`) and materials properties, each a small module (``eos``,
 (:mod:`.base`).
 """
 
-from .bands import Band, BandResults, band_results
+from ..io.bands import Band, BandResults, band_results
 from .elastic import ElasticResults, elastic
 from .eos import EOSResults, eos
 from .neb import label_bands, make_band, read_bands

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .jobs import JobRun
 
 #: the columns every workflow table starts with
@@ -29,7 +29,7 @@ class MaterialResults:
     ``formula``, ``n_atoms``, the workflow's columns, ``error`` (missing -- None or
     NaN, as pandas stores it -- or why the material has no values: a failed job or fit;
     the others still finished) and ``source_file``.  ``jobs``: the run's raw per-job results
-    (:class:`~alchemi_lit.results.Results` in ``jobs.results``).  ``write(dir)`` saves
+    (:class:`~alchemi_lit.io.results.Results` in ``jobs.results``).  ``write(dir)`` saves
     the table and per-material files.
     """
 

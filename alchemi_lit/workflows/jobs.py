@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
-from ..errors import ConfigError, StructureError
-from ..fields import EXIT_MAX_STEPS, EXIT_MODEL_ERROR, EXIT_QUARANTINED, MODEL_ERROR_KEY
+from ..core.errors import ConfigError, StructureError
+from ..core.fields import EXIT_MAX_STEPS, EXIT_MODEL_ERROR, EXIT_QUARANTINED, MODEL_ERROR_KEY
 from ..integrators.base import Integrator
+from ..integrators.stages import Fused
 from ..models.base import Model
-from ..stages import Fused
 
 #: Simulator arguments a workflow sets itself (the plan, the stress it reads)
 _OWN_ARGUMENTS = ("model", "stages", "stress")
@@ -54,7 +54,7 @@ class JobRun:
     """What the run gave each job (in job order), and which jobs failed and why."""
 
     jobs: list[Job]
-    results: Any  # alchemi_lit.results.Results
+    results: Any  # alchemi_lit.io.results.Results
     energy: np.ndarray  # [J] eV
     stress: np.ndarray  # [J, 3, 3] eV/Å^3, ASE's sign (positive under tension)
     forces: list[np.ndarray]  # [n_atoms, 3] eV/Å per job
@@ -107,8 +107,8 @@ def check_materials(structures: Sequence[Any], model: Model, workflow: str) -> N
     coincident atoms), constraints, elements the model lacks."""
     from ase.data import chemical_symbols
 
-    from ..geometry import periodic_heights
-    from ..validation import validate_atoms
+    from ..core.geometry import periodic_heights
+    from ..core.validation import validate_atoms
 
     if not isinstance(model, Model):
         raise ConfigError(

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from ..core.errors import ConfigError
 from ..data.bands import PATH_KEY, check_band
-from ..errors import ConfigError
 
 
 def make_band(

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..models.base import Model
 from .base import MaterialResults
 from .jobs import Job, as_structures, check_materials, run_jobs

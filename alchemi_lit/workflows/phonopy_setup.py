@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, StructureError
-from ..geometry import periodic_heights
+from ..core.errors import ConfigError, StructureError
+from ..core.geometry import periodic_heights
 from .jobs import fresh_atoms
 
 #: how to get phonopy, in every message that needs it

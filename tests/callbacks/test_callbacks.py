@@ -11,7 +11,7 @@ import torch
 from ase.build import bulk
 from rich.console import Console
 
-from alchemi_lit import Fused, Simulator, units
+from alchemi_lit import Fused, Simulator
 from alchemi_lit.callbacks import (
     HookStageEnum,
     LambdaCallback,
@@ -23,6 +23,7 @@ from alchemi_lit.callbacks import (
     read_trajectory,
     trajectory_system_ids,
 )
+from alchemi_lit.core import units
 from alchemi_lit.integrators import FIRE, VelocityVerlet
 from alchemi_lit.models import LennardJones
 from conftest import PoisonedLJ

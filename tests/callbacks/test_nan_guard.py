@@ -15,10 +15,10 @@ from loguru import logger
 
 from alchemi_lit import Simulator
 from alchemi_lit.callbacks.nan_guard import NAN_CELL, NAN_FORCES, NAN_POSITIONS
-from alchemi_lit.hooks import HookStageEnum, LambdaCallback
+from alchemi_lit.core.state import Batch
+from alchemi_lit.engine.hooks import HookStageEnum, LambdaCallback
 from alchemi_lit.integrators import VelocityVerlet
 from alchemi_lit.models import LennardJones
-from alchemi_lit.state import Batch
 
 POISONED = 1  # system_id whose forces turn NaN
 

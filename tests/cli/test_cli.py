@@ -261,7 +261,7 @@ def test_documented_plugins_document_every_parameter() -> None:
 
     from docstring_parser import parse
 
-    from alchemi_lit import registry
+    from alchemi_lit.core import registry
 
     gaps = {}
     for entry in registry.all_entries():

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import yaml
 
-from alchemi_lit import registry
 from alchemi_lit.cli import main
+from alchemi_lit.core import registry
 from alchemi_lit.sinks import read_results
 
 ROOT = Path(__file__).resolve().parents[2]

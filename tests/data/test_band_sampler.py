@@ -9,8 +9,8 @@ from ase import Atoms
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from alchemi_lit.core.errors import StructureError
 from alchemi_lit.data import SizeAwareSampler
-from alchemi_lit.errors import StructureError
 
 
 def dataset(units: list[tuple[int, int]]) -> tuple[list[Atoms], list[list[int]]]:

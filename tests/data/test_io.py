@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from alchemi_lit.core.errors import ConfigError, StructureError, StructureWarning
 from alchemi_lit.data import SizeAwareSampler, read_structures
-from alchemi_lit.errors import ConfigError, StructureError, StructureWarning
 
 HEADER = """data_test
 _symmetry_space_group_name_H-M   'F m -3 m'

@@ -15,10 +15,10 @@ import zarr
 from ase.build import bulk
 
 import alchemi_lit as al
+from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.data import SizeAwareSampler, argon_crystals, mixed_argon
 from alchemi_lit.data.memory import MemoryReader, ProcessMemoryReader
 from alchemi_lit.engine.memory_probe import MemoryProbe
-from alchemi_lit.errors import ConfigError
 from alchemi_lit.integrators import FIRE
 from alchemi_lit.models import LennardJones
 from alchemi_lit.sinks import ZarrSink

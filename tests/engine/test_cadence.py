@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import alchemi_lit as al
-from alchemi_lit import tensor_ops
+from alchemi_lit.core import tensor_ops
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
 from alchemi_lit.engine import cadence as cadence_module
 from alchemi_lit.engine.cadence import Cadence

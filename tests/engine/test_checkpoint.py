@@ -17,9 +17,9 @@ import alchemi_lit as al
 from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback, TrajectoryWriter
 from alchemi_lit.callbacks.checkpoint import load_checkpoint
 from alchemi_lit.callbacks.trajectory import read_trajectory
+from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
 from alchemi_lit.engine.checkpoint_file import is_intact
-from alchemi_lit.errors import ConfigError
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.sinks import HostMemory, ZarrSink

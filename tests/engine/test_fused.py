@@ -10,11 +10,11 @@ import torch
 
 import alchemi_lit as al
 from alchemi_lit.callbacks import Callback
+from alchemi_lit.core.errors import StructureError
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
-from alchemi_lit.errors import StructureError
 from alchemi_lit.integrators import FIRE, Langevin, VelocityVerlet
+from alchemi_lit.integrators.stages import Fused
 from alchemi_lit.models import LennardJones
-from alchemi_lit.stages import Fused
 
 CUTOFF = 6.0  # short LJ cutoff keeps these tests fast; physics is checked elsewhere
 
@@ -319,8 +319,8 @@ def test_status_masks_follow_every_change_of_the_status_tensor() -> None:
     """The step's stage masks are kept per status tensor: a replaced tensor or one
     written in place (a callback moving a system) gives fresh masks, an unchanged one
     the kept masks."""
-    from alchemi_lit.hooks import HookDispatcher
-    from alchemi_lit.state import Batch
+    from alchemi_lit.core.state import Batch
+    from alchemi_lit.engine.hooks import HookDispatcher
     from alchemi_lit.strategies.fused import FusedLoop
 
     plan = FIRE() + Langevin(steps=5)
@@ -356,7 +356,7 @@ def cpu_kernels(request, monkeypatch) -> bool:
 def md_run(n_systems: int, seed: int, stages, after_step=None) -> al.Results:
     """Small argon systems through ``stages``, with an AFTER_STEP callback if given."""
     from alchemi_lit.callbacks import LambdaCallback
-    from alchemi_lit.hooks import HookStageEnum
+    from alchemi_lit.engine.hooks import HookStageEnum
 
     callbacks = [LambdaCallback(HookStageEnum.AFTER_STEP, after_step)] if after_step else []
     systems = [a[:8] for a in mixed_argon(n_systems, seed=seed)]

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from alchemi_lit.data import SizeAwareSampler
+from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.engine.interrupt import RunInterrupted
-from alchemi_lit.hooks import Callback
 from alchemi_lit.sinks import ZarrSink
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))

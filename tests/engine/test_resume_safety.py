@@ -20,13 +20,13 @@ import torch
 
 import alchemi_lit as al
 from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback
+from alchemi_lit.core.errors import ConfigError
+from alchemi_lit.core.state import EXIT_CONVERGED, EXIT_MODEL_ERROR
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
 from alchemi_lit.engine.checkpoint_file import CheckpointDamaged, read_checkpoint
-from alchemi_lit.errors import ConfigError
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.sinks import ZarrSink
-from alchemi_lit.state import EXIT_CONVERGED, EXIT_MODEL_ERROR
 
 DATA = mixed_argon(10, 8, 30, seed=4)
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import alchemi_lit as al
-from alchemi_lit.hooks import Callback
+from alchemi_lit.core.state import Batch
+from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.integrators import (
     FIRE,
     FIRE2,
@@ -24,7 +25,6 @@ from alchemi_lit.integrators import (
     VelocityVerlet,
 )
 from alchemi_lit.models import LennardJones
-from alchemi_lit.state import Batch
 from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon
 
 STEPS = 40

@@ -31,11 +31,11 @@ from ase.calculators.lj import LennardJones as AseLJ
 from ase.filters import FrechetCellFilter, UnitCellFilter
 
 from alchemi_lit import Batch
-from alchemi_lit.errors import ConfigError, UnitWarning
+from alchemi_lit.core.errors import ConfigError, UnitWarning
+from alchemi_lit.core.linalg import expm, expm_frechet_adjoint, logm
+from alchemi_lit.core.units import bar_to_ev_per_a3, gpa_to_ev_per_a3
 from alchemi_lit.integrators import BFGS, LBFGS, CellFilter, params
-from alchemi_lit.linalg import expm, expm_frechet_adjoint, logm
 from alchemi_lit.models import LennardJones
-from alchemi_lit.units import bar_to_ev_per_a3, gpa_to_ev_per_a3
 from conftest import (
     AR_EPSILON,
     AR_SIGMA,

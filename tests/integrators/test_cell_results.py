@@ -27,14 +27,14 @@ from test_cell_filter import crystals
 
 import alchemi_lit as al
 from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback
-from alchemi_lit.convergence import EnergyChange, ForceMax
+from alchemi_lit.core.state import ATOM_FIELDS, SYSTEM_FIELDS
 from alchemi_lit.data import SizeAwareSampler
 from alchemi_lit.integrators import BFGS, FIRE, CellFilter, Langevin
+from alchemi_lit.integrators.convergence import EnergyChange, ForceMax
 from alchemi_lit.integrators.stage_fields import stage_private_fields, stages_of
 from alchemi_lit.models import LennardJones
 from alchemi_lit.report import report, summarize, summary_table
 from alchemi_lit.sinks import HostMemory, ZarrSink, read_results
-from alchemi_lit.state import ATOM_FIELDS, SYSTEM_FIELDS
 from alchemi_lit.strategies.buffers import BufferConfig
 from conftest import AR_EPSILON, AR_SIGMA, cluster_argon
 

@@ -16,7 +16,7 @@ from ase import Atoms
 from ase.build import bulk
 from ase.calculators.lj import LennardJones as AseLennardJones
 
-from alchemi_lit.hooks import Callback
+from alchemi_lit.engine.hooks import Callback
 from conftest import readme_block
 
 EXAMPLE = readme_block("custom-integrator")
@@ -122,7 +122,7 @@ def obabo_reference(atoms: Atoms, system_id: int) -> np.ndarray:
     import torch
     from ase import units
 
-    from alchemi_lit import random as rng
+    from alchemi_lit.core import random as rng
 
     def normals(step: int, purpose: int) -> np.ndarray:
         n = len(atoms)

@@ -23,7 +23,7 @@ from test_md import Recorder
 from test_quasi_newton import MODELS
 
 import alchemi_lit as al
-from alchemi_lit.errors import ConfigError
+from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.integrators import FIRE, FIRE2, LBFGS, CellFilter
 
 FIRE2_STEPS = 40

@@ -23,8 +23,9 @@ from ase.md.nvtberendsen import NVTBerendsen
 from ase.md.verlet import VelocityVerlet as AseVV
 
 import alchemi_lit as al
-from alchemi_lit import random as rng
-from alchemi_lit.hooks import Callback
+from alchemi_lit.core import random as rng
+from alchemi_lit.core.state import Batch
+from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.integrators import (
     Berendsen,
     Bussi,
@@ -35,7 +36,6 @@ from alchemi_lit.integrators import (
 )
 from alchemi_lit.integrators.ops import bussi_noise
 from alchemi_lit.models import LennardJones
-from alchemi_lit.state import Batch
 from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
 
 CUTOFF = 8.5

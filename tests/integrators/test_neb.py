@@ -27,7 +27,7 @@ from neb_cases import tutorial_band
 from test_md import Recorder
 
 import alchemi_lit as al
-from alchemi_lit.errors import ConfigError
+from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.integrators import BFGS, FIRE, NEB
 from alchemi_lit.integrators.band_forces import minimum_image
 from alchemi_lit.models import EMT

@@ -30,13 +30,13 @@ from ase.md.nose_hoover_chain import IsotropicMTKNPT
 from test_md import SEED, BussiNoise, Recorder, moving_argon, our_atom_normals
 
 import alchemi_lit as al
-from alchemi_lit import random as rng
-from alchemi_lit.errors import ConfigError, UnitWarning
-from alchemi_lit.hooks import Callback
+from alchemi_lit.core import random as rng
+from alchemi_lit.core.errors import ConfigError, UnitWarning
+from alchemi_lit.core.state import Batch
+from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.integrators import LBFGS, MTKNPT, CellFilter, CRescale, Langevin, NPTLangevin
 from alchemi_lit.integrators.ops import system_normals
 from alchemi_lit.models import LennardJones
-from alchemi_lit.state import Batch
 from alchemi_lit.testing import accelerator_path
 from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, strained, triclinic_argon
 
@@ -398,7 +398,7 @@ def test_two_rank_pipeline_relax_then_npt_equals_the_fused_run(npt_stage) -> Non
 
 def test_kill_and_resume_mid_npt_is_bit_for_bit(tmp_path) -> None:
     from alchemi_lit.callbacks import Checkpoint
-    from alchemi_lit.hooks import HookStageEnum, LambdaCallback
+    from alchemi_lit.engine.hooks import HookStageEnum, LambdaCallback
 
     def plan():
         return (MTKNPT(dt=5.0, temperature=60.0, pressure_gpa=0.2, pdamp=200.0, isotropic=False,

@@ -40,11 +40,11 @@ import torch
 from ase.build import bulk
 
 import alchemi_lit as al
-from alchemi_lit.hooks import Callback
+from alchemi_lit.core.units import GPa, kB
+from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.integrators import MTKNPT, CRescale, NPTLangevin
 from alchemi_lit.integrators.barostat import instantaneous_pressure
 from alchemi_lit.models import LennardJones
-from alchemi_lit.units import GPa, kB
 from conftest import AR_EPSILON, AR_SIGMA
 
 pytestmark = pytest.mark.slow

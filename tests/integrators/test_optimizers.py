@@ -198,7 +198,7 @@ def test_fire2_keeps_fixed_atoms_in_place() -> None:
 
 def test_fire2_state_is_per_system_and_masked() -> None:
     """A FIRE2 stage next to another stage leaves the other systems bit-identical."""
-    from alchemi_lit.state import Batch
+    from alchemi_lit.core.state import Batch
 
     batch = Batch.from_atoms(perturbed_argon(2, 2, 0.15, seed=6))
     stage = FIRE2()

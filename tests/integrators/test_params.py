@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from alchemi_lit.errors import ConfigError, UnitWarning
+from alchemi_lit.core.errors import ConfigError, UnitWarning
 from alchemi_lit.integrators import (
     FIRE,
     FIRE2,

@@ -27,8 +27,8 @@ from test_md import Recorder
 
 import alchemi_lit as al
 from alchemi_lit import kernels
+from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.data import SizeAwareSampler
-from alchemi_lit.errors import ConfigError
 from alchemi_lit.integrators import BFGS, FIRE, LBFGS
 from alchemi_lit.models import EMT, LennardJones
 from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, strained

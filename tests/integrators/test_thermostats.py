@@ -23,7 +23,8 @@ import pytest
 import torch
 
 import alchemi_lit as al
-from alchemi_lit.hooks import Callback
+from alchemi_lit.core.units import kB
+from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.integrators import (
     FIRE,
     Berendsen,
@@ -34,7 +35,6 @@ from alchemi_lit.integrators import (
     NPTLangevin,
 )
 from alchemi_lit.models import LennardJones
-from alchemi_lit.units import kB
 from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
 
 T_TARGET = 60.0

@@ -16,9 +16,9 @@ import torch
 from ase.constraints import FixAtoms
 
 from alchemi_lit import kernels
-from alchemi_lit import random as rng
 from alchemi_lit.callbacks import nan_guard
-from alchemi_lit.convergence import ForceMax
+from alchemi_lit.core import random as rng
+from alchemi_lit.core.state import Batch
 from alchemi_lit.integrators import (
     FIRE,
     FIRE2,
@@ -28,7 +28,7 @@ from alchemi_lit.integrators import (
     NoseHooverChain,
     VelocityVerlet,
 )
-from alchemi_lit.state import Batch
+from alchemi_lit.integrators.convergence import ForceMax
 from conftest import assert_conditioned_close, perturbed_argon
 
 pytest.importorskip("numba")
@@ -216,7 +216,7 @@ def test_kept_step_constants_follow_parameters_and_masses(monkeypatch, make):
     step to step; a new time step, temperature, friction or coupling time, masses
     written in place or replaced, newly fixed atoms, or a new layout are used at once,
     as the torch path uses them."""
-    from alchemi_lit.units import fs
+    from alchemi_lit.core.units import fs
 
     batch = random_batch(torch.float64)
     mask = torch.ones(6, dtype=torch.bool)
@@ -258,7 +258,7 @@ def test_md_kernels_pick_their_noise_from_the_draws_ahead(monkeypatch, make):
     system that skips ahead (outside the draw: drawn afresh) -- Langevin's and Bussi's
     compiled steps read exactly the keyed noise of each system's step, which the torch
     path draws every step; and they did read draws ahead (fewer draws than steps)."""
-    from alchemi_lit import random as random_mod
+    from alchemi_lit.core import random as random_mod
 
     batch = random_batch(torch.float64)
     mask = torch.tensor([1, 1, 0, 1, 1, 1], dtype=torch.bool)

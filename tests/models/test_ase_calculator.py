@@ -22,11 +22,11 @@ from ase.constraints import FixAtoms
 from ase.optimize import FIRE as AseFIRE
 
 import alchemi_lit as al
-from alchemi_lit.errors import ConfigError, ModelError
+from alchemi_lit.core.errors import ConfigError, ModelError
+from alchemi_lit.core.registry import get
+from alchemi_lit.core.state import Batch
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import ASECalculatorModel
-from alchemi_lit.registry import get
-from alchemi_lit.state import Batch
 from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, random_triclinic_cell
 
 

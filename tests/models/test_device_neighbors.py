@@ -15,7 +15,8 @@ from ase import Atoms
 from ase.build import bulk
 from device_counting import count_ops
 
-from alchemi_lit import Batch, geometry, tensor_ops
+from alchemi_lit import Batch
+from alchemi_lit.core import geometry, tensor_ops
 from alchemi_lit.models import (
     EMT,
     LennardJones,

@@ -17,7 +17,7 @@ from ase.calculators.emt import EMT as AseEMT
 from ase.data import atomic_numbers
 
 from alchemi_lit import Batch
-from alchemi_lit.errors import ModelError
+from alchemi_lit.core.errors import ModelError
 from alchemi_lit.models import EMT
 
 METALS = ("Al", "Cu", "Ag", "Au", "Ni", "Pd", "Pt")

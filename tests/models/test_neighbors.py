@@ -440,8 +440,8 @@ def test_molecule_path_reproduces_vesin_bit_for_bit(monkeypatch: pytest.MonkeyPa
     of a vesin call each; the edges must be vesin's exactly (pairs, orientation, order,
     shifts), and so must the pair counts of edge budgets and the closest pair that
     structure validation reports."""
-    from alchemi_lit import geometry
-    from alchemi_lit.geometry import closest_pair as _closest_pair
+    from alchemi_lit.core import geometry
+    from alchemi_lit.core.geometry import closest_pair as _closest_pair
     from alchemi_lit.models import neighbors, pair_search
 
     rng = np.random.default_rng(23)

@@ -19,8 +19,8 @@ import torch
 
 import alchemi_lit as al
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
+from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.engine.interrupt import RunInterrupted
-from alchemi_lit.hooks import Callback
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.sinks import ZarrSink

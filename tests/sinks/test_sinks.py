@@ -11,13 +11,13 @@ import torch
 
 import alchemi_lit as al
 from alchemi_lit.callbacks import TrajectoryWriter
+from alchemi_lit.core.errors import ConfigError, StructureError
+from alchemi_lit.core.state import default_system_ids
 from alchemi_lit.data import SizeAwareSampler, mixed_argon, read_structures
-from alchemi_lit.errors import ConfigError, StructureError
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.report import read_store_runs
 from alchemi_lit.sinks import HostMemory, ZarrSink, read_results
-from alchemi_lit.state import default_system_ids
 
 DATA = mixed_argon(16, 8, 30, seed=4)
 

@@ -12,8 +12,8 @@ import struct
 import pytest
 import torch
 
-from alchemi_lit.errors import ConfigError
-from alchemi_lit.state import Batch
+from alchemi_lit.core.errors import ConfigError
+from alchemi_lit.core.state import Batch
 from alchemi_lit.strategies.buffers import (
     ERROR_BYTES,
     FLAG_ABORT,

@@ -18,13 +18,13 @@ import pytest
 import torch
 
 import alchemi_lit as al
+from alchemi_lit.core.errors import ConfigError
+from alchemi_lit.core.state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, EXIT_RUNNING, Batch
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
-from alchemi_lit.errors import ConfigError
 from alchemi_lit.integrators import FIRE, Langevin
+from alchemi_lit.integrators.stages import Pipeline
 from alchemi_lit.models import LennardJones
 from alchemi_lit.sinks import HostMemory, ZarrSink
-from alchemi_lit.stages import Pipeline
-from alchemi_lit.state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, EXIT_RUNNING, Batch
 from alchemi_lit.strategies.buffers import BufferConfig
 from alchemi_lit.strategies.pipeline import PipelineError, PipelineWorker
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import alchemi_lit as al
-from alchemi_lit.errors import ConfigError
+from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.strategies import PipelineStrategy

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import alchemi_lit as al
-from alchemi_lit import kernels, tensor_ops
-from alchemi_lit.hooks import Callback
+from alchemi_lit import kernels
+from alchemi_lit.core import tensor_ops
+from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.integrators import (
     BFGS,
     FIRE,

@@ -16,11 +16,11 @@ from neb_cases import hop, tutorial_band
 
 import alchemi_lit as al
 from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback
+from alchemi_lit.core.errors import ConfigError, StructureError
+from alchemi_lit.core.state import Batch
 from alchemi_lit.data import SizeAwareSampler
-from alchemi_lit.errors import ConfigError, StructureError
 from alchemi_lit.integrators import BFGS, FIRE, NEB
 from alchemi_lit.models import EMT
-from alchemi_lit.state import Batch
 from alchemi_lit.workflows import band_results, label_bands, make_band
 
 CASES = [  # (metal, adatom, direction, images): eight different bands
@@ -143,7 +143,8 @@ def test_a_band_whose_image_blows_up_is_quarantined_whole_and_the_others_finish(
     stage = FIRE(fmax=0.05, max_steps=25, band=NEB())
     sim = al.Simulator(model=PoisonedEMT(sid, 6), stages=stage, precision="64", seed=0)
     res = sim.run(data)
-    bands = band_results(res)
+    bands = res.bands()  # the Results method and the function are one
+    assert [b.path_id for b in bands] == [b.path_id for b in band_results(res)]
     broken = bands.band(1)
     assert broken.exit_reason == "non_finite" and not broken.converged
     assert all(img.info["exit_reason"] == "non_finite" for img in broken.images[1:-1])

@@ -18,9 +18,9 @@ from workflow_materials import aluminium, copper, cu3au, ten_materials, triclini
 
 from alchemi_lit import workflows
 from alchemi_lit.callbacks import Checkpoint
+from alchemi_lit.core.errors import ConfigError, StructureError
+from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.engine.interrupt import RunInterrupted
-from alchemi_lit.errors import ConfigError, StructureError
-from alchemi_lit.hooks import Callback
 from alchemi_lit.integrators import FIRE, CellFilter, Langevin
 from alchemi_lit.models import EMT, ASECalculatorModel
 from alchemi_lit.sinks import ZarrSink
@@ -162,7 +162,7 @@ def test_a_supercell_too_small_for_the_cutoff_is_refused_with_one_that_would_do(
 
 def test_auto_supercells_reach_twice_the_cutoff():
     pytest.importorskip("phonopy")
-    from alchemi_lit.geometry import periodic_heights
+    from alchemi_lit.core.geometry import periodic_heights
 
     atoms = bulk("Cu", "fcc", a=3.59, cubic=True)
     res = workflows.phonons([atoms], EMT(), mesh=[5, 5, 5], band_path=None)

@@ -9,7 +9,7 @@ imported only when a model is built, so listing plugins stays fast.
 
 from __future__ import annotations
 
-from alchemi_lit.registry import register, register_preset
+from alchemi_lit.core.registry import register, register_preset
 
 from .model import PRETRAINED, CHGNet, checkpoint_path, load_network
 

@@ -5,7 +5,7 @@ evaluates one ``ase.Atoms`` at a time, converting it to a pymatgen ``Structure``
 building its crystal graph on the host (pymatgen neighbour list, then a C routine and
 Python loops per structure).  CHGNet's network itself (``CHGNet._compute``) takes one
 ``BatchedGraph`` of any number of crystals.  Here that batched graph is built directly,
-in torch, from our :class:`~alchemi_lit.state.Batch` and Verlet neighbour list: every
+in torch, from our :class:`~alchemi_lit.core.state.Batch` and Verlet neighbour list: every
 system in flight is evaluated in one forward, on any device, with no per-structure
 Python loop.
 
@@ -54,9 +54,9 @@ from typing import Any
 
 import torch
 
+from alchemi_lit.core.state import Batch
 from alchemi_lit.models.base import Model
 from alchemi_lit.models.neighbors import Edges
-from alchemi_lit.state import Batch
 
 #: Pretrained CHGNet versions whose weights ship in the ``chgnet`` wheel -> file, relative
 #: to the package's ``pretrained`` folder (the names ``CHGNet.load`` accepts).

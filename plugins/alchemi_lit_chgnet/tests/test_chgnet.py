@@ -42,8 +42,8 @@ except metadata.PackageNotFoundError:
 
 from alchemi_lit_chgnet import CHGNet, checkpoint_path, load_network
 
-from alchemi_lit.registry import get
-from alchemi_lit.state import Batch
+from alchemi_lit.core.registry import get
+from alchemi_lit.core.state import Batch
 from alchemi_lit.testing import check_pipeline_equals_fused
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
@@ -150,7 +150,7 @@ def test_registered_and_loaded_from_the_wheel(tmp_path) -> None:
 def test_unsupported_element_is_named(model: CHGNet) -> None:
     from ase import Atoms
 
-    from alchemi_lit.errors import ModelError
+    from alchemi_lit.core.errors import ModelError
 
     og = Atoms("Og2", positions=[[0, 0, 0], [0, 0, 2.5]], cell=[8, 8, 8], pbc=True)
     with pytest.raises(ModelError, match="Og"):

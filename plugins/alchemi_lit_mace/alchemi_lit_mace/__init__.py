@@ -10,7 +10,7 @@ the environment variable mace sets to weaken ``torch.load`` (see :mod:`._imports
 
 from __future__ import annotations
 
-from alchemi_lit.registry import register, register_preset
+from alchemi_lit.core.registry import register, register_preset
 
 from ._imports import mace_import_guard, preserved_environ
 from .checkpoint import SAFE_FORMAT, UnsafeCheckpointError, load_model, save_checkpoint

@@ -3,7 +3,7 @@
 Why: MACE's ASE calculator evaluates one structure at a time and builds its graph with
 matscipy on the host.  The MACE module itself takes a dictionary of tensors describing
 any number of graphs (``batch``/``ptr`` per atom), so here it is fed directly from our
-:class:`~alchemi_lit.state.Batch` and Verlet neighbour list: one forward for every
+:class:`~alchemi_lit.core.state.Batch` and Verlet neighbour list: one forward for every
 system in flight, on any device.
 
 How it is fed: MACE computes edge vectors as ``positions[receiver] - positions[sender]
@@ -41,10 +41,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from alchemi_lit.core.state import Batch
 from alchemi_lit.models.base import Model
 from alchemi_lit.models.fx_slim import slim_graph_modules
 from alchemi_lit.models.neighbors import Edges
-from alchemi_lit.state import Batch
 
 from ._imports import import_mace
 from .checkpoint import load_model

@@ -52,8 +52,8 @@ from alchemi_lit_mace import (
     save_checkpoint,
 )
 
-from alchemi_lit.registry import get
-from alchemi_lit.state import Batch
+from alchemi_lit.core.registry import get
+from alchemi_lit.core.state import Batch
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 

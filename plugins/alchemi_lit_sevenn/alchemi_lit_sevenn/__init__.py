@@ -9,7 +9,7 @@ listing plugins stays fast.
 
 from __future__ import annotations
 
-from alchemi_lit.registry import register, register_preset
+from alchemi_lit.core.registry import register, register_preset
 
 from .model import PRETRAINED, SevenNet, checkpoint_path, load_checkpoint
 

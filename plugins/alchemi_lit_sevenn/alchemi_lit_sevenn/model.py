@@ -4,7 +4,7 @@ Why this wrapper rather than ``sevenn.calculator.SevenNetCalculator``: the calcu
 evaluates one ``ase.Atoms`` at a time and builds its graph with its own neighbour
 list on the host.  SevenNet's network itself is a plain ``torch.nn.Module`` over a
 dictionary of tensors that already supports several graphs at once (a ``batch``
-index per atom), so here it is fed directly from our :class:`~alchemi_lit.state.Batch`
+index per atom), so here it is fed directly from our :class:`~alchemi_lit.core.state.Batch`
 and Verlet neighbour list: every system in flight is evaluated in one forward, on
 any device, with no per-structure Python loop and no per-step host-side graph build.
 
@@ -54,10 +54,10 @@ from typing import Any
 
 import torch
 
+from alchemi_lit.core.state import Batch
 from alchemi_lit.models.base import Model, per_system_sum
 from alchemi_lit.models.fx_slim import slim_graph_modules
 from alchemi_lit.models.neighbors import Edges
-from alchemi_lit.state import Batch
 
 #: Pretrained names understood by :class:`SevenNet` (lower case) -> sevenn's own name.
 PRETRAINED = {

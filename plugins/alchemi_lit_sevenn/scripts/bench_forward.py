@@ -18,7 +18,7 @@ from alchemi_lit_sevenn import SevenNet
 from alchemi_lit_sevenn.model import _e3nn_import_guard
 from ase.build import bulk
 
-from alchemi_lit.state import Batch
+from alchemi_lit.core.state import Batch
 
 
 def si64(seed: int):

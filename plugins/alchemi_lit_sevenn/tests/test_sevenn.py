@@ -46,9 +46,9 @@ except metadata.PackageNotFoundError:
 from alchemi_lit_sevenn import SevenNet, checkpoint_path, load_checkpoint
 
 from alchemi_lit import Simulator
+from alchemi_lit.core.registry import get
+from alchemi_lit.core.state import Batch
 from alchemi_lit.integrators import FIRE
-from alchemi_lit.registry import get
-from alchemi_lit.state import Batch
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 

@@ -8,7 +8,7 @@ fast.
 
 from __future__ import annotations
 
-from alchemi_lit.registry import register
+from alchemi_lit.core.registry import register
 
 from .model import TorchSimModel, build_model, from_sim_state, to_sim_state
 

@@ -31,10 +31,10 @@ from typing import Any
 
 import torch
 
-from alchemi_lit.errors import ConfigError, ModelError
+from alchemi_lit.core.errors import ConfigError, ModelError
+from alchemi_lit.core.state import Batch
 from alchemi_lit.models.base import _MIN_VOLUME, Model
 from alchemi_lit.models.neighbors import NeighborList
-from alchemi_lit.state import Batch
 
 
 def _per_axis_pbc() -> bool:

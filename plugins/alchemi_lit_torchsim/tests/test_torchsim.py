@@ -43,9 +43,9 @@ with warnings.catch_warnings():
 
 from alchemi_lit_torchsim import TorchSimModel, build_model, from_sim_state, to_sim_state
 
-from alchemi_lit.errors import ConfigError, ModelError
-from alchemi_lit.registry import get
-from alchemi_lit.state import Batch
+from alchemi_lit.core.errors import ConfigError, ModelError
+from alchemi_lit.core.registry import get
+from alchemi_lit.core.state import Batch
 from alchemi_lit.testing import check_pipeline_equals_fused
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import torch
 
+from alchemi_lit.core.state import Batch
 from alchemi_lit.integrators import Integrator
 from alchemi_lit.models import Model
 from alchemi_lit.models.neighbors import Edges
-from alchemi_lit.state import Batch
 
 
 class ToyDamped(Integrator):
@@ -62,7 +62,7 @@ class ToyHarmonic(Model):
 
 
 def register_plugins() -> None:
-    from alchemi_lit.registry import register
+    from alchemi_lit.core.registry import register
 
     register("integrator")(ToyDamped)
     register("model")(ToyHarmonic)

@@ -21,12 +21,7 @@ from typing import Any
 
 import torch
 
-from .atoms_codec import (
-    atoms_from_host,
-    default_system_ids,
-    fields_from_atoms,
-    steps_taken,
-)
+from .atoms_codec import atoms_from_host, default_system_ids, fields_from_atoms, steps_taken
 from .fields import (
     ARRAYS_KEY,
     ATOM_FIELDS,
@@ -199,7 +194,7 @@ class Batch:
     def may_have_fixed_atoms(self) -> bool:
         """False only when no atom is known to be fixed, at no cost: on CPU the answer
         is read once per ``fixed`` tensor (and again if it is written to), on an
-        accelerator it is True (see :func:`~alchemi_lit.tensor_ops.may_be_set`)."""
+        accelerator it is True (see :func:`~alchemi_lit.core.tensor_ops.may_be_set`)."""
         return self._kept("_fixed_seen", self.atom["fixed"], may_be_set)
 
     def force_sq_norms(self) -> torch.Tensor:
@@ -209,7 +204,7 @@ class Batch:
         return self._kept("_force_sq", self.atom["forces"], row_dot)
 
     def _kept(self, slot: str, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Any]) -> Any:
-        """``compute(tensor)``, kept in ``slot`` (see :func:`~alchemi_lit.tensor_ops.kept`)."""
+        """``compute(tensor)``, kept in ``slot`` (see :func:`~alchemi_lit.core.tensor_ops.kept`)."""
         memo = kept(getattr(self, slot), tensor, compute)
         object.__setattr__(self, slot, memo)
         return memo[2]
@@ -368,10 +363,10 @@ class Batch:
     ) -> Batch:
         """Build a batch from ``ase.Atoms`` objects: positions, numbers, masses, momenta,
         tags, cell, pbc, ``FixAtoms``, ``info`` and other numeric per-atom arrays (what is
-        kept, refused and warned about: :func:`~alchemi_lit.atoms_codec.fields_from_atoms`).
+        kept, refused and warned about: :func:`~alchemi_lit.core.atoms_codec.fields_from_atoms`).
         ``system_ids`` (the systems' global identity) default to
-        :func:`~alchemi_lit.atoms_codec.default_system_ids`; with ``validate`` every
-        system is checked (:func:`~alchemi_lit.validation.validate_atoms`), atoms closer
+        :func:`~alchemi_lit.core.atoms_codec.default_system_ids`; with ``validate`` every
+        system is checked (:func:`~alchemi_lit.core.validation.validate_atoms`), atoms closer
         than ``min_distance`` Å giving a :class:`StructureWarning`."""
         return cls(*fields_from_atoms(atoms, system_ids, dtype, device, validate, min_distance))
 
@@ -379,7 +374,7 @@ class Batch:
         """Convert back to ``ase.Atoms`` in ``system_id`` (input) order, everything
         :meth:`from_atoms` kept included; with ``results`` also a single-point calculator
         (energy, forces, stress where computed) and the results in ``info``
-        (:func:`~alchemi_lit.atoms_codec.atoms_from_host`)."""
+        (:func:`~alchemi_lit.core.atoms_codec.atoms_from_host`)."""
         host = self.to(device="cpu")  # its info is a private deep copy
         return atoms_from_host(
             {k: v.numpy() for k, v in host.atom.items()},

@@ -17,9 +17,9 @@ across a pipeline's ranks); older stores fall back to parsing the stored plan.
 
 Wall time and throughput come from the ``stats`` the Simulator records in each run's
 entry of the store's ``runs`` attribute (API and CLI runs alike).  A store several runs
-appended to reports each run and the totals (:mod:`alchemi_lit.report_runs`).
+appended to reports each run and the totals (:mod:`alchemi_lit.report.runs`).
 
-Plots (``--plots``) are drawn by :mod:`alchemi_lit.report_plots`, with matplotlib (the
+Plots (``--plots``) are drawn by :mod:`alchemi_lit.report.plots`, with matplotlib (the
 optional ``plots`` extra), imported only when plots are asked for.
 """
 
@@ -33,12 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
-from .report_plots import make_plots
-from .report_plots import plot_trajectory as plot_trajectory  # public here too
-from .report_plots import trajectory_series as trajectory_series
-from .report_runs import fmt_run, summarize_runs
-from .state import (
+from ..core.errors import ConfigError
+from ..core.state import (
     EXIT_COMPLETED,
     EXIT_CONVERGED,
     EXIT_MAX_STEPS,
@@ -46,7 +42,11 @@ from .state import (
     EXIT_REASONS,
     EXIT_RUNNING,
 )
-from .units import GPa
+from ..core.units import GPa
+from .plots import make_plots
+from .plots import plot_trajectory as plot_trajectory  # public here too
+from .plots import trajectory_series as trajectory_series
+from .runs import fmt_run, summarize_runs
 
 #: Per-system arrays a summary uses (others are ignored).
 SUMMARY_COLUMNS = (
@@ -102,7 +102,7 @@ def read_store_systems(path: str | Path, start: int = 0) -> dict[str, np.ndarray
         raise ConfigError(
             f"{str(p)!r} is not a zarr results store ({type(exc).__name__}: {exc})"
         ) from exc
-    if not str(group.attrs.get("schema", "")).startswith("alchemi_lit.results"):
+    if not str(group.attrs.get("schema", "")).startswith("alchemi_lit.io.results"):
         raise ConfigError(
             f"{str(p)!r} is not an alchemi_lit results store (schema "
             f"{group.attrs.get('schema')!r}); pass the store a ZarrSink wrote"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .info_codec import info_from_json, info_to_json
-from .state import Batch
+from ..core.info_codec import info_from_json, info_to_json
+from ..core.state import Batch
 
 
 def batch_state(batch: Batch) -> dict[str, Any]:

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .backends import primitive
+from ..core.backends import primitive
 
 if TYPE_CHECKING:
-    from .state import Batch
+    from ..core.state import Batch
 
 
 class Criterion:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 if TYPE_CHECKING:
-    from .state import Batch
+    from ..core.state import Batch
 
 
 class HookStageEnum(enum.Enum):

@@ -2,7 +2,7 @@
 
 Every error names the system as the user knows it (``system 2 (system_id 30)``) and the
 fix; plausible-but-odd structures (atoms very close, momenta on fixed atoms) give a
-:class:`~alchemi_lit.errors.StructureWarning` pointing at the user's line instead.
+:class:`~alchemi_lit.core.errors.StructureWarning` pointing at the user's line instead.
 """
 
 from __future__ import annotations

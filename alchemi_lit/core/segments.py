@@ -18,7 +18,7 @@ more than the arithmetic around them on CPU:
 (Figures in DESIGN_NOTES.md, "Per-system sums and broadcasts in the integrators".)
 
 The helpers are exact sums (no cumulative-sum tricks), so results agree with
-``index_add_`` to rounding.  A :class:`~alchemi_lit.state.Batch` keeps one instance
+``index_add_`` to rounding.  A :class:`~alchemi_lit.core.state.Batch` keeps one instance
 per atom layout (``batch.segments``).
 """
 

@@ -1,6 +1,6 @@
 """The names, kinds and dtypes of a Batch's core fields, exit codes and info keys.
 
-Kept apart from :mod:`alchemi_lit.state` so that the ASE conversion and the results
+Kept apart from :mod:`alchemi_lit.core.state` so that the ASE conversion and the results
 readers can use them without importing the Batch (no import circles).
 """
 

@@ -1,7 +1,7 @@
 """Results of a run: every system's final state, in input (``system_id``) order.
 
 One answer wherever results come from: ``Simulator.run``, ``sink.read()`` and
-:func:`~alchemi_lit.results_store.read_results` all give :class:`Results`.
+:func:`~alchemi_lit.io.results_store.read_results` all give :class:`Results`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, overload
 import numpy as np
 import torch
 
-from .state import EXIT_REASONS, Batch
+from ..core.state import EXIT_REASONS, Batch
 
 #: The columns of :meth:`Results.to_pandas` before the per-stage ones, in order.
 COLUMNS = (
@@ -146,6 +146,14 @@ class Results(Sequence[Any]):
         import pandas as pd
 
         return pd.DataFrame(_table(self.batch, self.stage_names))
+
+    def bands(self) -> Any:
+        """The run's nudged elastic bands (:class:`~alchemi_lit.io.bands.BandResults`):
+        one :class:`~alchemi_lit.io.bands.Band` per ``path_id`` with its barriers,
+        energies along the path and images; ``.to_pandas()`` one row per band."""
+        from .bands import band_results
+
+        return band_results(self)
 
     def write(self, path: str | Path, format: str | None = None, **kwargs: Any) -> None:
         """Write every system with ``ase.io.write`` (extxyz, traj, cif ... any format

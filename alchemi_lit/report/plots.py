@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 _MAX_TICKS = 6
 
@@ -193,7 +193,7 @@ def _plot_cell_per_stage(
 def trajectory_series(path: str | Path, max_systems: int = 8) -> dict[int, dict[str, np.ndarray]]:
     """Per-system ``step``, ``T`` (K, NaN if not derivable) and ``epa`` (eV/atom, NaN if not
     written) from a TrajectoryWriter store, for the first ``max_systems`` systems."""
-    from .callbacks.trajectory import read_trajectory, trajectory_system_ids
+    from ..callbacks.trajectory import read_trajectory, trajectory_system_ids
 
     p = Path(path)
     if not p.exists():

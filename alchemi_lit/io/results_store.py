@@ -7,7 +7,7 @@ Layout (zarr v3, one store for all systems; ragged per-atom data kept flat)::
              total_steps, converged, exit_code, stage_steps, stage_exit, stage_energy,
              stage_volume, stage_pressure, nan_flags}                           [S, ...]
     systems/info   [S] strings: each system's info as JSON (input ase.Atoms.info,
-                   error texts; "" when none -- see alchemi_lit.info_codec)
+                   error texts; "" when none -- see alchemi_lit.core.info_codec)
     attrs: n_systems, n_atoms (the commit marker), schema,
            runs (one entry per run that wrote here: plan, stage_names, model, config,
                  versions, first_row -- its first system row -- and, once it finished,
@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .errors import ConfigError
-from .info_codec import info_from_json
-from .state import MODEL_ERROR_KEY, Batch
+from ..core.errors import ConfigError
+from ..core.info_codec import info_from_json
+from ..core.state import MODEL_ERROR_KEY, Batch
 
 if TYPE_CHECKING:
     from .results import Results
@@ -54,11 +54,11 @@ SYSTEM_COLUMNS = (
     "stage_pressure",
     "nan_flags",
 )
-SCHEMA = "alchemi_lit.results/1"
+SCHEMA = "alchemi_lit.io.results/1"
 
 
 def read_results(path: str | Path, run: int | None = None) -> Results:
-    """The committed systems of a results store as :class:`~alchemi_lit.results.Results`
+    """The committed systems of a results store as :class:`~alchemi_lit.io.results.Results`
     (``system_id`` order; empty when nothing is committed yet).
 
     ``run``: only the systems the ``run``-th run that wrote the store added (0 = the

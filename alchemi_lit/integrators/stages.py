@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .integrators.base import Integrator
+    from .base import Integrator
 
 
 @runtime_checkable
@@ -193,7 +193,7 @@ class Pipeline:
         bands = [type(s).__name__ for p in self.stages.values() for s in p.stages
                  if getattr(s, "band", None) is not None]  # fmt: skip
         if bands and len(self.stages) > 1:
-            from .errors import ConfigError
+            from ..core.errors import ConfigError
 
             raise ConfigError(
                 f"{bands[0]}(band=NEB(...)) in a pipeline across ranks: a band's endpoints "

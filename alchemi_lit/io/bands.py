@@ -1,6 +1,6 @@
 """Results per nudged elastic band: barriers, energies along the path, the images.
 
-A run's :class:`~alchemi_lit.results.Results` holds one ``ase.Atoms`` per image; this
+A run's :class:`~alchemi_lit.io.results.Results` holds one ``ase.Atoms`` per image; this
 regroups them by ``info["path_id"]`` (in ``system_id`` order, the band's order) into
 :class:`Band` objects.  The fitted barrier is ASE's ``NEBTools`` fit
 (``ase.utils.forcecurve.fit_images``: a cubic through the energies *and* the forces
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import ConfigError
 from ..data.bands import PATH_KEY
-from ..errors import ConfigError
 
 
 @dataclass

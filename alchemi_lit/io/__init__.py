@@ -1,0 +1,1 @@
+"""The io layer: results, their stores and serialised batches."""
