@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from common import median
 
-from alchemi_lit.hooks import Callback, StepContext
+from alchemi_lit.engine.hooks import Callback, StepContext
 
 
 def synchronize(device: torch.device) -> None:
