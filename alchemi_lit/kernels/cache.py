@@ -38,7 +38,7 @@ COMPILED_SOURCES = (
     "kernels/reductions.py",
     "kernels/scalar_xp.py",
     "integrators/formulas.py",
-    "random.py",
+    "core/random.py",
 )
 
 #: cache folders of other source versions untouched this long are removed
