@@ -52,6 +52,9 @@ MOVED = {
 class _Forwarder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports an old path as the module at its new path."""
 
+    def __init__(self) -> None:
+        self._own_spec: dict[str, Any] = {}
+
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname not in MOVED:
             return None
@@ -63,10 +66,22 @@ class _Forwarder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             f"{spec.name} moved to {new}; import it from there (the old path goes in the "
             f"next release)", DeprecationWarning, stacklevel=2,
         )
-        return importlib.import_module(new)
+        module = importlib.import_module(new)
+        self._own_spec[new] = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        return None  # (the module at the new path is already executed)
+        # (already executed at its new path; the import system has just given it the
+        # old name's spec: its own goes back, or its relative imports would warn)
+        module.__spec__ = self._own_spec.pop(module.__name__, module.__spec__)
+
+
+def old_attribute(package: ModuleType, name: str) -> ModuleType | None:
+    """``alchemi_lit.<name>`` for an old module name (``al.stages``), imported through
+    its old path (so it warns), or None."""
+    if f"{package.__name__}.{name}" not in MOVED:
+        return None
+    return importlib.import_module(f"{package.__name__}.{name}")
 
 
 def install() -> None:
@@ -75,4 +90,4 @@ def install() -> None:
         sys.meta_path.insert(0, _Forwarder())
 
 
-__all__ = ["MOVED", "install"]
+__all__ = ["MOVED", "install", "old_attribute"]

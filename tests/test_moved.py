@@ -24,7 +24,7 @@ CHECK = textwrap.dedent(
             warnings.simplefilter("always")
             module = importlib.import_module(old)
         assert module is importlib.import_module(new), old
-        assert module.__name__ == new, (old, module.__name__)
+        assert module.__name__ == new == module.__spec__.name, (old, module.__spec__)
         assert sys.modules[old] is module
         words = [str(w.message) for w in seen if w.category is DeprecationWarning]
         assert any(new in w and old in w for w in words), (old, words)
@@ -36,6 +36,7 @@ CHECK = textwrap.dedent(
     from alchemi_lit.state import Batch
     from alchemi_lit.core.state import Batch as NewBatch
     assert Batch is NewBatch
+    assert alchemi_lit.stages is importlib.import_module("alchemi_lit.integrators.stages")
     print("ok", len(MOVED))
     """
 )

@@ -66,6 +66,7 @@ def test_readme_python_examples_run(tmp_path, monkeypatch):
     # the marked blocks run alone, each in its own test (a name borrowed from another
     # block fails there)
     assert set(readme_blocks()) == {
+        "accelerator",
         "checkpoint",
         "custom-cli",
         "custom-integrator",
@@ -73,6 +74,18 @@ def test_readme_python_examples_run(tmp_path, monkeypatch):
         "model",
         "properties",
     }
+
+
+def test_readme_accelerator_path(tmp_path, monkeypatch):
+    """The accelerator block, alone: the probe counted every step, nine in ten read
+    nothing, and the switch is off again afterwards."""
+    from alchemi_lit.core import tensor_ops
+
+    monkeypatch.chdir(tmp_path)
+    ns = run_block(readme_blocks()["accelerator"], "accelerator")
+    assert len(ns["probe"].reads_per_step) >= 60
+    assert ns["probe"].share_without_reads() >= 0.9
+    assert tensor_ops.CPU_READS_FREE
 
 
 def test_readme_checkpoint_resume(tmp_path, monkeypatch):

@@ -24,7 +24,6 @@ import zarr
 from rich.console import Console
 
 import alchemi_lit as al
-from alchemi_lit import report_plots
 from alchemi_lit.callbacks import TrajectoryWriter, read_trajectory
 from alchemi_lit.cli import main
 from alchemi_lit.core.errors import ConfigError
@@ -32,6 +31,7 @@ from alchemi_lit.core.state import EXIT_RUNNING
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
 from alchemi_lit.integrators import FIRE, Langevin, VelocityVerlet
 from alchemi_lit.models import LennardJones
+from alchemi_lit.report import plots as report_plots
 from alchemi_lit.report import read_store_runs, report, stage_names_from_plan
 from alchemi_lit.sinks import HostMemory, ZarrSink, read_results
 from conftest import PoisonedLJ

@@ -110,8 +110,8 @@ def test_mtk_matches_ase(isotropic: bool, kernels_on: bool, request) -> None:
         isotropic=isotropic, tchain=3, pchain=2, ploop=2, steps=STEPS,
     )  # fmt: skip
     conserved = {}
-    probe = al.hooks.LambdaCallback(
-        al.hooks.HookStageEnum.AFTER_STEP,
+    probe = al.engine.hooks.LambdaCallback(
+        al.engine.hooks.HookStageEnum.AFTER_STEP,
         lambda ctx: conserved.update({int(ctx.step): stage.conserved_energy(ctx.batch).clone()}),
     )
     _, rec = simulate(systems, stage, callbacks=[probe])

@@ -97,7 +97,7 @@ def fused(names: tuple[str, ...], n: int = N_SYSTEMS, precision: str = "64") -> 
     if key not in _FUSED:
         make = {"relax": relax, "md": md, "cool": cool}
         plan = sum((make[k]() for k in names[1:]), make[names[0]]())
-        plan = al.stages.as_fused(plan)
+        plan = al.integrators.stages.as_fused(plan)
         sim = al.Simulator(model=model(), stages=plan, sync_every=SYNC_EVERY, precision=precision)
         _FUSED[key] = sim.run(sampler(n)).batch
     return _FUSED[key]

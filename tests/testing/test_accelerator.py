@@ -7,6 +7,8 @@ must read nothing on the host and launch as many operations for 256 systems as f
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -181,3 +183,64 @@ def test_nine_steps_in_ten_read_nothing_on_the_host(plan):
             perturbed_argon(16, 2, 0.05, seed=4))  # fmt: skip
     assert len(probe.reads_per_step) >= 150
     assert probe.share_without_reads() >= 0.9, (probe.reads_per_step, probe.where)
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def run_on(plan, device: str) -> al.Results:
+    sim = al.Simulator(
+        model=LennardJones(AR_EPSILON, AR_SIGMA, 6.0), stages=plan, precision="64", seed=3,
+        accelerator=device,
+    )  # fmt: skip
+    return sim.run(systems())
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("name", list(PLANS))
+def test_every_integrator_on_cuda_gives_the_cpus_results(name):
+    """What the switch checks on CI, on a real GPU: the same steps and exits, the same
+    trajectories to 1e-9 Å (the first H100 run: 8e-13)."""
+    cpu = run(PLANS[name]())
+    gpu = run_on(PLANS[name](), "cuda")
+    assert gpu.exit_reasons == cpu.exit_reasons
+    assert torch.equal(gpu.batch.total_steps.cpu(), cpu.batch.total_steps)
+    for field in ("positions", "velocities", "cell"):
+        torch.testing.assert_close(getattr(gpu.batch, field).cpu(), getattr(cpu.batch, field),
+                                   rtol=0, atol=1e-9, msg=field)  # fmt: skip
+
+
+class CudaSyncs(Callback):
+    """Blocking syncs per step, from ``torch.cuda.set_sync_debug_mode("warn")``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.per_step: list[int] = []
+        self._seen: Any = None
+        self._catch: Any = None
+
+    def before_step(self, ctx) -> None:
+        import warnings
+
+        self._catch = warnings.catch_warnings(record=True)
+        self._seen = self._catch.__enter__()
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def after_step(self, ctx) -> None:
+        torch.cuda.set_sync_debug_mode("default")
+        self._catch.__exit__(None, None, None)
+        self.per_step.append(sum("synchroniz" in str(w.message) for w in self._seen))
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_nine_steps_in_ten_do_not_sync_on_cuda():
+    syncs = CudaSyncs()
+    sim = al.Simulator(model=LennardJones(AR_EPSILON, AR_SIGMA, 6.0),
+                       stages=Langevin(dt=2.0, temperature=60.0, steps=150),
+                       callbacks=[syncs], accelerator="cuda")  # fmt: skip
+    sim.run(perturbed_argon(16, 2, 0.05, seed=4))
+    quiet = sum(1 for s in syncs.per_step if s == 0) / len(syncs.per_step)
+    assert quiet >= 0.9, syncs.per_step
