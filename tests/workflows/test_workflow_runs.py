@@ -75,7 +75,13 @@ class SignalSelf(Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-@pytest.mark.parametrize("checkpoints", [True, False], ids=["checkpoint", "stores-only"])
+@pytest.mark.parametrize(
+    "checkpoints",
+    [
+        pytest.param(True, marks=pytest.mark.slow, id="checkpoint"),  # (engine, NEB: fast)
+        pytest.param(False, id="stores-only"),
+    ],
+)
 def test_a_killed_workflow_resumes_and_loses_nothing(tmp_path, checkpoints):
     materials = [triclinic(), copper(), cu3au(), triclinic(), aluminium()]
     kw = dict(relax=RELAX, max_atoms=12)
