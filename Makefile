@@ -26,11 +26,11 @@ run: install  ## the main job: relax + heat built-in argon crystals, write resul
 # (real processes killed and resumed, launchers, soak and ensemble statistics) run in
 # `make test-slow`; each behaviour they check also has a fast test in `make test`.
 PYTEST = OMP_NUM_THREADS=1 $(PY) -m pytest -q -p no:cacheprovider
-test: install-test  ## lint, then the test-suite without the slow tests (CPU, < 5 min on 2 cores)
+test: install-test  ## lint, then the test-suite without the slow tests (CPU, about 5 min of tests on 2 cores)
 	$(PY) -m ruff check --no-cache .
 	$(PYTEST) -n 2 -m "not slow"
 
-test-slow: install-test  ## the slow tests only (about 5 min on 2 cores)
+test-slow: install-test  ## the slow tests only (10-15 min on 2 cores)
 	$(PYTEST) -n 2 -m slow
 
 test-all: install-test  ## lint, then every test
