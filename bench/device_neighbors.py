@@ -36,12 +36,11 @@ from alchemi_lit import Batch
 from alchemi_lit.core import geometry
 from alchemi_lit.models import cell_list, small_cells
 from alchemi_lit.models.pair_search import build_rows, build_rows_on_device
+from alchemi_lit.testing.accelerator import waits_on_device
 
 RADIUS = 9.5
 SIZES = (64, 1_024, 8_192)
 QUICK_SIZES = (4, 16)
-#: aten operations that wait for the device on CUDA (as tests/models/device_counting.py)
-SYNCING = {"_local_scalar_dense", "nonzero", "unique_consecutive", "_unique2", "_linalg_svd"}
 
 
 class _Count(TorchDispatchMode):
@@ -53,8 +52,7 @@ class _Count(TorchDispatchMode):
         kwargs = kwargs or {}
         name = func._schema.name.split("::")[-1]
         self.ops += 1
-        repeat = name == "repeat_interleave" and kwargs.get("output_size") is None
-        self.syncs += name in SYNCING or repeat
+        self.syncs += waits_on_device(name, args, kwargs)
         return func(*args, **kwargs)
 
 

@@ -88,6 +88,13 @@ def assert_conditioned_close(
     )
 
 
+def fire2_bias_gain(alpha: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """How much FIRE2's bias correction ``1 / (1 - q)``, ``q = (1 - alpha)**(n + 1)``,
+    amplifies an ulp of pow: ``q / (1 - q)`` (about ``1 / ((n + 1) alpha)``)."""
+    q = (1.0 - alpha.double()) ** (n + 1)
+    return torch.where(q < 1, q / (1.0 - q), torch.zeros_like(q))
+
+
 # ------------------------------------------------------------------ code paths
 @pytest.fixture(params=["cpu", "accelerator"])
 def code_path(request):

@@ -21,7 +21,7 @@ import torch
 
 from alchemi_lit.core.tensor_ops import per_system
 from alchemi_lit.integrators.formulas import fire_coefficients
-from conftest import TRANSCENDENTAL_ULPS, assert_conditioned_close
+from conftest import TRANSCENDENTAL_ULPS, assert_conditioned_close, fire2_bias_gain
 
 
 def fire_inputs(dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
@@ -60,13 +60,6 @@ def cancellation(cv, cf, vv, vf, ff) -> torch.Tensor:
     terms = cv * cv * vv + 2.0 * (cv * cf * vf).abs() + cf * cf * ff
     total = (cv * cv * vv + 2.0 * cv * cf * vf + cf * cf * ff).abs()
     return torch.where(total > 0, terms / total, torch.ones_like(total)).double()
-
-
-def bias_gain(a, n) -> torch.Tensor:
-    """How much ``1 / (1 - q)``, ``q = (1 - a)**(n + 1)``, amplifies an ulp of ``q``:
-    ``q / (1 - q)`` (FIRE2's bias correction)."""
-    q = (1.0 - a.double()) ** (n + 1)
-    return torch.where(q < 1, q / (1.0 - q), torch.zeros_like(q))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -120,7 +113,7 @@ def testfire2_coefficients_numpy_equals_torch(use_abc, seed):
     assert len(via_numpy) == len(via_torch) == 9
     cv, cf, _, _, _, _, a, n, _ = via_numpy
     if use_abc:  # coefficients divide by 1 - (1 - a)**(n + 1): pow's ulp, amplified
-        gain = bias_gain(a, n)
+        gain = fire2_bias_gain(a, n)
         gains = {0: gain, 1: gain}
         assert gain.max() > (1e3 if seed % 2 else 1.0)  # small alphas: what this is about
     else:  # the step length divides by |cv v + cf F|: cancellation
@@ -176,7 +169,7 @@ def test_fire2_tolerance_admits_a_pow_off_by_an_ulp_or_so_and_no_more(ulps):
     via_numpy = fire2_coefficients(*args, **params)
     with PowOffByUlps(ulps):
         off = fire2_coefficients.__wrapped__(torch, *args, **params)
-    gain = bias_gain(via_numpy[6], via_numpy[7])
+    gain = fire2_bias_gain(via_numpy[6], via_numpy[7])
     if ulps <= TRANSCENDENTAL_ULPS:
         assert_same_outputs(via_numpy, off, {0: gain, 1: gain})
     else:

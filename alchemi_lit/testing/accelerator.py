@@ -41,15 +41,28 @@ def accelerator_path() -> Iterator[None]:
         tensor_ops.CPU_READS_FREE, kernels.ENABLED = saved
 
 
-#: aten operations that read a value on the host (a sync on a GPU): a scalar, or an
-#: output whose size depends on the values
-_READS = frozenset({
-    "aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::unique_dim",
-    "aten::_unique2", "aten::unique_consecutive", "aten::nonzero_static", "aten::bincount",
-    "aten::repeat_interleave.Tensor", "aten::_assert_async",
+#: aten operations that wait for the device on a GPU (names without "aten::"): a value
+#: or an output size goes to the host, or LAPACK's error code is checked there
+SYNCING = frozenset({
+    "_local_scalar_dense", "nonzero", "masked_select", "unique_dim", "_unique2",
+    "unique_consecutive", "bincount", "histc", "_assert_async", "_linalg_check_errors",
+    "linalg_solve", "linalg_inv", "_linalg_svd", "_linalg_eigh", "linalg_eigh",
 })  # fmt: skip
 #: tensor methods that hand values to Python without an aten operation
 _PY_READS = ("tolist", "numpy", "__array__")
+
+
+def waits_on_device(name: str, args: tuple, kwargs: dict | None = None) -> bool:
+    """Whether aten operation ``name`` (its schema name, no overload) with these
+    arguments waits for the device on a GPU: one of :data:`SYNCING`, a
+    ``repeat_interleave`` not told its output size, or an index by a boolean mask."""
+    if name in SYNCING:
+        return True
+    if name == "repeat_interleave":
+        return (kwargs or {}).get("output_size") is None
+    if name in ("index", "index_put", "index_put_", "_index_put_impl_") and len(args) > 1:
+        return any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in args[1])
+    return False
 
 
 class _Counting(TorchDispatchMode):
@@ -61,12 +74,9 @@ class _Counting(TorchDispatchMode):
         probe = self.probe
         if probe.active:
             probe.ops += 1
-            name = func.name()
-            bool_index = name == "aten::index.Tensor" and any(
-                i is not None and i.dtype == torch.bool for i in args[1]
-            )
-            if (name in _READS or bool_index) and not _host_copy(args):
-                probe.note_read(name)
+            name = func._schema.name.split("::")[-1]
+            if waits_on_device(name, args, kwargs) and not _host_copy(args):
+                probe.note_read(f"aten::{name}")
         return func(*args, **(kwargs or {}))
 
 
@@ -156,4 +166,4 @@ def _patched(name: str, replacement: Any) -> Iterator[None]:
         setattr(torch.Tensor, name, original)
 
 
-__all__ = ["StepProbe", "accelerator_path"]
+__all__ = ["SYNCING", "StepProbe", "accelerator_path", "waits_on_device"]

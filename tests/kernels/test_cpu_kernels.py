@@ -29,7 +29,7 @@ from alchemi_lit.integrators import (
     VelocityVerlet,
 )
 from alchemi_lit.integrators.convergence import ForceMax
-from conftest import assert_conditioned_close, perturbed_argon
+from conftest import assert_conditioned_close, fire2_bias_gain, perturbed_argon
 
 pytest.importorskip("numba")
 
@@ -93,13 +93,6 @@ def assert_close_fields(
         assert_conditioned_close(x, y, g, scale=scale, msg=name)
 
 
-def bias_gain(alpha: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-    """FIRE2's bias correction ``1 / (1 - q)``, ``q = (1 - alpha)**(n + 1)``,
-    amplifies an ulp of pow by ``q / (1 - q)`` (about ``1 / ((n + 1) alpha)``)."""
-    q = (1.0 - alpha.double()) ** (n + 1)
-    return torch.where(q < 1, q / (1.0 - q), torch.zeros_like(q))
-
-
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("mode", ["ase", "mass_weighted"])
 def test_fire_kernel_equals_torch_path(monkeypatch, dtype, mode):
@@ -144,7 +137,7 @@ def test_fire2_kernel_equals_torch_path(monkeypatch, use_abc):
     batch.fire2_alpha = torch.tensor([0.25, 2e-4, 0.25, 1e-4, 0.25, 3e-4], dtype=batch.dtype)
     compiled, plain = both_ways(monkeypatch, batch, lambda b: stage.pre_update(b, mask))
     fields = ("positions", "velocities", "fire2_dt", "fire2_alpha", "fire2_n", "fire2_back")
-    gain = bias_gain(compiled.fire2_alpha, compiled.fire2_n) if use_abc else 0.0
+    gain = fire2_bias_gain(compiled.fire2_alpha, compiled.fire2_n) if use_abc else 0.0
     assert_close_fields(compiled, plain, fields, gain)
     assert compiled.fire2_back.any() and len(set(compiled.fire2_n.tolist())) > 2
 

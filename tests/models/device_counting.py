@@ -18,12 +18,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-#: aten operations that wait for the device on CUDA
-SYNCING = {
-    "_local_scalar_dense", "nonzero", "unique_consecutive", "_unique2", "unique_dim",
-    "masked_select", "bincount", "_linalg_check_errors", "linalg_solve", "linalg_inv",
-    "_linalg_svd", "_linalg_eigh", "linalg_eigh", "histc",
-}  # fmt: skip
+from alchemi_lit.testing.accelerator import waits_on_device
+
 READ_METHODS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__")
 
 
@@ -39,17 +35,9 @@ class Launches(TorchDispatchMode):
         kwargs = kwargs or {}
         name = func._schema.name.split("::")[-1]
         self.ops.append(name)
-        if name in SYNCING or _waits(name, args, kwargs):
+        if waits_on_device(name, args, kwargs):
             self.syncs.append(name)
         return func(*args, **kwargs)
-
-
-def _waits(name: str, args: tuple, kwargs: dict) -> bool:
-    if name == "repeat_interleave":
-        return kwargs.get("output_size") is None
-    if name in ("index", "index_put", "index_put_", "_index_put_impl_") and len(args) > 1:
-        return any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in args[1])
-    return False
 
 
 class HostReads:
