@@ -23,8 +23,8 @@ Differences from ASE, none of which change results beyond round-off:
 * ASE loops over atoms with a two-sided neighbour list and differentiates by hand.
   Here a half list feeds both ends of each pair with ``index_add`` and forces and
   stress come from autograd on the edge vectors (:class:`~.base.Model`).
-* The Fermi function is evaluated as ``sigmoid(-acut (r - rc))`` (overflow-free in
-  float32); atoms with no neighbour inside ``rc_list`` get ``-E0`` like in ASE, via a
+* The Fermi function ``1 / (1 + exp(acut (r - rc)))`` has its argument clamped (no
+  overflow in float32; see ``_fermi`` for why not ``sigmoid``); atoms with no neighbour inside ``rc_list`` get ``-E0`` like in ASE, via a
   guarded logarithm so that their gradient is exactly zero rather than NaN.
 * ASE symmetrises its stress; the edge virial of a rotation-invariant energy already
   is symmetric up to round-off.
@@ -137,7 +137,7 @@ class EMT(Model):
         rc_a, acut_a = rc_sys[batch.system_idx, None], acut_sys[batch.system_idx, None]
         r1 = (BETA * s0)[:, None]
         r_shell = r1 * shells
-        x = counts * torch.sigmoid(-acut_a * (r_shell - rc_a))
+        x = counts * _fermi(acut_a * (r_shell - rc_a))
         gamma1 = (x * torch.exp(-eta2[:, None] * (r_shell - r1))).sum(-1)
         gamma2 = (x * torch.exp(-(kappa / BETA)[:, None] * (r_shell - r1))).sum(-1)
 
@@ -145,7 +145,7 @@ class EMT(Model):
         i, j = edges.i, edges.j
         r = edges.vec.norm(dim=-1)
         inside = r < rc_list_sys[edges.system]
-        w = torch.sigmoid(-acut_sys[edges.system] * (r - rc_sys[edges.system]))
+        w = _fermi(acut_sys[edges.system] * (r - rc_sys[edges.system]))
         w = torch.where(inside, w, torch.zeros_like(w))
         chi_ij = n0[j] / n0[i]  # density ratio seen by i from j
 
@@ -174,6 +174,15 @@ class EMT(Model):
         return per_system_sum(e_atom, batch.system_idx, batch.num_systems) + per_system_sum(
             e_pair, edges.system, batch.num_systems
         )
+
+
+def _fermi(z: torch.Tensor) -> torch.Tensor:
+    """``1 / (1 + exp(z))``, the Fermi cutoff.  Not ``torch.sigmoid(-z)``: on CPU its SIMD
+    body and scalar tail round differently, so an edge's weight would depend on where it
+    lands in the array -- on the batch (tests/models/test_model_batch_independence.py);
+    ``exp`` rounds the same in both.  Clamped below float32's overflow: the weight is
+    ~1e-35 there, and such edges lie beyond ``rc_list`` (masked) anyway."""
+    return 1.0 / (1.0 + torch.exp(z.clamp(max=80.0)))
 
 
 __all__ = ["EMT", "emt_cutoffs"]
