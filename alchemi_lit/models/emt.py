@@ -24,8 +24,9 @@ Differences from ASE, none of which change results beyond round-off:
   Here a half list feeds both ends of each pair with ``index_add`` and forces and
   stress come from autograd on the edge vectors (:class:`~.base.Model`).
 * The Fermi function ``1 / (1 + exp(acut (r - rc)))`` has its argument clamped (no
-  overflow in float32; see ``_fermi`` for why not ``sigmoid``); atoms with no neighbour inside ``rc_list`` get ``-E0`` like in ASE, via a
-  guarded logarithm so that their gradient is exactly zero rather than NaN.
+  overflow in float32; see ``_fermi`` for why not ``sigmoid``); atoms with no
+  neighbour inside ``rc_list`` get ``-E0`` like in ASE, via a guarded logarithm so
+  that their gradient is exactly zero rather than NaN.
 * ASE symmetrises its stress; the edge virial of a rotation-invariant energy already
   is symmetric up to round-off.
 """

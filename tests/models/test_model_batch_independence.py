@@ -36,13 +36,13 @@ def neighbours() -> list:
     ]  # fmt: skip
     for k, atoms in enumerate(out):
         atoms.rattle(0.01, seed=k)
-    return out + out[:4]
+    return [*out, *out[:4]]
 
 
 def followed():
     """An elastic job: a 1-atom cell under a small shear."""
     atoms = bulk("Ni", "fcc", a=3.52)
-    shear = np.eye(3) + [[0, 0, -0.0025], [0, 0, 0], [-0.0025, 0, 0]]
+    shear = np.eye(3) + np.array([[0, 0, -0.0025], [0, 0, 0], [-0.0025, 0, 0]])
     atoms.set_cell(atoms.cell[:] @ shear, scale_atoms=True)
     return atoms
 
