@@ -96,6 +96,12 @@ def build_rows(batch: Batch, rows: list[int], radius: float):
     rows = sorted(rows)
     plan = small_cell_plan(pos_np, cell_np, batch.pbc.numpy(), ptr, rows, radius)
     small = [(b, nmax) for b, nmax in zip(rows, plan) if nmax is not None and nmax != ()]
+    tiny = [b for b, nmax in small if _candidates(ptr[b + 1] - ptr[b], nmax) <= _TINY]
+    parts: list = []
+    if len(tiny) >= _TINY_MIN_SYSTEMS:  # one batched pass instead of ~0.5 ms per system
+        parts += _batched_parts(batch, tiny, radius)
+        batched = set(tiny)
+        small = [(b, nmax) for b, nmax in small if b not in batched]
     finite = [b for b, nmax in zip(rows, plan) if nmax is None]  # () = not finite: skipped
     molecules = [b for b in finite if all_pairs_suit(ptr[b + 1] - ptr[b], pbcs[b])]
     by_vesin = [b for b in finite if not all_pairs_suit(ptr[b + 1] - ptr[b], pbcs[b])]
@@ -104,7 +110,6 @@ def build_rows(batch: Batch, rows: list[int], radius: float):
     def vesin_part(chunk: list[int], n_threads: int = 1) -> list:
         return _vesin_rows(chunk, ptr, pos_np, cell_np, cells, pbcs, radius, n_threads)
 
-    parts: list = []
     worker = None
     if small or molecules:
         if by_vesin:  # vesin's systems in a thread while this one does the others
@@ -145,6 +150,30 @@ def build_rows(batch: Batch, rows: list[int], radius: float):
         torch.tensor([part[0] for part in parts]), torch.tensor(sizes_e), output_size=len(i)
     )
     return i, j, cart, system, ishift
+
+
+#: a small cell testing at most this many candidate pairs (pairs i <= j times images) is
+#: "tiny": its per-system build is ~0.5 ms of overhead, while the batched builder costs
+#: ~0.2 us per candidate (BENCHMARKS.md, "neighbour lists of many tiny cells")
+_TINY = 1_000
+#: from this many tiny cells on, they are built in one batched pass
+_TINY_MIN_SYSTEMS = 8
+
+
+def _candidates(n_atoms: int, nmax: tuple) -> float:
+    """Pairs i <= j times periodic images the all-pairs test of one small cell checks."""
+    return n_atoms * (n_atoms + 1) / 2 * float(np.prod([2 * x + 1 for x in nmax]))
+
+
+def _batched_parts(batch: Batch, rows: list[int], radius: float) -> list:
+    """The rows' edges from :func:`~.cell_list.batched_pairs` (the same edges, to the
+    bit), as one ``(row, (i, j, cart, ishift))`` numpy part per row."""
+    mask = torch.zeros(batch.num_systems, dtype=torch.bool)
+    mask[rows] = True
+    i, j, cart, system, ishift = (x.numpy() for x in batched_pairs(batch, radius, mask))
+    ends = np.searchsorted(system, rows, side="right")
+    starts = np.searchsorted(system, rows, side="left")
+    return [(b, (i[a:e], j[a:e], cart[a:e], ishift[a:e])) for b, a, e in zip(rows, starts, ends)]
 
 
 #: below this many atoms in the systems vesin builds, one thread does it all
