@@ -7,6 +7,8 @@ message names the offending item (system index, parameter, config key) and the f
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class AlchemiError(Exception):
     """Base of all alchemi_lit errors."""
@@ -18,6 +20,9 @@ class StructureError(AlchemiError, ValueError):
     def __init__(self, message: str, system_index: int | None = None) -> None:
         super().__init__(message)
         self.system_index = system_index
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keeps system_index across processes
+        return (type(self), (str(self), self.system_index))
 
 
 class ConfigError(AlchemiError, ValueError):

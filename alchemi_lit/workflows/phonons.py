@@ -15,17 +15,13 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.workers import map_in_workers, resolve_workers
 from ..models.base import Model
+from . import phonopy_calls
 from .base import MaterialResults
 from .jobs import Job, as_structures, check_materials, run_jobs
-from .phonopy_setup import build_phonopy, require_phonopy, supercell_matrices
-
-
-#: 1 kJ/mol in eV (phonopy's thermal properties are per mole of primitive cells)
-def _kj_per_mol() -> float:
-    from ase.units import kJ, mol
-
-    return float(kJ / mol)
+from .phonopy_calls import kj_per_mol, thermal
+from .phonopy_setup import build_phonopys, require_phonopy, supercell_matrices
 
 
 class PhononResults(MaterialResults):
@@ -62,11 +58,11 @@ class PhononResults(MaterialResults):
         ``heat_capacity_eV_per_K`` (phonopy's kJ/mol and J/K/mol converted)."""
         import pandas as pd
 
-        t = _thermal(self.phonopy(i))
-        per_k = _kj_per_mol() / 1000.0
+        t = thermal(self.phonopy(i))
+        per_k = kj_per_mol() / 1000.0
         return pd.DataFrame({
             "temperature_K": t["temperatures"],
-            "free_energy_eV": np.asarray(t["free_energy"]) * _kj_per_mol(),
+            "free_energy_eV": np.asarray(t["free_energy"]) * kj_per_mol(),
             "entropy_eV_per_K": np.asarray(t["entropy"]) * per_k,
             "heat_capacity_eV_per_K": np.asarray(t["heat_capacity"]) * per_k,
         })  # fmt: skip
@@ -111,6 +107,7 @@ def phonons(
     max_atoms: int | str | None = None,
     max_systems: int | None = None,
     resume: Any = None,
+    workers: int | str = "auto",
     **simulator: Any,
 ) -> PhononResults:
     """Harmonic phonons of every structure through phonopy, forces from one batched run.
@@ -137,6 +134,10 @@ def phonons(
         imaginary_tolerance: THz; ``stable`` means no frequency below ``-tolerance``
             (imaginary frequencies are negative), 0.05 THz as atomate2's default:
             acoustic modes near Gamma come out slightly imaginary from numerical noise.
+        workers: processes for phonopy's own per-material work (symmetry set-up of each
+            supercell, force constants, mesh, thermal sums), which cannot be batched
+            and dominates with a cheap model or a GPU; ``"auto"``: one per usable core,
+            at most one per material.  Results do not depend on it.
         max_atoms, max_systems, resume, **simulator: as :func:`~.elastic.elastic`.
 
     Returns:
@@ -153,109 +154,34 @@ def phonons(
     width = 2.0 * float(model.cutoff) if min_width is None else float(min_width)
     matrices = supercell_matrices(supercell, materials, width, model)
     temps = np.unique(np.append(np.asarray(temperatures, dtype=np.float64), 300.0))
-    setups = [
-        build_phonopy(atoms, m, primitive_matrix, symprec, distance, i)
-        for i, (atoms, m) in enumerate(zip(materials, matrices))
-    ]
+    n_workers = resolve_workers(workers, len(materials), "phonons")
+    setups = build_phonopys(materials, matrices, primitive_matrix, symprec, distance, n_workers)
     jobs = [
         Job(i, f"{i}:d{k}", sc)
         for i, (_, supercells) in enumerate(setups)
         for k, sc in enumerate(supercells)
     ]
     run = run_jobs(jobs, model, None, "phonons", max_atoms, max_systems, resume, simulator)
+    failed = [run.failure(i) for i in range(len(materials))]
+    todo = [i for i in range(len(materials)) if failed[i] is None]
+    analysed = dict(zip(todo, map_in_workers(phonopy_calls, "analyse", [
+        (setups[i][0], [run.forces[k] for k in run.of(i)], band_path, npoints, mesh, temps,
+         imaginary_tolerance) for i in todo
+    ], n_workers)))  # fmt: skip
     values, errors = [], []
-    for i, (ph, supercells) in enumerate(setups):
-        record: dict[str, Any] = {
-            "supercell_matrix": matrices[i],
-            "n_displacements": len(supercells),
-        }
-        error = run.failure(i)
-        if error is None:
-            try:
-                record.update(_analyse(ph, [run.forces[k] for k in run.of(i)], band_path,
-                                       npoints, mesh, temps, imaginary_tolerance))  # fmt: skip
-            except Exception as exc:  # phonopy's own failure, for this material only
-                error = f"phonopy failed: {type(exc).__name__}: {exc}"
+    for i, (_, supercells) in enumerate(setups):
+        record: dict[str, Any] = {"supercell_matrix": matrices[i],
+                                  "n_displacements": len(supercells)}  # fmt: skip
+        error, got = failed[i], analysed.get(i)
+        if isinstance(got, Exception):  # phonopy's own failure, for this material only
+            error = f"phonopy failed: {type(got).__name__}: {got}"
+        elif got is not None:
+            record.update(got)
         values.append(record)
         errors.append(error)
     settings = {
         "supercell": [m.tolist() for m in matrices], "min_width": width, "distance": distance,
         "band_path": band_path, "npoints": npoints, "mesh": mesh, "temperatures": temps.tolist(),
-        "imaginary_tolerance": imaginary_tolerance,
+        "imaginary_tolerance": imaginary_tolerance, "workers": n_workers,
     }  # fmt: skip
     return PhononResults(materials, values, errors, run, settings)
-
-
-def _analyse(
-    ph: Any, forces: list[np.ndarray], band_path: Any, npoints: int, mesh: Any,
-    temps: np.ndarray, tolerance: float,
-) -> dict[str, Any]:  # fmt: skip
-    """Force constants, band path, mesh, DOS and thermal properties of one material."""
-    ph.forces = np.asarray(forces)
-    ph.produce_force_constants(show_drift=False)
-    lowest = []
-    if band_path == "seekpath":
-        ph.auto_band_structure(npoints=int(npoints))
-    elif band_path is not None:
-        from phonopy.phonon.band_structure import get_band_qpoints_and_path_connections
-
-        qpoints, connections = get_band_qpoints_and_path_connections(band_path, int(npoints))
-        ph.run_band_structure(qpoints, path_connections=connections)
-    if ph.band_structure is not None:
-        lowest.append(min(float(np.min(f)) for f in ph.band_structure.frequencies))
-    ph.run_mesh(mesh)
-    lowest.append(float(np.min(ph.mesh.frequencies)))
-    ph.run_total_dos()
-    ph.run_thermal_properties(temperatures=temps, **_without_gamma_acoustic())
-    thermal = _thermal(ph)
-    at300 = int(np.flatnonzero(np.asarray(thermal["temperatures"]) == 300.0)[0])
-    low = min(lowest)
-    return {
-        **_plot_data(ph),
-        "min_frequency_THz": low,
-        "stable": bool(low >= -float(tolerance)),
-        "free_energy_300K": float(thermal["free_energy"][at300]) * _kj_per_mol(),
-        "_phonopy": ph,
-    }
-
-
-def _thermal(ph: Any) -> dict[str, np.ndarray]:
-    """phonopy's thermal properties (kJ/mol, J/K/mol) from its ``ThermalProperties``
-    (the dict getter is deprecated in phonopy 4; older releases lack the attributes)."""
-    t = ph.thermal_properties
-    names = ("temperatures", "free_energy", "entropy", "heat_capacity")
-    if all(hasattr(t, n) for n in names):
-        return {n: np.asarray(getattr(t, n)) for n in names}
-    return {n: np.asarray(v) for n, v in ph.get_thermal_properties_dict().items()}
-
-
-def _without_gamma_acoustic() -> dict[str, bool]:
-    """Leave the three acoustic modes at Gamma out of the thermal sums where phonopy can
-    (``exclude_gamma_acoustic``, phonopy 4): they are zero up to numerical noise, and
-    their ``kT ln(h nu / kT)`` terms made the free energy depend on that noise by
-    ~1e-4 eV on a Gamma-centred mesh."""
-    import inspect
-
-    from phonopy import Phonopy
-
-    params = inspect.signature(Phonopy.run_thermal_properties).parameters
-    return {"exclude_gamma_acoustic": True} if "exclude_gamma_acoustic" in params else {}
-
-
-def _plot_data(ph: Any) -> dict[str, Any]:
-    """Band path and DOS as plain lists, for the per-material file (what ``alchemi-lit
-    report`` plots without phonopy's symmetry set-up again)."""
-    dos = ph.total_dos
-    out: dict[str, Any] = {
-        "dos": {"frequency_THz": np.asarray(dos.frequency_points), "dos": np.asarray(dos.dos)}
-    }
-    band = ph.band_structure
-    if band is not None:
-        connections = band.path_connections
-        out["band"] = {
-            "distances": [np.asarray(d) for d in band.distances],
-            "frequencies_THz": [np.asarray(f) for f in band.frequencies],
-            "labels": list(band.labels) if band.labels is not None else None,
-            "connections": None if connections is None else [bool(c) for c in connections],
-        }
-    return out

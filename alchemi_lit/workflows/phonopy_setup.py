@@ -8,7 +8,6 @@ the model's range (named per material, with the size that would do).
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,48 +62,35 @@ def supercell_matrices(
     return out
 
 
-def build_phonopy(
-    atoms: Any, matrix: np.ndarray, primitive_matrix: Any, symprec: float, distance: float,
-    index: int = 0,
-) -> tuple[Any, list[Any]]:  # fmt: skip
-    """phonopy's ``Phonopy`` for ``atoms`` with its displacements generated, and the
-    displaced supercells as ``ase.Atoms`` (the jobs); phonopy refusing the structure
-    (a primitive matrix that does not fit it ...) is an error naming it, before the run."""
-    try:
-        return _build(atoms, matrix, primitive_matrix, symprec, distance)
-    except Exception as exc:
-        raise StructureError(
-            f"phonons: structure {index} ({atoms.get_chemical_formula()}): phonopy cannot set "
-            f"it up ({type(exc).__name__}: {exc}); check primitive_matrix and symprec",
-            index,
-        ) from exc
+def build_phonopys(
+    materials: Sequence[Any], matrices: Sequence[np.ndarray], primitive_matrix: Any,
+    symprec: float, distance: float, workers: int,
+) -> list[tuple[Any, list[Any]]]:  # fmt: skip
+    """Per material phonopy's ``Phonopy`` with its displacements generated, and the
+    displaced supercells as ``ase.Atoms`` (the jobs), made in ``workers`` processes;
+    phonopy refusing a structure (a primitive matrix that does not fit it ...) is an
+    error naming it, before any force is computed."""
+    from ..core.workers import map_in_workers
+    from . import phonopy_calls
 
-
-def _build(
-    atoms: Any, matrix: np.ndarray, primitive_matrix: Any, symprec: float, distance: float
-) -> tuple[Any, list[Any]]:
-    from phonopy import Phonopy
-    from phonopy.structure.atoms import PhonopyAtoms
-
-    unit = PhonopyAtoms(
-        numbers=atoms.numbers.tolist(),
-        cell=np.asarray(atoms.cell),
-        scaled_positions=atoms.get_scaled_positions(wrap=False),
-        masses=atoms.get_masses(),
-    )
-    with warnings.catch_warnings():  # "auto" is our documented choice, not a stale default
-        warnings.filterwarnings("ignore", message="primitive_matrix defaulted to 'auto'")
-        ph = Phonopy(
-            unit, supercell_matrix=matrix, primitive_matrix=primitive_matrix, symprec=symprec
-        )
-    ph.generate_displacements(distance=float(distance))
-    supercells = []
-    for sc in ph.supercells_with_displacements:
-        cell = np.asarray(sc.cell)
-        positions = sc.scaled_positions @ cell
-        info = {"workflow": "phonons"}
-        supercells.append(fresh_atoms(sc.numbers, sc.masses, cell, positions, info))
-    return ph, supercells
+    calls = [
+        (atoms.numbers, np.asarray(atoms.cell), atoms.get_scaled_positions(wrap=False),
+         atoms.get_masses(), m, primitive_matrix, symprec, distance)
+        for atoms, m in zip(materials, matrices)
+    ]  # fmt: skip
+    built = map_in_workers(phonopy_calls, "build", calls, workers)
+    for i, (atoms, got) in enumerate(zip(materials, built)):
+        if isinstance(got, Exception):
+            raise StructureError(
+                f"phonons: structure {i} ({atoms.get_chemical_formula()}): phonopy cannot "
+                f"set it up ({type(got).__name__}: {got}); check primitive_matrix and symprec",
+                i,
+            ) from got
+    info = {"workflow": "phonons"}
+    return [
+        (ph, [fresh_atoms(n, w, cell, pos, info) for n, w, cell, pos in supercells])
+        for ph, supercells in built
+    ]
 
 
 def _specs(spec: Any, n: int) -> list[Any]:

@@ -105,3 +105,19 @@ def test_dos_and_thermal_tables(computed):
         "temperature_K", "free_energy_eV", "entropy_eV_per_K", "heat_capacity_eV_per_K"
     ]  # fmt: skip
     assert 300.0 in thermal["temperature_K"].tolist()
+
+
+def test_phonopy_work_in_worker_processes_equals_it_in_this_one(computed):
+    """workers=2 (phonopy's set-up and analysis in two other processes, one thread each,
+    as this test process) gives material for material what workers=1 gives here."""
+    materials, _ = computed
+    pair = materials[:2]
+    kw = dict(supercell=dict(enumerate(SUPERCELLS[:2])), **KW)
+    here = workflows.phonons(pair, EMT(), workers=1, **kw)
+    there = workflows.phonons(pair, EMT(), workers=2, **kw)
+    assert (here.settings["workers"], there.settings["workers"]) == (1, 2)
+    for i in range(2):
+        a, b = here.phonopy(i), there.phonopy(i)
+        np.testing.assert_array_equal(a.force_constants, b.force_constants)
+        np.testing.assert_array_equal(a.mesh.frequencies, b.mesh.frequencies)
+        assert here.to_pandas().iloc[i].equals(there.to_pandas().iloc[i])
