@@ -167,7 +167,7 @@ class RankIO:
 
         Counting the outbox (finished systems waiting for downstream credit) is what
         makes back-pressure reach the source.  An even split when every share can still
-        take the largest possible system (and one system); otherwise all of it to one
+        take the largest possible system or band; otherwise all of it to one
         upstream per round, in turn -- an even split of too little room would never let
         a large system through (livelock).
         """
@@ -178,7 +178,9 @@ class RankIO:
         free_systems = max(0, min(self.max_systems - systems, 1 << 40))
         n = len(ups)
         largest = min(self.buffer.num_atoms, self.max_atoms)
-        if n == 1 or (free_atoms // n >= largest and free_systems // n >= 1):
+        # a unit may be a whole band (:mod:`.bands`): as many systems as a message holds
+        most = min(self.buffer.num_systems, self.max_systems) if batch.has_field("neb_count") else 1
+        if n == 1 or (free_atoms // n >= largest and free_systems // n >= most):
             return {u: (free_atoms // n, free_systems // n) for u in ups}
         turn = ups[round_ % n]
         return {u: (free_atoms, free_systems) if u == turn else (0, 0) for u in ups}

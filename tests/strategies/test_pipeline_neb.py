@@ -180,3 +180,16 @@ def test_a_band_arriving_without_an_endpoint_has_its_images_quarantined():
     assert not through.converged[1:].any() and through.info[1]["neb_quarantined"]
     assert [b.system_id.tolist() for b in io.inbox] == [[3]]
 
+
+
+def test_fan_in_credit_is_not_split_below_a_band():
+    """Two upstream ranks: an even split of 8 free systems (4 each) would never let a
+    5-image band through (livelock); a rank holding bands gives all to one, in turn."""
+    io = outbox_io([])
+    banded = Batch.from_atoms(bands(TWO[1]), dtype=torch.float64).select([])
+    plain = banded.clone()
+    NEB().declare(banded)
+    io.max_atoms, io.max_systems = 1000, 8
+    assert io.credit_shares(plain, [0, 1], 0) == {0: (500, 4), 1: (500, 4)}
+    assert io.credit_shares(banded, [0, 1], 0) == {0: (1000, 8), 1: (0, 0)}
+    assert io.credit_shares(banded, [0, 1], 1) == {0: (0, 0), 1: (1000, 8)}
