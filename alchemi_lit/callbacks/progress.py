@@ -14,6 +14,11 @@ systems instead stalls at 0/1 through a long MD run.
 Systems not in the batch yet (inflight batching) are counted at the mean size of the
 systems seen so far (the total is marked ``~`` while there are such systems).
 
+A run with band stages (``FIRE(band=NEB(...))``) relaxes bands, not systems: the bar
+then also counts bands -- converged, running, waiting (images whose endpoints are
+still relaxing), unconverged (budget spent) and quarantined -- each band counted once,
+by its first interior image, out of the run's bands where they are known.
+
 Why it is built like this: the step loop must never wait on the host, so the bar
 reads the batch every ``frequency`` steps in one small device -> host copy (plus one
 at each bookkeeping where systems leave the batch, to keep their atom-steps) and
@@ -38,7 +43,9 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from ..core.state import Batch
 from ..engine.hooks import Callback, StepContext
+from ..engine.status import failed_exit
 from .logger import stage_codes
 
 #: seconds of history the rate is measured over
@@ -92,6 +99,8 @@ class ProgressBar(Callback):
         self._restored = False
         self._remaining_of: torch.Tensor | None = None  # status code -> steps still possible
         self._optimizing = False
+        self._bands = False  # the loop runs a band stage: count bands too
+        self._left_bands = [0, 0, 0]  # converged, unconverged, quarantined bands that left
 
     @property
     def active(self) -> bool:
@@ -104,13 +113,14 @@ class ProgressBar(Callback):
     # ---------------------------------------------------------------- hooks
     def on_run_start(self, ctx: StepContext) -> None:
         if not self._restored:  # a resumed run keeps what left the batch before
-            self._left_batch = [0, 0, 0]
+            self._left_batch, self._left_bands = [0, 0, 0], [0, 0, 0]
         self._restored = False
         console = self.console if self.console is not None else Console()
         if not self._enabled(console):
             return
         self._remaining_of = self._budget_table(ctx)
         self._optimizing = any(getattr(s, "is_optimizer", False) for s in ctx.stages)
+        self._bands = any(getattr(s, "band", None) is not None for s in ctx.stages)
         progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(bar_width=30),
@@ -151,40 +161,53 @@ class ProgressBar(Callback):
         if self._progress is None or ctx.graduated is None or ctx.batch.num_systems == 0:
             return
         b, rows = ctx.batch, ctx.graduated
-        sums = torch.stack(
-            [
-                torch.where(rows, b.n_atoms * b.total_steps, 0).sum(),
-                torch.where(rows, b.n_atoms, 0).sum(),
-                rows.sum(),
-            ]
-        ).tolist()  # one host copy, at a bookkeeping where systems leave
+        sums = [
+            torch.where(rows, b.n_atoms * b.total_steps, 0).sum(),
+            torch.where(rows, b.n_atoms, 0).sum(),
+            rows.sum(),
+        ]
+        sums += self._band_counts(b, rows, ctx.exit_code)[:3] if self._bands else []
+        sums = torch.stack(sums).tolist()  # one host copy, at a bookkeeping where systems leave
         self._left_batch = [a + int(v) for a, v in zip(self._left_batch, sums)]
+        self._left_bands = [a + int(v) for a, v in zip(self._left_bands, sums[3:])]
+
+    def _band_counts(self, b: Batch, rows: torch.Tensor, exit_code: int) -> list[torch.Tensor]:
+        """Converged, unconverged, quarantined, running and waiting bands among ``rows``
+        ``[B]`` (each band by its first interior image)."""
+        head = rows & (b.neb_image == 1)
+        done, failed = b.status == exit_code, failed_exit(b.exit_code)
+        ok = head & done & ~failed
+        return [
+            (ok & b.converged).sum(), (ok & ~b.converged).sum(), (head & done & failed).sum(),
+            (head & ~done & b.neb_running).sum(), (head & ~done & ~b.neb_running).sum(),
+        ]  # fmt: skip
 
     def _batch_counts(self, ctx: StepContext) -> list[int]:
         """Atom-steps done, atom-steps still possible, atoms, systems and finished systems
         of the batch, in one host copy."""
         b = ctx.batch
         if b.num_systems == 0 or self._remaining_of is None:
-            return [0, 0, 0, 0, 0]
+            return [0] * (10 if self._bands else 5)
         exit_code = ctx.state.get("exit_code", -1)
         table = self._remaining_of
         status = b.status
         budget = (table[status.clamp(0, table.numel() - 1)] - b.step).clamp_min(0)
         # a negative status: added at a refill, entering the plan after the next forward
         left = torch.where(status < 0, table.max(), budget)
-        return torch.stack(
-            [
-                (b.n_atoms * b.total_steps).sum(),
-                (b.n_atoms * left).sum(),
-                b.n_atoms.sum(),
-                torch.tensor(b.num_systems, device=b.device),
-                (status == exit_code).sum(),
-            ]
-        ).tolist()
+        counts = [
+            (b.n_atoms * b.total_steps).sum(),
+            (b.n_atoms * left).sum(),
+            b.n_atoms.sum(),
+            torch.tensor(b.num_systems, device=b.device),
+            (status == exit_code).sum(),
+        ]
+        if self._bands:
+            counts += self._band_counts(b, torch.ones_like(status, dtype=torch.bool), exit_code)
+        return torch.stack(counts).tolist()
 
     def _update(self, ctx: StepContext, steps_done: int) -> None:
         assert self._progress is not None and self._task is not None
-        done_b, left_b, atoms_b, systems_b, finished_b = self._batch_counts(ctx)
+        done_b, left_b, atoms_b, systems_b, finished_b, *bands = self._batch_counts(ctx)
         gone_work, gone_atoms, gone_systems = self._left_batch
         done = gone_work + int(done_b)
         total_systems = ctx.state.get("total_systems")
@@ -213,6 +236,7 @@ class ProgressBar(Callback):
         parts = [
             f"{si(done)}/{mark}{si(done + left)} atom-steps",
             f"{finished}/{total_systems if total_systems is not None else '?'} systems",
+            *([self._band_text(ctx, bands)] if bands else []),
             f"{si(rate)} atom-steps/s ({steps_rate:.0f} steps/s)" if rate else "-- atom-steps/s",
             f"ETA {'≤' if mark == '≤' else ''}{clock(left / rate)}" if rate and left else "ETA --",
         ]
@@ -220,6 +244,18 @@ class ProgressBar(Callback):
             self._task, completed=done, total=max(done + left, 1), status=" | ".join(parts)
         )
         self._progress.refresh()
+
+    def _band_text(self, ctx: StepContext, in_batch: list[int]) -> str:
+        """``"2/8 bands converged, 1 running, 3 waiting, 0 quarantined"`` (plus unconverged
+        bands, those that spent their budget, when there are any)."""
+        conv, unconv, quar = (a + int(v) for a, v in zip(self._left_bands, in_batch))
+        running, waiting = (int(v) for v in in_batch[3:])
+        total = ctx.state.get("total_bands", "?")
+        more = f", {unconv} unconverged" if unconv else ""
+        return (
+            f"{conv}/{total} bands converged, {running} running, {waiting} waiting{more}, "
+            f"{quar} quarantined"
+        )
 
     def on_run_end(self, ctx: StepContext) -> None:
         progress = self._progress
@@ -235,8 +271,9 @@ class ProgressBar(Callback):
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        return {"left_batch": list(self._left_batch)}
+        return {"left_batch": list(self._left_batch), "left_bands": list(self._left_bands)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._left_batch = [int(v) for v in state.get("left_batch", [0, 0, 0])]
+        self._left_bands = [int(v) for v in state.get("left_bands", [0, 0, 0])]
         self._restored = True

@@ -25,7 +25,8 @@ record after it leaves the batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -72,16 +73,21 @@ class FusedLoop:
         history_width: int | None = None,
         optimizer_columns: list[int] | None = None,
         stress: bool | None = None,
+        carried: Sequence[Any] = (),
     ) -> None:
         """``history_offset``/``history_width`` place this plan's columns in the
         ``stage_steps``/``stage_exit`` history (a pipeline records all ranks' stages);
         ``stress``: compute it in every forward (True), never (False), or where a stage
-        or callback needs it (None)."""
+        or callback needs it (None); ``carried``: band filters of other ranks' stages
+        (:class:`~alchemi_lit.integrators.neb.NEB`), whose fields this rank's systems
+        carry from the start -- so its stages pass a band's images on unrelaxed, and a
+        failing image or endpoint takes its band with it, as in one fused plan."""
         self.model = model
         self.offset = int(history_offset)
         self.width = len(plan) + self.offset if history_width is None else int(history_width)
         self.plan = plan
         self.hooks = hooks
+        self.carried = list(carried)
         self.seed = int(seed)
         self.forward = forward or model
         self.optimizer_index = (
@@ -117,6 +123,8 @@ class FusedLoop:
         declare_exit_history(batch, k)  # energy, volume, pressure at exit (NaN before)
         for i, stage in enumerate(self.plan.stages):
             stage.setup(batch, self.seed, prefix=f"stage{self.offset + i}")
+        for band in self.carried:
+            band.declare(batch)
 
     def start(self, batch: Batch, fresh: torch.Tensor, ctx: StepContext | None = None) -> None:
         """Bring new systems (``fresh`` [B] mask) to the plan's entry with valid forces.
@@ -241,6 +249,7 @@ class FusedLoop:
         """Systems just quarantined take the rest of their nudged elastic band with them
         (a band stage's ``band`` filter, :mod:`~alchemi_lit.integrators.neb`)."""
         bands = [s.band for s in self.plan.stages if getattr(s, "band", None) is not None]
+        bands += self.carried
         if bands:
             left = torch.stack([m & (batch.status != c) for m, c in zip(masks, self.plan.codes)])
             for band in bands:

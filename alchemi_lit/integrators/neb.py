@@ -35,6 +35,8 @@ from .extended import DenseGroup, max_row_norm_sq
 
 #: per-system band fields: path id, image index, images in the band (0 outside a band)
 BAND_FIELDS = ("neb_path", "neb_image", "neb_count")
+#: ``info["neb_quarantined"]`` of the images of a band one member of which failed
+QUARANTINED_BAND = "an image of its band failed"
 
 
 class Group(NamedTuple):
@@ -313,11 +315,14 @@ class NEB:
         return out
 
     def advance(self, batch: Batch, mask: torch.Tensor, steps_done: int | None = None) -> None:
-        """Images of ``mask`` waiting for their endpoints spend no step of the budget;
-        switch on the climbing image of bands of ``mask`` whose delay is over."""
+        """Images of ``mask`` waiting for their endpoints take no step: none of the budget,
+        none of ``total_steps`` (so a band's steps, and a later stage's random streams, do
+        not depend on how long it waited -- on one device or across ranks); switch on
+        the climbing image of bands of ``mask`` whose delay is over."""
         if steps_done is None:
             waiting = mask & ~batch.neb_running & (batch.neb_image > 0)
             batch.step = torch.where(waiting, -1, batch.step)  # (0 after this step's +1)
+            batch.total_steps = torch.where(waiting, batch.total_steps - 1, batch.total_steps)
         if not self.climb or (self.climb_after is None and self.climb_fmax is None):
             return
         done = batch.step + 1 if steps_done is None else torch.full_like(batch.step, steps_done)
@@ -344,7 +349,7 @@ class NEB:
         going = torch.isin(batch.neb_path, torch.tensor(sorted(broken), device=batch.device))
         going &= (batch.status != exit_code) & ~left
         for sid in batch.system_id[going].tolist():
-            batch.info.setdefault(sid, {})["neb_quarantined"] = "an image of its band failed"
+            batch.info.setdefault(sid, {})["neb_quarantined"] = QUARANTINED_BAND
         batch.exit_code = torch.where(going, EXIT_QUARANTINED, batch.exit_code)
         batch.status = torch.where(going, exit_code, batch.status)
 

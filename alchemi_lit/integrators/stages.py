@@ -16,6 +16,8 @@ import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ..core.errors import ConfigError
+
 if TYPE_CHECKING:
     from .base import Integrator
 
@@ -190,16 +192,7 @@ class Pipeline:
                 raise ValueError(f"duplicate pipeline edge ({a}, {b})")
             self.edges.append((a, b))
         self._check_acyclic()
-        bands = [type(s).__name__ for p in self.stages.values() for s in p.stages
-                 if getattr(s, "band", None) is not None]  # fmt: skip
-        if bands and len(self.stages) > 1:
-            from ..core.errors import ConfigError
-
-            raise ConfigError(
-                f"{bands[0]}(band=NEB(...)) in a pipeline across ranks: a band's endpoints "
-                f"and images must stay in one batch, which ranks would split; fuse the "
-                f"stages on one device instead (relax + neb), or run replicas"
-            )
+        self._check_band_routes()
 
     @classmethod
     def of(cls, plan: Integrator | Fused | Pipeline) -> Pipeline:
@@ -269,6 +262,27 @@ class Pipeline:
                     queue.append(b)
         if seen != len(self.stages):
             raise ValueError(f"pipeline edges {self.edges} contain a cycle")
+
+    def has_band(self, rank: int) -> bool:
+        """Whether ``rank`` or a rank after it relaxes nudged elastic bands (``band=``)."""
+        mine = any(getattr(s, "band", None) is not None for s in self.stages[rank].stages)
+        return mine or any(self.has_band(d) for d in self.downstream(rank))
+
+    def _check_band_routes(self) -> None:
+        """A rank that fans out sends each band, whole, to whichever branch has room: every
+        branch must then run bands alike, or some bands would never meet a band stage."""
+        for r in sorted(self.stages):
+            downs = self.downstream(r)
+            found = {d: self.has_band(d) for d in downs}
+            if len(set(found.values())) > 1:
+                yes = [d for d, b in found.items() if b]
+                no = [d for d, b in found.items() if not b]
+                raise ConfigError(
+                    f"pipeline rank {r} fans out to ranks {downs}, of which {yes} run a band "
+                    f"stage (band=NEB(...)) and {no} do not; systems go to whichever branch has "
+                    f"room, so some bands would never run as bands: give every branch the "
+                    f"same stages, or run the band stage after the branches join"
+                )
 
     def __repr__(self) -> str:
         ranks = ", ".join(f"{r}: {p!r}" for r, p in sorted(self.stages.items()))

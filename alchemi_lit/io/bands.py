@@ -21,6 +21,20 @@ from ..core.errors import ConfigError
 from ..data.bands import PATH_KEY
 
 
+def highest_image(energies: np.ndarray) -> int:
+    """ASE's ``imax``: the interior image of highest energy (the last of a tie)."""
+    inner = np.asarray(energies)[1:-1]
+    return int(len(inner) - np.argmax(inner[::-1]))
+
+
+def band_status(converged: Sequence[Any], reasons: Sequence[Any]) -> tuple[bool, str]:
+    """(converged, exit reason) of a band from its interior images': converged when every
+    one is; the reason is the first other than ``converged`` (``max_steps``,
+    ``non_finite``, ``model_error`` ...), ``converged`` when there is none."""
+    others = [r for r in reasons if r not in ("converged", None)]
+    return all(bool(c) for c in converged), others[0] if others else "converged"
+
+
 @dataclass
 class Band:
     """One band's images (``ase.Atoms`` with energy and model forces) and its summary.
@@ -38,8 +52,7 @@ class Band:
     @property
     def highest_image(self) -> int:
         """Index of the image of highest energy (ASE's ``imax`` among the interior)."""
-        inner = self.energies[1:-1]
-        return int(len(inner) - np.argmax(inner[::-1]))
+        return highest_image(self.energies)
 
     @property
     def forward_barrier(self) -> float:
@@ -71,7 +84,7 @@ class Band:
 
     @property
     def converged(self) -> bool:
-        return all(bool(c) for c in self._info("converged"))
+        return band_status(self._info("converged"), self._info("exit_reason"))[0]
 
     @property
     def steps(self) -> int:
@@ -79,8 +92,7 @@ class Band:
 
     @property
     def exit_reason(self) -> str:
-        reasons = [r for r in self._info("exit_reason") if r not in ("converged", None)]
-        return reasons[0] if reasons else "converged"
+        return band_status(self._info("converged"), self._info("exit_reason"))[1]
 
     def row(self) -> dict[str, Any]:
         return {

@@ -19,6 +19,10 @@ Wall time and throughput come from the ``stats`` the Simulator records in each r
 entry of the store's ``runs`` attribute (API and CLI runs alike).  A store several runs
 appended to reports each run and the totals (:mod:`alchemi_lit.report.runs`).
 
+A run of nudged elastic bands also gets one row per band -- barriers, reaction energy,
+highest image, status (:mod:`alchemi_lit.report.bands`) -- and a plot of the energy
+along each path.
+
 Plots (``--plots``) are drawn by :mod:`alchemi_lit.report.plots`, with matplotlib (the
 optional ``plots`` extra), imported only when plots are asked for.
 """
@@ -43,7 +47,8 @@ from ..core.state import (
     EXIT_RUNNING,
 )
 from ..core.units import GPa
-from .plots import make_plots
+from .bands import band_rows, bands_table, store_paths
+from .plots import make_plots, plot_band_paths
 from .plots import plot_trajectory as plot_trajectory  # public here too
 from .plots import trajectory_series as trajectory_series
 from .runs import fmt_run, summarize_runs
@@ -362,10 +367,18 @@ def report(
         where.append(f"plots: {plots}")
     elif trajectory is not None:
         where.append(f"trajectory {trajectory}: pass --plots DIR to plot it")
-    # the table first: a missing matplotlib fails only the plots
+    paths = store_paths(store, len(systems.get("energy", ())))
+    bands = band_rows(systems, paths) if (paths >= 0).any() else []
+    if bands:  # a run of nudged elastic bands: one row per band too
+        summary["bands"] = bands
+    # the tables first: a missing matplotlib fails only the plots
     console.print(summary_table(summary, title=f"alchemi-lit report: {store}", where=where))
+    if bands:
+        console.print(bands_table(bands))
     if plots is not None:
         written = make_plots(systems, plots, names, trajectory)
+        if bands:
+            written.append(plot_band_paths(bands, Path(plots) / "neb_paths.png"))
         summary["plots"] = [str(p) for p in written]
         for png in written:
             console.print(f"wrote {png}")

@@ -8,6 +8,9 @@ needed).  The plots:
 * ``energy_per_atom.png``   distribution of the final energy per atom,
 * ``cell_per_stage.png``    volume per atom (Å^3) and pressure (GPa) of each system when
   it left each stage (periodic systems; the pressure where the stress was computed),
+* ``neb_paths.png``         energy along each nudged elastic band (relative to its
+  initial image) against the image's place on the path, the highest image marked
+  (runs of band stages: :mod:`alchemi_lit.report.bands`),
 * ``trajectory.png``        temperature and potential energy per atom against the
   step, for a few systems of a :class:`~alchemi_lit.callbacks.TrajectoryWriter` store
   (``--trajectory``).  A panel whose quantity the trajectory does not hold says so in
@@ -272,4 +275,33 @@ def plot_trajectory(
         )  # fmt: skip
     if series and len(series) <= 10 and "T" not in missing:
         ax_t.legend(fontsize=7)
+    return _save(fig, Path(png), plt)
+
+
+# ---------------------------------------------------------------------- bands
+def plot_band_paths(
+    bands: Sequence[Mapping[str, Any]], png: str | Path, max_legend: int = 10, plt: Any = None
+) -> Path:
+    """Energy along each band (eV, relative to its first image) against the image's place
+    on the path (image / (images - 1), so bands of any length share the axis); the
+    highest image marked.  Many bands: thinner lines, no legend."""
+    plt = plt or _pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    many = len(bands) > max_legend
+    for k, band in enumerate(bands):
+        e = np.asarray(band["energies"], dtype=np.float64)
+        x = np.linspace(0.0, 1.0, len(e))
+        color = f"C{k % 10}"
+        ax.plot(x, e - e[0], lw=0.8 if many else 1.4, alpha=0.6 if many else 1.0, color=color,
+                marker="o", ms=2.5 if many else 4, label=f"path {band['path_id']}")  # fmt: skip
+        top = int(band["highest_image"])
+        ax.plot(x[top], e[top] - e[0], marker="^", ms=5 if many else 8, color=color, ls="none")
+    ax.axhline(0.0, color="0.6", lw=0.6)
+    ax.set_xlabel("place on the path (image / (images - 1))")
+    ax.set_ylabel("E - E(initial image) (eV)")
+    ax.set_title(f"energy along each path ({len(bands)} bands; triangles: highest images)")
+    _axis_style(ax.xaxis)
+    _axis_style(ax.yaxis)
+    if bands and not many:
+        ax.legend(fontsize=7)
     return _save(fig, Path(png), plt)

@@ -29,6 +29,7 @@ from ..engine.interrupt import RunInterrupted
 from ..integrators.stages import Fused, Pipeline
 from ..io.results import Results
 from ..sinks import ZarrSink
+from .bands import check_bands
 from .base import Strategy
 from .buffers import BufferConfig, check_info_fits
 from .launch import StartMethod, launch, rank_device
@@ -152,17 +153,19 @@ class DistributedStrategy(Strategy):
                 f"{self.buffer.num_atoms} (BufferConfig.num_atoms); raise num_atoms to at least "
                 f"{int(sampler.sizes.max())}"
             )
+        counted = [0] * len(sampler.dataset)
         if self.buffer.num_edges and radius is not None:
             from ..data.sampler import _count_edges
 
             for k in sampler.order:
-                pairs = _count_edges(sampler.dataset[int(k)], radius)
+                pairs = counted[int(k)] = _count_edges(sampler.dataset[int(k)], radius)
                 if pairs > self.buffer.num_edges:
                     raise ConfigError(
                         f"system {int(k)} has {pairs} neighbour pairs but the transfer buffer "
                         f"holds {self.buffer.num_edges} (BufferConfig.num_edges); raise num_edges "
                         f"or set it to 0 (unbounded)"
                     )
+        check_bands(self.pipeline, sampler, self.buffer, counted)  # whole, one message each
         for k in sampler.order:  # each system's info must fit one message's info room
             atoms = sampler.dataset[int(k)]
             check_info_fits(getattr(atoms, "info", None), int(k), self.buffer)

@@ -243,9 +243,14 @@ def _first_failure(folder: str) -> BaseException | None:
 
 
 def _to_tensors(value: Any) -> Any:
-    """numpy arrays -> tensors, recursively (for a weights_only-safe file)."""
+    """numpy arrays and scalars -> tensors, recursively (for a weights_only-safe file;
+    ``ase.Atoms.info`` holds numpy scalars, e.g. ``ase.build``'s ``adsorbate_info``)."""
     if isinstance(value, np.ndarray):
         return {"__ndarray__": torch.from_numpy(np.ascontiguousarray(value))}
+    if isinstance(value, np.generic):
+        if value.dtype.kind in "biufc":
+            return {"__npscalar__": torch.from_numpy(np.asarray(value))}
+        return value.item()  # (a numpy string: the str it holds)
     if isinstance(value, dict):
         return {k: _to_tensors(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -257,6 +262,8 @@ def _from_tensors(value: Any) -> Any:
     if isinstance(value, dict):
         if set(value) == {"__ndarray__"}:
             return value["__ndarray__"].numpy()
+        if set(value) == {"__npscalar__"}:
+            return value["__npscalar__"].numpy()[()]
         return {k: _from_tensors(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_from_tensors(v) for v in value]

@@ -214,7 +214,15 @@ class PipelineWorker:
             self.sim.model, self.pipeline.stages[r], hooks, seed=self.sim.seed,
             forward=self.sim.forward_fn(), history_offset=h.offsets[r], history_width=h.width,
             optimizer_columns=h.optimizer_columns, stress=self.sim.stress,
+            carried=self._carried_bands(r),
         )  # fmt: skip
+
+    def _carried_bands(self, r: int) -> list[Any]:
+        """The band filters of the other ranks' stages: every rank's systems carry the band
+        fields from the start (see FusedLoop), as they would in one fused plan."""
+        own = {id(s) for s in self.pipeline.stages[r].stages}
+        stages = [s for q, plan in sorted(self.pipeline.stages.items()) for s in plan.stages]
+        return [s.band for s in stages if id(s) not in own and getattr(s, "band", None)]
 
     def empty(self) -> Batch:
         """A batch of no systems with every field any rank of the pipeline declares."""

@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..core.errors import ConfigError
 from ..core.state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, Batch
 from ..engine.feeds import SamplerFeed
 from ..io.serialize import batch_from_state, batch_state
 from ..models.neighbors import batch_pair_counts
+from .bands import quarantine_orphans, sendable
 from .buffers import INFO_OVERHEAD, BufferConfig, check_info_fits
 
 
@@ -125,6 +127,7 @@ class RankIO:
         """Inbox for systems to simulate; quarantined ones pass straight through."""
         self.stats.systems_in += received.num_systems
         dead = (received.exit_code == EXIT_QUARANTINED) | (received.exit_code == EXIT_MODEL_ERROR)
+        dead = quarantine_orphans(received, dead)  # (a band lost a member upstream)
         if bool(dead.any()):
             through = received.select(dead.nonzero().flatten())
             through.status.fill_(self.loop.plan.exit)  # (a sink rank adds its offset)
@@ -164,7 +167,7 @@ class RankIO:
 
         Counting the outbox (finished systems waiting for downstream credit) is what
         makes back-pressure reach the source.  An even split when every share can still
-        take the largest possible system (and one system); otherwise all of it to one
+        take the largest possible system or band; otherwise all of it to one
         upstream per round, in turn -- an even split of too little room would never let
         a large system through (livelock).
         """
@@ -175,47 +178,60 @@ class RankIO:
         free_systems = max(0, min(self.max_systems - systems, 1 << 40))
         n = len(ups)
         largest = min(self.buffer.num_atoms, self.max_atoms)
-        if n == 1 or (free_atoms // n >= largest and free_systems // n >= 1):
+        # a unit may be a whole band (:mod:`.bands`): as many systems as a message holds
+        most = min(self.buffer.num_systems, self.max_systems) if batch.has_field("neb_count") else 1
+        if n == 1 or (free_atoms // n >= largest and free_systems // n >= most):
             return {u: (free_atoms // n, free_systems // n) for u in ups}
         turn = ups[round_ % n]
         return {u: (free_atoms, free_systems) if u == turn else (0, 0) for u in ups}
 
     def route(self, credit: dict[int, tuple[int, int]]) -> dict[int, Batch]:
-        """Split the outbox among downstream ranks: most credit first, within buffers."""
+        """Split the outbox among downstream ranks: most credit first, within buffers, in
+        order; a band goes whole, once all of it is here (:mod:`.bands`)."""
         out = self.outbox.batch if self.outbox is not None else None
         if out is None or out.num_systems == 0 or not self.downs:
             return {}
         buf = self.buffer
         credit_left = {d: list(credit[d]) for d in self.downs}
-        room = {d: [buf.num_atoms, buf.num_systems, buf.num_edges, buf.info_bytes - INFO_OVERHEAD]
-                for d in self.downs}  # fmt: skip
+        empty = [buf.num_atoms, buf.num_systems, buf.num_edges, buf.info_bytes - INFO_OVERHEAD]
+        room = {d: list(empty) for d in self.downs}
         ids = out.system_id.tolist()
         info = [  # raises, naming the fix, for a system no message could carry
             check_info_fits(out.info.get(sid), sid, buf) if out.info else 0 for sid in ids
         ]
         radius = self.sim.model.cutoff + self.sim.model.neighbors.skin
         edges = batch_pair_counts(out, radius) if buf.num_edges else [0] * out.num_systems
+        atoms = out.n_atoms.tolist()
         chosen: dict[int, list[int]] = {d: [] for d in self.downs}
-        left: list[int] = []
-        for row, n in enumerate(out.n_atoms.tolist()):
-            e = edges[row]
+        units, left = sendable(out)
+        blocked = False
+        for unit in units:
+            need = [sum(atoms[r] for r in unit), len(unit), sum(edges[r] for r in unit),
+                    sum(info[r] for r in unit)]  # fmt: skip
+            if len(unit) > 1 and need[3] > empty[3]:
+                raise ConfigError(
+                    f"band path_id {int(out.neb_path[unit[0]])} carries {need[3]} bytes of info, "
+                    f"more than one transfer message holds (BufferConfig.info_bytes="
+                    f"{buf.info_bytes}); raise info_bytes to at least {need[3] + INFO_OVERHEAD}"
+                )
             fits = [
                 d for d in self.downs
-                if credit_left[d][0] >= n and credit_left[d][1] >= 1
-                and room[d][0] >= n and room[d][1] >= 1
-                and (not buf.num_edges or room[d][2] >= e) and room[d][3] >= info[row]
+                if credit_left[d][0] >= need[0] and credit_left[d][1] >= need[1]
+                and room[d][0] >= need[0] and room[d][1] >= need[1]
+                and (not buf.num_edges or room[d][2] >= need[2]) and room[d][3] >= need[3]
             ]  # fmt: skip
-            if not fits or left:  # keep FIFO order: once one waits, later ones wait too
-                left.append(row)
+            if not fits or blocked:  # keep FIFO order: once one waits, later ones wait too
+                blocked = True
+                left += unit
                 continue
             d = max(fits, key=lambda k: (credit_left[k][0], -k))
-            chosen[d].append(row)
-            credit_left[d][0] -= n
-            credit_left[d][1] -= 1
-            for k, used in enumerate((n, 1, e, info[row])):
+            chosen[d] += unit
+            credit_left[d][0] -= need[0]
+            credit_left[d][1] -= need[1]
+            for k, used in enumerate(need):
                 room[d][k] -= used
-        parts = {d: out.select(rows) for d, rows in chosen.items() if rows}
-        self.outbox.batch = out.select(left) if left else None
+        parts = {d: out.select(sorted(rows)) for d, rows in chosen.items() if rows}
+        self.outbox.batch = out.select(sorted(left)) if left else None
         return parts
 
 

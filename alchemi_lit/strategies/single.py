@@ -30,6 +30,7 @@ import torch
 from ..callbacks.checkpoint import Checkpoint
 from ..core.errors import ConfigError
 from ..core.state import Batch
+from ..data.bands import PATH_KEY
 from ..data.sampler import SizeAwareSampler
 from ..engine.feeds import BatchFeed, SamplerFeed, SinkDelivery
 from ..engine.hooks import HookDispatcher
@@ -112,8 +113,11 @@ class SingleDeviceStrategy(Strategy):
             source.bind(sim.model.cutoff + sim.model.neighbors.skin, probe)
             feed: SamplerFeed | BatchFeed = SamplerFeed(sim, loop, source)
             total, atoms = len(source), int(source.sizes[source.order].sum())
+            queued = set(source.order.tolist())
+            bands = sum(start in queued for _, start, _ in source.bands)
         else:
             feed, total, atoms = BatchFeed(source), source.num_systems, source.num_atoms
+            bands = len({i.get(PATH_KEY) for i in source.info.values()} - {None})
         if resume is not None and "feed" not in resume:
             raise ConfigError(
                 f"cannot resume from {resume['path']!r}: it was written by another kind of run "
@@ -126,7 +130,8 @@ class SingleDeviceStrategy(Strategy):
         )
         run = RunLoop(
             loop, hooks, feed, delivery, LocalTransport(feed), checkpoints, sim.sync_every, sim,
-            context={"total_systems": total, "total_atoms": atoms},
+            context={"total_systems": total, "total_atoms": atoms,
+                     **({"total_bands": bands} if bands else {})},
         )  # fmt: skip
         stream = (
             torch.cuda.stream(torch.cuda.Stream(self.device))

@@ -217,7 +217,7 @@ def test_a_fused_relax_then_band_relaxes_the_endpoints_first_then_the_band():
         assert ref.batch.stage_steps[k, 0] == res.batch.stage_steps[k, 1]
 
 
-def test_replicas_shard_whole_bands_and_pipelines_refuse_band_stages():
+def test_replicas_shard_whole_bands():
     from alchemi_lit.strategies.distributed import shard
 
     data = eight_bands()
@@ -226,5 +226,3 @@ def test_replicas_shard_whole_bands_and_pipelines_refuse_band_stages():
     assert sorted(s for p in parts for s in p.system_ids.tolist()) == list(range(len(data)))
     for part in parts:
         assert all(stop - start == CASES[path][3] for path, start, stop in part.bands)
-    with pytest.raises(ConfigError, match="in a pipeline across ranks"):
-        FIRE() | FIRE(band=NEB())
