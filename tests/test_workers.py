@@ -58,6 +58,9 @@ def test_structure_errors_keep_their_system_index_across_processes():
 def test_workers_setting():
     assert resolve_workers(3, 2, "phonons") == 2  # never more processes than materials
     assert 1 <= resolve_workers("auto", 50, "phonons") <= (os.cpu_count() or 1)
+    # work that would not pay for starting a worker stays here
+    assert resolve_workers("auto", 50, "phonons", work_s=1.0) == 1
+    assert resolve_workers("auto", 50, "phonons", work_s=1e4) == resolve_workers("auto", 50, "p")
     for bad in (0, -1, 1.5, "many", True):
         with pytest.raises(ConfigError, match="workers must be 'auto' or an int >= 1"):
             resolve_workers(bad, 4, "phonons")

@@ -47,15 +47,28 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def resolve_workers(workers: int | str | None, tasks: int, what: str) -> int:
-    """``"auto"``/None: one per usable core, at most one per task; an int >= 1 as given."""
+def resolve_workers(
+    workers: int | str | None, tasks: int, what: str, work_s: float | None = None
+) -> int:
+    """How many processes: an int >= 1 as given (at most one per task); ``"auto"``/None:
+    one per usable core and task, but only as many as ``work_s`` (an estimate of the
+    whole work's seconds on one core, when known) keeps busy for ``WORKER_PAYS_S`` each
+    -- a worker takes about a second to start, so small work stays in this process."""
     if workers is None or workers == "auto":
-        return max(1, min(usable_cores(), tasks))
+        n = min(usable_cores(), tasks)
+        if work_s is not None:
+            n = min(n, int(work_s / WORKER_PAYS_S))
+        return max(1, n)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         from .errors import ConfigError
 
         raise ConfigError(f"{what}: workers must be 'auto' or an int >= 1, got {workers!r}")
     return min(workers, max(tasks, 1))
+
+
+#: seconds of work a worker must get to pay for its start (python, numpy and the
+#: called library's imports: ~1 s)
+WORKER_PAYS_S = 2.0
 
 
 def map_in_workers(

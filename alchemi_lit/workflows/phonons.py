@@ -21,7 +21,7 @@ from . import phonopy_calls
 from .base import MaterialResults
 from .jobs import Job, as_structures, check_materials, run_jobs
 from .phonopy_calls import kj_per_mol, thermal
-from .phonopy_setup import build_phonopys, require_phonopy, supercell_matrices
+from .phonopy_setup import build_phonopys, require_phonopy, setup_seconds, supercell_matrices
 
 
 class PhononResults(MaterialResults):
@@ -137,7 +137,9 @@ def phonons(
         workers: processes for phonopy's own per-material work (symmetry set-up of each
             supercell, force constants, mesh, thermal sums), which cannot be batched
             and dominates with a cheap model or a GPU; ``"auto"``: one per usable core,
-            at most one per material.  Results do not depend on it.
+            at most one per material, and none when the supercells are so small that
+            phonopy's work is shorter than starting a worker.  Results do not depend
+            on it.
         max_atoms, max_systems, resume, **simulator: as :func:`~.elastic.elastic`.
 
     Returns:
@@ -154,7 +156,8 @@ def phonons(
     width = 2.0 * float(model.cutoff) if min_width is None else float(min_width)
     matrices = supercell_matrices(supercell, materials, width, model)
     temps = np.unique(np.append(np.asarray(temperatures, dtype=np.float64), 300.0))
-    n_workers = resolve_workers(workers, len(materials), "phonons")
+    work = setup_seconds(materials, matrices)
+    n_workers = resolve_workers(workers, len(materials), "phonons", work)
     setups = build_phonopys(materials, matrices, primitive_matrix, symprec, distance, n_workers)
     jobs = [
         Job(i, f"{i}:d{k}", sc)

@@ -121,3 +121,15 @@ def test_phonopy_work_in_worker_processes_equals_it_in_this_one(computed):
         np.testing.assert_array_equal(a.force_constants, b.force_constants)
         np.testing.assert_array_equal(a.mesh.frequencies, b.mesh.frequencies)
         assert here.to_pandas().iloc[i].equals(there.to_pandas().iloc[i])
+
+
+def test_auto_workers_only_where_phonopy_work_pays_for_them():
+    from alchemi_lit.core.workers import resolve_workers
+    from alchemi_lit.workflows.phonopy_setup import setup_seconds
+
+    small = setup_seconds([copper()] * 3, [np.diag([3, 3, 3])] * 3)  # 27-atom supercells
+    big = setup_seconds([copper()] * 20, [np.diag([6, 6, 6])] * 20)  # 216 atoms: ~4.6 s each
+    assert resolve_workers("auto", 3, "phonons", small) == 1
+    assert big > 60 and resolve_workers("auto", 20, "phonons", big) == min(
+        resolve_workers("auto", 20, "phonons"), 20
+    )
