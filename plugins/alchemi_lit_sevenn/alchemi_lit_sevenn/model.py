@@ -234,6 +234,9 @@ class SevenNet(Model):
         table = net.z_to_onehot_tensor
         del net.z_to_onehot_tensor
         net.register_buffer("z_to_onehot_tensor", table, persistent=False)
+        for name, module in list(net._modules.items()):
+            if type(module).__name__ == "OnehotEmbedding":
+                net._modules[name] = OneHotWithoutReads(module)
         net.eval()
         for p in net.parameters():
             p.requires_grad_(False)
@@ -273,6 +276,31 @@ class SevenNet(Model):
         out = self.net(data)
         e_atom = out[self._key_atomic_energy].reshape(-1).to(batch.dtype)
         return per_system_sum(e_atom, batch.system_idx, batch.num_systems)
+
+
+class OneHotWithoutReads(torch.nn.Module):
+    """sevenn's ``OnehotEmbedding`` without ``torch.nn.functional.one_hot``, which reads
+    the input's min and max on the host (two GPU syncs a forward) to check the classes;
+    the types here come from the model's own Z table, so a comparison with ``arange``
+    gives the same 0/1 rows without them."""
+
+    def __init__(self, original: torch.nn.Module) -> None:
+        super().__init__()
+        self.num_classes = int(original.num_classes)
+        self.key_x, self.key_output = original.key_x, original.key_output
+        self.key_save = original.key_save
+        self.key_additional_output = original.key_additional_output
+
+    def forward(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        inp = data[self.key_x]
+        classes = torch.arange(self.num_classes, device=inp.device, dtype=inp.dtype)
+        embd = (inp.unsqueeze(-1) == classes).float()
+        data[self.key_output] = embd
+        if self.key_additional_output is not None:
+            data[self.key_additional_output] = embd  # for self-connection
+        if self.key_save is not None:
+            data[self.key_save] = inp  # for elemwise shift scale
+        return data
 
 
 __all__ = ["PRETRAINED", "SevenNet", "build_network", "checkpoint_path", "load_checkpoint"]

@@ -190,6 +190,34 @@ def test_batch_equals_single(model: SevenNet) -> None:
         torch.testing.assert_close(alone["forces"], together["forces"][lo:hi], rtol=0, atol=1e-5)
 
 
+def test_the_network_reads_nothing_on_the_host() -> None:
+    """In a step the network itself waits for no device value: sevenn's one-hot
+    embedding (two reads for its class check) is replaced; the one read left is the
+    plugin's own ``nonzero`` dropping skin pairs (DESIGN_NOTES, GPU residency)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from alchemi_lit.testing import accelerator_path
+    from alchemi_lit.testing.accelerator import waits_on_device
+
+    reads: list[str] = []
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if waits_on_device(name, args, kwargs):
+                reads.append(name)
+            return func(*args, **(kwargs or {}))
+
+    with accelerator_path():
+        model = SevenNet("sevennet-0")
+        batch = Batch.from_atoms(structures()[:2], dtype=torch.float32)
+        model(batch)  # builds the neighbour list
+        model(batch)  # (the late skin check's first look reads once)
+        with Count():
+            model(batch)
+    assert reads == ["nonzero"]
+
+
 def test_fire_relaxation_lowers_energy(model: SevenNet) -> None:
     rng = np.random.default_rng(1)
     atoms = [structures()[2], bulk("Si", "diamond", a=5.43, cubic=True)]  # NaCl, Si
