@@ -7,6 +7,8 @@ Run (from the repository root)::
     python bench/bench_properties.py --model sevennet   # SevenNet-0 (its plugin), float32
     python bench/bench_properties.py --quick            # smoke run: 3 materials, small cells
     python bench/bench_properties.py --json out.json
+    bash bench/setup_matcalc.sh && /tmp/alchemi_bench_venvs/matcalc/bin/python \
+        bench/bench_properties.py                       # with matcalc's rows (its own venv)
 
 Workload: 20 crystals EMT covers (the seven fcc metals, L1_2, L1_0 and B2 alloys),
 relaxed (cell and atoms) with alchemi_lit before anything is timed.  Elastic: the six
