@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import warnings
 from functools import lru_cache
+from typing import Any
 
+import torch
 from ase.build import add_adsorbate, fcc100
 from ase.calculators.emt import EMT as AseEMT
 from ase.constraints import FixAtoms
 from ase.mep import NEB as AseNEB
 from ase.optimize import QuasiNewton
+
+from alchemi_lit.models import EMT
 
 
 @lru_cache(maxsize=1)
@@ -52,3 +56,22 @@ def hop(metal: str, adatom: str, along: int, size: tuple[int, int, int] = (2, 2,
     final = slab.copy()
     final.positions[-1, along] += slab.cell[along, along] / size[along]
     return slab, final
+
+
+class PoisonAt(EMT):
+    """EMT whose energy of system ``sid`` turns NaN at its ``at``-th evaluation (per
+    process: in a pipeline the endpoint relaxes on rank 0, as in the fused plan's first
+    stage)."""
+
+    def __init__(self, sid: int, at: int) -> None:
+        super().__init__()
+        self.sid, self.at, self.seen = sid, at, 0
+
+    def forward(self, batch: Any, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+        out = super().forward(batch, *args, **kwargs)
+        hit = (batch.system_id == self.sid).nonzero().flatten().tolist()
+        self.seen += bool(hit)
+        if hit and self.seen == self.at:
+            out["energy"] = out["energy"].clone()
+            out["energy"][hit[0]] = float("nan")
+        return out

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from neb_cases import hop
+from neb_cases import PoisonAt, hop
 
 import alchemi_lit as al
 from alchemi_lit.core.errors import ConfigError
@@ -76,24 +76,6 @@ def test_relax_then_band_across_two_ranks_equals_the_fused_plan():
     ends, inner = [0, 3, 4, 6], [1, 2, 5]
     assert (fused.stage_steps[ends, 0] > 0).all() and (fused.stage_steps[inner, 0] == 0).all()
     assert (fused.stage_steps[inner, 1] > 0).all()  # the band did run, on rank 1
-
-
-class PoisonAt(EMT):
-    """EMT whose energy of system ``sid`` is NaN at the ``at``-th evaluation of it (per
-    process: the endpoint relaxes on rank 0, as in the fused plan's first stage)."""
-
-    def __init__(self, sid: int, at: int) -> None:
-        super().__init__()
-        self.sid, self.at, self.seen = sid, at, 0
-
-    def forward(self, batch: Batch, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
-        out = super().forward(batch, *args, **kwargs)
-        hit = (batch.system_id == self.sid).nonzero().flatten().tolist()
-        self.seen += bool(hit)
-        if hit and self.seen == self.at:
-            out["energy"] = out["energy"].clone()
-            out["energy"][hit[0]] = float("nan")
-        return out
 
 
 @pytest.mark.slow

@@ -11,19 +11,15 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
-from neb_cases import hop
+from neb_cases import PoisonAt, hop
 from rich.console import Console
 
 import alchemi_lit as al
 from alchemi_lit.callbacks import ProgressBar
-from alchemi_lit.core.state import Batch
 from alchemi_lit.data import SizeAwareSampler
 from alchemi_lit.integrators import FIRE, NEB
-from alchemi_lit.models import EMT
 from alchemi_lit.report import report
 from alchemi_lit.sinks import ZarrSink
 from alchemi_lit.workflows import label_bands, make_band
@@ -36,23 +32,6 @@ BANDS = re.compile(
     r"(?P<waiting>\d+) waiting(?:, (?P<unconverged>\d+) unconverged)?, "
     r"(?P<quarantined>\d+) quarantined"
 )
-
-
-class PoisonAt(EMT):
-    """EMT whose energy of system ``sid`` turns NaN at its ``at``-th evaluation."""
-
-    def __init__(self, sid: int, at: int) -> None:
-        super().__init__()
-        self.sid, self.at, self.seen = sid, at, 0
-
-    def forward(self, batch: Batch, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
-        out = super().forward(batch, *args, **kwargs)
-        hit = (batch.system_id == self.sid).nonzero().flatten().tolist()
-        self.seen += bool(hit)
-        if hit and self.seen == self.at:
-            out["energy"] = out["energy"].clone()
-            out["energy"][hit[0]] = float("nan")
-        return out
 
 
 @pytest.fixture(scope="module")
