@@ -1,10 +1,12 @@
 """ProgressBar tells the truth: atom-steps done of the run's budget, rate and ETA.
 
-The end-to-end test runs a real MD run in a child process whose stdout is a
-pseudo-terminal (the ``pty`` module), as a user's terminal would be, and reads what
-the bar printed: during the MD stage, while no system has finished yet, the
-atom-steps advance towards the exact budget (systems x atoms x steps), with a rate
-and an ETA.  A bar counting finished systems stood at 0/N all that time.
+The end-to-end tests run a real MD run whose stdout is a pseudo-terminal (the ``pty``
+module), as a user's terminal would be, and read what the bar printed: during the MD
+stage, while no system has finished yet, the atom-steps advance towards the exact
+budget (systems x atoms x steps), with a rate and an ETA.  A bar counting finished
+systems stood at 0/N all that time.  The fast one runs in this process with
+``sys.stdout`` on the terminal; the slow one in a child process (a few seconds of
+imports) whose own stdout is the terminal.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ STATUS = re.compile(
     r"ETA (?P<eta>\S+)"
 )
 
-CHILD = """
+MD_RUN = """
 import alchemi_lit as al
 from alchemi_lit.callbacks import ProgressBar
 from alchemi_lit.data import argon_crystals
@@ -48,6 +50,8 @@ systems = argon_crystals(n_systems=2, repeat=2, noise=0.05)          # 2 x 32 at
 sim = al.Simulator(model=LennardJones(0.0104, 3.40, 6.0), stages=VelocityVerlet(dt=1.0, steps=60),
                    callbacks=[ProgressBar(frequency=3)], accelerator="cpu", sync_every=10)
 sim.run(systems)
+"""
+CHILD = MD_RUN + """
 print("CHILD-DONE", flush=True)
 input()  # exits once the parent has read everything (a pty loses what is unread at exit)
 """
@@ -58,20 +62,68 @@ def si_value(text: str) -> float:
     return float(text[:-1] if text[-1] in "kMG" else text) * scale
 
 
-def run_in_pty(code: str, columns: int = 400, timeout: float = 120.0) -> str:
-    """Run ``python -c code`` with a pseudo-terminal as stdout and stderr; its output."""
+def open_terminal(columns: int) -> tuple[int, int]:
+    """A pseudo-terminal (master, slave) of ``columns`` x 50 characters."""
     import fcntl
     import termios
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    return master, slave
+
+
+def terminal_env(columns: int) -> dict[str, str]:
+    """What a user's terminal sets (rich prefers COLUMNS and LINES to the pty's size)."""
+    return {"TERM": "xterm-256color", "COLUMNS": str(columns), "LINES": "50"}
+
+
+def run_here_on_a_terminal(
+    code: str, monkeypatch: pytest.MonkeyPatch, columns: int = 400
+) -> str:
+    """Run ``code`` in this process with ``sys.stdout`` a pseudo-terminal; its output."""
+    import threading
+
+    master, slave = open_terminal(columns)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    for name, value in terminal_env(columns).items():
+        monkeypatch.setenv(name, value)
+    chunks: list[bytes] = []
+
+    def read() -> None:  # drain the terminal as it is written (its buffer is small)
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # every writer closed the terminal
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    terminal, before = os.fdopen(slave, "w", encoding="utf-8"), sys.stdout
+    try:
+        assert terminal.isatty()
+        monkeypatch.setattr(sys, "stdout", terminal)
+        exec(compile(code, "<md-run>", "exec"), {})
+        terminal.flush()
+    finally:
+        monkeypatch.setattr(sys, "stdout", before)
+        terminal.close()
+        reader.join(timeout=30)
+        os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def run_in_pty(code: str, columns: int = 400, timeout: float = 120.0) -> str:
+    """Run ``python -c code`` with a pseudo-terminal as stdout and stderr; its output."""
+    master, slave = open_terminal(columns)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     env.pop("NO_COLOR", None)
-    env["TERM"] = "xterm-256color"
-    env["COLUMNS"], env["LINES"] = str(columns), "50"  # (rich prefers these to the pty's size)
+    env.update(terminal_env(columns))
     child = subprocess.Popen(
         [sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT
     )
@@ -107,10 +159,26 @@ def frames(text: str) -> list[dict[str, str]]:
     return [m.groupdict() for line in lines if (m := STATUS.search(line))]
 
 
+def test_bar_on_this_process_terminal_advances_through_md_with_rate_and_eta(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bar's own console finds the terminal on ``sys.stdout`` (no console given)."""
+    # once off the terminal first: what a process's first run loads (numba's kernels,
+    # which initialise colorama on the sys.stdout of then) must not keep the terminal
+    exec(compile(MD_RUN, "<md-run>", "exec"), {})
+    check_md_frames(frames(run_here_on_a_terminal(MD_RUN, monkeypatch)))
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_bar_in_a_terminal_advances_through_md_with_rate_and_eta() -> None:
-    """A real run in a pseudo-terminal (subprocess: a few seconds, mostly imports)."""
-    shown = frames(run_in_pty(CHILD))
+    """A real run in a pseudo-terminal (subprocess: a few seconds, mostly imports; the
+    same run in this process is the fast test above)."""
+    check_md_frames(frames(run_in_pty(CHILD)))
+
+
+def check_md_frames(shown: list[dict[str, str]]) -> None:
+    """What the bar showed of MD_RUN: 2 systems x 32 atoms x 60 steps."""
     budget = 2 * 32 * 60
     assert shown, "the bar printed nothing on a terminal"
     # the budget is known from the start and exact for MD: no '~' or '≤'

@@ -385,21 +385,22 @@ def test_when_the_torch_path_runs_instead(monkeypatch):
     )
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_decisions_on_one_systems_numbers_equal_numpy_bit_for_bit(seed):
-    """The kernels run FIRE's and FIRE2's per-system functions on scalars
-    (``kernels.scalar_xp``); float64 results equal the NumPy path's exactly, over
-    every branch (first step, uphill, downhill past n_min, zero force, NaN, clamped)."""
+FIRE_PARAMS = (2, 1.1, 0.5, 0.4, 0.1, 0.99, 0.2, True)
+FIRE2_PARAMS = (2, 1.1, 0.5, 0.4, 0.01, 0.25, 0.99, 0.2, False)
+
+
+@pytest.fixture(scope="module")
+def scalar_decisions():
+    """FIRE's and FIRE2's per-system functions on ``kernels.scalar_xp``, looped over the
+    systems in one numba function (compiled once for every seed: seconds each time)."""
     import numba
-    from test_per_system import fire_inputs
 
     from alchemi_lit.integrators.formulas import fire2_coefficients, fire_coefficients
     from alchemi_lit.kernels import scalar_xp
 
     one = numba.njit(fire_coefficients.__wrapped__)
     two = numba.njit(fire2_coefficients.__wrapped__)
-    p1 = (2, 1.1, 0.5, 0.4, 0.1, 0.99, 0.2, True)
-    p2 = (2, 1.1, 0.5, 0.4, 0.01, 0.25, 0.99, 0.2, False)
+    p1, p2 = FIRE_PARAMS, FIRE2_PARAMS
 
     @numba.njit
     def per_system(mask, step, back, vf, ff, vv, dt, alpha, n):
@@ -422,9 +423,22 @@ def test_decisions_on_one_systems_numbers_equal_numpy_bit_for_bit(seed):
             out2[5, b], out2[6, b], out2[7, b], out2[8, b] = b6, b7, b8, b9
         return out1, out2
 
+    return per_system
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_decisions_on_one_systems_numbers_equal_numpy_bit_for_bit(seed, scalar_decisions):
+    """The kernels run FIRE's and FIRE2's per-system functions on scalars
+    (``kernels.scalar_xp``); float64 results equal the NumPy path's exactly, over
+    every branch (first step, uphill, downhill past n_min, zero force, NaN, clamped)."""
+    from test_per_system import fire_inputs
+
+    from alchemi_lit.integrators.formulas import fire2_coefficients, fire_coefficients
+
+    p1, p2 = FIRE_PARAMS, FIRE2_PARAMS
     mask, step, vf, ff, vv, dt, alpha, n = (t.numpy() for t in fire_inputs(torch.float64, seed))
     back = np.random.default_rng(seed).random(len(mask)) < 0.2
-    got1, got2 = per_system(mask, step, back, vf, ff, vv, dt, alpha, n)
+    got1, got2 = scalar_decisions(mask, step, back, vf, ff, vv, dt, alpha, n)
     with np.errstate(all="ignore"):
         want1 = fire_coefficients.__wrapped__(np, mask, step, vf, ff, vv, dt, alpha, n, *p1)
         want2 = fire2_coefficients.__wrapped__(np, mask, step, back, vf, ff, vv, dt, alpha, n, *p2)

@@ -30,7 +30,8 @@ from alchemi_lit.strategies.pipeline import PipelineError, PipelineWorker
 
 pytestmark = [pytest.mark.multirank, pytest.mark.timeout(120)]
 
-N_SYSTEMS = 100
+N_SYSTEMS = 100  # the failure tests need a run long enough for a rank to fail mid-run
+N_SAME = 40  # the runs compared with a fused one: several batches on every rank
 MAX_ATOMS = 400  # per-rank batch budget
 BIG = 60  # largest system
 SYNC_EVERY = 5
@@ -184,9 +185,9 @@ def _outcomes(folder: Path, world: int) -> dict[int, dict]:
 
 # ============================================================== linear pipelines
 def test_two_stage_pipeline_equals_fused_run():
-    res = run_distributed(relax() | md(), devices=2)
-    assert_same(res.batch, fused(("relax", "md")))
-    assert res.stats["systems"] == N_SYSTEMS
+    res = run_distributed(relax() | md(), devices=2, n=N_SAME)
+    assert_same(res.batch, fused(("relax", "md"), n=N_SAME))
+    assert res.stats["systems"] == N_SAME
 
 
 def test_a_batch_keeps_its_system_ids_through_a_pipeline():
@@ -209,8 +210,8 @@ def test_three_stage_pipeline_equals_fused_run():
 
 @pytest.mark.parametrize("mode", ["sync", "async_recv", "fully_async"])
 def test_comm_modes(mode):
-    res = run_distributed(relax() | md(), devices=2, comm_mode=mode)
-    assert_same(res.batch, fused(("relax", "md")))
+    res = run_distributed(relax() | md(), devices=2, n=N_SAME, comm_mode=mode)
+    assert_same(res.batch, fused(("relax", "md"), n=N_SAME))
 
 
 def test_synchronized_lockstep():
@@ -277,24 +278,24 @@ def test_in_memory_results_on_last_rank_do_not_livelock(mode):
 # ============================================================== topologies
 def test_fan_out_one_to_two():
     plan = Pipeline(stages={0: relax(), 1: md(), 2: md()}, edges=[(0, 1), (0, 2)])
-    res = run_distributed(plan, devices=3)
+    res = run_distributed(plan, devices=3, n=N_SAME)
     got = res.batch
     # systems that ran on rank 2 report its exit code (2 + 1), the others rank 1's (1 + 1)
     status = torch.where(got.stage_exit[:, 2] != EXIT_RUNNING, 3, 2)
-    assert_same(got, fused(("relax", "md")), columns=[[0], [1, 2]], status=status)
+    assert_same(got, fused(("relax", "md"), n=N_SAME), columns=[[0], [1, 2]], status=status)
     ranks = res.stats["ranks"]
     assert ranks[1]["systems_in"] > 0 and ranks[2]["systems_in"] > 0, "fan-out used one branch"
-    assert ranks[1]["systems_in"] + ranks[2]["systems_in"] == N_SYSTEMS
+    assert ranks[1]["systems_in"] + ranks[2]["systems_in"] == N_SAME
 
 
 def test_fan_in_two_to_one():
     plan = Pipeline(stages={0: relax(), 1: relax(), 2: md()}, edges=[(0, 2), (1, 2)])
-    res = run_distributed(plan, devices=3)
-    ref = fused(("relax", "md"))
+    res = run_distributed(plan, devices=3, n=N_SAME)
+    ref = fused(("relax", "md"), n=N_SAME)
     assert_same(res.batch, ref, columns=[[0, 1], [2]], status=torch.full_like(ref.status, 3))
     ranks = res.stats["ranks"]
     assert ranks[0]["systems_in"] > 0 and ranks[1]["systems_in"] > 0, "sampler not sharded"
-    assert ranks[0]["systems_in"] + ranks[1]["systems_in"] == N_SYSTEMS
+    assert ranks[0]["systems_in"] + ranks[1]["systems_in"] == N_SAME
 
 
 def test_fan_in_with_a_budget_below_two_large_systems():
@@ -316,27 +317,27 @@ def test_fan_in_with_a_budget_below_two_large_systems():
 
 def test_two_independent_sub_pipelines():
     plan = Pipeline(stages={0: relax(), 1: md(), 2: relax(), 3: md()}, edges=[(0, 1), (2, 3)])
-    res = run_distributed(plan, devices=4)
+    res = run_distributed(plan, devices=4, n=N_SAME)
     got = res.batch
     status = torch.where(got.stage_exit[:, 3] != EXIT_RUNNING, 4, 2)
-    assert_same(got, fused(("relax", "md")), columns=[[0, 2], [1, 3]], status=status)
+    assert_same(got, fused(("relax", "md"), n=N_SAME), columns=[[0, 2], [1, 3]], status=status)
     ranks = res.stats["ranks"]
     assert ranks[0]["systems_in"] > 0 and ranks[2]["systems_in"] > 0
-    assert ranks[0]["systems_in"] + ranks[2]["systems_in"] == N_SYSTEMS
+    assert ranks[0]["systems_in"] + ranks[2]["systems_in"] == N_SAME
 
 
 # ============================================================== replicas
 def test_replicas_of_fused_plan_equal_one_process():
-    res = run_distributed(relax() + md(), devices=2, strategy="replicas")
-    assert_same(res.batch, fused(("relax", "md")))
+    res = run_distributed(relax() + md(), devices=2, n=N_SAME, strategy="replicas")
+    assert_same(res.batch, fused(("relax", "md"), n=N_SAME))
     ranks = res.stats["ranks"]
     assert all(r["systems_in"] > 0 for r in ranks)
-    assert sum(r["systems_out"] for r in ranks) == N_SYSTEMS
+    assert sum(r["systems_out"] for r in ranks) == N_SAME
 
 
 def test_replicas_of_two_stage_pipeline():
-    res = run_distributed(relax() | md(), devices=4, strategy="replicas")
-    assert_same(res.batch, fused(("relax", "md")))
+    res = run_distributed(relax() | md(), devices=4, n=N_SAME, strategy="replicas")
+    assert_same(res.batch, fused(("relax", "md"), n=N_SAME))
     ranks = res.stats["ranks"]
     assert ranks[0]["systems_in"] > 0 and ranks[2]["systems_in"] > 0
 

@@ -60,10 +60,25 @@ def assert_stores_equal(a: Path, b: Path) -> None:
         assert torch.equal(x.system[key].nan_to_num(7.0), y.system[key].nan_to_num(7.0)), key
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The store of the uninterrupted run in a comm mode (made once: every test compares
+    its resumed run with the same one)."""
+    done: dict[str, Path] = {}
+
+    def store(mode: str) -> Path:
+        if mode not in done:
+            tmp = tmp_path_factory.mktemp(f"full-{mode}")
+            make(tmp, mode).run(SizeAwareSampler(DATA, max_atoms=250))
+            done[mode] = tmp / "res.zarr"
+        return done[mode]
+
+    return store
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("mode", [pytest.param("sync", marks=pytest.mark.slow), "async_recv"])
-def test_pipeline_resume_after_rank_failure_is_bit_identical(tmp_path, mode):
-    make(tmp_path / "full", mode).run(SizeAwareSampler(DATA, max_atoms=250))
+def test_pipeline_resume_after_rank_failure_is_bit_identical(tmp_path, mode, uninterrupted):
 
     def boom(ctx):
         if ctx.state.get("rank") == 1 and ctx.step == 57:
@@ -77,15 +92,14 @@ def test_pipeline_resume_after_rank_failure_is_bit_identical(tmp_path, mode):
     assert list((cut / "ckpt" / "rank0").glob("round-*.ckpt"))
     assert list((cut / "ckpt" / "rank1").glob("round-*.ckpt"))
     make(cut, mode).run(SizeAwareSampler(DATA, max_atoms=250), resume=str(cut / "ckpt"))
-    assert_stores_equal(tmp_path / "full" / "res.zarr", cut / "res.zarr")
+    assert_stores_equal(uninterrupted(mode), cut / "res.zarr")
 
 
 @pytest.mark.timeout(240)
-def test_pipeline_resume_checks_the_run_and_passes_over_a_damaged_round(tmp_path):
+def test_pipeline_resume_checks_the_run_and_passes_over_a_damaged_round(tmp_path, uninterrupted):
     """The ranks refuse a resume of another run exactly as one device does (naming
     the parameter), and when a rank's newest round file has a flipped bit every rank
     goes back to the newest round all of them hold intact."""
-    make(tmp_path / "full", "async_recv").run(SizeAwareSampler(DATA, max_atoms=250))
 
     def boom(ctx):
         if ctx.state.get("rank") == 1 and ctx.step == 57:
@@ -106,15 +120,16 @@ def test_pipeline_resume_checks_the_run_and_passes_over_a_damaged_round(tmp_path
     data[len(data) // 2] ^= 0x01
     rounds[-1].write_bytes(bytes(data))
     make(cut, "async_recv").run(SizeAwareSampler(DATA, max_atoms=250), resume=str(cut / "ckpt"))
-    assert_stores_equal(tmp_path / "full" / "res.zarr", cut / "res.zarr")
+    assert_stores_equal(uninterrupted("async_recv"), cut / "res.zarr")
 
 
 @pytest.mark.timeout(240)
-def test_time_scheduled_checkpoints_fall_on_the_same_round_on_every_rank(tmp_path):
+def test_time_scheduled_checkpoints_fall_on_the_same_round_on_every_rank(
+    tmp_path, uninterrupted
+):
     """Checkpoint(every_seconds=...) on a pipeline: the rank whose timer runs out asks for
     a round ahead in its message headers, so every rank checkpoints that same round; a
     crashed run resumes from one and equals the uninterrupted run."""
-    make(tmp_path / "full", "async_recv").run(SizeAwareSampler(DATA, max_atoms=250))
 
     def slow_then_boom(ctx):
         time.sleep(0.01)
@@ -137,7 +152,7 @@ def test_time_scheduled_checkpoints_fall_on_the_same_round_on_every_rank(tmp_pat
     make(cut, "async_recv", checkpoint=timed).run(
         SizeAwareSampler(DATA, max_atoms=250), resume=str(cut / "ckpt")
     )
-    assert_stores_equal(tmp_path / "full" / "res.zarr", cut / "res.zarr")
+    assert_stores_equal(uninterrupted("async_recv"), cut / "res.zarr")
 
 
 CONFIG = """

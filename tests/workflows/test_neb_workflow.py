@@ -39,6 +39,25 @@ def neb_sim(**kw: Any) -> al.Simulator:
     return al.Simulator(model=EMT(), stages=stage, precision="64", seed=0, **kw)
 
 
+_RUNS: dict[tuple, al.Results] = {}
+
+
+def eight_bands_run(max_atoms: int) -> al.Results:
+    """``neb_sim``'s run of the eight bands refilled within ``max_atoms`` (made once: the
+    batching and the kill-and-resume tests compare with the same run)."""
+    if ("eight", max_atoms) not in _RUNS:
+        sampler = SizeAwareSampler(eight_bands(), max_atoms=max_atoms)
+        _RUNS["eight", max_atoms] = neb_sim().run(sampler)
+    return _RUNS["eight", max_atoms]
+
+
+def band_alone(start: int, n: int) -> al.Results:
+    """``neb_sim``'s run of the band of ``eight_bands()[start : start + n]`` alone."""
+    if ("alone", start, n) not in _RUNS:
+        _RUNS["alone", start, n] = neb_sim().run(eight_bands()[start : start + n])
+    return _RUNS["alone", start, n]
+
+
 def test_make_band_is_ase_interpolation_tagged_by_path():
     initial, final = hop("Al", "Au", 0)
     for how in ("linear", "idpp"):
@@ -56,13 +75,12 @@ def test_make_band_is_ase_interpolation_tagged_by_path():
 
 @pytest.mark.parametrize("max_atoms", [70, 1000])  # refilled band by band; all at once
 def test_a_batch_of_eight_bands_equals_each_band_alone_bit_for_bit(max_atoms):
-    data = eight_bands()
-    together = band_results(neb_sim().run(SizeAwareSampler(data, max_atoms=max_atoms)))
+    together = band_results(eight_bands_run(max_atoms))
     assert len(together) == 8
     start = 0
     for band in together:
         n = len(band.images)
-        alone = band_results(neb_sim().run(data[start : start + n]))[0]
+        alone = band_results(band_alone(start, n))[0]
         start += n
         assert band.steps == alone.steps
         for a, b in zip(band.images, alone.images):
@@ -167,7 +185,7 @@ def test_killed_mid_band_and_resumed_is_bit_identical(tmp_path, crash_step):
             raise Crash
 
     data = eight_bands()
-    reference = neb_sim().run(SizeAwareSampler(data, max_atoms=70))
+    reference = eight_bands_run(70)
     with pytest.raises(Crash):
         sim([LambdaCallback(HookStageEnum.AFTER_STEP, boom)]).run(
             SizeAwareSampler(data, max_atoms=70)
