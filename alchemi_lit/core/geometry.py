@@ -75,7 +75,7 @@ def periodic_heights(cell: np.ndarray, pbc: np.ndarray) -> np.ndarray:
     """
     vectors = np.asarray(cell, dtype=np.float64)[np.asarray(pbc, dtype=bool)]
     # closed forms (volume over face area, area over edge): validation asks for every
-    # structure, and three least-squares solves cost 100x more
+    # structure, and three least-squares solves cost far more
     if len(vectors) == 3:
         faces = np.linalg.norm(np.cross(vectors[[1, 2, 0]], vectors[[2, 0, 1]]), axis=1)
         if faces.min() > 1e-12 * faces.max():

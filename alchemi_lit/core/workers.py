@@ -67,7 +67,7 @@ def resolve_workers(
 
 
 #: seconds of work a worker must get to pay for its start (python, numpy and the
-#: called library's imports: ~1 s)
+#: called library's imports; DESIGN_NOTES, "Materials property workflows")
 WORKER_PAYS_S = 2.0
 
 

@@ -98,7 +98,7 @@ def build_rows(batch: Batch, rows: list[int], radius: float):
     small = [(b, nmax) for b, nmax in zip(rows, plan) if nmax is not None and nmax != ()]
     tiny = [b for b, nmax in small if _candidates(ptr[b + 1] - ptr[b], nmax) <= _TINY]
     parts: list = []
-    if len(tiny) >= _TINY_MIN_SYSTEMS:  # one batched pass instead of ~0.5 ms per system
+    if len(tiny) >= _TINY_MIN_SYSTEMS:  # one batched pass, not a set-up per system
         parts += _batched_parts(batch, tiny, radius)
         batched = set(tiny)
         small = [(b, nmax) for b, nmax in small if b not in batched]
@@ -153,8 +153,8 @@ def build_rows(batch: Batch, rows: list[int], radius: float):
 
 
 #: a small cell testing at most this many candidate pairs (pairs i <= j times images) is
-#: "tiny": its per-system build is ~0.5 ms of overhead, while the batched builder costs
-#: ~0.2 us per candidate (BENCHMARKS.md, "neighbour lists of many tiny cells")
+#: "tiny": its per-system build is mostly fixed overhead, while the batched builder's
+#: cost grows with the candidates (BENCHMARKS.md, "Neighbour lists of many tiny cells")
 _TINY = 1_000
 #: from this many tiny cells on, they are built in one batched pass
 _TINY_MIN_SYSTEMS = 8

@@ -96,7 +96,7 @@ def build_phonopys(
 def setup_seconds(materials: Sequence[Any], matrices: Sequence[np.ndarray]) -> float:
     """A rough upper bound of phonopy's set-up time on one core (s): its supercell
     symmetry pairs every atom with every operation, ~1e-4 s x atoms^2 for a cubic
-    supercell (measured: 216 atoms 4.6 s, 125 atoms 1.7 s, 27 atoms 0.4 s)."""
+    supercell (the fit: DESIGN_NOTES, "Materials property workflows")."""
     atoms = [len(a) * abs(round(np.linalg.det(m))) for a, m in zip(materials, matrices)]
     return float(sum(1e-4 * n * n for n in atoms))
 
