@@ -1,79 +1,47 @@
 """heap.kept_heap: inside a run on the CPU, freed large blocks stay in the heap (no
 mmap per allocation) and the settings come back afterwards; the run loop uses it
-unless ``reuse_cpu_memory=False``."""
+unless ``reuse_cpu_memory=False``.  The probes run in a fresh interpreter
+(tests/heap_checks.py): an earlier test's heap holes would serve them otherwise."""
 
 from __future__ import annotations
 
-import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-import torch
 
-from alchemi_lit import Simulator
 from alchemi_lit.core import heap
-from alchemi_lit.engine import run_loop
-from alchemi_lit.integrators import FIRE
-from alchemi_lit.models import LennardJones
-from conftest import perturbed_argon
 
 pytestmark = pytest.mark.skipif(not heap.supported(), reason="needs Linux with glibc")
 
-BLOCK = 64 * 2**20  # above glibc's largest mmap threshold (32 MB)
-MEDIUM = 16 * 2**20  # below it
+
+@pytest.fixture(scope="module")
+def seen() -> dict:
+    script = Path(__file__).with_name("heap_checks.py")
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         env=env, timeout=120, check=True)  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-class _MallInfo(ctypes.Structure):  # glibc's struct mallinfo (int fields)
-    _fields_ = [(name, ctypes.c_int) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-        "uordblks", "fordblks", "keepcost",
-    )]  # fmt: skip
-
-
-def _mmapped_blocks_during_malloc(size: int = BLOCK) -> int:
-    """How many more mmapped blocks glibc holds while one block of ``size`` is allocated."""
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo.restype = _MallInfo
-    libc.malloc.restype = ctypes.c_void_p
-    libc.free.argtypes = [ctypes.c_void_p]
-    before = libc.mallinfo().hblks
-    pointer = libc.malloc(size)
-    try:
-        return libc.mallinfo().hblks - before
-    finally:
-        libc.free(pointer)
-
-
-def test_large_blocks_come_from_the_heap_only_inside() -> None:
-    assert _mmapped_blocks_during_malloc() == 1  # glibc's default: its own mmap
-    with heap.kept_heap() as active:
-        assert active is True
-        assert _mmapped_blocks_during_malloc() == 0
-        with heap.kept_heap():  # re-entrant: the inner exit restores nothing
-            pass
-        assert _mmapped_blocks_during_malloc() == 0
-    assert _mmapped_blocks_during_malloc() == 1
+def test_large_blocks_come_from_the_heap_only_inside(seen) -> None:
+    assert seen["default"] == 1  # glibc's default: its own mmap
+    assert seen["active"] is True
+    assert seen["inside"] == 0 and seen["inside_after_inner"] == 0  # re-entrant
+    assert seen["after"] == 1
     # afterwards glibc is left as its dynamic rule leaves a process that freed large
     # tensors (not at its fixed 128 KiB defaults, which would slow whatever runs next)
-    assert _mmapped_blocks_during_malloc(MEDIUM) == 0
-    with heap.kept_heap(enabled=False) as active:
-        assert active is False
-        assert _mmapped_blocks_during_malloc() == 1
+    assert seen["after_medium"] == 0
+    assert seen["disabled_active"] is False and seen["disabled"] == 1
 
 
 @pytest.mark.parametrize("reuse", [True, False])
-def test_the_run_loop_keeps_the_heap_on_cpu_unless_told_not_to(monkeypatch, reuse) -> None:
-    seen: list[bool] = []
-    original = heap.kept_heap
-
-    def recording(enabled: bool = True):
-        seen.append(enabled)
-        return original(enabled)
-
-    monkeypatch.setattr(run_loop, "kept_heap", recording)
-    sim = Simulator(LennardJones(), FIRE(fmax=0.1, max_steps=5), accelerator="cpu",
-                    reuse_cpu_memory=reuse)  # fmt: skip
-    results = sim.run(perturbed_argon(2, repeat=2))
-    assert len(results) == 2
-    assert seen == [reuse]
-    assert _mmapped_blocks_during_malloc() == 1  # restored after the run
-    assert torch.isfinite(results.energy).all()
+def test_the_run_loop_keeps_the_heap_on_cpu_unless_told_not_to(seen, reuse) -> None:
+    run = seen["runs"][str(reuse)]
+    assert run["systems"] == 2 and run["finite"]
+    assert run["calls"] == [reuse]
+    assert run["after"] == 1  # restored after the run
