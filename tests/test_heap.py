@@ -30,11 +30,18 @@ class _MallInfo(ctypes.Structure):  # glibc's struct mallinfo (int fields)
 
 
 def _mmapped_blocks_during_malloc(size: int = BLOCK) -> int:
-    """How many more mmapped blocks glibc holds while one block of ``size`` is allocated."""
+    """How many more mmapped blocks glibc holds while one block of ``size`` is allocated.
+
+    A block above the mmap threshold is made larger than all the free memory the heap
+    holds: earlier tests leave freed chunks inside the heap (below live ones, where no
+    trim reaches), and one large enough serves a malloc without asking for memory at all,
+    mmap or not (whether glibc mmaps would then depend on what ran before)."""
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo.restype = _MallInfo
     libc.malloc.restype = ctypes.c_void_p
     libc.free.argtypes = [ctypes.c_void_p]
+    if size >= BLOCK:
+        size += max(libc.mallinfo().fordblks, 0)  # (an int: wraps past 2 GiB)
     before = libc.mallinfo().hblks
     pointer = libc.malloc(size)
     try:
