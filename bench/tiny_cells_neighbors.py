@@ -1,26 +1,56 @@
 """Neighbour lists of many tiny periodic cells on the CPU: the per-system path (vesin's
 pairs by an all-pairs test per cell) against the batched builder (models.cell_list),
-64 copies of each cell, EMT's cutoff.  Sets where pair_search routes tiny cells.
+64 copies of each cell, EMT's cutoff, min of 5.  Sets where pair_search routes tiny
+cells (BENCHMARKS.md, "Neighbour lists of many tiny cells").
 
     python bench/tiny_cells_neighbors.py
 """
 
-import time, torch, numpy as np
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
 from ase.build import bulk
+
 from alchemi_lit.core.state import Batch
-from alchemi_lit.models.pair_search import build_rows
+from alchemi_lit.models import EMT, pair_search
 from alchemi_lit.models.cell_list import batched_pairs
 from alchemi_lit.models.small_cells import small_cell_plan
-r=5.876798323827276
-from alchemi_lit.models import pair_search; pair_search._TINY_MIN_SYSTEMS = 10**9
-cases={"1 prim":bulk("Cu","fcc",a=3.61),"4 cubic":bulk("Cu","fcc",a=3.61,cubic=True),"8":bulk("Cu","fcc",a=3.61,cubic=True)*(2,1,1),"16":bulk("Cu","fcc",a=3.61,cubic=True)*(2,2,1),"27 prim3":bulk("Cu","fcc",a=3.61)*(3,3,3)}
-for name, at in cases.items():
-    bb = Batch.from_atoms([at]*64, dtype=torch.float64)
-    plan = small_cell_plan(bb.positions.numpy(), bb.cell.numpy(), bb.pbc.numpy(), bb.ptr.tolist(), [0], r)
-    ts1=[];ts2=[]
-    for rep in range(5):
-        t=time.perf_counter(); a=build_rows(bb, list(range(bb.num_systems)), r); ts1.append(time.perf_counter()-t)
-        t=time.perf_counter(); c=batched_pairs(bb, r); ts2.append(time.perf_counter()-t)
-    n=len(at); nmax=plan[0]
-    cand = n*(n+1)/2*np.prod([2*x+1 for x in nmax]) if nmax else None
-    print(name, nmax, cand, f"loop {min(ts1)*1e3/64:.3f} ms/sys batched {min(ts2)*1e3/64:.3f} ms/sys")
+
+COPIES, REPEATS = 64, 5
+
+
+def best_ms(fn, *args) -> float:
+    times = []
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - t0)
+    return min(times) * 1e3 / COPIES
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    radius = float(EMT().cutoff)
+    pair_search._TINY_MIN_SYSTEMS = 10**9  # the per-system path for every cell
+    fcc = bulk("Cu", "fcc", a=3.61)
+    cubic = bulk("Cu", "fcc", a=3.61, cubic=True)
+    cases = {"fcc primitive, 1 atom": fcc, "fcc cubic, 4 atoms": cubic, "8 atoms": cubic * (2, 1, 1),
+             "16 atoms": cubic * (2, 2, 1), "27 atoms": fcc * (3, 3, 3)}  # fmt: skip
+    print("cell | candidates | per-system ms/cell | batched ms/cell")
+    for name, atoms in cases.items():
+        batch = Batch.from_atoms([atoms] * COPIES, dtype=torch.float64)
+        rows = list(range(batch.num_systems))
+        nmax = small_cell_plan(batch.positions.numpy(), batch.cell.numpy(), batch.pbc.numpy(),
+                               batch.ptr.tolist(), [0], radius)[0]  # fmt: skip
+        n = len(atoms)
+        candidates = n * (n + 1) / 2 * np.prod([2 * x + 1 for x in nmax])
+        loop = best_ms(pair_search.build_rows, batch, rows, radius)
+        batched = best_ms(batched_pairs, batch, radius)
+        print(f"{name} | {candidates:,.0f} | {loop:.2f} | {batched:.2f}")
+
+
+if __name__ == "__main__":
+    main()
