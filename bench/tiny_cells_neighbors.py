@@ -37,8 +37,9 @@ def main() -> None:
     pair_search._TINY_MIN_SYSTEMS = 10**9  # the per-system path for every cell
     fcc = bulk("Cu", "fcc", a=3.61)
     cubic = bulk("Cu", "fcc", a=3.61, cubic=True)
-    cases = {"fcc primitive, 1 atom": fcc, "fcc cubic, 4 atoms": cubic, "8 atoms": cubic * (2, 1, 1),
-             "16 atoms": cubic * (2, 2, 1), "27 atoms": fcc * (3, 3, 3)}  # fmt: skip
+    cases = {"fcc primitive, 1 atom": fcc, "fcc cubic, 4 atoms": cubic,
+             "8 atoms": cubic * (2, 1, 1), "16 atoms": cubic * (2, 2, 1),
+             "27 atoms": fcc * (3, 3, 3)}  # fmt: skip
     print("cell | candidates | per-system ms/cell | batched ms/cell")
     for name, atoms in cases.items():
         batch = Batch.from_atoms([atoms] * COPIES, dtype=torch.float64)
