@@ -21,7 +21,12 @@ from ..core.state import Batch
 from ..core.tensor_ops import host_reads_free
 from .cell_list import batched_pairs
 from .edges import canonical_order
-from .small_cells import canonical_system, small_cell_plan, small_cell_system
+from .small_cells import (
+    all_pairs_candidates,
+    canonical_system,
+    small_cell_plan,
+    small_cell_system,
+)
 
 #: glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), less
 #: a margin for the chunk header and alignment
@@ -96,7 +101,7 @@ def build_rows(batch: Batch, rows: list[int], radius: float):
     rows = sorted(rows)
     plan = small_cell_plan(pos_np, cell_np, batch.pbc.numpy(), ptr, rows, radius)
     small = [(b, nmax) for b, nmax in zip(rows, plan) if nmax is not None and nmax != ()]
-    tiny = [b for b, nmax in small if _candidates(ptr[b + 1] - ptr[b], nmax) <= _TINY]
+    tiny = [b for b, nmax in small if all_pairs_candidates(ptr[b + 1] - ptr[b], nmax) <= _TINY]
     parts: list = []
     if len(tiny) >= _TINY_MIN_SYSTEMS:  # one batched pass, not a set-up per system
         parts += _batched_parts(batch, tiny, radius)
@@ -158,11 +163,6 @@ def build_rows(batch: Batch, rows: list[int], radius: float):
 _TINY = 1_000
 #: from this many tiny cells on, they are built in one batched pass
 _TINY_MIN_SYSTEMS = 8
-
-
-def _candidates(n_atoms: int, nmax: tuple) -> float:
-    """Pairs i <= j times periodic images the all-pairs test of one small cell checks."""
-    return n_atoms * (n_atoms + 1) / 2 * float(np.prod([2 * x + 1 for x in nmax]))
 
 
 def _batched_parts(batch: Batch, rows: list[int], radius: float) -> list:

@@ -9,6 +9,7 @@ with vesin's pairs, orientation and arithmetic, so the edges are the same to the
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,7 +76,7 @@ def small_cell_plan(
         search = np.maximum(1.0, np.ceil(radius * bins * recip))
         n = counts.astype(np.float64)
         vesin_candidates = n * n * np.prod((2 * search + 1) / bins, axis=1)
-        candidates = n * (n + 1) / 2 * np.prod(2 * nmax + 1, axis=1)
+        candidates = all_pairs_candidates(n, nmax)
         ok &= candidates <= np.minimum(vesin_candidates, _SMALL_CELL_MAX_CANDIDATES)
     for k in range(len(rows)):
         if not finite[k]:
@@ -85,6 +86,12 @@ def small_cell_plan(
         else:
             out.append(None)
     return out
+
+
+def all_pairs_candidates(n_atoms: Any, nmax: Any) -> Any:
+    """Pairs i <= j times periodic images ``|S_a| <= nmax[a]`` the all-pairs test checks
+    (a cell's, or ``[rows]`` of them)."""
+    return n_atoms * (n_atoms + 1) / 2 * np.prod(2 * np.asarray(nmax) + 1, axis=-1)
 
 
 #: memory bound of the all-pairs path (a few arrays of this many floats)
