@@ -257,7 +257,8 @@ def main() -> int:
     p.add_argument("--supercell", default="auto", help="'auto' (2 x cutoff thick) or an int")
     p.add_argument("--mesh", type=float, default=50.0, help="phonopy mesh length (Å)")
     p.add_argument("--fmax", type=float, default=0.01, help="ionic relaxation of strained cells")
-    p.add_argument("--max-atoms", type=int, default=4000)
+    p.add_argument("--max-atoms", type=int, default=None,
+                   help="alchemi_lit's batch budget (default: the workflows' own)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--engines", nargs="+", default=["alchemi_lit", "ase", "matcalc"])
     p.add_argument("--quick", action="store_true", help="smoke run: 3 materials, small cells")

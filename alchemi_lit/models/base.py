@@ -46,6 +46,11 @@ class Model(torch.nn.Module):
     supported_elements: frozenset[int] | None = None
     #: A caveat the run summary repeats (e.g. a slow path); None for none.
     summary_note: str | None = None
+    #: On a CPU, the batch size (atoms) past which a forward gains no throughput while its
+    #: memory keeps growing (an MLIP's per-edge features: MBs per atom); the workflows'
+    #: single points and relaxations batch up to it by default there.  None: no such
+    #: size (cheap models, whose memory per atom is small), one batch of everything.
+    cpu_batch_atoms: int | None = None
 
     def __init__(self, cutoff: float, skin: float = 1.0, compute_stress: bool = True) -> None:
         super().__init__()

@@ -71,7 +71,8 @@ def elastic(
             0.01 eV/Å), an optimizer or a fused plan of them.  Without it the tensor is
             the clamped-ion one (exact for one atom per cell and for atoms on inversion
             centres).
-        max_atoms, max_systems: inflight batching budgets (None: one batch).
+        max_atoms, max_systems: inflight batching budgets (None: one batch; on a CPU,
+            chunks of the model's ``cpu_batch_atoms`` where it sets one).
         resume: continue an interrupted run (as ``Simulator.run``).
         **simulator: more ``Simulator`` arguments (``sinks``, ``callbacks`` ...).
 

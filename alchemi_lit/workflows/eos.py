@@ -74,7 +74,8 @@ def eos(
         relax: relax the atoms at each volume: ``True`` (FIRE to 0.01 eV/Å), an
             optimizer or a fused plan of them; a cell filter only with
             ``constant_volume=True``.
-        max_atoms, max_systems: inflight batching budgets (None: one batch of all jobs;
+        max_atoms, max_systems: inflight batching budgets (None: one batch of all jobs,
+            or on a CPU chunks of the model's ``cpu_batch_atoms`` where it sets one;
             ``"auto"`` measures the device's memory).
         resume: continue an interrupted run (as ``Simulator.run``: True or a checkpoint).
         **simulator: more ``Simulator`` arguments: ``sinks``, ``callbacks``,

@@ -200,6 +200,8 @@ def run_jobs(
     atoms = [job.atoms for job in jobs]
     ids = list(range(len(jobs)))
     data: Any = atoms
+    if max_atoms is None:
+        max_atoms = cpu_chunk_atoms(model, sim.device, atoms)
     if isinstance(max_atoms, int) and max(len(a) for a in atoms) > max_atoms:
         big = max(range(len(jobs)), key=lambda k: len(atoms[k]))
         raise ConfigError(
@@ -220,6 +222,17 @@ def run_jobs(
             f"or a ZarrSink first"
         )
     return _collect(jobs, batch.to(device="cpu"), results, relax is not None)
+
+
+def cpu_chunk_atoms(model: Model, device: Any, atoms: list[Any]) -> int | None:
+    """The default batch budget: on a CPU, the model's ``cpu_batch_atoms`` (raised to
+    the largest job), so that an MLIP's single points run in chunks that reuse one
+    chunk's memory instead of touching all of the campaign's at once; elsewhere, or for
+    a model without one, None (one batch)."""
+    hint = getattr(model, "cpu_batch_atoms", None)
+    if hint is None or getattr(device, "type", str(device)) != "cpu":
+        return None
+    return max(int(hint), max(len(a) for a in atoms))
 
 
 def _collect(jobs: list[Job], batch: Any, results: Any, relaxed: bool) -> JobRun:

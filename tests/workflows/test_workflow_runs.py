@@ -59,6 +59,29 @@ def test_single_points_of_one_batch_cost_one_forward():
     assert res.jobs.results.stats["forward_calls"] == 1
 
 
+class ChunkedEMT(EMT):
+    """EMT declaring a CPU batch size, as SevenNet does (128 atoms)."""
+
+    cpu_batch_atoms = 4
+
+
+def test_a_model_with_a_cpu_batch_size_runs_in_chunks_and_gives_the_same_results():
+    """Single points of a model with ``cpu_batch_atoms`` run on a CPU in chunks of that
+    many atoms by default (14 one-atom jobs, 4 per forward), raised to the largest job
+    (Cu3Au's 4 atoms under a budget of 1), with the one-batch run's numbers bit for bit."""
+    one_batch = workflows.eos([copper(), aluminium()], EMT())
+    chunked = workflows.eos([copper(), aluminium()], ChunkedEMT())
+    assert chunked.jobs.results.stats["forward_calls"] == 4
+    pd.testing.assert_frame_equal(chunked.to_pandas(), one_batch.to_pandas())
+    tiny = ChunkedEMT()
+    tiny.cpu_batch_atoms = 1
+    mixed = workflows.eos([copper(), cu3au()], tiny)
+    assert mixed.jobs.results.stats["forward_calls"] == 7 + 2  # each Cu3Au alone, Cu 4 + 3
+    np.testing.assert_array_equal(
+        mixed.to_pandas()["B0"], workflows.eos([copper(), cu3au()], EMT()).to_pandas()["B0"]
+    )
+
+
 class SignalSelf(Callback):
     """SIGTERM to this process once ``after`` jobs have left the plan."""
 

@@ -188,6 +188,11 @@ def build_network(ckpt: dict[str, Any], path: str) -> tuple[torch.nn.Module, dic
 class SevenNet(Model):
     """SevenNet (default: SevenNet-0, 89 elements, 5 Å cutoff), all systems in one forward.
 
+    On a CPU its time per atom is flat from ~64 atoms per batch on while each atom adds
+    ~6 MB of features and gradients, and memory touched for the first time is costly;
+    ``cpu_batch_atoms`` tells the workflows to batch single points in small chunks
+    there (the figures: BENCHMARKS.md, "SevenNet-0 on a CPU: batch size").
+
     Args:
         checkpoint: a pretrained name (``"sevennet-0"``, ``"sevennet-0_22may2024"``,
             ``"sevennet-l3i5"``) whose weights ship inside the ``sevenn`` wheel, or the path
@@ -199,6 +204,8 @@ class SevenNet(Model):
             forces equal to float32 round-off, a cheaper backward pass.  ``False`` runs
             sevenn's graphs untouched.
     """
+
+    cpu_batch_atoms = 128
 
     def __init__(
         self,
