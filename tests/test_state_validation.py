@@ -419,3 +419,60 @@ def test_a_run_takes_a_path_to_its_structures(tmp_path: Path) -> None:
     res = sim.run(str(tmp_path / "*.cif"))
     assert [a.get_chemical_formula() for a in res.to_atoms()] == ["Cu4", "Ni4"]
     assert len(sim.run(tmp_path / "a.cif")) == 1
+
+
+@pytest.mark.parametrize("cutoff", [1e-4, 0.5, 1.5, 2.9])
+def test_small_cells_searched_together_find_the_closest_pair_ase_finds(cutoff: float) -> None:
+    """The batched search of small periodic cells (every pair with every image in
+    reach, many cells at once) finds ASE's closest pair, or none when ASE finds none:
+    skewed cells, atoms outside the cell, an atom close to its own image, and (the
+    last cells) coincident atoms, through an image or not."""
+    from ase.neighborlist import neighbor_list
+
+    from alchemi_lit.core.geometry import (
+        closest_pairs_of_small_cells,
+        image_reach,
+        periodic_heights,
+    )
+
+    rng = np.random.default_rng(11)
+    n, count = 3, 40
+    cells = np.diag(rng.uniform(1.5, 4.0, 3)) + rng.normal(0, 0.6, (count, 3, 3))
+    frac = rng.uniform(-1.5, 2.5, (count, n, 3))  # wrapped inside the search, not here
+    frac[-2, 1] = frac[-2, 0] + [1.0, 0.0, -2.0]  # coincide through an image
+    frac[-1, 2] = frac[-1, 0] + 1e-9  # coincide
+    pos = np.einsum("gnx,gxy->gny", frac, cells)
+    reach = tuple(
+        np.max([image_reach(periodic_heights(c, np.ones(3, bool)), cutoff) for c in cells], 0)
+    )
+    got = closest_pairs_of_small_cells(pos, cells, reach, cutoff)
+    for k in range(count):
+        atoms = Atoms(f"Ar{n}", positions=pos[k], cell=cells[k], pbc=True)
+        i, j, d = neighbor_list("ijd", atoms, cutoff, self_interaction=False)
+        if len(d) == 0:
+            assert got[k] is None, (k, got[k])
+            continue
+        assert got[k] is not None and got[k][0] == pytest.approx(float(d.min()), abs=1e-9), k
+        closest = d <= d.min() + 1e-9
+        assert {tuple(sorted(p)) for p in zip(i[closest], j[closest])} >= {got[k][1:3]}, k
+    assert got[-2][1:] == (0, 1, True) and got[-1][1:] == (0, 2, False)
+
+
+def test_validating_many_small_cells_together_names_the_same_first_failure() -> None:
+    """validate_structures (small cells searched together) raises for the first failing
+    structure in input order, with validate_atoms' message, and collects every failure
+    when asked."""
+    from alchemi_lit.core.validation import validate_structures
+
+    good = Atoms("Cu", cell=np.eye(3) * 2.5, pbc=True)
+    coincident = Atoms("Cu2", positions=[[0, 0, 0], [2.5, 0, 0]], cell=np.eye(3) * 2.5, pbc=True)
+    nan = Atoms("Cu", positions=[[np.nan, 0, 0]], cell=np.eye(3) * 2.5, pbc=True)
+    structures = [good, good.copy(), nan, coincident, good.copy()]
+    with pytest.raises(StructureError) as batched:
+        validate_structures(structures, [None] * 5)
+    with pytest.raises(StructureError) as alone:
+        validate_atoms(nan, 2)
+    assert str(batched.value) == str(alone.value)
+    errors: list[tuple[int, str]] = []
+    validate_structures(structures, [None] * 5, errors=errors)
+    assert [k for k, _ in errors] == [2, 3] and "coincide through a periodic image" in errors[1][1]

@@ -25,7 +25,7 @@ from .validation import (
     require_atoms,
     require_unique_ids,
     system_name,
-    validate_atoms,
+    validate_structures,
     warn_structure,
 )
 
@@ -70,9 +70,9 @@ def fields_from_atoms(
 
     pos, num, mass, mom, tags, fixed = [], [], [], [], [], []
     cells, pbcs, counts, info = [], [], [], {}
+    if validate:
+        validate_structures(atoms, ids, min_distance)
     for k, (a, sid) in enumerate(zip(atoms, ids)):
-        if validate:
-            validate_atoms(a, k, min_distance=min_distance, system_id=sid)
         fixed.append(fixed_mask(a, k, sid))
         pos.append(np.asarray(a.positions, dtype=np.float64))
         num.append(np.asarray(a.numbers, dtype=np.int64))

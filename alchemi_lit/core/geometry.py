@@ -9,6 +9,7 @@ from one vectorised all-pairs test that yields vesin's pairs and arithmetic bit 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -77,9 +78,11 @@ def periodic_heights(cell: np.ndarray, pbc: np.ndarray) -> np.ndarray:
     # closed forms (volume over face area, area over edge): validation asks for every
     # structure, and three least-squares solves cost far more
     if len(vectors) == 3:
-        faces = np.linalg.norm(np.cross(vectors[[1, 2, 0]], vectors[[2, 0, 1]]), axis=1)
+        a, b, c = vectors.tolist()  # 3-vectors in Python floats: np.cross costs ~30 us
+        bc, ca, ab = _cross(b, c), _cross(c, a), _cross(a, b)
+        faces = np.array([math.sqrt(sum(x * x for x in f)) for f in (bc, ca, ab)])
         if faces.min() > 1e-12 * faces.max():
-            return abs(float(vectors[0] @ np.cross(vectors[1], vectors[2]))) / faces
+            return abs(sum(x * y for x, y in zip(a, bc))) / faces
     elif len(vectors) == 2:
         edges = np.linalg.norm(vectors, axis=1)
         if edges.min() > 0:
@@ -93,6 +96,10 @@ def periodic_heights(cell: np.ndarray, pbc: np.ndarray) -> np.ndarray:
             v = v - others @ np.linalg.lstsq(others, v, rcond=None)[0]
         heights[i] = np.linalg.norm(v)
     return heights
+
+
+def _cross(u: list[float], v: list[float]) -> tuple[float, float, float]:
+    return (u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0])
 
 
 def closest_pair(
@@ -133,3 +140,55 @@ def closest_pair(
 
 #: radius (Å) of the closest-pair search of structure validation (see closest_pair)
 _CLOSEST_PAIR_SEARCH = 3.0
+
+
+#: a fully periodic cell with at most this many (pair, image) candidates joins the
+#: batched search of :func:`closest_pairs_of_small_cells`: one vesin call per structure
+#: (~0.1 ms of fixed cost) was most of validating a few-atom cell, and a workflow
+#: validates hundreds of them (strained or displaced copies)
+SMALL_CELL_CANDIDATES = 2048
+
+
+def image_reach(heights: np.ndarray, cutoff: float) -> tuple[int, ...]:
+    """Lattice translations per direction within which an atom pair of a cell, both
+    wrapped into it (fractional difference below 1), can come within ``cutoff``."""
+    return tuple(int(cutoff / h + 1.0) for h in heights.tolist())
+
+
+def small_cell_candidates(num_atoms: int, reach: tuple[int, ...]) -> int:
+    """(pair ``i <= j``, lattice image) candidates of the enumerated search."""
+    return num_atoms * (num_atoms + 1) // 2 * math.prod(2 * k + 1 for k in reach)
+
+
+def closest_pairs_of_small_cells(
+    positions: np.ndarray, cells: np.ndarray, reach: tuple[int, ...], cutoff: float
+) -> list[tuple[float, int, int, bool] | None]:
+    """:func:`closest_pair` of G fully periodic cells of n atoms each at once
+    (``positions [G, n, 3]``, ``cells [G, 3, 3]``), by enumerating every pair ``i <= j``
+    with every lattice image in ``reach`` (:func:`image_reach` of each cell's heights;
+    the largest over the G cells)."""
+    frac = np.einsum("gnx,gxy->gny", positions, np.linalg.inv(cells))
+    wrap = np.floor(frac)
+    inside = positions - np.einsum("gnx,gxy->gny", wrap, cells)
+    axes = [np.arange(-k, k + 1, dtype=np.float64) for k in reach]
+    grid = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3)
+    iu, ju = np.triu_indices(positions.shape[1])
+    d = (inside[:, ju] - inside[:, iu])[:, :, None, :] + np.einsum("mx,gxy->gmy", grid, cells)[
+        :, None
+    ]
+    r2 = np.einsum("gpmx,gpmx->gpm", d, d)
+    shift = grid[None, None] + (wrap[:, iu] - wrap[:, ju])[:, :, None]  # the input's frame
+    image = shift.any(axis=3)
+    r2[:, iu == ju] = np.where(image[:, iu == ju], r2[:, iu == ju], np.inf)  # not itself
+    flat = r2.reshape(len(r2), -1)
+    best = np.argmin(flat, axis=1)
+    out: list[tuple[float, int, int, bool] | None] = []
+    for g, k in enumerate(best.tolist()):
+        p, m = divmod(k, len(grid))
+        r = float(flat[g, k])
+        out.append(
+            (math.sqrt(r), int(iu[p]), int(ju[p]), bool(image[g, p, m]))
+            if r < cutoff * cutoff
+            else None
+        )
+    return out

@@ -23,10 +23,15 @@ from loguru import logger
 
 from ..core.errors import ConfigError, StructureError
 from ..core.geometry import count_pairs
-from ..core.state import default_system_ids, require_atoms, validate_atoms
+from ..core.state import default_system_ids, require_atoms
+from ..core.validation import validate_structures
 from .bands import band_runs, check_band
 from .io import read_structures
 from .memory import MemoryReader
+
+#: structures validated together (their small cells' closest pairs in one search each),
+#: few enough that a lazily read dataset is never all in memory
+VALIDATION_CHUNK = 4096
 
 
 class SizeAwareSampler:
@@ -210,11 +215,10 @@ class SizeAwareSampler:
 
     def _validate(self, cutoff: float | None) -> None:
         bad: list[tuple[int, str]] = []
-        for k in range(len(self.dataset)):
-            try:
-                validate_atoms(self.dataset[k], k)
-            except StructureError as exc:
-                bad.append((k, str(exc)))
+        for start in range(0, len(self.dataset), VALIDATION_CHUNK):
+            stop = min(start + VALIDATION_CHUNK, len(self.dataset))
+            chunk = [self.dataset[k] for k in range(start, stop)]
+            validate_structures(chunk, [None] * len(chunk), first_index=start, errors=bad)
         if bad and not self.skip_invalid:
             listing = "; ".join(msg for _, msg in bad[:5])
             raise StructureError(
