@@ -78,7 +78,7 @@ def periodic_heights(cell: np.ndarray, pbc: np.ndarray) -> np.ndarray:
     # closed forms (volume over face area, area over edge): validation asks for every
     # structure, and three least-squares solves cost far more
     if len(vectors) == 3:
-        a, b, c = vectors.tolist()  # 3-vectors in Python floats: np.cross costs ~30 us
+        a, b, c = vectors.tolist()  # plain floats: np.cross of 3-vectors costs more than this
         bc, ca, ab = _cross(b, c), _cross(c, a), _cross(a, b)
         faces = np.array([math.sqrt(sum(x * x for x in f)) for f in (bc, ca, ab)])
         if faces.min() > 1e-12 * faces.max():
@@ -143,9 +143,10 @@ _CLOSEST_PAIR_SEARCH = 3.0
 
 
 #: a fully periodic cell with at most this many (pair, image) candidates joins the
-#: batched search of :func:`closest_pairs_of_small_cells`: one vesin call per structure
-#: (~0.1 ms of fixed cost) was most of validating a few-atom cell, and a workflow
-#: validates hundreds of them (strained or displaced copies)
+#: batched search of :func:`closest_pairs_of_small_cells`: a vesin call's fixed cost per
+#: structure was most of validating a few-atom cell, and a workflow validates hundreds
+#: of them (strained or displaced copies; figures: BENCHMARKS.md, "EMT after the
+#: validation and heights work")
 SMALL_CELL_CANDIDATES = 2048
 
 
