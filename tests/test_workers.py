@@ -22,6 +22,22 @@ def test_results_come_back_in_order_from_several_processes():
     assert not any(heavy for _, _, heavy in got)
 
 
+def test_costs_hand_out_the_dearest_calls_first():
+    """With an estimate per call, one worker takes the calls dearest first (a big call
+    left for last would keep one worker busy while the others idle); the results stay
+    in the order of the arguments."""
+    costs = [1.0, 5.0, 2.0, 9.0, 3.0, 4.0]
+    got = map_in_workers(worker_calls, "started", [(k,) for k in range(6)], 2, costs)
+    one = map_in_workers(worker_calls, "report", [(k,) for k in range(6)], 2, costs)
+    assert [square for square, _, _ in one] == [k * k for k in range(6)]
+    firsts = []
+    for pid in {p for p, _ in got}:  # each worker takes its calls dearest first
+        mine = sorted((t, k) for k, (p, t) in enumerate(got) if p == pid)
+        assert [costs[k] for _, k in mine] == sorted((costs[k] for _, k in mine), reverse=True)
+        firsts.append(mine[0][1])
+    assert 3 in firsts and set(firsts) <= {3, 1}  # 9 (and 5, if both workers ran any)
+
+
 def test_one_worker_runs_here_through_the_same_function():
     got = map_in_workers(worker_calls, "report", [(3,), (4,)], workers=1)
     assert [(square, pid) for square, pid, _ in got] == [(9, os.getpid()), (16, os.getpid())]

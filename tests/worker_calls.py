@@ -34,3 +34,10 @@ def unpicklable(x: int):
     return lambda: x
 
 
+
+
+def started(x: int) -> tuple[int, int]:
+    """Which process ran this call, and when it began (ns, monotonic)."""
+    import time
+
+    return os.getpid(), time.monotonic_ns()

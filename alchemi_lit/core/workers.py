@@ -72,22 +72,28 @@ WORKER_PAYS_S = 2.0
 
 
 def map_in_workers(
-    module: ModuleType, name: str, arguments: Sequence[tuple[Any, ...]], workers: int
+    module: ModuleType,
+    name: str,
+    arguments: Sequence[tuple[Any, ...]],
+    workers: int,
+    costs: Sequence[float] | None = None,
 ) -> list[Any]:
-    """``module.name(*args)`` for each ``args``, in order.
+    """``module.name(*args)`` for each ``args``; results in the order of ``arguments``.
 
     ``module`` must import nothing relative (workers load it from its file, without
     alchemi_lit).  A call that raises gives its exception in its place (the others
     still run; a worker's traceback is attached as a note), a dead worker a
     :class:`WorkerError`; the caller decides what a failure means.  ``workers <= 1``
     (or a single call) runs in this process, through the same function, so results do
-    not depend on it.
+    not depend on it.  ``costs`` (an estimate per call) hands out the dearest calls
+    first, so that no worker is left with a big one while the others idle at the end.
     """
     if workers <= 1 or len(arguments) <= 1:
         return [_call_here(getattr(module, name), args) for args in arguments]
     request = (str(Path(module.__file__).resolve()), name)  # type: ignore[arg-type]
     todo: queue.Queue[int] = queue.Queue()
-    for k in range(len(arguments)):
+    order = range(len(arguments))
+    for k in order if costs is None else sorted(order, key=lambda k: -costs[k]):
         todo.put(k)
     results: list[Any] = [None] * len(arguments)
     threads = [

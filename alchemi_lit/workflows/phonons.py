@@ -21,7 +21,7 @@ from . import phonopy_calls
 from .base import MaterialResults
 from .jobs import Job, as_structures, check_materials, run_jobs
 from .phonopy_calls import kj_per_mol, thermal
-from .phonopy_setup import build_phonopys, require_phonopy, setup_seconds, supercell_matrices
+from .phonopy_setup import build_phonopys, require_phonopy, setup_costs, supercell_matrices
 
 
 class PhononResults(MaterialResults):
@@ -156,7 +156,8 @@ def phonons(
     width = 2.0 * float(model.cutoff) if min_width is None else float(min_width)
     matrices = supercell_matrices(supercell, materials, width, model)
     temps = np.unique(np.append(np.asarray(temperatures, dtype=np.float64), 300.0))
-    work = setup_seconds(materials, matrices)
+    costs = setup_costs(materials, matrices)  # the analyses scale alike
+    work = sum(costs)
     n_workers = resolve_workers(workers, len(materials), "phonons", work)
     setups = build_phonopys(materials, matrices, primitive_matrix, symprec, distance, n_workers)
     jobs = [
@@ -170,7 +171,7 @@ def phonons(
     analysed = dict(zip(todo, map_in_workers(phonopy_calls, "analyse", [
         (setups[i][0], [run.forces[k] for k in run.of(i)], band_path, npoints, mesh, temps,
          imaginary_tolerance) for i in todo
-    ], n_workers)))  # fmt: skip
+    ], n_workers, [costs[i] for i in todo])))  # fmt: skip
     values, errors = [], []
     for i, (_, supercells) in enumerate(setups):
         record: dict[str, Any] = {"supercell_matrix": matrices[i],

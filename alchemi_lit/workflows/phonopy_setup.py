@@ -78,7 +78,7 @@ def build_phonopys(
          atoms.get_masses(), m, primitive_matrix, symprec, distance)
         for atoms, m in zip(materials, matrices)
     ]  # fmt: skip
-    built = map_in_workers(phonopy_calls, "build", calls, workers)
+    built = map_in_workers(phonopy_calls, "build", calls, workers, setup_costs(materials, matrices))
     for i, (atoms, got) in enumerate(zip(materials, built)):
         if isinstance(got, Exception):
             raise StructureError(
@@ -94,11 +94,16 @@ def build_phonopys(
 
 
 def setup_seconds(materials: Sequence[Any], matrices: Sequence[np.ndarray]) -> float:
-    """A rough upper bound of phonopy's set-up time on one core (s): its supercell
-    symmetry pairs every atom with every operation, ~1e-4 s x atoms^2 for a cubic
-    supercell (the fit: DESIGN_NOTES, "Materials property workflows")."""
+    """A rough upper bound of phonopy's set-up time on one core (s)."""
+    return float(sum(setup_costs(materials, matrices)))
+
+
+def setup_costs(materials: Sequence[Any], matrices: Sequence[np.ndarray]) -> list[float]:
+    """Per material, a rough upper bound of phonopy's set-up time on one core (s): its
+    supercell symmetry pairs every atom with every operation, ~1e-4 s x atoms^2 for a
+    cubic supercell (the fit: DESIGN_NOTES, "Materials property workflows")."""
     atoms = [len(a) * abs(round(np.linalg.det(m))) for a, m in zip(materials, matrices)]
-    return float(sum(1e-4 * n * n for n in atoms))
+    return [1e-4 * n * n for n in atoms]
 
 
 def _specs(spec: Any, n: int) -> list[Any]:
