@@ -9,6 +9,8 @@
 set -euo pipefail
 PY=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/pip_install.sh
+source scripts/pip_install.sh
 
 if ! "$PY" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
@@ -20,6 +22,6 @@ fi
 # Editable install with test extras, plus the SevenNet plugin (real pretrained MLIP whose
 # MIT-licensed weights ship inside the sevenn wheel; its parity tests run in CI).
 # torch is already satisfied, so nothing CUDA comes in.
-"$PY" -m pip install -q -e ".[test]" -e plugins/alchemi_lit_sevenn
+pip_install -q -e ".[test]" -e plugins/alchemi_lit_sevenn
 # The MACE plugin is not needed to run: `make test` adds it with scripts/install_mace.sh
 # (mace-torch pins an old e3nn, so it goes in with --no-deps); its tests skip without it.

@@ -14,6 +14,8 @@
 set -euo pipefail
 PY=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/pip_install.sh
+source scripts/pip_install.sh
 
 torch_version=$("$PY" -c "import torch; print(torch.__version__)" 2>/dev/null) || {
   echo "install_extra_models.sh: run scripts/install.sh first (torch is needed)" >&2
@@ -23,6 +25,6 @@ constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
 echo "torch==${torch_version}" >"$constraints"
 
-"$PY" -m pip install -q -c "$constraints" -e plugins/alchemi_lit_chgnet
+pip_install -q -c "$constraints" -e plugins/alchemi_lit_chgnet
 "$PY" -m pip install -q -c "$constraints" h5py numpy tables tqdm vesin vesin-torch
-"$PY" -m pip install -q --no-deps "torch-sim-atomistic==0.3.0" -e plugins/alchemi_lit_torchsim
+pip_install -q --no-deps "torch-sim-atomistic==0.3.0" -e plugins/alchemi_lit_torchsim

@@ -12,6 +12,8 @@
 set -euo pipefail
 PY=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/pip_install.sh
+source scripts/pip_install.sh
 
 "$PY" -c "import torch, e3nn" 2>/dev/null || {
   echo "install_mace.sh: run scripts/install.sh first (torch and sevenn's e3nn are needed)" >&2
@@ -20,4 +22,4 @@ cd "$(dirname "$0")/.."
 # mace-torch 0.3.16's requirements, less torch and e3nn (already installed)
 "$PY" -m pip install -q ConfigArgParse GitPython h5py lmdb matplotlib matscipy numpy \
   opt_einsum orjson pandas prettytable python-hostlist pyyaml torch-ema torchmetrics tqdm ase
-"$PY" -m pip install -q --no-deps "mace-torch==0.3.16" -e plugins/alchemi_lit_mace
+pip_install -q --no-deps "mace-torch==0.3.16" -e plugins/alchemi_lit_mace
