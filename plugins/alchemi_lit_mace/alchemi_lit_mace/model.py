@@ -136,7 +136,14 @@ class MACE(Model):
             tensor-product code (:mod:`alchemi_lit.models.fx_slim`): the same energies,
             forces equal to round-off, a cheaper backward pass.  ``False`` runs mace's
             graphs untouched.
+
+    ``cpu_batch_atoms``: on a CPU, MACE-MP-0 (medium)'s time per atom is flat from ~64
+    atoms per batch while each atom adds MBs of features, so the workflows batch single
+    points in chunks of 128 atoms there (BENCHMARKS.md, "SevenNet-0 on a CPU: batch
+    size", which has MACE's figures too).
     """
+
+    cpu_batch_atoms = 128
 
     def __init__(
         self,
