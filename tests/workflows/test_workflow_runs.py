@@ -82,6 +82,23 @@ def test_a_model_with_a_cpu_batch_size_runs_in_chunks_and_gives_the_same_results
     )
 
 
+def test_a_cpu_batch_far_past_the_models_size_warns_with_the_fix(log_messages):
+    """A list run in one batch of many times ``cpu_batch_atoms`` warns, naming the
+    sampler that bounds it; within the bound, or with a sampler, nothing is said."""
+    from alchemi_lit import Simulator
+    from alchemi_lit.data import SizeAwareSampler
+    from alchemi_lit.workflows.jobs import SinglePoint
+
+    crystals = [bulk("Cu", "fcc", a=3.6, cubic=True) for _ in range(9)]  # 36 atoms
+    Simulator(ChunkedEMT(), SinglePoint()).run(crystals[:8])  # 32 atoms: 8 x 4, no warning
+    Simulator(ChunkedEMT(), SinglePoint()).run(SizeAwareSampler(crystals, max_atoms=4))
+    assert not [m for level, m in log_messages if level == "WARNING"]
+    Simulator(ChunkedEMT(), SinglePoint()).run(crystals)
+    (warning,) = [m for level, m in log_messages if level == "WARNING"]
+    assert "36 atoms in one batch on the CPU" in warning
+    assert "SizeAwareSampler(structures, max_atoms=4)" in warning
+
+
 class SignalSelf(Callback):
     """SIGTERM to this process once ``after`` jobs have left the plan."""
 
