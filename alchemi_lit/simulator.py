@@ -24,7 +24,7 @@ from .integrators.base import Integrator
 from .integrators.params import check_system_ids
 from .integrators.stages import Fused, Pipeline, as_plan
 from .io.results import Results
-from .models.base import Model
+from .models.base import Model, cpu_batch_advice
 from .sinks import Sink
 from .strategies.base import Strategy, create_strategy
 from .strategies.buffers import BufferConfig
@@ -185,27 +185,12 @@ class Simulator:
                 )
             batch = Batch.from_atoms(atoms, dtype=self.dtype, device=self.device)
         self.model.check_batch(batch)
-        self._warn_of_a_big_cpu_batch(batch)
+        advice = cpu_batch_advice(self.model, int(batch.num_atoms), self.device)
+        if advice is not None:
+            from loguru import logger
+
+            logger.warning(advice)
         return batch
-
-    #: a batch this many times a model's ``cpu_batch_atoms`` gets the warning below
-    BIG_CPU_BATCH = 8
-
-    def _warn_of_a_big_cpu_batch(self, batch: Batch) -> None:
-        """One batch of many times the atoms past which the model's CPU forward gets no
-        faster (``Model.cpu_batch_atoms``) only costs memory: name the fix."""
-        hint = getattr(self.model, "cpu_batch_atoms", None)
-        n = int(batch.num_atoms)
-        if hint is None or self.device.type != "cpu" or n <= self.BIG_CPU_BATCH * hint:
-            return
-        from loguru import logger
-
-        logger.warning(
-            f"{n} atoms in one batch on the CPU: {type(self.model).__name__}'s forward gets "
-            f"no faster past ~{hint} atoms per batch and its memory grows with every atom; "
-            f"pass SizeAwareSampler(structures, max_atoms={hint}) to run() for inflight "
-            f"batches of that size (the same results)"
-        )
 
     def run(self, data: Any, resume: str | os.PathLike[str] | bool | None = None) -> Results:
         """Run every system through the plan; results come back in ``system_id`` order.

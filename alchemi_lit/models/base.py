@@ -214,3 +214,22 @@ def elements(symbols_or_numbers: Iterable[str | int]) -> frozenset[int]:
     return frozenset(
         atomic_numbers[s] if isinstance(s, str) else int(s) for s in symbols_or_numbers
     )
+
+
+#: a batch this many times a model's ``cpu_batch_atoms`` gets :func:`cpu_batch_advice`
+BIG_CPU_BATCH = 8
+
+
+def cpu_batch_advice(model: Model, num_atoms: int, device: torch.device) -> str | None:
+    """A warning for one batch of many times the atoms past which ``model``'s CPU
+    forward gets no faster (``Model.cpu_batch_atoms``): it only costs memory; names the
+    fix.  None where there is nothing to say."""
+    hint = getattr(model, "cpu_batch_atoms", None)
+    if hint is None or torch.device(device).type != "cpu" or num_atoms <= BIG_CPU_BATCH * hint:
+        return None
+    return (
+        f"{num_atoms} atoms in one batch on the CPU: {type(model).__name__}'s forward gets "
+        f"no faster past ~{hint} atoms per batch and its memory grows with every atom; "
+        f"pass SizeAwareSampler(structures, max_atoms={hint}) to run() for inflight "
+        f"batches of that size (the same results)"
+    )
