@@ -25,6 +25,7 @@ constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
 echo "torch==${torch_version}" >"$constraints"
 
-pip_install -q -c "$constraints" -e plugins/alchemi_lit_chgnet
-"$PY" -m pip install -q -c "$constraints" h5py numpy tables tqdm vesin vesin-torch
+# one resolution for the CHGNet plugin and TorchSim's requirements (a pip call costs seconds)
+pip_install -q -c "$constraints" -e plugins/alchemi_lit_chgnet h5py numpy tables tqdm vesin \
+  vesin-torch
 pip_install -q --no-deps "torch-sim-atomistic==0.3.0" -e plugins/alchemi_lit_torchsim
