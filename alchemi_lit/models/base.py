@@ -216,6 +216,20 @@ def elements(symbols_or_numbers: Iterable[str | int]) -> frozenset[int]:
     )
 
 
+def cpu_batch_atoms(model: Any) -> int | None:
+    """``model.cpu_batch_atoms``, checked: None or a positive int (a plugin's mistake is
+    named, not turned into a batch of 0 or of everything)."""
+    hint = getattr(model, "cpu_batch_atoms", None)
+    if hint is None:
+        return None
+    if isinstance(hint, bool) or not isinstance(hint, int) or hint < 1:
+        raise TypeError(
+            f"{type(model).__name__}.cpu_batch_atoms must be None or a positive int (atoms "
+            f"per batch on a CPU), got {hint!r}"
+        )
+    return hint
+
+
 #: a batch this many times a model's ``cpu_batch_atoms`` gets :func:`cpu_batch_advice`
 BIG_CPU_BATCH = 8
 
@@ -224,7 +238,7 @@ def cpu_batch_advice(model: Model, num_atoms: int, device: torch.device) -> str 
     """A warning for one batch of many times the atoms past which ``model``'s CPU
     forward gets no faster (``Model.cpu_batch_atoms``): it only costs memory; names the
     fix.  None where there is nothing to say."""
-    hint = getattr(model, "cpu_batch_atoms", None)
+    hint = cpu_batch_atoms(model)
     if hint is None or torch.device(device).type != "cpu" or num_atoms <= BIG_CPU_BATCH * hint:
         return None
     return (

@@ -23,7 +23,7 @@ from ..core.errors import ConfigError, StructureError
 from ..core.fields import EXIT_MAX_STEPS, EXIT_MODEL_ERROR, EXIT_QUARANTINED, MODEL_ERROR_KEY
 from ..integrators.base import Integrator
 from ..integrators.stages import Fused
-from ..models.base import Model
+from ..models.base import Model, cpu_batch_atoms
 
 #: Simulator arguments a workflow sets itself (the plan, the stress it reads)
 _OWN_ARGUMENTS = ("model", "stages", "stress")
@@ -115,6 +115,7 @@ def check_materials(structures: Sequence[Any], model: Model, workflow: str) -> N
             f"{workflow}: model must be an alchemi_lit Model (EMT(), SevenNet() ...), got "
             f"{type(model).__name__}; wrap an ASE calculator with ASECalculatorModel"
         )
+    cpu_batch_atoms(model)  # a plugin's bad batch size, before phonopy's set-up
     allowed = model.supported_elements
     for i, atoms in enumerate(structures):
         name = f"{workflow}: structure {i} ({atoms.get_chemical_formula()})"
@@ -229,10 +230,10 @@ def cpu_chunk_atoms(model: Model, device: Any, atoms: list[Any]) -> int | None:
     the largest job), so that an MLIP's single points run in chunks that reuse one
     chunk's memory instead of touching all of the campaign's at once; elsewhere, or for
     a model without one, None (one batch)."""
-    hint = getattr(model, "cpu_batch_atoms", None)
+    hint = cpu_batch_atoms(model)
     if hint is None or getattr(device, "type", str(device)) != "cpu":
         return None
-    return max(int(hint), max(len(a) for a in atoms))
+    return max(hint, max(len(a) for a in atoms))
 
 
 def _collect(jobs: list[Job], batch: Any, results: Any, relaxed: bool) -> JobRun:

@@ -82,6 +82,15 @@ def test_a_model_with_a_cpu_batch_size_runs_in_chunks_and_gives_the_same_results
     )
 
 
+@pytest.mark.parametrize("bad", [0, -5, 12.5, "128", True])
+def test_a_bad_cpu_batch_size_of_a_model_is_named(bad):
+    model = ChunkedEMT()
+    model.cpu_batch_atoms = bad
+    for workflow in (workflows.eos, workflows.phonons):  # before anything runs
+        with pytest.raises(TypeError, match=r"ChunkedEMT.cpu_batch_atoms must be None or a"):
+            workflow([copper()], model)
+
+
 def test_a_cpu_batch_far_past_the_models_size_warns_with_the_fix(log_messages):
     """A list run in one batch of many times ``cpu_batch_atoms`` warns, naming the
     sampler that bounds it; within the bound, or with a sampler, nothing is said."""
