@@ -7,6 +7,7 @@ Run (from the repository root)::
     python bench/bench_properties.py --model sevennet   # SevenNet-0 (its plugin), float32
     python bench/bench_properties.py --quick            # smoke run: 3 materials, small cells
     python bench/bench_properties.py --json out.json
+    python bench/bench_properties.py --repeats 1        # one run per engine (default 3)
     bash bench/setup_matcalc.sh && /tmp/alchemi_bench_venvs/matcalc/bin/python \
         bench/bench_properties.py                       # with matcalc's rows (its own venv)
 
@@ -21,10 +22,13 @@ phonopy work in alchemi_lit and ASE; matcalc does its own).
 Engines: alchemi_lit (``workflows.elastic`` and ``workflows.phonons``: every strained
 cell / displaced supercell of every material in one batched run, within
 ``--max-atoms``); ASE (the model's ASE calculator, ``ase.optimize.FIRE``, phonopy),
-one material after the other, in a fresh process (an alchemi_lit run changes this
-process's glibc heap thresholds, alchemi_lit.core.heap); matcalc (``ElasticityCalc``,
-``PhononCalc``) when importable.  Measured: wall time, the time inside the model (the
-ASE calculator's ``calculate``; alchemi_lit's run), model calls (forward calls of the
+one material after the other; matcalc (``ElasticityCalc``, ``PhononCalc``) when
+importable.  alchemi_lit runs in this process after the relaxation, as a user's
+script would; the others each in a fresh process (an alchemi_lit run changes its
+process's glibc heap thresholds, alchemi_lit.core.heap); ``--repeats`` runs of each,
+interleaved, the median reported.
+Measured: wall time, the time inside the model (the ASE calculator's ``calculate``;
+alchemi_lit's run), model calls (forward calls of the
 batched run; calculator calls), and the agreement of C_ij and of the free energy.
 phonopy's own set-up (symmetry of each supercell) is paid by every engine alike and
 dominates phonons with a cheap model: hence the model-time column.
@@ -129,6 +133,17 @@ def run_alchemi(mats: list[Any], a: Any) -> dict[str, Any]:
     out["phonons"] = _row(ph, time.perf_counter() - t0)
     out["phonons"]["F300"] = ph.to_pandas()["free_energy_300K"].tolist()
     out["phonons"]["supercells"] = ph.settings["supercell"]
+    return out
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per work, the run of median wall time (its model time, calls and results), with
+    every run's wall time beside it."""
+    out: dict[str, Any] = {}
+    for work in runs[0]:
+        ordered = sorted(runs, key=lambda r: r[work]["wall_s"])
+        out[work] = {**ordered[(len(ordered) - 1) // 2][work],
+                     "walls": [r[work]["wall_s"] for r in runs]}  # fmt: skip
     return out
 
 
@@ -260,6 +275,8 @@ def main() -> int:
     p.add_argument("--max-atoms", type=int, default=None,
                    help="alchemi_lit's batch budget (default: the workflows' own)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=None,
+                   help="interleaved runs per engine, the median reported (default 3; --quick 1)")
     p.add_argument("--engines", nargs="+", default=["alchemi_lit", "ase", "matcalc"])
     p.add_argument("--quick", action="store_true", help="smoke run: 3 materials, small cells")
     p.add_argument("--json", default=None)
@@ -269,27 +286,33 @@ def main() -> int:
     if a.quick:
         a.materials, a.supercell, a.min_width, a.mesh, a.no_wait = 3, 2, 0.0, 10.0, True
     a.supercell = a.supercell if a.supercell == "auto" else int(a.supercell)
+    a.repeats = a.repeats or (1 if a.quick else 3)
     setup_threads(a.threads)
     gate = gate_from(a)
     print(environment_line())
     if a.quick:
         print("# SMOKE RUN (--quick): checks that every engine runs; its timings mean nothing")
     mats = workload(a.materials, make_model(a.model))
-    results: dict[str, Any] = {}
-    gate.wait("alchemi_lit")
-    results["alchemi_lit"] = run_alchemi(mats, a)
-    supercells = results["alchemi_lit"]["phonons"]["supercells"]  # the same in every engine
-    if "ase" in a.engines:
-        gate.wait("ase")
-        results["ASE + phonopy"] = _in_fresh_process("run_ase", mats, a, supercells)
-    if "matcalc" in a.engines:
-        import importlib.util
+    import importlib.util
 
-        if importlib.util.find_spec("matcalc") is None:
-            print("# matcalc is not installed: its rows are left out (pip install matcalc)")
-        else:
-            gate.wait("matcalc")
-            results["matcalc"] = _in_fresh_process("run_matcalc", mats, a, supercells)
+    engines = [("alchemi_lit", "run_alchemi")]
+    engines += [("ASE + phonopy", "run_ase")] if "ase" in a.engines else []
+    if "matcalc" in a.engines and importlib.util.find_spec("matcalc") is None:
+        print("# matcalc is not installed: its rows are left out (pip install matcalc)")
+    elif "matcalc" in a.engines:
+        engines.append(("matcalc", "run_matcalc"))
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in engines}
+    supercells = None  # alchemi_lit's choice, the same in every engine
+    for _ in range(a.repeats):  # interleaved
+        for name, fn in engines:
+            gate.wait(name)
+            if name == "alchemi_lit":  # here, after the relaxation, as a user's script runs
+                runs[name].append(run_alchemi(mats, a))
+            else:
+                runs[name].append(_in_fresh_process(fn, mats, a, supercells))
+            if supercells is None:
+                supercells = runs[name][-1]["phonons"]["supercells"]
+    results = {name: median_run(r) for name, r in runs.items()}
     rows = []
     for work in ("elastic", "phonons"):
         ase_wall = results.get("ASE + phonopy", {}).get(work, {}).get("wall_s")
@@ -298,10 +321,12 @@ def main() -> int:
             speedup = f"{ase_wall / r['wall_s']:.2f}x" if ase_wall else "-"
             structures = r["structures"] if r["structures"] is not None else "-"
             wall, model_s = f"{r['wall_s']:.2f}", f"{r['model_s']:.2f}"
+            if len(r["walls"]) > 1:
+                wall += " (" + " / ".join(f"{w:.2f}" for w in r["walls"]) + ")"
             rows.append([work, engine, wall, model_s, r["calls"], structures, speedup])
     print(f"# {len(mats)} materials, model {a.model}, supercell {a.supercell}, mesh {a.mesh}")
-    print(format_table(["work", "engine", "wall s", "model s", "model calls", "structures",
-                        "vs ASE"], rows))  # fmt: skip
+    print(format_table(["work", "engine", f"wall s (median of {a.repeats})", "model s",
+                        "model calls", "structures", "vs ASE"], rows))  # fmt: skip
     ref = results.get("ASE + phonopy")
     if ref is not None:
         mine = results["alchemi_lit"]
