@@ -156,9 +156,11 @@ def image_reach(heights: np.ndarray, cutoff: float) -> tuple[int, ...]:
     return tuple(int(cutoff / h + 1.0) for h in heights.tolist())
 
 
-def small_cell_candidates(num_atoms: int, reach: tuple[int, ...]) -> int:
-    """(pair ``i <= j``, lattice image) candidates of the enumerated search."""
-    return num_atoms * (num_atoms + 1) // 2 * math.prod(2 * k + 1 for k in reach)
+def all_pairs_candidates(n_atoms: Any, reach: Any) -> Any:
+    """Pairs ``i <= j`` times lattice images ``|S_a| <= reach[a]`` an enumerated search
+    of a small cell checks (a cell's, or ``[rows]`` of them): validation's closest pair
+    and the models' small-cell neighbour lists."""
+    return n_atoms * (n_atoms + 1) / 2 * np.prod(2 * np.asarray(reach) + 1, axis=-1)
 
 
 def closest_pairs_of_small_cells(
@@ -180,7 +182,7 @@ def closest_pairs_of_small_cells(
     r2 = np.einsum("gpmx,gpmx->gpm", d, d)
     shift = grid[None, None] + (wrap[:, iu] - wrap[:, ju])[:, :, None]  # the input's frame
     image = shift.any(axis=3)
-    r2[:, iu == ju] = np.where(image[:, iu == ju], r2[:, iu == ju], np.inf)  # not itself
+    r2[~image & (iu == ju)[None, :, None]] = np.inf  # an atom and itself
     flat = r2.reshape(len(r2), -1)
     best = np.argmin(flat, axis=1)
     out: list[tuple[float, int, int, bool] | None] = []

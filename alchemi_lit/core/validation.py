@@ -21,11 +21,11 @@ from .errors import BatchError, StructureError, StructureWarning
 from .geometry import (
     COINCIDENT_DISTANCE,
     SMALL_CELL_CANDIDATES,
+    all_pairs_candidates,
     closest_pair,
     closest_pairs_of_small_cells,
     image_reach,
     periodic_heights,
-    small_cell_candidates,
 )
 
 #: A periodic cell thinner than this (Å) along a periodic direction is (nearly) singular:
@@ -160,7 +160,7 @@ def _small_cells_closest_pairs(structures: Sequence[Any], min_distance: float) -
             continue
         cutoff, _ = _distance_cutoff(heights, min_distance)
         reach = image_reach(heights, cutoff)
-        if small_cell_candidates(len(pos), reach) <= SMALL_CELL_CANDIDATES:
+        if all_pairs_candidates(len(pos), reach) <= SMALL_CELL_CANDIDATES:
             groups.setdefault((len(pos), reach, cutoff), []).append((k, pos, cell))
     found: dict[int, Any] = {}
     for (_, reach, cutoff), members in groups.items():

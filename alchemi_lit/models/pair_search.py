@@ -16,17 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.geometry import all_pairs_suit, count_pairs, molecule_pairs
+from ..core.geometry import all_pairs_candidates, all_pairs_suit, count_pairs, molecule_pairs
 from ..core.state import Batch
 from ..core.tensor_ops import host_reads_free
 from .cell_list import batched_pairs
 from .edges import canonical_order
-from .small_cells import (
-    all_pairs_candidates,
-    canonical_system,
-    small_cell_plan,
-    small_cell_system,
-)
+from .small_cells import canonical_system, small_cell_plan, small_cell_system
 
 #: glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), less
 #: a margin for the chunk header and alignment

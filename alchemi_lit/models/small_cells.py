@@ -9,10 +9,11 @@ with vesin's pairs, orientation and arithmetic, so the edges are the same to the
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import numpy as np
 import torch
+
+from ..core.geometry import all_pairs_candidates
 
 #: glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), less
 #: a margin for the chunk header and alignment
@@ -86,12 +87,6 @@ def small_cell_plan(
         else:
             out.append(None)
     return out
-
-
-def all_pairs_candidates(n_atoms: Any, nmax: Any) -> Any:
-    """Pairs i <= j times periodic images ``|S_a| <= nmax[a]`` the all-pairs test checks
-    (a cell's, or ``[rows]`` of them)."""
-    return n_atoms * (n_atoms + 1) / 2 * np.prod(2 * np.asarray(nmax) + 1, axis=-1)
 
 
 #: memory bound of the all-pairs path (a few arrays of this many floats)

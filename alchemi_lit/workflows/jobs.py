@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from loguru import logger
@@ -24,6 +24,9 @@ from ..core.fields import EXIT_MAX_STEPS, EXIT_MODEL_ERROR, EXIT_QUARANTINED, MO
 from ..integrators.base import Integrator
 from ..integrators.stages import Fused
 from ..models.base import Model, cpu_batch_atoms
+
+if TYPE_CHECKING:
+    import torch
 
 #: Simulator arguments a workflow sets itself (the plan, the stress it reads)
 _OWN_ARGUMENTS = ("model", "stages", "stress")
@@ -225,13 +228,13 @@ def run_jobs(
     return _collect(jobs, batch.to(device="cpu"), results, relax is not None)
 
 
-def cpu_chunk_atoms(model: Model, device: Any, atoms: list[Any]) -> int | None:
+def cpu_chunk_atoms(model: Model, device: torch.device, atoms: list[Any]) -> int | None:
     """The default batch budget: on a CPU, the model's ``cpu_batch_atoms`` (raised to
     the largest job), so that an MLIP's single points run in chunks that reuse one
     chunk's memory instead of touching all of the campaign's at once; elsewhere, or for
     a model without one, None (one batch)."""
     hint = cpu_batch_atoms(model)
-    if hint is None or getattr(device, "type", str(device)) != "cpu":
+    if hint is None or device.type != "cpu":
         return None
     return max(hint, max(len(a) for a in atoms))
 

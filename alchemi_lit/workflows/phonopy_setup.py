@@ -93,11 +93,6 @@ def build_phonopys(
     ]
 
 
-def setup_seconds(materials: Sequence[Any], matrices: Sequence[np.ndarray]) -> float:
-    """A rough upper bound of phonopy's set-up time on one core (s)."""
-    return float(sum(setup_costs(materials, matrices)))
-
-
 def setup_costs(materials: Sequence[Any], matrices: Sequence[np.ndarray]) -> list[float]:
     """Per material, a rough upper bound of phonopy's set-up time on one core (s): its
     supercell symmetry pairs every atom with every operation, ~1e-4 s x atoms^2 for a

@@ -125,10 +125,10 @@ def test_phonopy_work_in_worker_processes_equals_it_in_this_one(computed):
 
 def test_auto_workers_only_where_phonopy_work_pays_for_them():
     from alchemi_lit.core.workers import resolve_workers
-    from alchemi_lit.workflows.phonopy_setup import setup_seconds
+    from alchemi_lit.workflows.phonopy_setup import setup_costs
 
-    small = setup_seconds([copper()] * 3, [np.diag([3, 3, 3])] * 3)  # 27-atom supercells
-    big = setup_seconds([copper()] * 20, [np.diag([6, 6, 6])] * 20)  # 216 atoms: ~4.6 s each
+    small = sum(setup_costs([copper()] * 3, [np.diag([3, 3, 3])] * 3))  # 27-atom supercells
+    big = sum(setup_costs([copper()] * 20, [np.diag([6, 6, 6])] * 20))  # 216 atoms: ~4.6 s each
     assert resolve_workers("auto", 3, "phonons", small) == 1
     assert big > 60 and resolve_workers("auto", 20, "phonons", big) == min(
         resolve_workers("auto", 20, "phonons"), 20
