@@ -10,6 +10,11 @@ every compiled source (and numba's own version) makes any change compile afresh,
 whatever file it is in.  ``numba.config.CACHE_DIR`` is set only while the kernel
 modules are imported (numba picks a function's cache folder when it is decorated), so
 other numba users in the process keep theirs.
+
+Processes starting together (two pytest workers, the ranks of a pipeline started with
+``popen``) all meet a cold cache at once and each compiled every kernel, at the same
+time, on the same cores.  A kernel is now compiled under a lock file of its own in the
+cache folder: the first process compiles and saves it, the others wait and load it.
 """
 
 from __future__ import annotations
@@ -68,11 +73,42 @@ def cache_dir(root: Path = PACKAGE) -> Path:
 
 
 def compiled(fn: F) -> F:
-    """``numba.njit(cache=True, nogil=True)``, cached in this source version's folder."""
+    """``numba.njit(cache=True, nogil=True)``, cached in this source version's folder
+    and compiled by one process at a time (module docstring)."""
     import numba
 
-    with keyed_cache():
-        return numba.njit(cache=True, nogil=True)(fn)
+    with keyed_cache() as folder:
+        dispatcher = numba.njit(cache=True, nogil=True)(fn)
+    one_process_at_a_time(dispatcher, folder / f"{fn.__module__}.{fn.__qualname__}.lock")
+    return dispatcher
+
+
+def one_process_at_a_time(dispatcher: Any, lock_path: Path) -> None:
+    """Make ``dispatcher.compile`` (where numba loads a cached signature or compiles
+    it) hold an exclusive lock on ``lock_path``: a process that finds it taken waits,
+    then loads what the other saved.  Taken inside numba's own compiler lock, so
+    threads of one process queue there first; no lock where the file cannot be opened
+    (a read-only cache) or the system has no ``flock``."""
+    try:
+        import fcntl
+    except ImportError:  # (not POSIX: each process compiles for itself, as before)
+        return
+    from numba.core.compiler_lock import global_compiler_lock
+
+    original = dispatcher.compile
+
+    @functools.wraps(original)
+    def compile_locked(sig: Any) -> Any:
+        with global_compiler_lock:
+            try:
+                handle = open(lock_path, "a")  # noqa: SIM115 (closed below)
+            except OSError:
+                return original(sig)
+            with handle:  # (closing it releases the lock)
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                return original(sig)
+
+    dispatcher.compile = compile_locked
 
 
 @contextlib.contextmanager
@@ -111,5 +147,6 @@ def _remove_stale(current: Path) -> None:
 
 
 __all__ = [
-    "COMPILED_SOURCES", "cache_dir", "cache_root", "compiled", "keyed_cache", "source_digest",
+    "COMPILED_SOURCES", "cache_dir", "cache_root", "compiled", "keyed_cache",
+    "one_process_at_a_time", "source_digest",
 ]  # fmt: skip

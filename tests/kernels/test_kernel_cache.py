@@ -132,3 +132,52 @@ def test_a_formula_edited_under_a_warm_cache_is_recompiled(tmp_path):
     assert flipped != text
     formulas.write_text(flipped)
     assert run() != first
+
+
+def test_a_kernel_compiles_holding_its_lock_file(tmp_path):
+    """While numba compiles (or loads) a signature, the kernel's lock file is taken
+    for every other opener, another process's included; it is free again after."""
+    fcntl = pytest.importorskip("fcntl")
+    lock = tmp_path / "kernel.lock"
+
+    def taken() -> bool:
+        with open(lock, "a") as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            return False
+
+    kernel = numba.njit(lambda x: x + 1)
+    seen, compile_ = [], kernel.compile
+    kernel.compile = lambda sig: (seen.append(taken()), compile_(sig))[1]
+    cache.one_process_at_a_time(kernel, lock)
+    assert kernel(1) == 2 and kernel(2.5) == 3.5
+    assert seen == [True, True] and not taken()
+
+
+#: a process compiling one kernel signature: prints its cache misses and hits
+COMPILER = textwrap.dedent(
+    """
+    import numpy as np
+    from alchemi_lit.kernels import reductions as r
+    f = np.ones((4, 3))
+    r.max_sq_norm_below(f, np.array([0, 2]), np.array([2, 2]), 1.0)
+    s = r.max_sq_norm_below.stats
+    print(sum(s.cache_misses.values()), sum(s.cache_hits.values()))
+    """
+)
+
+
+@pytest.mark.slow
+def test_processes_starting_together_compile_each_kernel_once(tmp_path):
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", COMPILER], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(3)]  # fmt: skip
+    counts = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        counts.append(tuple(int(x) for x in out.split()))
+    assert sorted(counts) == [(0, 1), (0, 1), (1, 0)]  # one compiled, two loaded
