@@ -468,7 +468,7 @@ def test_validating_many_small_cells_together_names_the_same_first_failure() -> 
     """validate_structures (small cells searched together) raises for the first failing
     structure in input order, with validate_atoms' message, and collects every failure
     when asked."""
-    from alchemi_lit.core.validation import validate_structures
+    from alchemi_lit.core.batched_validation import validate_structures
 
     good = Atoms("Cu", cell=np.eye(3) * 2.5, pbc=True)
     coincident = Atoms("Cu2", positions=[[0, 0, 0], [2.5, 0, 0]], cell=np.eye(3) * 2.5, pbc=True)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .batched_validation import validate_structures
 from .errors import StructureError
 from .fields import ARRAYS_KEY, CORE_ARRAYS, EXIT_REASONS, RESULT_INFO_KEYS
 from .validation import (
@@ -25,7 +26,6 @@ from .validation import (
     require_atoms,
     require_unique_ids,
     system_name,
-    validate_structures,
     warn_structure,
 )
 

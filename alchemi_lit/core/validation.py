@@ -18,15 +18,7 @@ import numpy as np
 import torch
 
 from .errors import BatchError, StructureError, StructureWarning
-from .geometry import (
-    COINCIDENT_DISTANCE,
-    SMALL_CELL_CANDIDATES,
-    all_pairs_candidates,
-    closest_pair,
-    closest_pairs_of_small_cells,
-    image_reach,
-    periodic_heights,
-)
+from .geometry import COINCIDENT_DISTANCE, closest_pair, periodic_heights
 
 #: A periodic cell thinner than this (Å) along a periodic direction is (nearly) singular:
 #: the neighbour search would need about cutoff/thickness images of it.
@@ -109,66 +101,14 @@ def _fully_fixed(constraint: Any, name: str, index: int) -> np.ndarray:
 
 
 #: "search the closest pair here" (validate_atoms' default; else a pair found before)
-_SEARCH: Any = object()
+NOT_SEARCHED: Any = object()
 
 
-def validate_structures(
-    structures: Sequence[Any],
-    system_ids: Sequence[int | None],
-    min_distance: float = 0.5,
-    first_index: int = 0,
-    errors: list[tuple[int, str]] | None = None,
-) -> None:
-    """:func:`validate_atoms` of every structure, in order, with the closest-pair
-    searches of small periodic cells made together first
-    (:func:`~alchemi_lit.core.geometry.closest_pairs_of_small_cells`).  The first
-    failing structure raises, or with ``errors`` each failure is appended as (index,
-    message) and the others are checked.  ``first_index``: the index of
-    ``structures[0]`` in the messages."""
-    found = _small_cells_closest_pairs(structures, min_distance)
-    for k, (atoms, sid) in enumerate(zip(structures, system_ids)):
-        try:
-            validate_atoms(
-                atoms, first_index + k, min_distance, sid, closest=found.get(k, _SEARCH)
-            )
-        except StructureError as exc:
-            if errors is None:
-                raise
-            errors.append((first_index + k, str(exc)))
-
-
-def _distance_cutoff(heights: np.ndarray, min_distance: float) -> tuple[float, bool]:
+def distance_cutoff(heights: np.ndarray, min_distance: float) -> tuple[float, bool]:
     """The closest-pair search radius and whether the cell is too thin for
-    ``min_distance`` (then only coincidence is searched; see :func:`_check_distances`)."""
+    ``min_distance`` (then only coincidence is searched; see :func:`check_distances`)."""
     thin = bool(heights.size > 0 and heights.min() * 4 < min_distance)
     return max(COINCIDENT_DISTANCE if thin else min_distance, COINCIDENT_DISTANCE), thin
-
-
-def _small_cells_closest_pairs(structures: Sequence[Any], min_distance: float) -> dict[int, Any]:
-    """The closest pair of every fully periodic, finite, small cell, searched in groups
-    of equal shape (atoms, images, radius); structures left out search alone later."""
-    groups: dict[tuple[Any, ...], list[tuple[int, np.ndarray, np.ndarray]]] = {}
-    for k, atoms in enumerate(structures):
-        if len(atoms) == 0 or not bool(np.all(atoms.pbc)):
-            continue
-        pos = np.asarray(atoms.positions, dtype=np.float64)
-        cell = np.asarray(atoms.cell.array, dtype=np.float64)
-        if not (np.isfinite(pos).all() and np.isfinite(cell).all()):
-            continue
-        heights = periodic_heights(cell, np.ones(3, bool))
-        if heights.min() < MIN_CELL_HEIGHT:
-            continue
-        cutoff, _ = _distance_cutoff(heights, min_distance)
-        reach = image_reach(heights, cutoff)
-        if all_pairs_candidates(len(pos), reach) <= SMALL_CELL_CANDIDATES:
-            groups.setdefault((len(pos), reach, cutoff), []).append((k, pos, cell))
-    found: dict[int, Any] = {}
-    for (_, reach, cutoff), members in groups.items():
-        pairs = closest_pairs_of_small_cells(
-            np.stack([m[1] for m in members]), np.stack([m[2] for m in members]), reach, cutoff
-        )
-        found.update((m[0], pair) for m, pair in zip(members, pairs))
-    return found
 
 
 def validate_atoms(
@@ -176,7 +116,7 @@ def validate_atoms(
     index: int,
     min_distance: float = 0.5,
     system_id: int | None = None,
-    closest: Any = _SEARCH,
+    closest: Any = NOT_SEARCHED,
 ) -> None:
     """Check one structure; raise :class:`StructureError` naming the system and the fix.
 
@@ -186,7 +126,8 @@ def validate_atoms(
     count) within :data:`COINCIDENT_DISTANCE`.  Atoms closer than
     ``min_distance`` Å (periodic images count; 0 turns this off) are only a
     :class:`StructureWarning`: such structures are sometimes meant.  ``closest``: the
-    closest pair when it was searched before (:func:`validate_structures`).
+    closest pair when it was searched before
+    (:func:`~.batched_validation.validate_structures`).
     """
     name = system_name(index, system_id)
     if len(atoms) == 0:
@@ -227,7 +168,7 @@ def validate_atoms(
             f"lattice vectors of sensible length)"
         )
     fixed_mask(atoms, index, system_id)
-    _check_distances(pos, cell, pbc, heights, min_distance, name, index, system_id, closest)
+    check_distances(pos, cell, pbc, heights, min_distance, name, index, system_id, closest)
 
 
 def _bad_rows(bad: np.ndarray) -> np.ndarray:
@@ -235,7 +176,7 @@ def _bad_rows(bad: np.ndarray) -> np.ndarray:
     return np.flatnonzero(bad.any(axis=1))
 
 
-def _check_distances(
+def check_distances(
     pos: np.ndarray,
     cell: np.ndarray,
     pbc: np.ndarray,
@@ -244,7 +185,7 @@ def _check_distances(
     name: str,
     index: int,
     system_id: int | None,
-    closest: Any = _SEARCH,
+    closest: Any = NOT_SEARCHED,
 ) -> None:
     """Coincident atoms raise; atoms (or periodic images) closer than ``min_distance`` warn.
 
@@ -254,8 +195,8 @@ def _check_distances(
     """
     if len(pos) < 2 and not pbc.any():
         return
-    cutoff, thin = _distance_cutoff(heights, min_distance)
-    pair = closest_pair(pos, cell, pbc, cutoff, heights) if closest is _SEARCH else closest
+    cutoff, thin = distance_cutoff(heights, min_distance)
+    pair = closest_pair(pos, cell, pbc, cutoff, heights) if closest is NOT_SEARCHED else closest
     if pair is not None and pair[0] < COINCIDENT_DISTANCE:  # never an atom and its own
         d, i, j, image = pair  # image: the cell is at least MIN_CELL_HEIGHT thick
         raise StructureError(

@@ -21,10 +21,10 @@ from typing import Any, Literal
 import numpy as np
 from loguru import logger
 
+from ..core.batched_validation import validate_structures
 from ..core.errors import ConfigError, StructureError
 from ..core.geometry import count_pairs
 from ..core.state import default_system_ids, require_atoms
-from ..core.validation import validate_structures
 from .bands import band_runs, check_band
 from .io import read_structures
 from .memory import MemoryReader
