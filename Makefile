@@ -2,7 +2,8 @@
 PY ?= python3
 .PHONY: install install-test run test test-slow test-all lint bench
 
-.install.stamp: pyproject.toml scripts/install.sh scripts/pip_install.sh plugins/alchemi_lit_sevenn/pyproject.toml
+.install.stamp: pyproject.toml scripts/install.sh scripts/pip_install.sh scripts/requirements_met.py \
+		plugins/alchemi_lit_sevenn/pyproject.toml
 	PYTHON=$(PY) ./scripts/install.sh
 	touch .install.stamp
 

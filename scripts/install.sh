@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/pip_install.sh
 source scripts/pip_install.sh
 
-if ! "$PY" -c "import torch" 2>/dev/null; then
+# (found, not imported: importing torch takes seconds, and three scripts ask)
+if ! "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)"; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     "$PY" -m pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch>=2.4"
   else
@@ -22,6 +23,14 @@ fi
 # Editable install with test extras, plus the SevenNet plugin (real pretrained MLIP whose
 # MIT-licensed weights ship inside the sevenn wheel; its parity tests run in CI).
 # torch is already satisfied, so nothing CUDA comes in.
-pip_install -q -e ".[test]" -e plugins/alchemi_lit_sevenn
+# Where everything they need is installed already (a CI machine, a second clone), only
+# our packages are (re)installed: pip's resolution of every dependency took most of the
+# time (scripts/requirements_met.py says why it is safe).
+if "$PY" scripts/requirements_met.py "pyproject.toml[test]" \
+  plugins/alchemi_lit_sevenn/pyproject.toml 2>/dev/null; then
+  pip_install -q --no-deps -e . -e plugins/alchemi_lit_sevenn
+else
+  pip_install -q -e ".[test]" -e plugins/alchemi_lit_sevenn
+fi
 # The MACE plugin is not needed to run: `make test` adds it with scripts/install_mace.sh
 # (mace-torch pins an old e3nn, so it goes in with --no-deps); its tests skip without it.

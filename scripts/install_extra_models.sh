@@ -17,7 +17,8 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/pip_install.sh
 source scripts/pip_install.sh
 
-torch_version=$("$PY" -c "import torch; print(torch.__version__)" 2>/dev/null) || {
+torch_version=$("$PY" -c "from importlib.metadata import version; print(version('torch'))" \
+  2>/dev/null) || {
   echo "install_extra_models.sh: run scripts/install.sh first (torch is needed)" >&2
   exit 1
 }
@@ -26,6 +27,13 @@ trap 'rm -f "$constraints"' EXIT
 echo "torch==${torch_version}" >"$constraints"
 
 # one resolution for the CHGNet plugin and TorchSim's requirements (a pip call costs seconds)
-pip_install -q -c "$constraints" -e plugins/alchemi_lit_chgnet h5py numpy tables tqdm vesin \
-  vesin-torch
-pip_install -q --no-deps "torch-sim-atomistic==0.3.0" -e plugins/alchemi_lit_torchsim
+chgnet_needs=(h5py numpy tables tqdm vesin vesin-torch)
+# all there already (scripts/requirements_met.py): only the plugins are (re)installed
+if "$PY" scripts/requirements_met.py plugins/alchemi_lit_chgnet/pyproject.toml \
+  "${chgnet_needs[@]}" --alone "torch-sim-atomistic==0.3.0" \
+  plugins/alchemi_lit_torchsim/pyproject.toml 2>/dev/null; then
+  pip_install -q --no-deps -e plugins/alchemi_lit_chgnet -e plugins/alchemi_lit_torchsim
+else
+  pip_install -q -c "$constraints" -e plugins/alchemi_lit_chgnet "${chgnet_needs[@]}"
+  pip_install -q --no-deps "torch-sim-atomistic==0.3.0" -e plugins/alchemi_lit_torchsim
+fi

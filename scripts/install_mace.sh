@@ -15,11 +15,18 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/pip_install.sh
 source scripts/pip_install.sh
 
-"$PY" -c "import torch, e3nn" 2>/dev/null || {
+"$PY" -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ('torch', 'e3nn'))))" || {
   echo "install_mace.sh: run scripts/install.sh first (torch and sevenn's e3nn are needed)" >&2
   exit 1
 }
 # mace-torch 0.3.16's requirements, less torch and e3nn (already installed)
-"$PY" -m pip install -q ConfigArgParse GitPython h5py lmdb matplotlib matscipy numpy \
-  opt_einsum orjson pandas prettytable python-hostlist pyyaml torch-ema torchmetrics tqdm ase
-pip_install -q --no-deps "mace-torch==0.3.16" -e plugins/alchemi_lit_mace
+mace_needs=(ConfigArgParse GitPython h5py lmdb matplotlib matscipy numpy opt_einsum orjson pandas
+  prettytable python-hostlist pyyaml torch-ema torchmetrics tqdm ase)
+# all there already (scripts/requirements_met.py): only the plugin itself is (re)installed
+if "$PY" scripts/requirements_met.py "${mace_needs[@]}" --alone "mace-torch==0.3.16" \
+  plugins/alchemi_lit_mace/pyproject.toml 2>/dev/null; then
+  pip_install -q --no-deps -e plugins/alchemi_lit_mace
+else
+  "$PY" -m pip install -q "${mace_needs[@]}"
+  pip_install -q --no-deps "mace-torch==0.3.16" -e plugins/alchemi_lit_mace
+fi
