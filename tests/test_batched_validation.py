@@ -102,6 +102,6 @@ def test_batched_heights_are_periodic_heights_bit_for_bit() -> None:
     cells[:5, 2] = cells[:5, 0] + cells[:5, 1]  # singular: left to periodic_heights
     pbc = np.ones((200, 3), bool)
     pbc[150:] = rng.uniform(size=(50, 3)) < 0.6
-    got = _heights(cells, pbc, np.ones(200, bool))
+    got = _heights(cells, pbc, np.ones(200, bool))[0]
     for k in range(200):
         np.testing.assert_array_equal(got[k], periodic_heights(cells[k], pbc[k]), str(k))

@@ -96,11 +96,12 @@ class _Facts:
             & (masses > 0)
         )
         cell_ok = np.isfinite(self.cells).all((1, 2))
-        self.heights = _heights(self.cells, self.pbc, cell_ok)
+        self.heights, self.closed_heights, self.closed = _heights(self.cells, self.pbc, cell_ok)
         thick = np.array([h.size == 0 or h.min() >= MIN_CELL_HEIGHT for h in self.heights])
         constrained = np.fromiter((bool(a.constraints) for a in structures), bool, n)
         owner = np.repeat(np.arange(n), self.counts)
         atoms_bad = np.bincount(owner[~atom_ok], minlength=n) > 0
+        self.finite_positions = np.bincount(owner[~np.isfinite(self.pos).all(1)], minlength=n) == 0
         self.suspect = atoms_bad | (self.counts == 0) | ~cell_ok | ~thick | constrained
 
     def positions(self, k: int) -> np.ndarray:
@@ -111,10 +112,13 @@ def _joined(parts: list[np.ndarray], empty: tuple[int, ...]) -> np.ndarray:
     return np.concatenate(parts).astype(np.float64) if parts else np.zeros(empty)
 
 
-def _heights(cells: np.ndarray, pbc: np.ndarray, cell_ok: np.ndarray) -> list[np.ndarray]:
+def _heights(
+    cells: np.ndarray, pbc: np.ndarray, cell_ok: np.ndarray
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """:func:`~.geometry.periodic_heights` of every cell: the fully periodic ones at
     once by its closed form (the same operations in the same order, so the same
-    floats), the others (and degenerate cells) one by one."""
+    floats), the others (and degenerate cells) one by one.  Also the closed form's
+    ``[S, 3]`` and where it holds."""
     a, b, c = cells[:, 0], cells[:, 1], cells[:, 2]
     faces3 = np.stack([_cross(b, c), _cross(c, a), _cross(a, b)], 1)  # [S, 3 faces, 3]
     faces = np.sqrt(faces3[..., 0] * faces3[..., 0] + faces3[..., 1] * faces3[..., 1]
@@ -132,7 +136,7 @@ def _heights(cells: np.ndarray, pbc: np.ndarray, cell_ok: np.ndarray) -> list[np
             out.append(periodic_heights(cells[k], pbc[k]))
         else:  # (validate_atoms names the non-finite cell)
             out.append(np.zeros(0))
-    return out
+    return out, closed, usable
 
 
 def _cross(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -144,20 +148,20 @@ def _cross(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 def _small_cells_closest_pairs(facts: _Facts, min_distance: float) -> dict[int, Any]:
     """The closest pair of every fully periodic, finite, small cell, searched in groups
     of equal shape (atoms, images, radius); structures left out search alone later."""
+    thinnest = np.where(facts.closed, facts.closed_heights.min(1), 0.0)
+    ok = facts.closed & facts.finite_positions & (facts.counts > 0)
+    ok &= thinnest >= MIN_CELL_HEIGHT
+    cutoff = distance_cutoff(thinnest, min_distance)[0]
+    reach = image_reach(np.where(ok[:, None], facts.closed_heights, 1.0), cutoff)
+    ok &= all_pairs_candidates(facts.counts, reach) <= SMALL_CELL_CANDIDATES
     groups: dict[tuple[Any, ...], list[int]] = {}
-    for k, heights in enumerate(facts.heights):
-        n = int(facts.counts[k])
-        if n == 0 or heights.size != 3 or not facts.pbc[k].all() or heights.min() < MIN_CELL_HEIGHT:
-            continue
-        cutoff, _ = distance_cutoff(heights, min_distance)
-        reach = image_reach(heights, cutoff)
-        small = all_pairs_candidates(n, reach) <= SMALL_CELL_CANDIDATES
-        if small and np.isfinite(facts.positions(k)).all():
-            groups.setdefault((n, reach, cutoff), []).append(k)
+    for k in np.flatnonzero(ok).tolist():
+        key = (int(facts.counts[k]), tuple(reach[k].tolist()), float(cutoff[k]))
+        groups.setdefault(key, []).append(k)
     found: dict[int, Any] = {}
-    for (_, reach, cutoff), members in groups.items():
+    for (_, reach_k, cutoff_k), members in groups.items():
         positions = np.stack([facts.positions(k) for k in members])
-        pairs = closest_pairs_of_small_cells(positions, facts.cells[members], reach, cutoff)
+        pairs = closest_pairs_of_small_cells(positions, facts.cells[members], reach_k, cutoff_k)
         found.update(zip(members, pairs))
     return found
 

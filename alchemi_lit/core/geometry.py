@@ -150,10 +150,13 @@ _CLOSEST_PAIR_SEARCH = 3.0
 SMALL_CELL_CANDIDATES = 2048
 
 
-def image_reach(heights: np.ndarray, cutoff: float) -> tuple[int, ...]:
+def image_reach(heights: np.ndarray, cutoff: Any) -> np.ndarray:
     """Lattice translations per direction within which an atom pair of a cell, both
-    wrapped into it (fractional difference below 1), can come within ``cutoff``."""
-    return tuple(int(cutoff / h + 1.0) for h in heights.tolist())
+    wrapped into it (fractional difference below 1), can come within ``cutoff``: a
+    cell's ``[3]`` heights and a number, or ``[S, 3]`` and ``[S]``."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        reach = np.asarray(cutoff, dtype=np.float64)[..., None] / heights + 1.0
+    return np.where(np.isfinite(reach), reach, 0.0).astype(np.int64)  # (truncated: > 0)
 
 
 def all_pairs_candidates(n_atoms: Any, reach: Any) -> Any:

@@ -7,6 +7,7 @@ fix; plausible-but-odd structures (atoms very close, momenta on fixed atoms) giv
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import warnings
@@ -104,11 +105,17 @@ def _fully_fixed(constraint: Any, name: str, index: int) -> np.ndarray:
 NOT_SEARCHED: Any = object()
 
 
-def distance_cutoff(heights: np.ndarray, min_distance: float) -> tuple[float, bool]:
+def distance_cutoff(thinnest: Any, min_distance: float) -> tuple[Any, Any]:
     """The closest-pair search radius and whether the cell is too thin for
-    ``min_distance`` (then only coincidence is searched; see :func:`check_distances`)."""
-    thin = bool(heights.size > 0 and heights.min() * 4 < min_distance)
-    return max(COINCIDENT_DISTANCE if thin else min_distance, COINCIDENT_DISTANCE), thin
+    ``min_distance`` (then only coincidence is searched; see :func:`check_distances`).
+    ``thinnest``: the cell's smallest periodic height (inf with none), or an array of
+    them (then arrays come back)."""
+    if isinstance(thinnest, float):  # (one structure: plain floats cost far less)
+        thin = thinnest * 4 < min_distance
+        return max(COINCIDENT_DISTANCE if thin else min_distance, COINCIDENT_DISTANCE), thin
+    thin = np.asarray(thinnest) * 4 < min_distance
+    cutoff = np.maximum(np.where(thin, COINCIDENT_DISTANCE, min_distance), COINCIDENT_DISTANCE)
+    return cutoff, thin
 
 
 def validate_atoms(
@@ -195,7 +202,7 @@ def check_distances(
     """
     if len(pos) < 2 and not pbc.any():
         return
-    cutoff, thin = distance_cutoff(heights, min_distance)
+    cutoff, thin = distance_cutoff(float(heights.min()) if heights.size else math.inf, min_distance)
     pair = closest_pair(pos, cell, pbc, cutoff, heights) if closest is NOT_SEARCHED else closest
     if pair is not None and pair[0] < COINCIDENT_DISTANCE:  # never an atom and its own
         d, i, j, image = pair  # image: the cell is at least MIN_CELL_HEIGHT thick
