@@ -37,7 +37,7 @@ import yaml
 from ase import Atoms
 from ase.build import bulk
 
-from alchemi_lit import Batch, ConfigError, ModelError, Simulator, StructureError
+from alchemi_lit import Batch, ConfigError, ModelError, Simulator, StructureError, workflows
 from alchemi_lit.callbacks import load_checkpoint
 from alchemi_lit.cli import main
 from alchemi_lit.data import SizeAwareSampler, read_structures
@@ -969,6 +969,23 @@ CASES: list[Case] = [
         "api-sampler-not-atoms",
         r"SizeAwareSampler: structure 1 is of type str, not ase\.Atoms; .*read_structures",
         call=lambda _: SizeAwareSampler([bulk("Ar"), "ar.xyz"], max_atoms=8),
+        exc=StructureError,
+    ),
+    Case(
+        "api-atomic-number-not-an-element",
+        r"system 0: atomic number\(s\) \[200\] at atom\(s\) \[1\] are not elements "
+        r"\(1-118, or 0 for a dummy atom X\); fix atoms\.numbers",
+        call=lambda _: Batch.from_atoms(
+            [Atoms(numbers=[29, 200], positions=[[0, 0, 0], [2, 0, 0]])]
+        ),
+        exc=StructureError,
+    ),
+    Case(
+        "api-workflow-atomic-number-not-an-element",
+        r"elastic: system 0: atomic number\(s\) \[-3\] at atom\(s\) \[0\] are not elements",
+        call=lambda _: workflows.elastic(
+            [Atoms(numbers=[-3], cell=np.eye(3) * 3, pbc=True)], EMT()
+        ),
         exc=StructureError,
     ),
     Case(

@@ -58,7 +58,10 @@ def cases() -> list[Atoms]:
               cell=np.eye(3) * 2.7 + rng.normal(0, 0.5, (3, 3)))
         for _ in range(6)
     ]  # fmt: skip
+    no_element = Atoms(numbers=[29, 500], positions=[[0, 0, 0], [1.8, 0, 0]], cell=np.eye(3) * 3.6,
+                       pbc=True)  # fmt: skip
     out += [nan_pos, nan_mom, zero_mass, heavy, Atoms(), nan_cell, flat, fixed, bonded]
+    out.append(no_element)
     out += [twice, close, thin, *skewed, cu.copy()]
     return out
 
@@ -90,7 +93,7 @@ def test_many_at_once_say_what_one_by_one_says(ids) -> None:
     expected_errors, expected_warnings = one_by_one(structures, sids)
     assert errors == expected_errors
     assert [str(w.message) for w in seen] == expected_warnings
-    assert len(errors) == 8 and len(expected_warnings) >= 2  # every bad kind was there
+    assert len(errors) == 9 and len(expected_warnings) >= 2  # every bad kind was there
     with pytest.raises(StructureError) as first:  # without errors=: the first one raises
         validate_structures(structures, sids, 0.5)
     assert str(first.value) == expected_errors[0][1]

@@ -4,8 +4,8 @@ A workflow validates hundreds of few-atom cells (strained or displaced copies) a
 dataset is validated a chunk of thousands at a time.  :func:`~.validation.validate_atoms`
 checks one structure with a dozen small numpy calls, so per structure that fixed cost,
 not the arithmetic, was the price (most of the host time of an EMT elastic run).  Here
-the cheap checks (finite coordinates, momenta and cell, positive masses, cell
-thickness, constraints) run once over every structure's arrays together, and the
+the cheap checks (finite coordinates, momenta and cell, atomic numbers, positive
+masses, cell thickness, constraints) run once over every structure's arrays together, and the
 closest pairs of small periodic cells are searched together; only a structure these
 flag is checked again alone by ``validate_atoms``, which raises the message naming it.
 So messages, warnings and their order are those of checking one structure after the
@@ -32,6 +32,7 @@ from .validation import (
     NOT_SEARCHED,
     check_distances,
     distance_cutoff,
+    is_element,
     system_name,
     validate_atoms,
 )
@@ -81,7 +82,8 @@ class _Facts:
         self.cells = np.asarray([a.cell.array for a in structures], np.float64).reshape(n, 3, 3)
         self.pbc = np.asarray([a.pbc for a in structures], bool).reshape(n, 3)
         numbers = _joined([x["numbers"] for x in arrays], (0,)).astype(np.int64)
-        masses = atomic_masses[numbers]
+        element = is_element(numbers)
+        masses = atomic_masses[np.where(element, numbers, 0)]
         momenta = np.zeros_like(self.pos)
         for k, x in enumerate(arrays):  # (explicit masses and momenta are the rarer case)
             lo, hi = self.ends[k] - self.counts[k], self.ends[k]
@@ -90,7 +92,8 @@ class _Facts:
             if "momenta" in x:
                 momenta[lo:hi] = x["momenta"]
         atom_ok = (
-            np.isfinite(self.pos).all(1)
+            element
+            & np.isfinite(self.pos).all(1)
             & np.isfinite(momenta).all(1)
             & np.isfinite(masses)
             & (masses > 0)

@@ -127,12 +127,12 @@ def validate_atoms(
 ) -> None:
     """Check one structure; raise :class:`StructureError` naming the system and the fix.
 
-    Errors: no atoms; non-finite coordinates, momenta or cell; zero, negative or
-    non-finite masses; a cell that is singular, or thinner than :data:`MIN_CELL_HEIGHT`,
-    along a periodic direction; unsupported constraints; two atoms (periodic images
-    count) within :data:`COINCIDENT_DISTANCE`.  Atoms closer than
-    ``min_distance`` Å (periodic images count; 0 turns this off) are only a
-    :class:`StructureWarning`: such structures are sometimes meant.  ``closest``: the
+    Errors: no atoms; non-finite coordinates, momenta or cell; atomic numbers that are
+    no element; zero, negative or non-finite masses; a cell that is singular, or
+    thinner than :data:`MIN_CELL_HEIGHT`, along a periodic direction; unsupported
+    constraints; two atoms (periodic images count) within :data:`COINCIDENT_DISTANCE`.
+    Atoms closer than ``min_distance`` Å (periodic images count; 0 turns this off) are
+    only a :class:`StructureWarning`: such structures are sometimes meant.  ``closest``: the
     closest pair when it was searched before
     (:func:`~.batched_validation.validate_structures`).
     """
@@ -153,6 +153,13 @@ def validate_atoms(
     bad = _bad_rows(~np.isfinite(np.asarray(atoms.get_momenta(), dtype=np.float64)))
     if bad.size:
         fail(f"non-finite (NaN/inf) momenta at atom(s) {first_few(bad)}; fix or zero them")
+    numbers = np.asarray(atoms.numbers)
+    bad = np.flatnonzero(~is_element(numbers))
+    if bad.size:
+        fail(
+            f"atomic number(s) {numbers[bad][:10].tolist()} at atom(s) {first_few(bad)} are "
+            f"not elements (1-118, or 0 for a dummy atom X); fix atoms.numbers"
+        )
     masses = np.asarray(atoms.get_masses(), dtype=np.float64)
     bad = np.flatnonzero(~(np.isfinite(masses) & (masses > 0)))
     if bad.size:
@@ -176,6 +183,13 @@ def validate_atoms(
         )
     fixed_mask(atoms, index, system_id)
     check_distances(pos, cell, pbc, heights, min_distance, name, index, system_id, closest)
+
+
+def is_element(numbers: np.ndarray) -> np.ndarray:
+    """Which atomic numbers name an element (ASE's tables: 0, the dummy X, to 118)."""
+    from ase.data import chemical_symbols
+
+    return (numbers >= 0) & (numbers < len(chemical_symbols))
 
 
 def _bad_rows(bad: np.ndarray) -> np.ndarray:

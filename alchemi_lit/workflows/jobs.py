@@ -111,7 +111,7 @@ def check_materials(structures: Sequence[Any], model: Model, workflow: str) -> N
     from ase.data import chemical_symbols
 
     from ..core.geometry import periodic_heights
-    from ..core.validation import validate_atoms
+    from ..core.validation import is_element, validate_atoms
 
     if not isinstance(model, Model):
         raise ConfigError(
@@ -121,7 +121,8 @@ def check_materials(structures: Sequence[Any], model: Model, workflow: str) -> N
     cpu_batch_atoms(model)  # a plugin's bad batch size, before phonopy's set-up
     allowed = model.supported_elements
     for i, atoms in enumerate(structures):
-        name = f"{workflow}: structure {i} ({atoms.get_chemical_formula()})"
+        known = bool(is_element(np.asarray(atoms.numbers)).all())  # (else validation says)
+        name = f"{workflow}: structure {i} ({atoms.get_chemical_formula() if known else '?'})"
         if not bool(np.all(atoms.pbc)):
             raise StructureError(
                 f"{name} is not periodic in x, y and z (pbc={atoms.pbc.tolist()}); bulk "
