@@ -100,6 +100,10 @@ def test_many_at_once_say_what_one_by_one_says(ids) -> None:
 
 
 def test_batched_heights_are_periodic_heights_bit_for_bit() -> None:
+    """Bit for bit although two implementations: both are the same IEEE multiplies,
+    adds, one division and one square root in the same order, each correctly rounded on
+    every processor (numpy fuses no separate ufuncs), and thresholds on the heights
+    must decide alike in both paths."""
     rng = np.random.default_rng(3)
     cells = rng.normal(0, 2, (200, 3, 3)) + np.eye(3) * rng.uniform(1, 8, (200, 1, 1))
     cells[:5, 2] = cells[:5, 0] + cells[:5, 1]  # singular: left to periodic_heights
