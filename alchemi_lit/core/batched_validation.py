@@ -91,20 +91,17 @@ class _Facts:
                 masses[lo:hi] = x["masses"]
             if "momenta" in x:
                 momenta[lo:hi] = x["momenta"]
+        finite = np.isfinite(self.pos).all(1)
         atom_ok = (
-            element
-            & np.isfinite(self.pos).all(1)
-            & np.isfinite(momenta).all(1)
-            & np.isfinite(masses)
-            & (masses > 0)
+            element & finite & np.isfinite(momenta).all(1) & np.isfinite(masses) & (masses > 0)
         )
         cell_ok = np.isfinite(self.cells).all((1, 2))
         self.heights, self.closed_heights, self.closed = _heights(self.cells, self.pbc, cell_ok)
         thick = np.array([h.size == 0 or h.min() >= MIN_CELL_HEIGHT for h in self.heights])
         constrained = np.fromiter((bool(a.constraints) for a in structures), bool, n)
         owner = np.repeat(np.arange(n), self.counts)
+        self.finite_positions = np.bincount(owner[~finite], minlength=n) == 0
         atoms_bad = np.bincount(owner[~atom_ok], minlength=n) > 0
-        self.finite_positions = np.bincount(owner[~np.isfinite(self.pos).all(1)], minlength=n) == 0
         self.suspect = atoms_bad | (self.counts == 0) | ~cell_ok | ~thick | constrained
 
     def positions(self, k: int) -> np.ndarray:

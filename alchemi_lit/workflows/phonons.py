@@ -159,7 +159,9 @@ def phonons(
     costs = setup_costs(materials, matrices)  # the analyses scale alike
     work = sum(costs)
     n_workers = resolve_workers(workers, len(materials), "phonons", work)
-    setups = build_phonopys(materials, matrices, primitive_matrix, symprec, distance, n_workers)
+    setups = build_phonopys(
+        materials, matrices, primitive_matrix, symprec, distance, n_workers, costs
+    )
     jobs = [
         Job(i, f"{i}:d{k}", sc)
         for i, (_, supercells) in enumerate(setups)

@@ -64,12 +64,13 @@ def supercell_matrices(
 
 def build_phonopys(
     materials: Sequence[Any], matrices: Sequence[np.ndarray], primitive_matrix: Any,
-    symprec: float, distance: float, workers: int,
+    symprec: float, distance: float, workers: int, costs: Sequence[float],
 ) -> list[tuple[Any, list[Any]]]:  # fmt: skip
     """Per material phonopy's ``Phonopy`` with its displacements generated, and the
-    displaced supercells as ``ase.Atoms`` (the jobs), made in ``workers`` processes;
-    phonopy refusing a structure (a primitive matrix that does not fit it ...) is an
-    error naming it, before any force is computed."""
+    displaced supercells as ``ase.Atoms`` (the jobs), made in ``workers`` processes
+    (dearest first by ``costs``, :func:`setup_costs`); phonopy refusing a structure
+    (a primitive matrix that does not fit it ...) is an error naming it, before any
+    force is computed."""
     from ..core.workers import map_in_workers
     from . import phonopy_calls
 
@@ -78,7 +79,7 @@ def build_phonopys(
          atoms.get_masses(), m, primitive_matrix, symprec, distance)
         for atoms, m in zip(materials, matrices)
     ]  # fmt: skip
-    built = map_in_workers(phonopy_calls, "build", calls, workers, setup_costs(materials, matrices))
+    built = map_in_workers(phonopy_calls, "build", calls, workers, costs)
     for i, (atoms, got) in enumerate(zip(materials, built)):
         if isinstance(got, Exception):
             raise StructureError(
