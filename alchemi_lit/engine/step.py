@@ -95,6 +95,7 @@ class FusedLoop:
             if optimizer_columns is not None
             else [self.offset + i for i, s in enumerate(plan.stages) if s.is_optimizer]
         )
+        self._optimizer_columns: torch.Tensor | None = None  # optimizer_index, on the device
         self.num_forward_calls = 0
         self._by_status: tuple[torch.Tensor, int, StatusMasks] | None = None
         self._countdowns: dict[int, Countdown] = {}  # per stage without a criterion (CPU)
@@ -325,7 +326,11 @@ class FusedLoop:
         self, batch: Batch, leave: torch.Tensor, current: torch.Tensor
     ) -> torch.Tensor:
         """``converged`` = every optimizer stage visited so far met its criterion."""
-        ex = batch.stage_exit[:, self.optimizer_index]
+        cols = self._optimizer_columns
+        if cols is None or cols.device != batch.device:  # (indexing by a list copies it
+            cols = torch.tensor(self.optimizer_index, device=batch.device)  # to the device
+            self._optimizer_columns = cols  # at every call: a sync, and no CUDA graph)
+        ex = batch.stage_exit.index_select(1, cols)
         ok = ((ex == EXIT_CONVERGED) | (ex == EXIT_RUNNING)).all(-1) & (ex != EXIT_RUNNING).any(-1)
         return torch.where(leave, ok, current)
 

@@ -75,6 +75,11 @@ class HostMemory(Sink):
         self._parts.append(batch.to(device="cpu"))
         self._count += batch.num_systems
 
+    def latest(self) -> Batch:
+        """The host copy of what the last :meth:`write` kept (results hold it, not the
+        device's tensors: a GPU run's results must not pin device memory)."""
+        return self._parts[-1]
+
     def __len__(self) -> int:
         return self._count
 

@@ -82,7 +82,7 @@ class SinkChain:
                 continue
             self.written += n
             if isinstance(sink, HostMemory):
-                self.in_memory.append(part)
+                self.in_memory.append(sink.latest())
             rest = remaining.num_systems - n
             remaining = (
                 None if rest == 0 else remaining.select(torch.arange(n, remaining.num_systems))

@@ -72,7 +72,8 @@ def systems():
 
 def run(plan) -> al.Results:
     sim = al.Simulator(
-        model=LennardJones(AR_EPSILON, AR_SIGMA, 6.0), stages=plan, precision="64", seed=3
+        model=LennardJones(AR_EPSILON, AR_SIGMA, 6.0), stages=plan, precision="64", seed=3,
+        accelerator="cpu",  # (on a GPU machine "auto" would pick the GPU)
     )
     return sim.run(systems())
 
