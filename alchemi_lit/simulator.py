@@ -17,6 +17,7 @@ import torch
 from .callbacks.nan_guard import NaNGuard
 from .core.errors import ConfigError
 from .core.state import Batch
+from .engine import cuda_graph
 from .engine.cadence import check_sync_every
 from .engine.hooks import Callback
 from .engine.restart import input_system_ids
@@ -81,11 +82,12 @@ class Simulator:
             words already run compiled; see BENCHMARKS.md).  Falls back to eager with a
             warning where the compiler fails; pays off for runs long enough to amortise
             the first compilation, which takes seconds; noise agrees with eager to an ulp.
-        reuse_cpu_memory: on a CPU with glibc (Linux), keep memory the model frees in
-            the process heap for the next step while a run lasts, instead of returning
-            it to the system and having it zero-filled again (see
-            :mod:`alchemi_lit.core.heap`); returned at the end of the run.  ``False``:
-            glibc's own behaviour.  No effect on GPUs.
+        reuse_cpu_memory: on a CPU with glibc, keep memory the model frees in the heap
+            for the next step while a run lasts rather than have it zero-filled again
+            (:mod:`alchemi_lit.core.heap`).  ``False``: glibc's own.  No effect on GPUs.
+        cuda_graphs: on CUDA, replay the step as a captured graph between bookkeeping
+            points and list rebuilds (same trajectory; :mod:`.engine.cuda_graph` says
+            what runs eagerly instead, with one warning).  Other devices: a warning.
     """
 
     def __init__(
@@ -109,6 +111,7 @@ class Simulator:
         synchronized: bool | None = None,
         compile: bool | Literal["model", "integrators"] = False,
         reuse_cpu_memory: bool = True,
+        cuda_graphs: bool = False,
     ) -> None:
         if not isinstance(model, Model):
             raise ConfigError(
@@ -153,6 +156,7 @@ class Simulator:
             )
         self.compile = compile
         self.reuse_cpu_memory = bool(reuse_cpu_memory)
+        self.cuda_graphs = cuda_graph.check_cuda_graphs(cuda_graphs, self.device)
         if compile in (True, "model"):
             model.compile()
         if compile in (True, "integrators"):
@@ -161,11 +165,9 @@ class Simulator:
         self.config: dict[str, Any] | None = None  # the resolved CLI config, when run from one
         self.fingerprint: dict[str, Any] | None = None  # what a resume must find unchanged
         self.sinks = list(sinks) if sinks is not None else None  # None: fresh memory per run
-        for s in self.sinks or []:
-            if not isinstance(s, Sink):
-                raise ConfigError(
-                    f"sinks must be Sink instances (HostMemory, ZarrSink), got {type(s).__name__}"
-                )
+        for s in (s for s in self.sinks or [] if not isinstance(s, Sink)):
+            name = type(s).__name__
+            raise ConfigError(f"sinks must be Sink instances (HostMemory, ZarrSink), got {name}")
 
     def forward_fn(self) -> Callable[[Batch], dict[str, torch.Tensor]]:
         """The model call used in the step loop."""
@@ -378,6 +380,7 @@ class Simulator:
             "device": str(self.device),
             "seed": self.seed,
             "sync_every": self.sync_every,
+            "cuda_graphs": self.cuda_graphs,
             "stress": self.stress,
             "fingerprint": self.fingerprint,
             "config": self.config,

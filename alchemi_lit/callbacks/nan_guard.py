@@ -39,6 +39,7 @@ class NaNGuard(Callback):
     """Quarantine non-finite systems (see module docstring).  Added by default."""
 
     modifies_state = True
+    graph_safe = True  # (its accelerator branch is branch-free device work)
 
     def __init__(self) -> None:
         super().__init__(frequency=1)

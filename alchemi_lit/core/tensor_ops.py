@@ -11,6 +11,7 @@ everywhere.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -154,3 +155,26 @@ __all__ = [
     "row_sum",
     "same_key",
 ]
+
+
+#: id(parameter tensor) -> (a weak reference to it, its version, its copies by device)
+_moved: dict[int, tuple[weakref.ref, int, dict[Any, torch.Tensor]]] = {}
+
+
+def on_device(value: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A parameter tensor on the batch's device, copied once (again if written to):
+    copying it at every step would be a host-to-device copy per step, a sync, and
+    impossible inside a CUDA graph.  (Keyed by identity: a WeakKeyDictionary would
+    compare tensors with ``==``.)"""
+    if value.device == device and value.dtype == dtype:
+        return value
+    entry = _moved.get(id(value))
+    if entry is None or entry[0]() is not value or entry[1] != value._version:
+        for k in [k for k, (ref, _, _) in _moved.items() if ref() is None]:
+            del _moved[k]
+        entry = _moved[id(value)] = (weakref.ref(value), value._version, {})
+    copies = entry[2]
+    key = (device, dtype)
+    if key not in copies:
+        copies[key] = value.to(device=device, dtype=dtype)
+    return copies[key]

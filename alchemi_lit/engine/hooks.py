@@ -135,6 +135,11 @@ class Callback:
 
     #: True for callbacks that write to the batch (documented in their docstring).
     modifies_state: ClassVar[bool] = False
+    #: True for callbacks whose step hooks only launch device work that depends on
+    #: nothing but tensors (no host read, no Python state that changes per step):
+    #: ``Simulator(cuda_graphs=True)`` captures them with the step.  Steps where any
+    #: other callback's hook fires run eagerly.
+    graph_safe: ClassVar[bool] = False
 
     def __init__(self, frequency: int = 1) -> None:
         if int(frequency) < 1:

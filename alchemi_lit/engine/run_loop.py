@@ -33,6 +33,7 @@ from ..core.heap import kept_heap
 from ..core.state import Batch
 from ..io.serialize import batch_from_state, batch_state
 from .cadence import MAX_AUTO_INTERVAL, Cadence, SyncEvery
+from .cuda_graph import step_function
 from .fingerprint import refuse_mismatch
 from .hooks import (
     HookDispatcher,
@@ -164,6 +165,7 @@ class RunLoop:
         self.checkpoints = checkpoints
         self.cadence = Cadence(sync_every, simulator.device, hooks.has(HookStageEnum.ON_CONVERGE))
         self.sim = simulator
+        self.step = step_function(loop, simulator)  # eager, or replayed CUDA graphs
         self.context = dict(context or {})
         self.stats = LoopStats()
         self.ctx: StepContext | None = None
@@ -208,6 +210,9 @@ class RunLoop:
                     ctx.batch = self._admit(ctx.batch)
                 self._loop(ctx, guard, done_at_entry)
             finally:
+                release = getattr(self.step, "release", None)  # (a graph's memory pool)
+                if release is not None:
+                    release()
                 try:
                     self.hooks.run_end(ctx)
                 finally:
@@ -261,7 +266,7 @@ class RunLoop:
         watch_checkpoints = cadence.auto and self.checkpoints is not None
         n = 0
         while n < limit:
-            self.loop.step(ctx.batch, ctx)
+            self.step(ctx.batch, ctx)
             n += 1
             due = cadence.after_step(ctx.batch, exit_code, ctx.exited)
             if due or self.loop.evict or guard.received is not None:

@@ -26,7 +26,7 @@ import torch
 from ..core import random as rng
 from ..core.backends import primitive
 from ..core.state import Batch
-from ..core.tensor_ops import all_set, host_reads_free
+from ..core.tensor_ops import all_set, host_reads_free, on_device
 from ..core.units import kB
 from . import formulas
 from .noise import NoiseStream, noise_keys, noise_source, normals
@@ -59,7 +59,7 @@ def masked(moving: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) ->
 def per_system(batch: Batch, value: Param) -> Param:
     """A parameter as a Python number, or a ``[B]`` tensor gathered by ``system_id``."""
     if isinstance(value, torch.Tensor):
-        return value.to(device=batch.device, dtype=batch.dtype)[batch.system_id]
+        return on_device(value, batch.device, batch.dtype)[batch.system_id]
     return value
 
 
@@ -348,10 +348,10 @@ def maxwell_boltzmann(batch: Batch, mask: torch.Tensor, temperature: Param, seed
     t = per_system(batch, temperature)
     t_atom = t.index_select(0, batch.system_idx) if isinstance(t, torch.Tensor) else t
     z = _velocity_normals(batch, mask, seed)
-    sigma = torch.sqrt(
-        kB * torch.as_tensor(t_atom, dtype=batch.dtype, device=batch.device) / batch.masses
-    )
-    v = z * sigma.unsqueeze(-1) if sigma.dim() else z * sigma
+    # (a number stays a number: a tensor made of it would be copied from the host, which
+    # a CUDA graph cannot capture)
+    sigma = torch.sqrt(kB * t_atom / batch.masses)
+    v = z * sigma.unsqueeze(-1)
     v = torch.where(am.unsqueeze(-1), v, torch.zeros_like(v))
     m = batch.masses.unsqueeze(-1) * am.unsqueeze(-1)
     p_tot = system_sum(batch, m * v)

@@ -49,6 +49,7 @@ class DevicePath:
         self._fresh_rows: torch.Tensor | None = None  # systems that joined in a refill
         self._ref_cell_key: list[Any] | None = None  # identity of the cell built in
         self._shift_key: list[Any] | None = None  # identity of the cell the shifts are in
+        self.in_graph = False  # set while a CUDA graph captures a call (engine.cuda_graph)
 
     def _update_lazily(self, batch: Batch) -> None:
         """Keep the list for ``batch``: build it where it is new, build the systems that
@@ -71,6 +72,29 @@ class DevicePath:
             self.skin_watch.publish(rebuild)
         if not same_key(identity_key((batch.cell,)), self._shift_key or []):
             self._reshift(batch)  # (on the device; the cell changed, or may have)
+
+    def ready_for_graph(self, batch: Batch) -> bool:
+        """Whether the next call can be captured: the list is built for this batch by
+        this path, no system waits for its build, and the skin check has a history
+        (its state is then made static, :meth:`SkinWatch.prepare_graph`)."""
+        steady = self._layout is batch.layout and self._i is not None and self._lazy
+        if not steady or self._fresh_rows is not None:
+            return False
+        return self.skin_watch.prepare_graph(batch.num_atoms, batch.num_systems, self._i)
+
+    def _update_in_graph(self, batch: Batch) -> None:
+        """A captured call: the list as it is, its skin measured on the device for the
+        replayer to read one replay late (the shifts recomputed where the cell may have
+        changed, as in :meth:`_update_lazily`)."""
+        strain = None
+        if not same_key(identity_key((batch.cell,)), self._ref_cell_key or []):
+            strain = self.skin_watch.strain(self._ref_cell, batch.cell)
+        self.skin_watch.measure_in_graph(
+            batch.positions, batch.system_idx, batch.num_systems,
+            self._ref_positions, strain, self._built_ok,
+        )  # fmt: skip
+        if not same_key(identity_key((batch.cell,)), self._shift_key or []):
+            self._reshift(batch)
 
     def _build_batched(self, batch: Batch, rows: torch.Tensor | None) -> None:
         """Build every system (``rows`` None) or the systems ``rows`` ``[B]``, merged into

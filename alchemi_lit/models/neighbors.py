@@ -139,6 +139,8 @@ class NeighborList(DevicePath):
     def __call__(self, batch: Batch) -> Edges:
         if host_reads_free(batch.positions):
             self._update_exactly(batch)
+        elif self.in_graph:
+            self._update_in_graph(batch)
         else:
             self._update_lazily(batch)
         pos = batch.positions  # index_select and in-place ops: pos[j] - pos[i] is slower on CPU

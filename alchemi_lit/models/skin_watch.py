@@ -57,6 +57,7 @@ class SkinWatch:
         self._buffer_kind: tuple[torch.dtype, bool] | None = None
         self._rate: float | None = None  # the last rate read (host)
         self._inverse: tuple[torch.Tensor, int, Any] | None = None  # of the reference cells
+        self._graph_staged: torch.Tensor | None = None  # a captured call's measure
 
     def strain(self, ref_cell: torch.Tensor, cell: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """:func:`strain_limits`, the reference cells' inverses kept while they are."""
@@ -118,8 +119,57 @@ class SkinWatch:
         if late is None:
             self.exact_reads += 1
             return not bool((worst <= 0) & ~changed)  # (a blocking read, after a reset only)
-        late_worst, late_rate, late_changed = late
-        return late_changed or not late_worst + self.safety * late_rate <= 0
+        return not self._still_exact(*late)
+
+    def prepare_graph(self, num_atoms: int, num_systems: int, like: torch.Tensor) -> bool:
+        """Make the history static tensors a captured call updates in place (a CUDA
+        graph replays the same addresses); False where the next call would read the
+        exact check (no history yet), which a graph cannot."""
+        if not self._known:
+            return False
+        if self._prev_u is None:  # (just rebuilt: no moves, limits skin / 2)
+            self._prev_u = like.new_zeros((num_atoms, 3))
+        if self._prev_limit is None:
+            self._prev_limit = like.new_full((num_systems,), 0.5 * self.skin)
+        self._graph_staged = like.new_zeros(3)
+        return True
+
+    def measure_in_graph(
+        self,
+        positions: torch.Tensor,
+        system: torch.Tensor,
+        num_systems: int,
+        ref_positions: torch.Tensor,
+        strain: tuple[torch.Tensor, torch.Tensor] | None,
+        built_ok: torch.Tensor,
+    ) -> None:
+        """:meth:`must_rebuild`'s measure, written into the static tensors of
+        :meth:`prepare_graph` (no decision, no read: the graph's replayer decides from
+        the previous replay's copy, :meth:`keeps`, and sends this one with
+        :meth:`publish_graph`)."""
+        u, worst, changed, limit = _measure(
+            positions, system, num_systems, ref_positions, strain, built_ok, 0.5 * self.skin
+        )
+        rate = _rate(u, self._prev_u, limit, self._prev_limit, 0.5 * self.skin)
+        self._prev_u.copy_(u)
+        self._prev_limit.copy_(limit)
+        self._graph_staged.copy_(torch.stack([worst, rate, changed.to(worst.dtype)]))
+
+    def publish_graph(self) -> None:
+        """After a replay: its measure to the host without waiting (see :meth:`publish`)."""
+        self._staged = self._graph_staged
+        self.publish(False)
+
+    def keeps(self) -> bool:
+        """Whether the list may serve one more call, from the last call's copy (False
+        where there is none: the next call must run eagerly and check at once)."""
+        late = self._read()
+        return late is not None and self._still_exact(*late)
+
+    def _still_exact(self, worst: float, rate: float, changed: bool) -> bool:
+        """Whether a list ``worst`` from its limit, growing by ``rate`` a call, stays
+        exact for one more call moving up to ``safety`` times as far."""
+        return not changed and worst + self.safety * rate <= 0
 
     def publish(self, rebuilt: bool) -> None:
         """Send this call's measure to the host without waiting (read at the next call).

@@ -128,7 +128,7 @@ class SingleDeviceStrategy(Strategy):
         checkpoints = CallbackCheckpoints(
             [cb for cb in sim.callbacks if isinstance(cb, Checkpoint)], sinks
         )
-        run = RunLoop(
+        run = self.run_loop = RunLoop(
             loop, hooks, feed, delivery, LocalTransport(feed), checkpoints, sim.sync_every, sim,
             context={"total_systems": total, "total_atoms": atoms,
                      **({"total_bands": bands} if bands else {})},

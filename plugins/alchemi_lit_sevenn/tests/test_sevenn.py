@@ -330,3 +330,25 @@ def test_sevennet_on_cuda_matches_cpu(model: SevenNet) -> None:
     assert torch.equal(runs[0].steps, runs[1].steps)
     per_atom = (runs[1].energy.double() - runs[0].energy.double()).abs() / sizes[:3]
     assert float(per_atom.max()) < 1e-4
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_sevennet_with_cuda_graphs_runs_eagerly_with_one_warning() -> None:
+    """SevenNet's edge filter reads the host (DESIGN_NOTES, "GPU residency"), so a
+    capture fails: one warning, and the run is the eager one."""
+    from loguru import logger
+
+    messages: list[str] = []
+    sink = logger.add(messages.append, level="WARNING")
+    try:
+        runs = [
+            Simulator(SevenNet(), FIRE(fmax=0.05, max_steps=8), accelerator="cuda",
+                      precision="32", cuda_graphs=graphs).run(structures()[:3])
+            for graphs in (False, True)
+        ]  # fmt: skip
+    finally:
+        logger.remove(sink)
+    assert len([m for m in messages if "cuda_graphs" in m]) == 1
+    assert torch.equal(runs[0].steps, runs[1].steps)
+    torch.testing.assert_close(runs[1].batch.positions, runs[0].batch.positions, rtol=0, atol=1e-5)

@@ -1,0 +1,121 @@
+"""``Simulator(cuda_graphs=True)`` against eager steps on one GPU (issue #26 part 3).
+
+    python bench/bench_cuda_graphs.py --device cuda [--json out.json] [--quick]
+
+LJ Langevin (f64) of 108-atom argon crystals at 64 / 1,024 / 8,192 systems and LJ FIRE
+(f64, an fmax nobody meets) of 1,024: time per steady step, eager and with graphs, in
+interleaved repeats (median of 3; ``(T(long) - T(short)) / extra steps``, as
+bench_gpu.py), the bare model call on the same batch and the framework's share of each
+step; how many steps replayed; and the largest position difference between a graphed
+and an eager run of the same 100 steps.  ``--quick`` (CPU smoke run): 4 and 16 systems,
+graphs emulated (:func:`alchemi_lit.testing.emulated_cuda_graphs`), timings meaningless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+
+import torch
+from common import median, setup_threads
+from gpu_measure import call_time, step_time
+from gpu_workloads import LJ_MD, NEVER, argon, lj_model
+
+import alchemi_lit as al
+from alchemi_lit.engine.hooks import Callback
+from alchemi_lit.integrators import FIRE, Langevin
+
+
+class LoopSpy(Callback):
+    """Keeps the run loop's step function (GraphedSteps with graphs) for its counters."""
+
+    def on_run_start(self, ctx):
+        self.sim = ctx.simulator
+
+    def on_run_end(self, ctx):
+        self.steps = self.sim.strategy.run_loop.step
+
+
+def simulator(model, stage, device, graphs, spy=None):
+    return al.Simulator(model=model, stages=stage, accelerator=device.type, precision="64",
+                        seed=0, cuda_graphs=graphs, callbacks=[spy] if spy else [])  # fmt: skip
+
+
+def row(name, n, stage_of, device, repeats, short, target_s):
+    model = lj_model().to(device)
+    batch = simulator(model, stage_of(1), device, False).prepare(argon(n))
+    runs = {g: (lambda k, g=g: simulator(model, stage_of(k), device, g).run(batch))
+            for g in (False, True)}  # fmt: skip
+    times = {False: [], True: []}
+    for _ in range(repeats):  # interleaved: eager, graphs, eager, graphs ...
+        for g in (False, True):
+            times[g] += step_time(runs[g], device, short, 1, target_s).per_step
+    bare = call_time(lambda: model(batch, compute_stress=False), device, repeats)
+    spy = LoopSpy()
+    eager = simulator(model, stage_of(100), device, False).run(batch)
+    graphed = simulator(model, stage_of(100), device, True, spy).run(batch)
+    diff = float((eager.batch.positions - graphed.batch.positions).abs().max())
+    out = {"workload": name, "systems": n, "atoms": int(batch.num_atoms), "bare_ms": bare * 1e3,
+           "replays": spy.steps.replays, "captures": spy.steps.captures,
+           "disabled": spy.steps.disabled, "max_dpos_A": diff}  # fmt: skip
+    for g, key in ((False, "eager"), (True, "graphs")):
+        step = median(times[g])
+        out[f"{key}_ms"] = step * 1e3
+        out[f"{key}_range_ms"] = [min(times[g]) * 1e3, max(times[g]) * 1e3]
+        out[f"{key}_framework"] = (step - bare) / step
+        out[f"{key}_atom_steps_per_s"] = batch.num_atoms / step
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--json", type=Path)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    setup_threads()
+    device = torch.device(args.device)
+    sizes, fire_n = ((4, 16), 16) if args.quick else ((64, 1024, 8192), 1024)
+    switch = contextlib.ExitStack()
+    if device.type != "cuda":
+        from alchemi_lit.testing import accelerator_path, emulated_cuda_graphs
+
+        switch.enter_context(accelerator_path())
+        switch.enter_context(emulated_cuda_graphs())
+    target = 0.2 if args.quick else 1.0
+    rows = []
+    with switch:
+        for n in sizes:
+            rows.append(row("LJ Langevin f64", n, lambda k: Langevin(steps=k, **LJ_MD),
+                            device, args.repeats, 10, target))  # fmt: skip
+            print(rows[-1], flush=True)
+        rows.append(row("LJ FIRE f64", fire_n, lambda k: FIRE(fmax=NEVER, max_steps=k),
+                        device, args.repeats, 10, target))  # fmt: skip
+        print(rows[-1], flush=True)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"\n# CUDA graphs vs eager steps on {name}, torch {torch.__version__}")
+    head = ("workload", "systems", "eager ms", "graphs ms", "speed-up", "bare ms",
+            "framework eager", "framework graphs", "atom-steps/s graphs", "replays",
+            "max |dx| A")  # fmt: skip
+    print(" | ".join(head))
+    for r in rows:
+        print(" | ".join([
+            r["workload"], str(r["systems"]), f"{r['eager_ms']:.2f}", f"{r['graphs_ms']:.2f}",
+            f"{r['eager_ms'] / r['graphs_ms']:.2f}x", f"{r['bare_ms']:.2f}",
+            f"{r['eager_framework']:.0%}", f"{r['graphs_framework']:.0%}",
+            f"{r['graphs_atom_steps_per_s'] / 1e6:.2f} M",
+            f"{r['replays']}/{r['captures']} captures", f"{r['max_dpos_A']:.1e}",
+        ]))  # fmt: skip
+        if r["disabled"]:
+            print(f"   (graphs off: {r['disabled']})")
+    if args.json:
+        args.json.write_text(json.dumps({"device": name, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
