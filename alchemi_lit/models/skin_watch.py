@@ -91,30 +91,15 @@ class SkinWatch:
             limit[kept] = self._prev_limit[old_rows[kept]]
             self._prev_limit = limit
 
-    def must_rebuild(
-        self,
-        positions: torch.Tensor,
-        system: torch.Tensor,
-        num_systems: int,
-        ref_positions: torch.Tensor,
-        strain: tuple[torch.Tensor, torch.Tensor] | None,
-        built_ok: torch.Tensor,
-    ) -> bool:
-        """Whether to rebuild at this call; then :meth:`publish` must follow.
-
-        ``strain``: each system's deformation since the build and the limit ``[B]`` of
-        its atoms' moves (:func:`strain_limits`), or None for an unchanged cell.
-        """
-        u, worst, changed, limit = _measure(
-            positions, system, num_systems, ref_positions, strain, built_ok, 0.5 * self.skin
-        )
-        if self._known:
-            rate = _rate(u, self._prev_u, limit, self._prev_limit, 0.5 * self.skin)
-        else:
-            rate = u.new_full((), math.nan)
+    def must_rebuild(self, *where: Any) -> bool:
+        """Whether to rebuild at this call; then :meth:`publish` must follow.  ``where``:
+        positions, system index, number of systems, the build's positions, ``strain``
+        (each system's deformation since the build and the limit ``[B]`` of its atoms'
+        moves, :func:`strain_limits`, or None for an unchanged cell) and the systems
+        built finite."""
+        u, limit, worst, changed, self._staged = self._measure(*where)
         self._known = True
         self._prev_u, self._prev_limit = u, limit
-        self._staged = torch.stack([worst, rate, changed.to(worst.dtype)])
         late = self._read()
         if late is None:
             self.exact_reads += 1
@@ -134,26 +119,25 @@ class SkinWatch:
         self._graph_staged = like.new_zeros(3)
         return True
 
-    def measure_in_graph(
-        self,
-        positions: torch.Tensor,
-        system: torch.Tensor,
-        num_systems: int,
-        ref_positions: torch.Tensor,
-        strain: tuple[torch.Tensor, torch.Tensor] | None,
-        built_ok: torch.Tensor,
-    ) -> None:
+    def measure_in_graph(self, *where: Any) -> None:
         """:meth:`must_rebuild`'s measure, written into the static tensors of
         :meth:`prepare_graph` (no decision, no read: the graph's replayer decides from
         the previous replay's copy, :meth:`keeps`, and sends this one with
         :meth:`publish_graph`)."""
-        u, worst, changed, limit = _measure(
-            positions, system, num_systems, ref_positions, strain, built_ok, 0.5 * self.skin
-        )
-        rate = _rate(u, self._prev_u, limit, self._prev_limit, 0.5 * self.skin)
+        u, limit, _, _, staged = self._measure(*where)
         self._prev_u.copy_(u)
         self._prev_limit.copy_(limit)
-        self._graph_staged.copy_(torch.stack([worst, rate, changed.to(worst.dtype)]))
+        self._graph_staged.copy_(staged)
+
+    def _measure(self, *where: Any) -> tuple[torch.Tensor, ...]:
+        """This call's moves ``u``, limits, ``worst``, ``changed`` and the three numbers
+        the host reads a call late (the rate NaN where there is no history)."""
+        u, worst, changed, limit = _measure(*where, 0.5 * self.skin)
+        if self._known:
+            rate = _rate(u, self._prev_u, limit, self._prev_limit, 0.5 * self.skin)
+        else:
+            rate = u.new_full((), math.nan)
+        return u, limit, worst, changed, torch.stack([worst, rate, changed.to(worst.dtype)])
 
     def publish_graph(self) -> None:
         """After a replay: its measure to the host without waiting (see :meth:`publish`)."""
