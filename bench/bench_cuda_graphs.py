@@ -25,23 +25,12 @@ from gpu_measure import call_time, step_time
 from gpu_workloads import LJ_MD, NEVER, argon, lj_model
 
 import alchemi_lit as al
-from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.integrators import FIRE, Langevin
 
 
-class LoopSpy(Callback):
-    """Keeps the run loop's step function (GraphedSteps with graphs) for its counters."""
-
-    def on_run_start(self, ctx):
-        self.sim = ctx.simulator
-
-    def on_run_end(self, ctx):
-        self.steps = self.sim.strategy.run_loop.step
-
-
-def simulator(model, stage, device, graphs, spy=None):
+def simulator(model, stage, device, graphs):
     return al.Simulator(model=model, stages=stage, accelerator=device.type, precision="64",
-                        seed=0, cuda_graphs=graphs, callbacks=[spy] if spy else [])  # fmt: skip
+                        seed=0, cuda_graphs=graphs)  # fmt: skip
 
 
 def row(name, n, stage_of, device, repeats, short, target_s):
@@ -54,13 +43,14 @@ def row(name, n, stage_of, device, repeats, short, target_s):
         for g in (False, True):
             times[g] += step_time(runs[g], device, short, 1, target_s).per_step
     bare = call_time(lambda: model(batch, compute_stress=False), device, repeats)
-    spy = LoopSpy()
     eager = simulator(model, stage_of(100), device, False).run(batch)
-    graphed = simulator(model, stage_of(100), device, True, spy).run(batch)
+    sim = simulator(model, stage_of(100), device, True)
+    graphed = sim.run(batch)
+    steps = sim.strategy.run_loop.step  # (GraphedSteps: its counters)
     diff = float((eager.batch.positions - graphed.batch.positions).abs().max())
     out = {"workload": name, "systems": n, "atoms": int(batch.num_atoms), "bare_ms": bare * 1e3,
-           "replays": spy.steps.replays, "captures": spy.steps.captures,
-           "disabled": spy.steps.disabled, "max_dpos_A": diff}  # fmt: skip
+           "replays": steps.replays, "captures": steps.captures,
+           "disabled": steps.disabled, "max_dpos_A": diff}  # fmt: skip
     for g, key in ((False, "eager"), (True, "graphs")):
         step = median(times[g])
         out[f"{key}_ms"] = step * 1e3

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from .errors import first_line
+
 
 def compile_or_eager(
     fn: Callable[..., Any],
@@ -36,9 +38,8 @@ def compile_or_eager(
             from loguru import logger
 
             failed = True
-            first_line = (str(exc).strip().splitlines() or [""])[0][:200]
             logger.warning(
-                f"torch.compile failed for {what} ({type(exc).__name__}: {first_line}); "
+                f"torch.compile failed for {what} ({type(exc).__name__}: {first_line(exc)}); "
                 f"running eagerly from now on"
             )
             if on_fallback is not None:

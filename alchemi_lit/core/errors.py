@@ -64,3 +64,10 @@ class UnitWarning(UserWarning):
     most likely meant; each parameter and value is reported once per process.  Filter it
     with :mod:`warnings` (``warnings.simplefilter("ignore", UnitWarning)``).
     """
+
+
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message, cut to ``limit`` characters: what a
+    one-line warning about a fallback quotes."""
+    return (str(exc).strip().splitlines() or [""])[0][:limit]
+

@@ -203,6 +203,13 @@ class Batch:
         in every step, on the same forces."""
         return self._kept("_force_sq", self.atom["forces"], row_dot)
 
+    def forget_derived(self) -> None:
+        """Drop what is derived from the fields and kept (segments, masks, ``|F|^2``):
+        recomputed when next asked for (after a CUDA graph capture that failed, whose
+        values were never filled in)."""
+        for slot in ("_segments", "_fixed_seen", "_force_sq"):
+            object.__setattr__(self, slot, None)
+
     def _kept(self, slot: str, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Any]) -> Any:
         """``compute(tensor)``, kept in ``slot`` (see :func:`~alchemi_lit.core.tensor_ops.kept`)."""
         memo = kept(getattr(self, slot), tensor, compute)

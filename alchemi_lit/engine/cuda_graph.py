@@ -38,13 +38,8 @@ from typing import Any
 import torch
 from loguru import logger
 
-from ..core.errors import ConfigError
-from .hooks import StepContext
-
-#: eager steps before each capture: the step just before tells which fields a step
-#: writes (their memos must recompute inside the graph) and, after a rebuild, gives
-#: the skin check its history
-WARMUP_STEPS = 1
+from ..core.errors import ConfigError, first_line
+from .hooks import HookStageEnum, StepContext
 
 
 class NotCapturable(RuntimeError):
@@ -104,18 +99,13 @@ class GraphedSteps:
         self._replay: Callable[[], None] | None = None
         self._signature: list[Any] = []
         self._written: list[torch.Tensor] = []  # what each replay writes (versions bumped)
-        self._since_eager = 0  # eager steps since the last capture
-        self._last_written: set[str] | None = None  # fields the last eager step wrote
-        self._unsafe = [
-            cb.frequency
-            for cb in loop.hooks.callbacks
-            if not getattr(cb, "graph_safe", False) and _per_step(cb)
-        ]
-        every_step = sorted(
-            type(cb).__name__
-            for cb in loop.hooks.callbacks
-            if not getattr(cb, "graph_safe", False) and _per_step(cb) and cb.frequency == 1
-        )
+        # the fields the eager step just before wrote (None: no such step since the last
+        # capture): each capture follows one, which tells what a step writes (memos on it
+        # must recompute inside the graph) and, after a rebuild, gives the skin a history
+        self._last_written: set[str] | None = None
+        unsafe = [cb for cb in loop.hooks.callbacks if not cb.graph_safe and _per_step(cb)]
+        self._unsafe = [cb.frequency for cb in unsafe]
+        every_step = sorted(type(cb).__name__ for cb in unsafe if cb.frequency == 1)
         if every_step:
             self._disable(
                 f"callback(s) {', '.join(every_step)} run at every step and are not "
@@ -130,12 +120,7 @@ class GraphedSteps:
                 self._replay_step(ctx)
                 return
             self._replay = None
-        if (
-            self.disabled is None
-            and self._since_eager >= WARMUP_STEPS
-            and self._last_written is not None
-            and self._ready(batch, ctx)
-        ):
+        if self.disabled is None and self._last_written is not None and self._ready(batch, ctx):
             self._capture(batch, ctx)
         else:
             self._eager(batch, ctx)
@@ -151,7 +136,6 @@ class GraphedSteps:
         before = _versions(batch)
         self.loop.step(batch, ctx)
         after = _versions(batch)
-        self._since_eager += 1
         same_fields = before.keys() == after.keys()
         self._last_written = _written(before, after) if same_fields else None
 
@@ -172,9 +156,8 @@ class GraphedSteps:
         """What a replay assumes unchanged since the capture, compared by identity: the
         batch, its tensors, the accumulators, the neighbour list and its skin state."""
         loop, nl = self.loop, self.neighbors
-        hooks_fire = any(ctx.step % freq == 0 for freq in self._unsafe)
         held = loop.pending or loop.evict
-        sig = [batch, batch.layout, ctx.exited, ctx.converged, held, hooks_fire]
+        sig = [batch, batch.layout, ctx.exited, ctx.converged, held, self._unsafe_fire(ctx)]
         sig += list(batch.atom.values()) + list(batch.system.values())
         if nl is not None:
             watch = nl.skin_watch
@@ -186,9 +169,13 @@ class GraphedSteps:
         loop = self.loop
         if loop.pending or loop.evict or batch.num_systems == 0:
             return False
-        if any(ctx.step % freq == 0 for freq in self._unsafe):
-            return False  # (a callback that must run eagerly fires at this step)
+        if self._unsafe_fire(ctx):
+            return False
         return self.neighbors is None or self.neighbors.ready_for_graph(batch)
+
+    def _unsafe_fire(self, ctx: StepContext) -> bool:
+        """Whether a callback that must run eagerly fires at this step."""
+        return any(ctx.step % freq == 0 for freq in self._unsafe)
 
     def _capture(self, batch: Any, ctx: StepContext) -> None:
         loop, nl = self.loop, self.neighbors
@@ -202,7 +189,6 @@ class GraphedSteps:
         written = [before[k] for k in expected] + list(accumulators)
         # what the last eager step wrote changes every step: memos on it must recompute
         torch.autograd.graph.increment_version(written)
-        memos = self._memos(batch)
         counters = (ctx.step, loop.num_forward_calls)
 
         def body() -> None:
@@ -210,7 +196,7 @@ class GraphedSteps:
             context left pointing at those (run once by a capture, which records its
             kernels; a test's backend runs it at every replay)."""
             versions = _versions(batch)
-            counters = (ctx.step, loop.num_forward_calls)
+            start = (ctx.step, loop.num_forward_calls)
             if nl is not None:
                 nl.in_graph = True
             try:
@@ -236,42 +222,29 @@ class GraphedSteps:
                 old.copy_(new)
             _point_at(batch, before)
             ctx.exited, ctx.converged = accumulators
-            ctx.step, loop.num_forward_calls = counters  # (the replayer counts)
+            ctx.step, loop.num_forward_calls = start  # (the replayer counts)
 
         try:
             replay = self.backend.capture(body)
         except Exception as exc:
-            # nothing ran: the tensors read hold the state; what the capture made, nothing
+            # nothing ran: the tensors read hold the state; what the capture derived and
+            # kept (memos) holds nothing, and is recomputed at the next use
             _point_at(batch, before)
             ctx.exited, ctx.converged = accumulators
             ctx.step, loop.num_forward_calls = counters
-            self._restore_memos(batch, memos)
+            batch.forget_derived()
+            loop.forget_masks()
+            if nl is not None:
+                nl.forget_derived()
             if not isinstance(exc, NotCapturable):
-                self._disable(f"{type(exc).__name__}: {_first_line(exc)}")
+                self._disable(f"{type(exc).__name__}: {first_line(exc)}")
             self._eager(batch, ctx)
             return
         self._written, self._replay = written, replay
         self._signature = self._signature_of(batch, ctx)
         self.captures += 1
-        self._since_eager = 0
+        self._last_written = None
         self._replay_step(ctx)  # (a capture records kernels without running them)
-
-    def _memos(self, batch: Any) -> tuple[Any, ...]:
-        """The memos a capture may replace with tensors it never filled (kept, so that a
-        failed capture can put them back)."""
-        nl = self.neighbors
-        kept = (batch._segments, batch._force_sq, batch._fixed_seen, self.loop._by_status)
-        if nl is not None:
-            kept += (nl.skin_watch._inverse, nl._shift, nl._shift_cell, nl._shift_key)
-        return kept
-
-    def _restore_memos(self, batch: Any, memos: tuple[Any, ...]) -> None:
-        for slot, value in zip(("_segments", "_force_sq", "_fixed_seen"), memos):
-            object.__setattr__(batch, slot, value)
-        self.loop._by_status = memos[3]
-        if self.neighbors is not None:
-            nl = self.neighbors
-            nl.skin_watch._inverse, nl._shift, nl._shift_cell, nl._shift_key = memos[4:]
 
     def _disable(self, why: str) -> None:
         if self.disabled is None:
@@ -300,10 +273,7 @@ def step_function(loop: Any, simulator: Any) -> Callable[[Any, StepContext], Non
 
 def _per_step(callback: Any) -> bool:
     """Whether ``callback`` subscribes to a stage inside the step (not only events)."""
-    from .hooks import HookStageEnum
-
-    events = {HookStageEnum.ON_CONVERGE}
-    return any(stage not in events for stage in callback.hook_stages())
+    return bool(set(callback.hook_stages()) - {HookStageEnum.ON_CONVERGE})
 
 
 def _fields(batch: Any) -> dict[str, torch.Tensor]:
@@ -336,11 +306,7 @@ def _same(a: list[Any], b: list[Any]) -> bool:
     return len(a) == len(b) and all(x is y or (type(x) is bool and x == y) for x, y in zip(a, b))
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:200]
-
-
 __all__ = [
-    "WARMUP_STEPS", "CudaGraphBackend", "GraphedSteps", "NotCapturable", "backend_for",
+    "CudaGraphBackend", "GraphedSteps", "NotCapturable", "backend_for",
     "check_cuda_graphs", "cuda_backend", "step_function",
 ]  # fmt: skip

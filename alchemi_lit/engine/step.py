@@ -263,6 +263,10 @@ class FusedLoop:
         self._by_status = kept(self._by_status, batch.status, self._masks_of)
         return self._by_status[2]
 
+    def forget_masks(self) -> None:
+        """Drop the kept status masks (recomputed at the next use)."""
+        self._by_status = None
+
     def _masks_of(self, status: torch.Tensor) -> StatusMasks:
         stages = [status == code for code in self.plan.codes]
         finished = status == self.plan.exit

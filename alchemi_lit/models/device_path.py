@@ -39,6 +39,7 @@ class DevicePath:
     _ref_positions: Any
     _ref_cell: Any
     _shift_cell: Any
+    _csr: dict[Any, Any]
     _set_aids: Callable[[Batch], None]  # (NeighborList's methods)
     _reshift: Callable[[Batch], None]
 
@@ -60,18 +61,35 @@ class DevicePath:
         else:
             if self._fresh_rows is not None:  # systems that joined in a refill
                 self._build_batched(batch, self._fresh_rows)
-            strain = None
-            if not same_key(identity_key((batch.cell,)), self._ref_cell_key or []):
-                strain = self.skin_watch.strain(self._ref_cell, batch.cell)
-            rebuild = self.skin_watch.must_rebuild(
-                batch.positions, batch.system_idx, batch.num_systems,
-                self._ref_positions, strain, self._built_ok,
-            )  # fmt: skip
+            rebuild = self.skin_watch.must_rebuild(*self._skin_inputs(batch))
             if rebuild:
                 self._build_batched(batch, None)
             self.skin_watch.publish(rebuild)
+        self._reshift_if_moved(batch)
+
+    def _skin_inputs(self, batch: Batch) -> tuple[Any, ...]:
+        """What the skin check measures: positions, system index, number of systems,
+        the build's positions, the cells' deformation since the build (None where the
+        cell is the one built in, told by identity) and the systems built finite."""
+        strain = None
+        if not same_key(identity_key((batch.cell,)), self._ref_cell_key or []):
+            strain = self.skin_watch.strain(self._ref_cell, batch.cell)
+        return (
+            batch.positions, batch.system_idx, batch.num_systems,
+            self._ref_positions, strain, self._built_ok,
+        )  # fmt: skip
+
+    def _reshift_if_moved(self, batch: Batch) -> None:
         if not same_key(identity_key((batch.cell,)), self._shift_key or []):
             self._reshift(batch)  # (on the device; the cell changed, or may have)
+
+    def forget_derived(self) -> None:
+        """Drop what is derived from the list and kept (the reference cells' inverses,
+        the shifts' cell, the edge rows): recomputed at the next call (after a CUDA
+        graph capture that failed, whose values were never filled in)."""
+        self.skin_watch.forget_inverse()
+        self._shift_key = None
+        self._csr = {}
 
     def ready_for_graph(self, batch: Batch) -> bool:
         """Whether the next call can be captured: the list is built for this batch by
@@ -86,15 +104,8 @@ class DevicePath:
         """A captured call: the list as it is, its skin measured on the device for the
         replayer to read one replay late (the shifts recomputed where the cell may have
         changed, as in :meth:`_update_lazily`)."""
-        strain = None
-        if not same_key(identity_key((batch.cell,)), self._ref_cell_key or []):
-            strain = self.skin_watch.strain(self._ref_cell, batch.cell)
-        self.skin_watch.measure_in_graph(
-            batch.positions, batch.system_idx, batch.num_systems,
-            self._ref_positions, strain, self._built_ok,
-        )  # fmt: skip
-        if not same_key(identity_key((batch.cell,)), self._shift_key or []):
-            self._reshift(batch)
+        self.skin_watch.measure_in_graph(*self._skin_inputs(batch))
+        self._reshift_if_moved(batch)
 
     def _build_batched(self, batch: Batch, rows: torch.Tensor | None) -> None:
         """Build every system (``rows`` None) or the systems ``rows`` ``[B]``, merged into

@@ -64,6 +64,10 @@ class SkinWatch:
         self._inverse = kept(self._inverse, ref_cell, reference_inverse)
         return strain_limits(ref_cell, cell, self.cutoff, self.skin, self._inverse[2])
 
+    def forget_inverse(self) -> None:
+        """Drop the kept reference-cell inverses (recomputed at the next use)."""
+        self._inverse = None
+
     def forget(self, built: bool = False) -> None:
         """Drop the history: the next call reads the exact check at once.  ``built``: the
         whole list was just built (its moves count from zero, so the call after that

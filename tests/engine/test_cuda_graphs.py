@@ -47,14 +47,9 @@ def same_trajectory(a, b, atol: float = 0.0) -> None:
                                    rtol=0, atol=atol, msg=field)  # fmt: skip
 
 
-class Graphs(Callback):
-    """Finds the run's GraphedSteps (the run loop's step function) at the run's end."""
-
-    def on_run_start(self, ctx):
-        self.sim = ctx.simulator
-
-    def on_run_end(self, ctx):
-        self.steps = self.sim.strategy.run_loop.step
+def graphed_steps(sim):
+    """The run's GraphedSteps: the run loop's step function, with its counters."""
+    return sim.strategy.run_loop.step
 
 
 @pytest.mark.parametrize("name", list(PLANS))
@@ -77,11 +72,9 @@ def test_most_steps_replay_and_rebuilds_leave_the_graph():
     with accelerator_path():
         eager, _ = run(plan(), graphs=False, data=perturbed_argon(4, 2, 0.05, seed=4))
         with emulated_cuda_graphs() as backends:
-            hold = Graphs()
-            graphed, _ = run(plan(), graphs=True, callbacks=[hold],
-                             data=perturbed_argon(4, 2, 0.05, seed=4))  # fmt: skip
+            graphed, sim = run(plan(), graphs=True, data=perturbed_argon(4, 2, 0.05, seed=4))
     same_trajectory(graphed, eager)
-    steps = hold.steps
+    steps = graphed_steps(sim)
     assert steps.disabled is None
     assert steps.replays >= 0.8 * 120, (steps.replays, steps.captures)
     assert backends[-1].captures == steps.captures >= 2  # (the list was rebuilt)
@@ -105,11 +98,11 @@ def test_steps_where_a_callback_fires_run_eagerly():
         plain = EveryThird()
         eager, _ = run(plan(), graphs=False, callbacks=[plain], data=data)
         with emulated_cuda_graphs():
-            watched, hold = EveryThird(), Graphs()
-            graphed, _ = run(plan(), graphs=True, callbacks=[watched, hold], data=data)
+            watched = EveryThird()
+            graphed, sim = run(plan(), graphs=True, callbacks=[watched], data=data)
     same_trajectory(graphed, eager)
     assert watched.seen == plain.seen and len(plain.seen) == 41  # (steps 0, 3, ..., 120)
-    assert hold.steps.replays >= 60
+    assert graphed_steps(sim).replays >= 60
 
 
 class EveryStep(Callback):
@@ -186,13 +179,13 @@ def test_cuda_graph_replays_equal_eager_steps_on_a_gpu(name):
     """Real graphs: the same steps and exits as eager CUDA steps, and the trajectories
     to 1e-9 (the same kernels; a captured reduction may pick another algorithm)."""
     eager, _ = run(PLANS[name](), graphs=False, device="cuda")
-    hold = Graphs()
-    graphed, _ = run(PLANS[name](), graphs=True, device="cuda", callbacks=[hold])
+    graphed, sim = run(PLANS[name](), graphs=True, device="cuda")
+    steps = graphed_steps(sim)
     if name in FALLS_BACK:
-        assert hold.steps.disabled is not None and hold.steps.captures == 0
+        assert steps.disabled is not None and steps.captures == 0
     else:
-        assert hold.steps.disabled is None, hold.steps.disabled
-        assert hold.steps.captures >= 1 and hold.steps.replays >= 5
+        assert steps.disabled is None, steps.disabled
+        assert steps.captures >= 1 and steps.replays >= 5
     same_trajectory(graphed, eager, atol=1e-9)
     assert graphed.batch.positions.device.type == "cpu"  # (results live on the host)
 
@@ -202,10 +195,9 @@ def test_cuda_graph_replays_equal_eager_steps_on_a_gpu(name):
 def test_cuda_graphs_through_rebuilds_on_a_gpu():
     data = perturbed_argon(8, 2, 0.05, seed=4)
     eager, _ = run(LONG["langevin"](), graphs=False, device="cuda", data=data)
-    hold = Graphs()
-    graphed, _ = run(LONG["langevin"](), graphs=True, device="cuda", callbacks=[hold], data=data)
+    graphed, sim = run(LONG["langevin"](), graphs=True, device="cuda", data=data)
     same_trajectory(graphed, eager, atol=1e-9)
-    assert hold.steps.captures >= 2 and hold.steps.replays >= 90
+    assert graphed_steps(sim).captures >= 2 and graphed_steps(sim).replays >= 90
 
 
 def test_graph_backend_factory_is_restored():
