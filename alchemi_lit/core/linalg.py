@@ -34,6 +34,22 @@ _EXP_TERMS = 13
 _MAX_SQUARINGS = 20
 
 
+def inverse(a: torch.Tensor) -> torch.Tensor:
+    """``torch.linalg.inv``; where host reads are not free, without its error check,
+    which reads LAPACK's status on the host (a sync per call on a GPU, and no CUDA
+    graph): callers keep singular matrices out (the cell filters swap them for I)."""
+    if host_reads_free(a):
+        return torch.linalg.inv(a)
+    return torch.linalg.inv_ex(a).inverse
+
+
+def solve(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``torch.linalg.solve(a, b)``, without the error check off CPU (see :func:`inverse`)."""
+    if host_reads_free(a):
+        return torch.linalg.solve(a, b)
+    return torch.linalg.solve_ex(a, b).result
+
+
 def _norm1(a: torch.Tensor) -> torch.Tensor:
     """Matrix 1-norm (largest column sum of magnitudes) of ``[..., 3, 3]``."""
     return a.abs().sum(-2).amax(-1)
@@ -46,7 +62,7 @@ def sqrtm(a: torch.Tensor) -> torch.Tensor:
     tol = max(1e-15, 4 * torch.finfo(a.dtype).eps)  # float32 stalls at its round-off
     m, y = a, a
     for _ in range(_MAX_DB):
-        m_inv = torch.linalg.inv(m)
+        m_inv = inverse(m)
         y = y @ (eye + m_inv) * 0.5
         m = (eye + (m + m_inv) * 0.5) * 0.5
         if not may_be_set(_norm1(m - eye) > tol):
@@ -68,7 +84,7 @@ def logm(a: torch.Tensor) -> torch.Tensor:
             break
         x = torch.where(far[..., None, None], sqrtm(x), x)
         scale = torch.where(far, 2.0 * scale, scale)
-    z = torch.linalg.solve(x + eye, x - eye)  # (x - I)(x + I)^-1: they commute
+    z = solve(x + eye, x - eye)  # (x - I)(x + I)^-1: they commute
     z2, term, total = z @ z, z, z
     for k in range(1, _LOG_TERMS):
         term = term @ z2

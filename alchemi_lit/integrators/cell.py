@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from ..core.errors import ConfigError
-from ..core.linalg import expm, expm_frechet_adjoint, logm, voigt_mask
+from ..core.linalg import expm, expm_frechet_adjoint, inverse, logm, solve, voigt_mask
 from ..core.state import Batch, system_name
 from ..core.tensor_ops import identity_key, same_key
 from ..core.units import GPa, bar
@@ -182,8 +182,8 @@ class CellFilter:
         eye = torch.eye(3, dtype=batch.dtype, device=batch.device).expand_as(batch.cell)
         ref = torch.where(active[:, None, None], batch.cell_ref, eye)
         cell = torch.where(active[:, None, None], batch.cell, eye)
-        f = torch.linalg.solve(ref, cell).transpose(-1, -2)
-        out = (active, f, torch.linalg.inv(f), logm(f) if self.kind == "frechet" else None)
+        f = solve(ref, cell).transpose(-1, -2)
+        out = (active, f, inverse(f), logm(f) if self.kind == "frechet" else None)
         self._memo["geometry"] = (key, out)
         return out
 
@@ -262,7 +262,7 @@ class CellFilter:
         new_cell = torch.where(active[:, None, None], batch.cell_ref @ stretch, batch.cell)
         positions = _per_atom_product(batch, x_atoms, stretch)
         if batch.may_have_fixed_atoms():
-            carried = torch.linalg.solve(
+            carried = solve(
                 torch.where(active[:, None, None], batch.cell, eye),
                 torch.where(active[:, None, None], new_cell, eye),
             )

@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 
 from ..core import random as rng
-from ..core.linalg import expm
+from ..core.linalg import expm, inverse
 from ..core.state import Batch
 from ..core.units import GPa, fs
 from . import barostat as baro
@@ -90,7 +90,7 @@ class CRescale(NPTIntegrator):
         baro.set_atoms(batch, mask, velocities=baro.times(batch, batch.velocities, alpha))
         ops.kick(batch, mask, 0.5 * self.dt)
         r = self.deformation(batch)
-        r_inv_t = 1.0 / r if self.isotropic else torch.linalg.inv(r).transpose(-1, -2)
+        r_inv_t = 1.0 / r if self.isotropic else inverse(r).transpose(-1, -2)
         v_in = baro.times(batch, batch.velocities, r)
         v_out = baro.times(batch, batch.velocities, r_inv_t)
         half = per_system(batch, 0.5 * self.dt)[batch.system_idx, None]

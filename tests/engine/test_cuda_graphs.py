@@ -24,9 +24,9 @@ from alchemi_lit.models import LennardJones
 from alchemi_lit.testing import accelerator_path, emulated_cuda_graphs
 from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon
 
-#: plans whose step reads the host, so a capture fails and they run eagerly: BFGS's
-#: step (a nonzero) and the Frechet cell filter (linalg's error check)
-FALLS_BACK = {"bfgs", "fire+frechet", "lbfgs+frechet"}
+#: plans whose step reads the host, so a capture fails and they run eagerly: BFGS
+#: groups its systems by size on the host for its dense Hessians
+FALLS_BACK = {"bfgs"}
 LONG = {"langevin": lambda: Langevin(dt=2.0, temperature=60.0, steps=120)}
 
 
