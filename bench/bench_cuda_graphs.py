@@ -7,7 +7,9 @@ LJ Langevin (f64) of 108-atom argon crystals at 64 / 1,024 / 8,192 systems and L
 interleaved repeats (median of 3; ``(T(long) - T(short)) / extra steps``, as
 bench_gpu.py), the bare model call on the same batch and the framework's share of each
 step; how many steps replayed; and the largest position difference between a graphed
-and an eager run of the same 100 steps.  ``--quick`` (CPU smoke run): 4 and 16 systems,
+and an eager run of the same 100 steps; and the device's timeline of each
+(:mod:`gpu_timeline`: device time inside a step, and idle between two -- what tells a
+slower replay from a device waiting for the host).  ``--quick`` (CPU smoke run): 4 and 16 systems,
 graphs emulated (:func:`alchemi_lit.testing.emulated_cuda_graphs`), timings meaningless.
 """
 
@@ -22,6 +24,7 @@ from pathlib import Path
 import torch
 from common import median, setup_threads
 from gpu_measure import call_time, step_time
+from gpu_timeline import step_marks, timeline
 from gpu_workloads import LJ_MD, NEVER, argon, lj_model
 
 import alchemi_lit as al
@@ -41,13 +44,18 @@ def row(name, n, stage_of, device, repeats, short, target_s):
     times = {False: [], True: []}
     for _ in range(repeats):  # interleaved: eager, graphs, eager, graphs ...
         for g in (False, True):
-            times[g] += step_time(runs[g], device, short, 1, target_s).per_step
+            times[g] += step_time(runs[g], device, short, 1, target_s, max_steps=400).per_step
     bare = call_time(lambda: model(batch, compute_stress=False), device, repeats)
     eager = simulator(model, stage_of(100), device, False).run(batch)
     sim = simulator(model, stage_of(100), device, True)
     graphed = sim.run(batch)
     steps = sim.strategy.run_loop.step  # (GraphedSteps: its counters)
     diff = float((eager.batch.positions - graphed.batch.positions).abs().max())
+    lines = {}
+    for g in (False, True):  # the device's timeline: busy in a step, idle between steps
+        with step_marks(device) as marks:
+            runs[g](60)
+        lines[g] = timeline(marks, device)
     out = {"workload": name, "systems": n, "atoms": int(batch.num_atoms), "bare_ms": bare * 1e3,
            "replays": steps.replays, "captures": steps.captures,
            "disabled": steps.disabled, "max_dpos_A": diff}  # fmt: skip
@@ -57,6 +65,8 @@ def row(name, n, stage_of, device, repeats, short, target_s):
         out[f"{key}_range_ms"] = [min(times[g]) * 1e3, max(times[g]) * 1e3]
         out[f"{key}_framework"] = (step - bare) / step
         out[f"{key}_atom_steps_per_s"] = batch.num_atoms / step
+        out[f"{key}_span_ms"] = lines[g]["span_ms"]
+        out[f"{key}_gap_ms"] = lines[g]["gap_ms"]
     return out
 
 
@@ -76,7 +86,7 @@ def main(argv=None) -> int:
 
         switch.enter_context(accelerator_path())
         switch.enter_context(emulated_cuda_graphs())
-    target = 0.2 if args.quick else 1.0
+    target = 0.2 if args.quick else 2.0
     rows = []
     with switch:
         for n in sizes:
@@ -90,7 +100,7 @@ def main(argv=None) -> int:
     print(f"\n# CUDA graphs vs eager steps on {name}, torch {torch.__version__}")
     head = ("workload", "systems", "eager ms", "graphs ms", "speed-up", "bare ms",
             "framework eager", "framework graphs", "atom-steps/s graphs", "replays",
-            "max |dx| A")  # fmt: skip
+            "max |dx| A", "device span ms eager / graphs", "idle between steps ms")  # fmt: skip
     print(" | ".join(head))
     for r in rows:
         print(" | ".join([
@@ -99,6 +109,8 @@ def main(argv=None) -> int:
             f"{r['eager_framework']:.0%}", f"{r['graphs_framework']:.0%}",
             f"{r['graphs_atom_steps_per_s'] / 1e6:.2f} M",
             f"{r['replays']}/{r['captures']} captures", f"{r['max_dpos_A']:.1e}",
+            f"{r['eager_span_ms']:.2f} / {r['graphs_span_ms']:.2f}",
+            f"{r['eager_gap_ms']:.3f} / {r['graphs_gap_ms']:.3f}",
         ]))  # fmt: skip
         if r["disabled"]:
             print(f"   (graphs off: {r['disabled']})")

@@ -65,18 +65,23 @@ def step_time(
 ) -> StepTiming:
     """Time ``run(n)`` (a whole run of ``n`` steps) at ``short`` and at a longer ``n``.
 
-    A first ``run(short)`` warms up (imports, kernels, allocator) and a second (the
-    first alone for a budgeted peer) estimates a step from above (a run of ``n`` steps
-    calls the model ``n + 1`` times); the long run
-    adds enough steps for ``target_s`` seconds (at least 3, at most ``max_steps``).
+    A first ``run(short)`` warms up (imports, kernels, allocator); then runs of
+    ``short`` and ``3 short`` steps estimate a step without the run's set-up (for a
+    budgeted peer, the warm-up alone estimates it from above: a run of ``n`` steps
+    calls the model ``n + 1`` times), and the long run adds enough steps for
+    ``target_s`` seconds (at least 3, at most ``max_steps``).  Why not the warm-up
+    alone: where set-up dwarfs a step (8,192 systems on a GPU), it made the long run
+    add a few steps only, and the set-up's noise swamped them.
     With ``budget_s`` (a slow peer), repeats stop once the next would pass it, and a
     single pass that would is not made: ``per_step`` then holds the warm-up's
     estimate alone and ``capped`` says so.
     """
     t_warm, _ = timed(lambda: run(short), device)
-    if budget_s is None:  # the first run of a process pays CUDA's start: estimate again
-        t_warm, _ = timed(lambda: run(short), device)
     estimate = t_warm / (short + 1)
+    if budget_s is None:  # (the first run of a process pays CUDA's start: not from it)
+        t_short, _ = timed(lambda: run(short), device)
+        t_more, _ = timed(lambda: run(3 * short), device)
+        estimate = max((t_more - t_short) / (2 * short), 1e-6)
     extra = int(min(max(3, round(target_s / max(estimate, 1e-9))), max_steps))
     one_pass = estimate * (2 * short + 2 + extra)
     if budget_s is not None and one_pass > budget_s:
