@@ -8,6 +8,7 @@ Run (from the repository root)::
     python bench/bench_properties.py --quick            # smoke run: 3 materials, small cells
     python bench/bench_properties.py --json out.json
     python bench/bench_properties.py --repeats 1        # one run per engine (default 3)
+    python bench/bench_properties.py --device cuda --model sevennet  # on a GPU (issue #28)
     bash bench/setup_matcalc.sh && /tmp/alchemi_bench_venvs/matcalc/bin/python \
         bench/bench_properties.py                       # with matcalc's rows (its own venv)
 
@@ -32,6 +33,15 @@ alchemi_lit's run), model calls (forward calls of the
 batched run; calculator calls), and the agreement of C_ij and of the free energy.
 phonopy's own set-up (symmetry of each supercell) is paid by every engine alike and
 dominates phonons with a cheap model: hence the model-time column.
+
+``--device cuda``: alchemi_lit's relaxation and workflows run with
+``accelerator="cuda"`` and SevenNet's ASE calculator on the same GPU (ASE's EMT is numpy:
+it stays on the CPU); the device is synchronised around every timed section, and each
+fresh ASE / matcalc process makes one untimed calculator call first (CUDA context and
+first kernels, which alchemi_lit's process paid in the relaxation).  phonopy's work stays
+on the CPU: alchemi_lit's in ``workers="auto"`` processes (one per usable core, at most
+one per material), the others in their own process.  ``scripts/gpu_properties.sh``
+runs it on a GPU machine without network.
 """
 
 from __future__ import annotations
@@ -49,7 +59,7 @@ STRAINS = (-0.01, -0.005, 0.005, 0.01)
 VOIGT = ((0, 0), (1, 1), (2, 2), (1, 2), (0, 2), (0, 1))
 
 
-def workload(n: int, model: Any) -> list[Any]:
+def workload(n: int, model: Any, device: str = "cpu") -> list[Any]:
     """``n`` of the 20 crystals, relaxed with ``model`` (LBFGS with a Frechet cell filter)."""
     from ase import Atoms
     from ase.build import bulk
@@ -73,7 +83,7 @@ def workload(n: int, model: Any) -> list[Any]:
         out.append(Atoms(f"{x}{y}", cell=[a, a, a], pbc=True,
                          scaled_positions=[[0, 0, 0], [0.5, 0.5, 0.5]]))  # fmt: skip
     relax = LBFGS(fmax=1e-4, max_steps=1000, cell=CellFilter())
-    relaxed = al.Simulator(model, relax, precision="64").run(out[:n])
+    relaxed = al.Simulator(model, relax, precision="64", accelerator=device).run(out[:n])
     return [Atoms(a.numbers, a.positions, cell=a.cell, pbc=True) for a in relaxed]
 
 
@@ -87,14 +97,46 @@ def make_model(name: str) -> Any:
     return SevenNet("sevennet-0")
 
 
-def ase_calculator(name: str) -> Any:
+def ase_calculator(name: str, device: str = "cpu") -> Any:
+    """The model's ASE calculator; SevenNet's on ``device``, ASE's EMT (numpy) on the CPU."""
     if name == "emt":
         from ase.calculators.emt import EMT
 
         return EMT()
     from sevenn.calculator import SevenNetCalculator
 
-    return SevenNetCalculator("7net-0", device="cpu")
+    return SevenNetCalculator("7net-0", device=device)
+
+
+def sync(device: str) -> None:
+    """Wait for the GPU's queued work (around timed sections); nothing on the CPU."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def describe_device(device: str) -> str:
+    """``cpu``, or ``cuda (<GPU name>, <memory> GiB, CUDA <version>)``."""
+    if device != "cuda":
+        return device
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return (f"cuda ({torch.cuda.get_device_name(0)}, {props.total_memory / 2**30:.0f} GiB, "
+            f"CUDA {torch.version.cuda})")  # fmt: skip
+
+
+def warm_up(calc: Any, atoms: Any, device: str) -> None:
+    """On a GPU, one untimed calculator call in a fresh process: the CUDA context and the
+    first kernels (alchemi_lit's process has paid them in the relaxation)."""
+    if device != "cuda":
+        return
+    s = atoms.copy()
+    s.calc = calc
+    s.get_forces()
+    s.get_stress()
+    sync(device)
 
 
 class Counted:
@@ -121,16 +163,21 @@ def run_alchemi(mats: list[Any], a: Any) -> dict[str, Any]:
 
     model, precision = make_model(a.model), "64" if a.model == "emt" else "32"
     out: dict[str, Any] = {}
+    sync(a.device)
     t0 = time.perf_counter()
     el = workflows.elastic(mats, model, strains=STRAINS, relax=FIRE(fmax=a.fmax, max_steps=1000),
-                           max_atoms=a.max_atoms, precision=precision)  # fmt: skip
+                           max_atoms=a.max_atoms, precision=precision,
+                           accelerator=a.device)  # fmt: skip
+    sync(a.device)
     out["elastic"] = _row(el, time.perf_counter() - t0)
     out["elastic"]["C"] = [el.elastic_tensor(i).tolist() for i in range(len(mats))]
     t0 = time.perf_counter()
     ph = workflows.phonons(mats, model, supercell=a.supercell, min_width=a.min_width,
                            mesh=a.mesh, band_path=None, max_atoms=a.max_atoms,
-                           precision=precision)  # fmt: skip
+                           precision=precision, accelerator=a.device)  # fmt: skip
+    sync(a.device)
     out["phonons"] = _row(ph, time.perf_counter() - t0)
+    out["phonons"]["workers"] = ph.settings["workers"]
     out["phonons"]["F300"] = ph.to_pandas()["free_energy_300K"].tolist()
     out["phonons"]["supercells"] = ph.settings["supercell"]
     return out
@@ -160,7 +207,10 @@ def run_ase(mats: list[Any], a: Any, supercells: list[Any]) -> dict[str, Any]:
     from phonopy import Phonopy
     from phonopy.structure.atoms import PhonopyAtoms
 
-    counted = Counted(ase_calculator(a.model))
+    device = "cpu" if a.model == "emt" else a.device  # ASE's EMT is numpy
+    calc = ase_calculator(a.model, device)
+    warm_up(calc, mats[0], device)
+    counted = Counted(calc)
     out: dict[str, Any] = {"elastic": {"C": []}, "phonons": {"F300": []}}
     t0 = time.perf_counter()
     for atoms in mats:
@@ -177,6 +227,7 @@ def run_ase(mats: list[Any], a: Any, supercells: list[Any]) -> dict[str, Any]:
                 sig.append(s.get_stress(voigt=True))
             c[:, j] = np.polyfit(STRAINS, np.array(sig), 1)[0]
         out["elastic"]["C"].append((0.5 * (c + c.T) / GPa).tolist())
+    sync(device)
     out["elastic"].update(wall_s=time.perf_counter() - t0, model_s=counted.seconds,
                           calls=counted.calls, structures=24 * len(mats))  # fmt: skip
     counted.calls, counted.seconds, structures = 0, 0.0, 0
@@ -200,6 +251,7 @@ def run_ase(mats: list[Any], a: Any, supercells: list[Any]) -> dict[str, Any]:
         ph.run_total_dos()  # as the workflow does
         ph.run_thermal_properties(temperatures=[300.0], exclude_gamma_acoustic=True)
         out["phonons"]["F300"].append(float(ph.thermal_properties.free_energy[0]) / 96.485332123)
+    sync(device)
     out["phonons"].update(wall_s=time.perf_counter() - t0, model_s=counted.seconds,
                           calls=counted.calls, structures=structures)  # fmt: skip
     return out
@@ -212,13 +264,17 @@ def run_matcalc(mats: list[Any], a: Any, supercells: list[Any]) -> dict[str, Any
     from matcalc import ElasticityCalc, PhononCalc
     from pymatgen.io.ase import AseAtomsAdaptor
 
-    counted = Counted(ase_calculator(a.model))
+    device = "cpu" if a.model == "emt" else a.device  # ASE's EMT is numpy
+    model_calc = ase_calculator(a.model, device)
+    warm_up(model_calc, mats[0], device)
+    counted = Counted(model_calc)
     out: dict[str, Any] = {}
     calc = ElasticityCalc(counted.calc, norm_strains=STRAINS, shear_strains=STRAINS, fmax=a.fmax,
                           relax_structure=False, relax_deformed_structures=True)  # fmt: skip
     t0 = time.perf_counter()
     cs = [np.asarray(calc.calc(AseAtomsAdaptor.get_structure(m))["elastic_tensor"].voigt) / GPa
           for m in mats]  # fmt: skip
+    sync(device)
     out["elastic"] = {
         "wall_s": time.perf_counter() - t0,
         "model_s": counted.seconds,
@@ -231,6 +287,7 @@ def run_matcalc(mats: list[Any], a: Any, supercells: list[Any]) -> dict[str, Any
     for m, sc in zip(mats, supercells):
         PhononCalc(counted.calc, atom_disp=0.01, supercell_matrix=sc, relax_structure=False,
                    write_phonon=False).calc(AseAtomsAdaptor.get_structure(m))  # fmt: skip
+    sync(device)
     out["phonons"] = {
         "wall_s": time.perf_counter() - t0,
         "model_s": counted.seconds,
@@ -266,8 +323,12 @@ def _child(fn_name: str, mats: list[Any], a: dict[str, Any], supercells: Any, se
 
 
 def main() -> int:
+    started = time.perf_counter()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=["emt", "sevennet"], default="emt")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="alchemi_lit's accelerator and SevenNet's ASE calculator's device "
+                        "(ASE's EMT is numpy: CPU); phonopy's work is on the CPU")  # fmt: skip
     p.add_argument("--materials", type=int, default=20)
     p.add_argument("--supercell", default="auto", help="'auto' (2 x cutoff thick) or an int")
     p.add_argument("--mesh", type=float, default=50.0, help="phonopy mesh length (Å)")
@@ -279,6 +340,9 @@ def main() -> int:
                    help="interleaved runs per engine, the median reported (default 3; --quick 1)")
     p.add_argument("--engines", nargs="+", default=["alchemi_lit", "ase", "matcalc"])
     p.add_argument("--quick", action="store_true", help="smoke run: 3 materials, small cells")
+    p.add_argument("--deadline", type=float, default=None,
+                   help="s since the start: begin no repeat that the slowest one so far "
+                        "would carry past it (the medians of those done are reported)")  # fmt: skip
     p.add_argument("--json", default=None)
     gate_arguments(p)
     a = p.parse_args()
@@ -288,11 +352,19 @@ def main() -> int:
     a.supercell = a.supercell if a.supercell == "auto" else int(a.supercell)
     a.repeats = a.repeats or (1 if a.quick else 3)
     setup_threads(a.threads)
+    import torch
+
+    if a.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda, but torch sees no CUDA device (--device cpu runs on the CPU)")
     gate = gate_from(a)
     print(environment_line())
+    device = describe_device(a.device)
+    print(f"# device: {device}")
+    if a.device == "cuda" and a.model == "emt":
+        print("# --model emt on cuda: alchemi_lit's EMT on the GPU, ASE's EMT (numpy) on the CPU")
     if a.quick:
         print("# SMOKE RUN (--quick): checks that every engine runs; its timings mean nothing")
-    mats = workload(a.materials, make_model(a.model))
+    mats = workload(a.materials, make_model(a.model), a.device)
     import importlib.util
 
     engines = [("alchemi_lit", "run_alchemi")]
@@ -303,7 +375,14 @@ def main() -> int:
         engines.append(("matcalc", "run_matcalc"))
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in engines}
     supercells = None  # alchemi_lit's choice, the same in every engine
-    for _ in range(a.repeats):  # interleaved
+    rounds: list[float] = []
+    for k in range(a.repeats):  # interleaved
+        late = rounds and time.perf_counter() - started + max(rounds) > (a.deadline or np.inf)
+        if late:
+            print(f"# --deadline {a.deadline:g} s: stopped after {k} of {a.repeats} repeats")
+            a.repeats = k
+            break
+        t_round = time.perf_counter()
         for name, fn in engines:
             gate.wait(name)
             if name == "alchemi_lit":  # here, after the relaxation, as a user's script runs
@@ -312,6 +391,11 @@ def main() -> int:
                 runs[name].append(_in_fresh_process(fn, mats, a, supercells))
             if supercells is None:
                 supercells = runs[name][-1]["phonons"]["supercells"]
+            if a.json:  # what is measured so far, should a time limit stop the rest
+                with open(a.json, "w") as f:
+                    json.dump({"args": vars(a), "device": device, "partial_runs": runs}, f,
+                              indent=1)  # fmt: skip
+        rounds.append(time.perf_counter() - t_round)
     results = {name: median_run(r) for name, r in runs.items()}
     rows = []
     for work in ("elastic", "phonons"):
@@ -338,7 +422,7 @@ def main() -> int:
     print(f"# {gate.status_line()}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"args": vars(a), "results": results}, f, indent=1)
+            json.dump({"args": vars(a), "device": device, "results": results}, f, indent=1)
     return 0
 
 

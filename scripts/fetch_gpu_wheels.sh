@@ -4,6 +4,7 @@
 #
 #   bash scripts/fetch_gpu_wheels.sh            # everything, TorchSim 0.6.2 included
 #   NO_TORCHSIM=1 bash scripts/fetch_gpu_wheels.sh   # without TorchSim and its needs
+#   PHONOPY=1 bash scripts/fetch_gpu_wheels.sh       # with phonopy (scripts/gpu_properties.sh)
 #
 # The target is the GPU image of /work/shared/REFERENCE.md section 7 (Python 3.12,
 # torch 2.11+cu130, numpy, lightning, e3nn, torch_geometric, numba, pandas, h5py, pytest
@@ -19,6 +20,13 @@
 #   with pydantic, 9 MB, is imported only to write blosc2-compressed files, which the
 #   benchmark never does).  Not nvalchemi-toolkit-ops: its warp-lang is 149 MB; TorchSim
 #   then builds its neighbour lists with vesin-torch, one call per system.
+# * with PHONOPY=1, for bench/bench_properties.py (issue #28): phonopy 4.10.0 and what
+#   it imports that the image lacks: spglib, phonors (its Rust core), PyYAML (lightning
+#   brings it too; 0.8 MB for certainty) and symfc (pure Python; phonopy declares it,
+#   the workflows' calls do not import it), and braceexpand (``sevenn.calculator``,
+#   the ASE side's, imports it; the image lacks it: found on the H200); ~4.4 MB.
+#   Not matplotlib (phonopy plots only when asked) nor scipy and h5py (the image has
+#   them: e3nn, torch_geometric).
 #
 # The versions are this repository's tested ones.  Wheels travel to the GPU machine with
 # the working tree (64 MiB limit for everything), so the script stops above 60 MB.
@@ -38,6 +46,10 @@ DEPS=(
 TORCHSIM=(
   torch-sim-atomistic==0.6.2
   tables==3.11.1 numexpr==2.14.2
+)
+PHONOPY_WHEELS=(
+  phonopy==4.10.0 spglib==2.8.0 phonors==0.8.0 pyyaml==6.0.3 symfc==1.8.0
+  braceexpand==0.1.7
 )
 SEVENN=sevenn==0.13.0
 # SevenNet-0 (11 Jul 2024), what "7net-0" and the plugin's "sevennet-0" load
@@ -72,6 +84,9 @@ download() {
 download "${DEPS[@]}"
 if [ -z "${NO_TORCHSIM:-}" ]; then
   download "${TORCHSIM[@]}"
+fi
+if [ -n "${PHONOPY:-}" ]; then
+  download "${PHONOPY_WHEELS[@]}"
 fi
 
 TMP=$(mktemp -d)
@@ -128,3 +143,6 @@ if awk -v t="$TOTAL_MB" -v l="$LIMIT_MB" 'BEGIN { exit !(t > l) }'; then
   exit 1
 fi
 echo "next, on the GPU machine: bash scripts/gpu_check.sh"
+if [ -n "${PHONOPY:-}" ]; then
+  echo "  or: bash scripts/gpu_properties.sh (elastic tensors and phonons, issue #28)"
+fi
