@@ -9,7 +9,10 @@ bench_gpu.py), the bare model call on the same batch and the framework's share o
 step; how many steps replayed; and the largest position difference between a graphed
 and an eager run of the same 100 steps; and the device's timeline of each
 (:mod:`gpu_timeline`: device time inside a step, and idle between two -- what tells a
-slower replay from a device waiting for the host).  ``--quick`` (CPU smoke run): 4 and 16 systems,
+slower replay from a device waiting for the host).  Then whole inflight runs of 4,096
+systems, 1,024 in flight (an LJ FIRE relaxation to 0.05 eV/Å, and FIRE fused with 200
+Langevin steps), eager against graphs: wall time, replayed steps, captures (one after
+each refill), and the results' agreement.  ``--quick`` (CPU smoke run): 4 and 16 systems,
 graphs emulated (:func:`alchemi_lit.testing.emulated_cuda_graphs`), timings meaningless.
 """
 
@@ -23,11 +26,12 @@ from pathlib import Path
 
 import torch
 from common import median, setup_threads
-from gpu_measure import call_time, step_time
+from gpu_measure import call_time, step_time, timed
 from gpu_timeline import step_marks, timeline
 from gpu_workloads import LJ_MD, NEVER, argon, lj_model
 
 import alchemi_lit as al
+from alchemi_lit.data import SizeAwareSampler
 from alchemi_lit.integrators import FIRE, Langevin
 
 
@@ -70,16 +74,64 @@ def row(name, n, stage_of, device, repeats, short, target_s):
     return out
 
 
+def relax_plan():
+    return FIRE(fmax=0.05, max_steps=500)
+
+
+def relax_md_plan():
+    return relax_plan() + Langevin(steps=200, **LJ_MD)
+
+
+def whole_run(name, plan, n, in_flight, device, repeats):
+    """A whole inflight run of ``n`` systems, ``in_flight`` at a time (the batch
+    refilled as systems finish, so the graph is captured again after each refill):
+    wall time with set-up, eager against graphs interleaved, how many steps replayed,
+    and how far the graphed results are from the eager ones."""
+    model = lj_model().to(device)
+    atoms = argon(n)
+    made = {}
+
+    def run(g):
+        sim = simulator(model, plan(), device, g)
+        made[g] = sim, sim.run(SizeAwareSampler(atoms, max_atoms=108 * in_flight))
+
+    times = {False: [], True: []}
+    for g in (False, True):  # warm-up
+        run(g)
+    first_eager = made[False][1]
+    for _ in range(repeats):
+        for g in (False, True):
+            times[g].append(timed(lambda g=g: run(g), device)[0])
+    sim, graphed = made[True]
+    eager = made[False][1]
+    steps = sim.strategy.run_loop.step
+    diff = float((eager.batch.positions - graphed.batch.positions).abs().max())
+    # two eager runs of the same work: what the device's nondeterminism (atomic adds)
+    # and a cadence that follows timing leave between runs with no graph involved
+    noise = float((eager.batch.positions - first_eager.batch.positions).abs().max())
+    out = {"workload": name, "systems": n, "in_flight": in_flight, "eager_vs_eager_A": noise,
+           "steps": sim.strategy.run_loop.stats.steps, "replays": steps.replays,
+           "captures": steps.captures, "disabled": steps.disabled, "max_dpos_A": diff,
+           "same_steps": bool((eager.steps == graphed.steps).all())}  # fmt: skip
+    for g, key in ((False, "eager"), (True, "graphs")):
+        out[f"{key}_s"] = median(times[g])
+        out[f"{key}_range_s"] = [min(times[g]), max(times[g])]
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--json", type=Path)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--only", nargs="*", choices=("steps", "whole"), default=["steps", "whole"],
+                   help="steady steps per row, whole inflight runs, or both")  # fmt: skip
     args = p.parse_args(argv)
     setup_threads()
     device = torch.device(args.device)
     sizes, fire_n = ((4, 16), 16) if args.quick else ((64, 1024, 8192), 1024)
+    whole_n = 16 if args.quick else 4096
     switch = contextlib.ExitStack()
     if device.type != "cuda":
         from alchemi_lit.testing import accelerator_path, emulated_cuda_graphs
@@ -87,15 +139,21 @@ def main(argv=None) -> int:
         switch.enter_context(accelerator_path())
         switch.enter_context(emulated_cuda_graphs())
     target = 0.2 if args.quick else 2.0
-    rows = []
+    rows, wholes = [], []
     with switch:
-        for n in sizes:
+        for n in sizes if "steps" in args.only else ():
             rows.append(row("LJ Langevin f64", n, lambda k: Langevin(steps=k, **LJ_MD),
                             device, args.repeats, 10, target))  # fmt: skip
             print(rows[-1], flush=True)
-        rows.append(row("LJ FIRE f64", fire_n, lambda k: FIRE(fmax=NEVER, max_steps=k),
-                        device, args.repeats, 10, target))  # fmt: skip
-        print(rows[-1], flush=True)
+        if "steps" in args.only:
+            rows.append(row("LJ FIRE f64", fire_n, lambda k: FIRE(fmax=NEVER, max_steps=k),
+                            device, args.repeats, 10, target))  # fmt: skip
+            print(rows[-1], flush=True)
+        plans = (("LJ FIRE relaxation f64", relax_plan),
+                 ("LJ FIRE + Langevin 200 steps, fused, f64", relax_md_plan))  # fmt: skip
+        for label, plan in plans if "whole" in args.only else ():
+            wholes.append(whole_run(label, plan, whole_n, whole_n // 4, device, args.repeats))
+            print(wholes[-1], flush=True)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"\n# CUDA graphs vs eager steps on {name}, torch {torch.__version__}")
     head = ("workload", "systems", "eager ms", "graphs ms", "speed-up", "bare ms",
@@ -114,8 +172,21 @@ def main(argv=None) -> int:
         ]))  # fmt: skip
         if r["disabled"]:
             print(f"   (graphs off: {r['disabled']})")
+    print("\nwhole runs (inflight, refilled as systems finish) | systems | in flight | eager s | "
+          "graphs s | speed-up | steps | replays | captures | same steps | max |dx| A | "
+          "eager vs eager max |dx| A")  # fmt: skip
+    for w in wholes:
+        print(" | ".join([
+            w["workload"], str(w["systems"]), str(w["in_flight"]), f"{w['eager_s']:.2f}",
+            f"{w['graphs_s']:.2f}", f"{w['eager_s'] / w['graphs_s']:.2f}x", str(w["steps"]),
+            str(w["replays"]), str(w["captures"]), str(w["same_steps"]),
+            f"{w['max_dpos_A']:.1e}", f"{w['eager_vs_eager_A']:.1e}",
+        ]))  # fmt: skip
+        if w["disabled"]:
+            print(f"   (graphs off: {w['disabled']})")
     if args.json:
-        args.json.write_text(json.dumps({"device": name, "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"device": name, "rows": rows, "whole_runs": wholes},
+                                        indent=1))  # fmt: skip
     return 0
 
 
