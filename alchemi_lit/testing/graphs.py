@@ -4,11 +4,14 @@ A CUDA graph cannot be captured without a GPU, but everything around the capture
 be checked on CI: which steps replay and which run eagerly, the copy of a step's
 results into the tensors it read, the accumulators, the neighbour list's in-graph skin
 measure and its one-replay-late decision, the fallback when a step cannot be
-captured.  Under this switch a capture runs the step once and refuses every
-operation a real capture refuses (one that hands a value to the host: the aten
-operations :func:`~.accelerator.waits_on_device` names), and each replay runs the
-captured step again.  What it cannot check -- state a real graph bakes in at capture
--- the ``cuda`` tests check on a GPU (replay == eager, step for step).
+captured.  Under this switch a capture runs the step once, refusing every operation a
+real capture refuses (one that hands a value to the host: the aten operations
+:func:`~.accelerator.waits_on_device` names) and recording every operation with its
+tensors; each replay then runs the recorded operations on the recorded tensors, as a
+graph does -- so a number or decision the step took from Python at the capture stays
+as it was, and a step that depends on one that changes shows as a difference from eager
+steps.  What is left to the ``cuda`` tests: the GPU itself (kernels, streams, memory
+pools).
 """
 
 from __future__ import annotations
@@ -48,37 +51,86 @@ class _RefuseHostReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class EmulatedGraphBackend:
-    """Captures by running the step once (refusing host reads); replays by running it
-    again.  ``captures`` counts the captures made."""
+class _Recorder(_RefuseHostReads):
+    """Also records every operation with its tensors: what a CUDA graph keeps."""
 
     def __init__(self) -> None:
-        self.captures = 0
+        super().__init__()
+        self.ops: list[tuple[Any, tuple, dict, Any]] = []
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
+    ) -> Any:
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        self.ops.append((func, args, kwargs or {}, out))
+        return out
+
+
+def _replay_ops(ops: list[tuple[Any, tuple, dict, Any]]) -> None:
+    """Run recorded operations again on the tensors they were recorded with, writing
+    each result into the tensor recorded as its output -- a CUDA graph's replay: fixed
+    memory, Python's decisions and numbers as they were at the capture.  Operations that
+    write their inputs run as they are; views and aliases share their input's memory
+    and need nothing."""
+    for func, args, kwargs, out in ops:
+        schema = func._schema
+        if schema.is_mutable:
+            func(*args, **kwargs)
+            continue
+        if any(r.alias_info is not None for r in schema.returns):
+            continue
+        new = func(*args, **kwargs)
+        olds = out if isinstance(out, (tuple, list)) else (out,)
+        news = new if isinstance(new, (tuple, list)) else (new,)
+        for old, fresh in zip(olds, news):
+            if isinstance(old, torch.Tensor):
+                old.copy_(fresh)
+
+
+class EmulatedGraphBackend:
+    """Captures by running the step once (refusing host reads); replays by running it
+    again (``replay="python"``) or, ``replay="ops"``, by running the operations the
+    capture recorded on the tensors it recorded -- what a real graph does, so state
+    that a graph bakes in at capture (a Python number or decision the step took from
+    state that changes) shows as a difference from eager steps.  ``captures`` counts
+    the captures made."""
+
+    def __init__(self, replay: str = "python") -> None:
+        if replay not in ("python", "ops"):
+            raise ValueError(f"replay must be 'python' or 'ops', got {replay!r}")
+        self.captures, self.replay = 0, replay
 
     def capture(self, body: Callable[[], None]) -> Callable[[], None]:
-        with _RefuseHostReads():
+        recorder = _Recorder()
+        with recorder:
             body()
         self.captures += 1
         ran = [True]  # the capture ran the step its first replay stands for
+        ops = recorder.ops if self.replay == "ops" else None
 
         def replay() -> None:
             if ran[0]:
                 ran[0] = False
                 return
-            body()
+            if ops is None:
+                body()
+            else:
+                _replay_ops(ops)
 
         return replay
 
 
 @contextmanager
-def emulated_cuda_graphs() -> Iterator[list[EmulatedGraphBackend]]:
+def emulated_cuda_graphs(replay: str = "ops") -> Iterator[list[EmulatedGraphBackend]]:
     """Within: ``cuda_graphs=True`` works on a CPU through :class:`EmulatedGraphBackend`
-    (use with :func:`~.accelerator.accelerator_path`, whose branches a GPU takes).
-    Yields the list of backends made, one per run loop."""
+    (use with :func:`~.accelerator.accelerator_path`, whose branches a GPU takes);
+    ``replay``: ``"python"`` reruns the step at each replay, ``"ops"`` replays the
+    captured operations as a graph does.  Yields the list of backends made, one per run
+    loop."""
     made: list[EmulatedGraphBackend] = []
 
     def make(device: torch.device) -> EmulatedGraphBackend:
-        made.append(EmulatedGraphBackend())
+        made.append(EmulatedGraphBackend(replay))
         return made[-1]
 
     saved = cuda_graph.backend_for

@@ -2,11 +2,13 @@
 replayed steps equals the eager one.
 
 On CI the capture is emulated (:func:`alchemi_lit.testing.emulated_cuda_graphs`: a
-capture runs the step refusing host reads, a replay runs it again), which checks
+capture runs the step refusing host reads and records its operations, a replay runs
+the recorded operations on the recorded tensors, as a graph does), which checks
 everything around the graph -- which steps replay, the results copied into the tensors
 they were read from, the accumulators, the neighbour list's in-graph skin measure and
-its one-replay-late rebuild decision, the fallbacks -- bit for bit, since the same
-operations run.  The tests marked ``cuda`` capture real graphs on a GPU.
+its one-replay-late rebuild decision, the fallbacks, and that nothing the capture took
+from Python goes stale -- bit for bit, since the same operations run.  The tests
+marked ``cuda`` capture real graphs on a GPU.
 """
 
 from __future__ import annotations
@@ -149,6 +151,41 @@ def test_a_model_that_reads_the_host_runs_eagerly_with_one_warning():
     assert len(said) == 1 and "not permitted when stream is capturing" in said[0]
     assert backends[-1].captures == 0
     same_trajectory(graphed, eager)  # (nothing of the failed capture was kept)
+
+
+class NudgesByPythonCount(Callback):
+    """graph_safe, but it is not: each call nudges the positions by an amount it counts
+    in Python, which a real graph bakes in at the capture."""
+
+    graph_safe = True
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def before_compute(self, ctx):
+        self.calls += 1
+        ctx.batch.positions.add_(1e-6 * self.calls)
+
+
+def test_replaying_the_captured_operations_shows_what_a_graph_bakes_in():
+    """The emulation's replay of the recorded operations (its default) keeps a value
+    the capture took from Python, as a CUDA graph does, where rerunning the step would
+    not: a planted baked-in value differs from the eager trajectory under "ops" only."""
+    plan = PLANS["langevin"]
+    with accelerator_path():
+        eager, _ = run(plan(), graphs=False, callbacks=[NudgesByPythonCount()])
+        runs = {}
+        for replay in ("ops", "python"):
+            with emulated_cuda_graphs(replay) as backends:
+                runs[replay], _ = run(plan(), graphs=True, callbacks=[NudgesByPythonCount()])
+            assert backends[-1].captures >= 1
+    same_trajectory(runs["python"], eager)
+    gap = (runs["ops"].batch.positions - eager.batch.positions).abs().max()
+    assert float(gap) > 1e-5
+    bad = pytest.raises(ValueError, match="replay must be 'python' or 'ops'")
+    with bad, emulated_cuda_graphs("eager"):
+        run(plan(), graphs=True)
 
 
 def test_cuda_graphs_on_a_cpu_warn_and_run_eagerly():
