@@ -28,7 +28,6 @@ from common import median, setup_threads
 from gpu_workloads import AlchemiCase, real_crystals, sevennet_model
 
 from alchemi_lit.integrators import Langevin
-from alchemi_lit.models.base import per_system_sum
 from alchemi_lit.models.neighbors import Edges
 
 
@@ -38,17 +37,7 @@ def null_edge_energy(model, null):
     def energy(batch, edges):
         vec = edges.vec
         inside = (vec.square().sum(-1) <= model.cutoff**2).unsqueeze(1)
-        v = torch.where(inside, vec, null[: len(vec)]).to(torch.float32)
-        i, j = edges.i, edges.j
-        data = {
-            model._key_z: batch.atomic_numbers,
-            model._key_index: torch.stack([torch.cat([i, j]), torch.cat([j, i])]),
-            model._key_vec: torch.cat([v, -v]),
-            model._key_batch: batch.system_idx,
-        }
-        out = model.net(data)
-        e_atom = out[model._key_atomic_energy].reshape(-1).to(batch.dtype)
-        return per_system_sum(e_atom, batch.system_idx, batch.num_systems)
+        return model.pairs_energy(batch, edges.i, edges.j, torch.where(inside, vec, null))
 
     return energy
 

@@ -28,28 +28,11 @@ SITE=${SITE:-/tmp/alchemi_gpu_site}
 DEVICE=${DEVICE:-cuda}
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
-mkdir -p "$OUT"
-LOG="$OUT/gpu_check.log"
-exec > >(tee "$LOG") 2>&1
-START=$SECONDS
-step() { echo; echo "=== [$((SECONDS - START)) s] $*"; }
-
-step "install from .whl/ into $SITE"
-if [ -n "${SKIP_INSTALL:-}" ]; then
-  echo "SKIP_INSTALL set: using what $PY imports already"
-  export PYTHONPATH="$ROOT:$ROOT/plugins/alchemi_lit_sevenn${PYTHONPATH:+:$PYTHONPATH}"
-else
-  for need in alchemi_lit alchemi_lit_sevenn sevenn ase vesin_torch zarr jsonargparse; do
-    if ! compgen -G ".whl/${need}-*.whl" >/dev/null; then
-      echo "ERROR: no .whl/${need}-*.whl: run 'bash scripts/fetch_gpu_wheels.sh' where pip" \
-        "reaches PyPI, and bring .whl/ along with the repository" >&2
-      exit 1
-    fi
-  done
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" .whl/*.whl
-  export PYTHONPATH="$ROOT:$ROOT/plugins/alchemi_lit_sevenn:$SITE"
-fi
+# shellcheck source=scripts/gpu_common.sh
+source "$ROOT/scripts/gpu_common.sh"
+log_to "$OUT/gpu_check.log"
+install_wheels "bash scripts/fetch_gpu_wheels.sh" \
+  alchemi_lit alchemi_lit_sevenn sevenn ase vesin_torch zarr jsonargparse
 
 step "environment"
 {

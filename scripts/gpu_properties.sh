@@ -40,30 +40,12 @@ BENCH_DEADLINE=${BENCH_DEADLINE:-240}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-285}
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
-mkdir -p "$OUT"
-exec > >(tee "$OUT/gpu_properties.log") 2>&1
-START=$SECONDS
-step() { echo; echo "=== [$((SECONDS - START)) s] $*"; }
-
-step "install from .whl/ into $SITE"
-if [ -n "${SKIP_INSTALL:-}" ]; then
-  echo "SKIP_INSTALL set: using what $PY imports already"
-  export PYTHONPATH="$ROOT:$ROOT/plugins/alchemi_lit_sevenn${PYTHONPATH:+:$PYTHONPATH}"
-else
-  shopt -s nocaseglob  # PyYAML's wheel is pyyaml-*
-  for need in alchemi_lit alchemi_lit_sevenn sevenn ase vesin vesin_torch zarr jsonargparse \
-    phonopy spglib phonors pyyaml braceexpand; do
-    if ! compgen -G ".whl/${need}-*.whl" >/dev/null; then
-      echo "ERROR: no .whl/${need}-*.whl: run 'PHONOPY=1 bash scripts/fetch_gpu_wheels.sh'" \
-        "where pip reaches PyPI, and bring .whl/ along with the repository" >&2
-      exit 1
-    fi
-  done
-  shopt -u nocaseglob
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" .whl/*.whl
-  export PYTHONPATH="$ROOT:$ROOT/plugins/alchemi_lit_sevenn:$SITE"
-fi
+# shellcheck source=scripts/gpu_common.sh
+source "$ROOT/scripts/gpu_common.sh"
+log_to "$OUT/gpu_properties.log"
+install_wheels "PHONOPY=1 bash scripts/fetch_gpu_wheels.sh" \
+  alchemi_lit alchemi_lit_sevenn sevenn ase vesin vesin_torch zarr jsonargparse \
+  phonopy spglib phonors pyyaml braceexpand
 
 step "environment"
 {

@@ -272,8 +272,15 @@ class SevenNet(Model):
         vec = edges.vec
         inside = vec.square().sum(-1) <= self.cutoff**2
         keep = inside.nonzero().squeeze(1)  # drop skin pairs (see module docstring)
-        i, j = edges.i[keep], edges.j[keep]
-        v = vec[keep].to(torch.float32)
+        return self.pairs_energy(batch, edges.i[keep], edges.j[keep], vec[keep])
+
+    def pairs_energy(
+        self, batch: Batch, i: torch.Tensor, j: torch.Tensor, vec: torch.Tensor
+    ) -> torch.Tensor:
+        """Per-system energy ``[B]`` of the network on the pairs ``(i, j)`` with vectors
+        ``vec`` (each pair once, sent in both directions; all within the cutoff, or at
+        exactly the cutoff, where they add nothing)."""
+        v = vec.to(torch.float32)
         data = {
             self._key_z: batch.atomic_numbers,
             self._key_index: torch.stack([torch.cat([i, j]), torch.cat([j, i])]),
