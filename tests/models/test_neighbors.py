@@ -28,15 +28,16 @@ DT = torch.float64
 
 
 # ---------------------------------------------------------------------- reference
-def _normalise(i: int, j: int, s: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
-    """One representative of the unordered pair {(i, j, S), (j, i, -S)}."""
-    neg = tuple(-x for x in s)
-    if i > j:
-        return j, i, neg
-    if i == j:
-        first = next((x for x in s if x != 0), 0)
-        return (i, j, s) if first > 0 else (i, j, neg)
-    return i, j, s
+def _normalised(i: np.ndarray, j: np.ndarray, s: np.ndarray) -> list:
+    """One representative ``(i, j, s0, s1, s2)`` of each unordered pair {(i, j, S),
+    (j, i, -S)}, in the given order: ``i <= j``, and for an atom's own image the shift
+    whose first nonzero component is positive."""
+    i, j, s = np.asarray(i), np.asarray(j), np.asarray(s).reshape(-1, 3)
+    first = s[np.arange(len(s)), np.argmax(s != 0, axis=1)] if len(s) else np.zeros(0)
+    swap = i > j
+    flip = swap | ((i == j) & (first <= 0))
+    a, b, s = np.where(swap, j, i), np.where(swap, i, j), np.where(flip[:, None], -s, s)
+    return list(zip(a.tolist(), b.tolist(), *s.T.tolist()))
 
 
 def brute_force_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, radius: float) -> set:
@@ -54,19 +55,22 @@ def brute_force_pairs(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray, radius
         spread = frac.max(0) - frac.min(0)
         bound = radius * np.linalg.norm(inv, axis=0) + spread
         nmax = np.where(pbc, np.ceil(bound).astype(int) + 1, 0)
-    out = set()
+    shifts = np.array(list(itertools.product(*(range(-n, n + 1) for n in nmax))), dtype=int)
+    vectors = np.array([np.asarray(s, dtype=float) @ cell for s in shifts])
     diff = pos[None, :, :] - pos[:, None, :]  # diff[i, j] = pos[j] - pos[i]
-    for s in itertools.product(*(range(-n, n + 1) for n in nmax)):
-        d = np.linalg.norm(diff + np.asarray(s, dtype=float) @ cell, axis=-1)
-        for i, j in zip(*np.nonzero(d <= radius)):
-            if i == j and not any(s):
-                continue
-            out.add(_normalise(int(i), int(j), s))
-    return out
+    hits = []
+    for lo in range(0, len(shifts), 256):  # every shift at once, in chunks
+        d = np.linalg.norm(diff[None] + vectors[lo : lo + 256, None, None, :], axis=-1)
+        k, i, j = np.nonzero(d <= radius)  # d[k, i, j]: pair (i, j) at shift lo + k
+        hits.append((k + lo, i, j))
+    k, i, j = (np.concatenate(x) for x in zip(*hits))
+    s = shifts[k]
+    own = (i == j) & ~s.any(axis=1)  # an atom is not its own neighbour
+    return set(_normalised(i[~own], j[~own], s[~own]))
 
 
 def edges_as_pairs(batch: Batch, edges, row: int, within: float | None = None) -> list:
-    """Normalised (i, j, S) tuples of system ``row`` (local atom indices)."""
+    """Normalised (i, j, s0, s1, s2) tuples of system ``row`` (local atom indices)."""
     lo = int(batch.ptr[row])
     sel = edges.system == row
     if within is not None:
@@ -80,7 +84,7 @@ def edges_as_pairs(batch: Batch, edges, row: int, within: float | None = None) -
     shift = vec - (pos[j + lo] - pos[i + lo])
     s = np.rint(shift @ inv).astype(int)
     np.testing.assert_allclose(s @ cell, shift, atol=1e-9)  # shifts are lattice vectors
-    return [_normalise(int(a), int(b), tuple(int(x) for x in t)) for a, b, t in zip(i, j, s)]
+    return _normalised(i, j, s)
 
 
 def assert_matches_reference(batch: Batch, edges, radius: float) -> None:
