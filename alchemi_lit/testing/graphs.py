@@ -16,12 +16,14 @@ pools).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
 
 from ..engine import cuda_graph
 from .accelerator import waits_on_device
@@ -51,19 +53,55 @@ class _RefuseHostReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class _Held:
+    """A tensor the capture read but did not make, held weakly: a real graph keeps its
+    address, not the tensor, so a replay after Python dropped it reads memory the
+    allocator may have given to another tensor -- here, an error naming the operation."""
+
+    __slots__ = ("op", "ref")
+
+    def __init__(self, tensor: torch.Tensor, op: str) -> None:
+        self.ref, self.op = weakref.ref(tensor), op
+
+    def get(self) -> torch.Tensor:
+        tensor = self.ref()
+        if tensor is None:
+            raise RuntimeError(
+                f"a replayed graph reads a tensor freed since its capture (an input of "
+                f"aten::{self.op}): a real graph would read reused memory; keep the tensor "
+                f"while the graph lives, or make its replacement end the graph (emulated)"
+            )
+        return tensor
+
+
 class _Recorder(_RefuseHostReads):
-    """Also records every operation with its tensors: what a CUDA graph keeps."""
+    """Also records every operation with its tensors: what a CUDA graph keeps -- the
+    tensors its operations made, and only the addresses of those it read (views are
+    held: they keep their base's memory)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[tuple[Any, tuple, dict, Any]] = []
+        self._made: set[int] = set()  # ids of the tensors the recorded operations made
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
     ) -> Any:
         out = super().__torch_dispatch__(func, types, args, kwargs)
-        self.ops.append((func, args, kwargs or {}, out))
+        name = func._schema.name.split("::")[-1]
+
+        def hold(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and id(x) not in self._made and x._base is None:
+                return _Held(x, name)
+            return x
+
+        self.ops.append((func, tree_map(hold, args), tree_map(hold, kwargs or {}), out))
+        self._made.update(id(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor))
         return out
+
+
+def _resolve(x: Any) -> Any:
+    return x.get() if isinstance(x, _Held) else x
 
 
 def _replay_ops(ops: list[tuple[Any, tuple, dict, Any]]) -> None:
@@ -72,7 +110,8 @@ def _replay_ops(ops: list[tuple[Any, tuple, dict, Any]]) -> None:
     memory, Python's decisions and numbers as they were at the capture.  Operations that
     write their inputs run as they are; views and aliases share their input's memory
     and need nothing."""
-    for func, args, kwargs, out in ops:
+    for func, held_args, held_kwargs, out in ops:
+        args, kwargs = tree_map(_resolve, held_args), tree_map(_resolve, held_kwargs)
         schema = func._schema
         if schema.is_mutable:
             func(*args, **kwargs)

@@ -188,6 +188,27 @@ def test_replaying_the_captured_operations_shows_what_a_graph_bakes_in():
         run(plan(), graphs=True)
 
 
+def test_an_emulated_replay_reads_memory_as_a_graph_does():
+    """A replay reads the tensors the capture read, as they are now; one that Python
+    dropped since is an error (a real graph would read memory the allocator may have
+    handed to another tensor)."""
+    from alchemi_lit.testing.graphs import EmulatedGraphBackend
+
+    state = {"x": torch.ones(3), "y": torch.zeros(3)}
+
+    def body():
+        state["y"].copy_(state["x"] * 2.0)
+
+    replay = EmulatedGraphBackend("ops").capture(body)
+    replay()  # (stands for the capture's own run)
+    state["x"].fill_(3.0)
+    replay()
+    assert torch.equal(state["y"], torch.full((3,), 6.0))
+    state["x"] = torch.ones(3)  # the tensor the graph reads is dropped
+    with pytest.raises(RuntimeError, match="freed since its capture"):
+        replay()
+
+
 def test_cuda_graphs_on_a_cpu_warn_and_run_eagerly():
     messages = []
     sink = logger.add(messages.append, level="WARNING")
