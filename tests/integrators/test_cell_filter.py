@@ -64,8 +64,30 @@ def _memoized(fn):
     return call
 
 
-class ExactFrechet(FrechetCellFilter):
-    """ASE's FrechetCellFilter with cell coordinates ``c log F`` (no ``c ln(n) I``)."""
+class _ForcesOncePerConfiguration:
+    """An ASE filter whose forces (and the stress it keeps beside them) are computed once
+    per configuration -- positions and cell -- and then handed out again: ASE's optimizers
+    ask for them three or four times a step, each time redoing the filter's algebra and
+    the calculator's state check, to get the same numbers bit for bit."""
+
+    _forces_at: tuple = ()
+
+    def get_forces(self, **kwargs):
+        atoms = self.atoms  # type: ignore[attr-defined]
+        key = (atoms.positions.tobytes(), atoms.cell.array.tobytes(), sorted(kwargs.items()))
+        if not self._forces_at or self._forces_at[0] != key:
+            self._forces_at = (key, super().get_forces(**kwargs), self.stress)  # type: ignore[misc]
+        _, forces, self.stress = self._forces_at
+        return forces.copy()
+
+
+class CachedUnitCellFilter(_ForcesOncePerConfiguration, UnitCellFilter):
+    """ASE's UnitCellFilter, its forces computed once per configuration."""
+
+
+class ExactFrechet(_ForcesOncePerConfiguration, FrechetCellFilter):
+    """ASE's FrechetCellFilter with cell coordinates ``c log F`` (no ``c ln(n) I``), its
+    forces computed once per configuration."""
 
     def __init__(self, atoms, **kwargs):
         super().__init__(atoms, **kwargs)

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ase.filters import UnitCellFilter
 from ase.optimize import FIRE as AseFIRE
 from ase.optimize import LBFGS as AseLBFGS
 from ase.optimize.fire2 import FIRE2 as AseFIRE2
-from test_cell_filter import ExactFrechet, per_system_filter
+from test_cell_filter import CachedUnitCellFilter, ExactFrechet, per_system_filter
 from test_md import Recorder
 from test_quasi_newton import MODELS
 
@@ -59,7 +58,7 @@ def test_fire2_with_cell_filters_matches_ase(kind: str, model: str, use_abc: boo
         cell=per_system_filter(kind, settings),
     )  # fmt: skip
     res, rec = run(systems, stage, make_model(), fields=("positions", "cell", "fire2_back"))
-    ase_filter = ExactFrechet if kind == "frechet" else UnitCellFilter
+    ase_filter = ExactFrechet if kind == "frechet" else CachedUnitCellFilter
     backs = 0
     for k, atoms in enumerate(systems):
         atoms = atoms.copy()
@@ -101,7 +100,7 @@ def test_fused_lbfgs_with_cell_then_fire_matches_ase(second: str) -> None:
             if stage == 0:
                 opt = AseLBFGS(ExactFrechet(atoms), logfile=None)
             else:  # a filter made now: its reference is the cell LBFGS left
-                opt = AseFIRE(atoms if cell is None else UnitCellFilter(atoms), logfile=None)
+                opt = AseFIRE(atoms if cell is None else CachedUnitCellFilter(atoms), logfile=None)
             opts.append(opt)
             for n, _ in enumerate(opt.irun(fmax=fmax, steps=steps)):
                 if n >= 1:

@@ -22,7 +22,13 @@ from ase.filters import UnitCellFilter
 from ase.optimize import BFGS as AseBFGS
 from ase.optimize import FIRE as AseFIRE
 from ase.optimize import LBFGS as AseLBFGS
-from test_cell_filter import SETTINGS, ExactFrechet, crystals, per_system_filter
+from test_cell_filter import (
+    SETTINGS,
+    CachedUnitCellFilter,
+    ExactFrechet,
+    crystals,
+    per_system_filter,
+)
 from test_md import Recorder
 
 import alchemi_lit as al
@@ -122,7 +128,7 @@ def test_cell_filters_match_ase(optimizer, kind: str, model: str) -> None:
     systems = make_systems()
     stage = optimizer(fmax=1e-5, max_steps=STEPS, cell=per_system_filter(kind, settings))
     res, rec = run(systems, stage, make_model())
-    ase_filter = ExactFrechet if kind == "frechet" else UnitCellFilter
+    ase_filter = ExactFrechet if kind == "frechet" else CachedUnitCellFilter
     worst = compare_with_ase(
         systems, res, rec, lambda t: ASE_OPTIMIZERS[optimizer](t, logfile=None), make_calc,
         lambda k, a: ase_filter(a, **settings[k]), 1e-5,
