@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 from ase import units
-from ase.calculators.lj import LennardJones as AseLJ
 from ase.constraints import FixAtoms
 from ase.md.bussi import Bussi as AseBussi
 from ase.md.langevinbaoab import LangevinBAOAB
@@ -37,7 +36,7 @@ from alchemi_lit.integrators import (
 )
 from alchemi_lit.integrators.ops import bussi_noise
 from alchemi_lit.models import LennardJones
-from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
+from conftest import AR_EPSILON, AR_SIGMA, AseLJ, argon_bulk, perturbed_argon
 
 CUTOFF = 8.5
 STEPS = 50  # ASE's Python LJ is most of these tests' time

@@ -18,7 +18,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from ase.calculators.emt import EMT as AseEMT
 from ase.geometry import find_mic
 from ase.mep import NEB as AseNEB
 from ase.mep import NEBTools
@@ -33,6 +32,7 @@ from alchemi_lit.integrators import BFGS, FIRE, NEB
 from alchemi_lit.integrators.band_forces import minimum_image
 from alchemi_lit.models import EMT
 from alchemi_lit.workflows import band_results, label_bands
+from conftest import AseEMT
 
 STEPS = 30
 OURS = {"fire": FIRE, "bfgs": BFGS}

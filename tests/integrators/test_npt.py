@@ -23,7 +23,6 @@ import pytest
 import scipy.linalg
 import torch
 from ase import units
-from ase.calculators.lj import LennardJones as AseLJ
 from ase.md.bussi import Bussi as AseBussi
 from ase.md.langevinbaoab import LangevinBAOAB
 from ase.md.nose_hoover_chain import MTKNPT as AseMTKNPT
@@ -39,7 +38,7 @@ from alchemi_lit.integrators import LBFGS, MTKNPT, CellFilter, CRescale, Langevi
 from alchemi_lit.integrators.ops import system_normals
 from alchemi_lit.models import LennardJones
 from alchemi_lit.testing import accelerator_path
-from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, strained, triclinic_argon
+from conftest import AR_EPSILON, AR_SIGMA, AseLJ, perturbed_argon, strained, triclinic_argon
 
 STEPS = 50  # 250 fs: every cell moves 0.17-0.8 Å (`it moved` asks 0.02); ASE is the cost
 PRESSURES = [0.3, 0.02]  # GPa, per system_id

@@ -17,8 +17,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from ase.calculators.emt import EMT as AseEMT
-from ase.calculators.lj import LennardJones as AseLJ
 from ase.cluster import Decahedron, Icosahedron, Octahedron
 from ase.constraints import FixAtoms
 from ase.optimize import FIRE as AseFIRE
@@ -28,7 +26,7 @@ from test_md import Recorder
 import alchemi_lit as al
 from alchemi_lit.integrators import FIRE, FIRE2
 from alchemi_lit.models import EMT, LennardJones
-from conftest import AR_EPSILON, AR_SIGMA, argon_bulk, perturbed_argon
+from conftest import AR_EPSILON, AR_SIGMA, AseEMT, AseLJ, argon_bulk, perturbed_argon
 
 CUTOFF = 8.5
 

@@ -15,8 +15,6 @@ import numpy as np
 import pytest
 import torch
 from ase.build import bulk
-from ase.calculators.emt import EMT as AseEMT
-from ase.calculators.lj import LennardJones as AseLJ
 from ase.constraints import FixAtoms
 from ase.filters import UnitCellFilter
 from ase.optimize import BFGS as AseBFGS
@@ -37,7 +35,7 @@ from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.data import SizeAwareSampler
 from alchemi_lit.integrators import BFGS, FIRE, LBFGS
 from alchemi_lit.models import EMT, LennardJones
-from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, strained
+from conftest import AR_EPSILON, AR_SIGMA, AseEMT, AseLJ, perturbed_argon, strained
 
 CUTOFF = 6.5  # Å: ASE's Lennard-Jones (neighbour list in Python) is most of these tests' time
 STEPS = 32

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 from ase import Atoms
 from ase.build import bulk
-from ase.calculators.emt import EMT as AseEMT
+
+from conftest import AseEMT
 
 
 def copper() -> Atoms:
