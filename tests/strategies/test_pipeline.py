@@ -219,12 +219,23 @@ def test_synchronized_lockstep():
     assert_same(res.batch, fused(("relax", "md"), n=30))
 
 
+ONE_SYSTEM = BufferConfig(num_systems=1, num_atoms=MAX_ATOMS)
+ATOM_TIGHT = BufferConfig(64, BIG)
+
+
+SLOW = pytest.mark.slow
+
+
+# each buffer and each mode in the fast tier; the other two pairs in the slow one
 @pytest.mark.parametrize(
-    "buffer",
-    [BufferConfig(num_systems=1, num_atoms=MAX_ATOMS), BufferConfig(64, BIG)],
-    ids=["one_system", "atom_tight"],
+    ("buffer", "mode"),
+    [
+        pytest.param(ONE_SYSTEM, "sync", id="sync-one_system"),
+        pytest.param(ATOM_TIGHT, "fully_async", id="fully_async-atom_tight"),
+        pytest.param(ATOM_TIGHT, "sync", id="sync-atom_tight", marks=SLOW),
+        pytest.param(ONE_SYSTEM, "fully_async", id="fully_async-one_system", marks=SLOW),
+    ],
 )
-@pytest.mark.parametrize("mode", ["sync", "fully_async"])
 def test_back_pressure_loses_nothing(buffer, mode):
     """Seed system: a 1-system buffer lost 21 of 24 systems, an atom-tight one 10 of 24."""
     assert max(len(a) for a in data(40)) == BIG
@@ -517,10 +528,14 @@ class FailingLJ(LennardJones):
         return super().forward(batch, *args, **kwargs)
 
 
+# every failing rank and every mode in the fast tier; rank 1 in the other modes, slow
 @pytest.mark.parametrize(
     ("fail_rank", "mode"),
-    [(1, "sync"), (1, "async_recv"), (1, "fully_async"), (2, "sync"), (0, "fully_async")],
-)
+    [
+        (1, "async_recv"), (2, "sync"), (0, "fully_async"),
+        pytest.param(1, "sync", marks=SLOW), pytest.param(1, "fully_async", marks=SLOW),
+    ],
+)  # fmt: skip
 def test_failing_rank_stops_every_rank_and_keeps_results(tmp_path, records, fail_rank, mode):
     """A model error on one rank ends every rank with a PipelineError naming that rank and
     its exception text, well within the timeout; the last rank keeps what it finished."""

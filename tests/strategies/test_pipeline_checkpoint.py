@@ -77,7 +77,8 @@ def uninterrupted(tmp_path_factory):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("mode", [pytest.param("sync", marks=pytest.mark.slow), "async_recv"])
+@pytest.mark.slow  # fast: the damaged-round and time-scheduled tests crash rank 1 and resume
+@pytest.mark.parametrize("mode", ["sync", "async_recv"])
 def test_pipeline_resume_after_rank_failure_is_bit_identical(tmp_path, mode, uninterrupted):
     def boom(ctx):
         if ctx.state.get("rank") == 1 and ctx.step == 57:
