@@ -184,10 +184,14 @@ def _outcomes(folder: Path, world: int) -> dict[int, dict]:
 
 
 # ============================================================== linear pipelines
-def test_two_stage_pipeline_equals_fused_run():
-    res = run_distributed(relax() | md(), devices=2, n=N_SAME)
+def test_two_stage_pipeline_equals_fused_run(tmp_path):
+    """The results in memory and in the ZarrSink store the last rank writes."""
+    path = tmp_path / "results.zarr"
+    res = run_distributed(relax() | md(), devices=2, n=N_SAME, sinks=[ZarrSink(path)])
     assert_same(res.batch, fused(("relax", "md"), n=N_SAME))
     assert res.stats["systems"] == N_SAME
+    assert_same(ZarrSink(path).read_batch(), fused(("relax", "md"), n=N_SAME))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.zarr"]
 
 
 def test_a_batch_keeps_its_system_ids_through_a_pipeline():
@@ -287,23 +291,31 @@ def test_in_memory_results_on_last_rank_do_not_livelock(mode):
 
 
 # ============================================================== topologies
-def test_fan_out_one_to_two():
+def test_fan_out_one_to_two(tmp_path):
+    """Also: the two sink ranks write their own stores, merged into the requested one."""
+    path = tmp_path / "results.zarr"
     plan = Pipeline(stages={0: relax(), 1: md(), 2: md()}, edges=[(0, 1), (0, 2)])
-    res = run_distributed(plan, devices=3, n=N_SAME)
-    got = res.batch
-    # systems that ran on rank 2 report its exit code (2 + 1), the others rank 1's (1 + 1)
-    status = torch.where(got.stage_exit[:, 2] != EXIT_RUNNING, 3, 2)
-    assert_same(got, fused(("relax", "md"), n=N_SAME), columns=[[0], [1, 2]], status=status)
+    res = run_distributed(plan, devices=3, n=N_SAME, sinks=[ZarrSink(path)])
+    for got in (res.batch, ZarrSink(path).read_batch()):
+        # systems that ran on rank 2 report its exit code (2 + 1), the others rank 1's (1 + 1)
+        status = torch.where(got.stage_exit[:, 2] != EXIT_RUNNING, 3, 2)
+        assert_same(got, fused(("relax", "md"), n=N_SAME), columns=[[0], [1, 2]], status=status)
     ranks = res.stats["ranks"]
     assert ranks[1]["systems_in"] > 0 and ranks[2]["systems_in"] > 0, "fan-out used one branch"
     assert ranks[1]["systems_in"] + ranks[2]["systems_in"] == N_SAME
+    assert ranks[1]["systems_out"] > 0 and ranks[2]["systems_out"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.zarr"]
 
 
-def test_fan_in_two_to_one():
+def test_fan_in_two_to_one(tmp_path):
+    """In memory and in the ZarrSink store of the one sink rank."""
+    path = tmp_path / "results.zarr"
     plan = Pipeline(stages={0: relax(), 1: relax(), 2: md()}, edges=[(0, 2), (1, 2)])
-    res = run_distributed(plan, devices=3, n=N_SAME)
+    res = run_distributed(plan, devices=3, n=N_SAME, sinks=[ZarrSink(path)])
     ref = fused(("relax", "md"), n=N_SAME)
-    assert_same(res.batch, ref, columns=[[0, 1], [2]], status=torch.full_like(ref.status, 3))
+    for got in (res.batch, ZarrSink(path).read_batch()):
+        assert_same(got, ref, columns=[[0, 1], [2]], status=torch.full_like(ref.status, 3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.zarr"]
     ranks = res.stats["ranks"]
     assert ranks[0]["systems_in"] > 0 and ranks[1]["systems_in"] > 0, "sampler not sharded"
     assert ranks[0]["systems_in"] + ranks[1]["systems_in"] == N_SAME
@@ -338,9 +350,14 @@ def test_two_independent_sub_pipelines():
 
 
 # ============================================================== replicas
-def test_replicas_of_fused_plan_equal_one_process():
-    res = run_distributed(relax() + md(), devices=2, n=N_SAME, strategy="replicas")
+def test_replicas_of_fused_plan_equal_one_process(tmp_path):
+    """Also: each replica writes its own store, merged into the requested one."""
+    path = tmp_path / "results.zarr"
+    res = run_distributed(
+        relax() + md(), devices=2, n=N_SAME, strategy="replicas", sinks=[ZarrSink(path)]
+    )
     assert_same(res.batch, fused(("relax", "md"), n=N_SAME))
+    assert_same(ZarrSink(path).read_batch(), fused(("relax", "md"), n=N_SAME))
     ranks = res.stats["ranks"]
     assert all(r["systems_in"] > 0 for r in ranks)
     assert sum(r["systems_out"] for r in ranks) == N_SAME
@@ -351,45 +368,6 @@ def test_replicas_of_two_stage_pipeline():
     assert_same(res.batch, fused(("relax", "md"), n=N_SAME))
     ranks = res.stats["ranks"]
     assert ranks[0]["systems_in"] > 0 and ranks[2]["systems_in"] > 0
-
-
-# ============================================================== sinks
-def test_zarr_sink_from_pipeline(tmp_path):
-    path = tmp_path / "results.zarr"
-    run_distributed(relax() | md(), devices=2, n=40, sinks=[ZarrSink(path)])
-    stored = ZarrSink(path).read_batch()
-    assert_same(stored, fused(("relax", "md"), n=40))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.zarr"]
-
-
-def test_zarr_sink_from_fan_in(tmp_path):
-    path = tmp_path / "results.zarr"
-    plan = Pipeline(stages={0: relax(), 1: relax(), 2: md()}, edges=[(0, 2), (1, 2)])
-    run_distributed(plan, devices=3, n=40, sinks=[ZarrSink(path)])
-    stored = ZarrSink(path).read_batch()
-    ref = fused(("relax", "md"), n=40)
-    assert_same(stored, ref, columns=[[0, 1], [2]], status=torch.full_like(ref.status, 3))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.zarr"]
-
-
-def test_zarr_sink_several_writer_ranks_merged(tmp_path):
-    """Fan-out: two sink ranks write their own stores, merged into the requested one."""
-    path = tmp_path / "results.zarr"
-    plan = Pipeline(stages={0: relax(), 1: md(), 2: md()}, edges=[(0, 1), (0, 2)])
-    res = run_distributed(plan, devices=3, n=40, sinks=[ZarrSink(path)])
-    stored = ZarrSink(path).read_batch()
-    assert stored.system_id.tolist() == list(range(40))
-    ranks = res.stats["ranks"]
-    assert ranks[1]["systems_out"] > 0 and ranks[2]["systems_out"] > 0
-    status = torch.where(stored.stage_exit[:, 2] != EXIT_RUNNING, 3, 2)
-    assert_same(stored, fused(("relax", "md"), n=40), columns=[[0], [1, 2]], status=status)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.zarr"]
-
-
-def test_zarr_sink_replicas_merged(tmp_path):
-    path = tmp_path / "results.zarr"
-    run_distributed(relax() + md(), devices=2, n=40, strategy="replicas", sinks=[ZarrSink(path)])
-    assert_same(ZarrSink(path).read_batch(), fused(("relax", "md"), n=40))
 
 
 # ============================================================== quarantine
