@@ -121,19 +121,24 @@ def import_graph() -> dict[str, set[str]]:
     }
 
 
-def test_every_import_points_to_the_same_layer_or_below():
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    """The package's import graph (parsed once for the two checks of it)."""
+    return import_graph()
+
+
+def test_every_import_points_to_the_same_layer_or_below(graph):
     upward = [
         f"alchemi_lit.{m} ({LAYERS[layer_of(m)][0]}) imports alchemi_lit.{t} "
         f"({LAYERS[layer_of(t)][0]})"
-        for m, targets in import_graph().items()
+        for m, targets in graph.items()
         for t in sorted(targets)
         if layer_of(t) > layer_of(m)
     ]
     assert not upward, "\n".join(upward)
 
 
-def test_the_import_graph_has_no_circle():
-    graph = import_graph()
+def test_the_import_graph_has_no_circle(graph):
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
