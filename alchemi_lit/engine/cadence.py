@@ -14,7 +14,9 @@ one step later, when the copy is long complete.  They are recomputed only when t
 status tensor changed (a few steps in thousands), so a plain step costs nothing.  The
 loop then books when the forward time the finished atoms waste by staying (their share
 of a step's measured time, summed over the steps they stay) reaches the measured cost
-of a bookkeeping: at once with an expensive model, in bunches with a cheap one.  A
+of a bookkeeping: at once with an expensive model, in bunches with a cheap one, and
+at once whenever every system in the batch is finished (no later step could gain
+anything; a run of single points thus takes as many forwards whatever the timings).  A
 system finished at step ``t`` is thus out of the forward by step ``t + 2`` whenever a
 bookkeeping is cheaper than a forward of it.  Where reading the flags costs no wait
 (tensors on the CPU) the view is the step's own, and the system is out by ``t + 1``:
@@ -145,6 +147,8 @@ class Cadence:
             return True
         if not finished:
             return False
+        if atoms >= batch.num_atoms:  # nothing left to finish: a further step is all waste
+            return True
         self.waste_s += self.step_s * atoms / max(batch.num_atoms, 1)
         return self.book_s is None or self.waste_s >= self.book_s
 

@@ -81,7 +81,7 @@ class _Recorder(_RefuseHostReads):
 
     def __init__(self) -> None:
         super().__init__()
-        self.ops: list[tuple[Any, tuple, dict, Any]] = []
+        self.ops: list[_Op] = []
         self._made: set[int] = set()  # ids of the tensors the recorded operations made
 
     def __torch_dispatch__(
@@ -95,35 +95,70 @@ class _Recorder(_RefuseHostReads):
                 return _Held(x, name)
             return x
 
-        self.ops.append((func, tree_map(hold, args), tree_map(hold, kwargs or {}), out))
+        self.ops.append(_Op(func, tree_map(hold, list(args)), tree_map(hold, kwargs or {}), out))
         self._made.update(id(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor))
         return out
 
 
-def _resolve(x: Any) -> Any:
-    return x.get() if isinstance(x, _Held) else x
+class _Op:
+    """One recorded operation, laid out for a cheap replay: the places of its held
+    inputs are found once (a replay then fills them in place and empties them again,
+    so nothing holds the inputs between replays), and what kind of operation it is
+    (writes its inputs, returns a view, makes new tensors) is read from its schema once
+    -- a replay is thousands of operations per step, and walking each one's arguments
+    as a tree every time made the emulation slower than the step it emulates."""
 
+    __slots__ = ("args", "func", "holes", "kind", "kwargs", "outs")
 
-def _replay_ops(ops: list[tuple[Any, tuple, dict, Any]]) -> None:
-    """Run recorded operations again on the tensors they were recorded with, writing
-    each result into the tensor recorded as its output -- a CUDA graph's replay: fixed
-    memory, Python's decisions and numbers as they were at the capture.  Operations that
-    write their inputs run as they are; views and aliases share their input's memory
-    and need nothing."""
-    for func, held_args, held_kwargs, out in ops:
-        args, kwargs = tree_map(_resolve, held_args), tree_map(_resolve, held_kwargs)
+    def __init__(self, func: Any, args: list, kwargs: dict, out: Any) -> None:
+        self.func, self.args, self.kwargs = func, args, kwargs
+        self.holes: list[tuple[Any, Any, _Held]] = []
+        self._find_holes(args)
+        self._find_holes(kwargs)
         schema = func._schema
-        if schema.is_mutable:
-            func(*args, **kwargs)
-            continue
-        if any(r.alias_info is not None for r in schema.returns):
-            continue
-        new = func(*args, **kwargs)
-        olds = out if isinstance(out, (tuple, list)) else (out,)
+        aliases = any(r.alias_info is not None for r in schema.returns)
+        self.kind = "writes" if schema.is_mutable else "view" if aliases else "makes"
+        self.outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    def _find_holes(self, container: Any) -> None:
+        keys = container.keys() if isinstance(container, dict) else range(len(container))
+        for key in list(keys):
+            item = container[key]
+            if isinstance(item, _Held):
+                self.holes.append((container, key, item))
+            elif isinstance(item, tuple) and any(isinstance(x, _Held) for x in tree_leaves(item)):
+                container[key] = item = list(item)  # (to fill in place; aten takes either)
+                self._find_holes(item)
+            elif isinstance(item, (list, dict)):
+                self._find_holes(item)
+
+    def replay(self) -> None:
+        """Run the operation again, writing what it makes into the recorded outputs;
+        views and aliases share their input's memory and need nothing."""
+        if self.kind == "view":
+            return
+        holes = self.holes
+        try:
+            for container, key, held in holes:
+                container[key] = held.get()
+            new = self.func(*self.args, **self.kwargs)
+        finally:
+            for container, key, held in holes:
+                container[key] = held
+        if self.kind == "writes":
+            return
         news = new if isinstance(new, (tuple, list)) else (new,)
-        for old, fresh in zip(olds, news):
+        for old, fresh in zip(self.outs, news):
             if isinstance(old, torch.Tensor):
                 old.copy_(fresh)
+
+
+def _replay_ops(ops: list[_Op]) -> None:
+    """Run recorded operations again on the tensors they were recorded with, writing
+    each result into the tensor recorded as its output -- a CUDA graph's replay: fixed
+    memory, Python's decisions and numbers as they were at the capture."""
+    for op in ops:
+        op.replay()
 
 
 class EmulatedGraphBackend:

@@ -199,3 +199,18 @@ def test_auto_books_as_soon_as_the_wasted_forward_time_pays_for_it(monkeypatch):
         waste += 1.0 * share
         waited += 1
     assert waited > 5 and steps_until_booked(10.0) == waited  # (seen from step 1 on)
+
+
+def test_auto_books_at_once_when_every_system_is_finished(monkeypatch):
+    """However dear a bookkeeping was measured (a loaded machine), a batch whose every
+    system is finished is booked after the step that finished it: no later step can
+    gain anything.  A run of single points thus makes as many forwards on any machine
+    (the chunked-workflow test counts them)."""
+    batch = al.Batch.from_atoms(DATA[:3])
+    batch.status = torch.tensor([1, 1, 1])
+    for reads_free, expected in ((True, 1), (False, 2)):  # (one step late off the CPU)
+        monkeypatch.setattr(tensor_ops, "CPU_READS_FREE", reads_free)
+        c = Cadence("auto", torch.device("cpu"), on_converge=False)
+        c.book_s = 1e6  # a bookkeeping far dearer than a step
+        booked = [c.after_step(batch, exit_code=1, exited=None) for _ in range(3)]
+        assert booked.index(True) + 1 == expected, booked
