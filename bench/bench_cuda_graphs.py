@@ -12,8 +12,13 @@ and an eager run of the same 100 steps; and the device's timeline of each
 slower replay from a device waiting for the host).  Then whole inflight runs of 4,096
 systems, 1,024 in flight (an LJ FIRE relaxation to 0.05 eV/Å, and FIRE fused with 200
 Langevin steps), eager against graphs: wall time, replayed steps, captures (one after
-each refill), and the results' agreement.  ``--quick`` (CPU smoke run): 4 and 16 systems,
-graphs emulated (:func:`alchemi_lit.testing.emulated_cuda_graphs`), timings meaningless.
+each refill), and the results' agreement: the largest position difference, how many
+systems differ and how many took other step counts, beside two eager runs' difference
+(the device's own nondeterminism).  ``--deterministic`` runs everything with
+``torch.use_deterministic_algorithms`` (warn only; the nondeterministic operations met
+are listed): if graphs and eager then agree, atomic adds explain a difference without it.
+``--quick`` (CPU smoke run): 4 and 16 systems, graphs emulated
+(:func:`alchemi_lit.testing.emulated_cuda_graphs`), timings meaningless.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -106,13 +113,17 @@ def whole_run(name, plan, n, in_flight, device, repeats):
     eager = made[False][1]
     steps = sim.strategy.run_loop.step
     diff = float((eager.batch.positions - graphed.batch.positions).abs().max())
+    moved = (eager.batch.positions - graphed.batch.positions).abs().amax(1).gt(1e-9)
+    differ = int(eager.batch.segments.sum(moved.to(torch.float64)).gt(0).sum())
+    other_steps = int((eager.stage_steps != graphed.stage_steps).any(1).sum())  # any stage
     # two eager runs of the same work: what the device's nondeterminism (atomic adds)
     # and a cadence that follows timing leave between runs with no graph involved
     noise = float((eager.batch.positions - first_eager.batch.positions).abs().max())
     out = {"workload": name, "systems": n, "in_flight": in_flight, "eager_vs_eager_A": noise,
            "steps": sim.strategy.run_loop.stats.steps, "replays": steps.replays,
            "captures": steps.captures, "disabled": steps.disabled, "max_dpos_A": diff,
-           "same_steps": bool((eager.steps == graphed.steps).all())}  # fmt: skip
+           "same_steps": bool((eager.steps == graphed.steps).all()),
+           "systems_differ": differ, "systems_other_steps": other_steps}  # fmt: skip
     for g, key in ((False, "eager"), (True, "graphs")):
         out[f"{key}_s"] = median(times[g])
         out[f"{key}_range_s"] = [min(times[g]), max(times[g])]
@@ -127,7 +138,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--only", nargs="*", choices=("steps", "whole"), default=["steps", "whole"],
                    help="steady steps per row, whole inflight runs, or both")  # fmt: skip
+    p.add_argument("--deterministic", action="store_true",
+                   help="torch.use_deterministic_algorithms(True, warn_only=True) throughout")
     args = p.parse_args(argv)
+    if args.deterministic:  # (cuBLAS reads its workspace setting when first used)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
     setup_threads()
     device = torch.device(args.device)
     sizes, fire_n = ((4, 16), 16) if args.quick else ((64, 1024, 8192), 1024)
@@ -140,6 +156,8 @@ def main(argv=None) -> int:
         switch.enter_context(emulated_cuda_graphs())
     target = 0.2 if args.quick else 2.0
     rows, wholes = [], []
+    met = switch.enter_context(warnings.catch_warnings(record=True))
+    warnings.simplefilter("always")
     with switch:
         for n in sizes if "steps" in args.only else ():
             rows.append(row("LJ Langevin f64", n, lambda k: Langevin(steps=k, **LJ_MD),
@@ -155,7 +173,12 @@ def main(argv=None) -> int:
             wholes.append(whole_run(label, plan, whole_n, whole_n // 4, device, args.repeats))
             print(wholes[-1], flush=True)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"\n# CUDA graphs vs eager steps on {name}, torch {torch.__version__}")
+    nondeterministic = sorted({str(w.message).split(" does not have")[0] for w in met
+                               if "deterministic" in str(w.message)})  # fmt: skip
+    print(f"\n# CUDA graphs vs eager steps on {name}, torch {torch.__version__}"
+          f"{', deterministic algorithms' if args.deterministic else ''}")
+    if args.deterministic:
+        print(f"# nondeterministic operations met: {nondeterministic or 'none'}")
     head = ("workload", "systems", "eager ms", "graphs ms", "speed-up", "bare ms",
             "framework eager", "framework graphs", "atom-steps/s graphs", "replays",
             "max |dx| A", "device span ms eager / graphs", "idle between steps ms")  # fmt: skip
@@ -174,18 +197,21 @@ def main(argv=None) -> int:
             print(f"   (graphs off: {r['disabled']})")
     print("\nwhole runs (inflight, refilled as systems finish) | systems | in flight | eager s | "
           "graphs s | speed-up | steps | replays | captures | same steps | max |dx| A | "
-          "eager vs eager max |dx| A")  # fmt: skip
+          "systems differing / other steps | eager vs eager max |dx| A")  # fmt: skip
     for w in wholes:
         print(" | ".join([
             w["workload"], str(w["systems"]), str(w["in_flight"]), f"{w['eager_s']:.2f}",
             f"{w['graphs_s']:.2f}", f"{w['eager_s'] / w['graphs_s']:.2f}x", str(w["steps"]),
             str(w["replays"]), str(w["captures"]), str(w["same_steps"]),
-            f"{w['max_dpos_A']:.1e}", f"{w['eager_vs_eager_A']:.1e}",
+            f"{w['max_dpos_A']:.1e}", f"{w['systems_differ']} / {w['systems_other_steps']}",
+            f"{w['eager_vs_eager_A']:.1e}",
         ]))  # fmt: skip
         if w["disabled"]:
             print(f"   (graphs off: {w['disabled']})")
     if args.json:
-        args.json.write_text(json.dumps({"device": name, "rows": rows, "whole_runs": wholes},
+        args.json.write_text(json.dumps({"device": name, "rows": rows, "whole_runs": wholes,
+                                         "deterministic": args.deterministic,
+                                         "nondeterministic_ops": nondeterministic},
                                         indent=1))  # fmt: skip
     return 0
 
