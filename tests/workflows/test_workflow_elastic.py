@@ -98,3 +98,12 @@ def test_born_stability_is_positive_definiteness():
     tetragonal_unstable = cu.copy()
     tetragonal_unstable[0, 1] = tetragonal_unstable[1, 0] = cu[0, 0] + 1.0
     assert not moduli(tetragonal_unstable)["born_stable"]
+
+
+def test_uneven_strains_are_fitted_about_their_mean():
+    """Strains of one sign (0.4 % and 1 %): the slope is taken about their mean, as
+    np.polyfit's is.  With the default ± strains the mean is zero, so a fit that left
+    the strains uncentred gave the same tensor and no other test saw it."""
+    strains = (0.004, 0.01)
+    res = workflows.elastic([copper()], EMT(), strains=strains)
+    np.testing.assert_allclose(res.elastic_tensor(0), ase_elastic(copper(), strains), atol=1e-6)
