@@ -107,3 +107,21 @@ def test_uneven_strains_are_fitted_about_their_mean():
     strains = (0.004, 0.01)
     res = workflows.elastic([copper()], EMT(), strains=strains)
     np.testing.assert_allclose(res.elastic_tensor(0), ase_elastic(copper(), strains), atol=1e-6)
+
+
+def test_stored_stresses_are_ases_in_gpa():
+    """The record's ``stresses_GPa[j, d]`` is ASE's Voigt stress of the cell strained by
+    ``strains[d]`` along component ``j``, in GPa (the tensor is fitted from them, but
+    the stored copy is a separate conversion)."""
+    strains = (-0.01, 0.01)
+    record = workflows.elastic([copper()], EMT(), strains=strains).record(0)
+    assert record["strains"] == list(strains)
+    stresses = np.asarray(record["stresses_GPa"])
+    assert stresses.shape == (6, 2, 6)
+    for j, (a, b) in enumerate(PAIRS):
+        for k, d in enumerate(strains):
+            eps = np.zeros((3, 3))
+            eps[a, b] = eps[b, a] = d if a == b else d / 2
+            s = with_ase_emt(copper())
+            s.set_cell(s.cell[:] @ (np.eye(3) + eps).T, scale_atoms=True)
+            np.testing.assert_allclose(stresses[j, k], s.get_stress(voigt=True) / GPa, atol=1e-9)
