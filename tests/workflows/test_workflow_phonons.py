@@ -24,15 +24,14 @@ SUPERCELLS = [[3, 3, 3], [3, 3, 3], [2, 2, 2]]
 KW = dict(min_width=0, mesh=[9, 9, 9], npoints=11)
 
 
-def ase_phonopy(atoms, supercell):
-    """phonopy with forces from ASE's EMT, and the same band path, mesh and thermal
-    properties as the workflow's settings above."""
+def ase_force_constants(atoms, supercell, distance=0.01):
+    """phonopy's force constants from ASE's EMT forces on its displaced supercells."""
     unit = PhonopyAtoms(
         symbols=atoms.get_chemical_symbols(), cell=atoms.cell[:],
         scaled_positions=atoms.get_scaled_positions(), masses=atoms.get_masses(),
     )  # fmt: skip
     ph = Phonopy(unit, supercell_matrix=np.diag(supercell), primitive_matrix="auto")
-    ph.generate_displacements(distance=0.01)
+    ph.generate_displacements(distance=distance)
     forces = []
     for sc in ph.supercells_with_displacements:
         s = Atoms(sc.symbols, cell=sc.cell, scaled_positions=sc.scaled_positions, pbc=True)
@@ -40,10 +39,24 @@ def ase_phonopy(atoms, supercell):
         forces.append(s.get_forces())
     ph.forces = forces
     ph.produce_force_constants()
+    return ph
+
+
+def ase_phonopy(atoms, supercell):
+    """phonopy with forces from ASE's EMT, and the same band path, mesh and thermal
+    properties as the workflow's settings above."""
+    ph = ase_force_constants(atoms, supercell)
     ph.auto_band_structure(npoints=KW["npoints"])
     ph.run_mesh(KW["mesh"])
     ph.run_thermal_properties(temperatures=[300.0], exclude_gamma_acoustic=True)
     return ph
+
+
+def bcc_copper():
+    """Cu squeezed to bcc with the fcc lattice constant: imaginary shear modes."""
+    return Atoms(
+        "Cu", cell=[[-1.55, 1.55, 1.55], [1.55, -1.55, 1.55], [1.55, 1.55, -1.55]], pbc=True
+    )
 
 
 def gamma(ph):
@@ -85,10 +98,7 @@ def test_frequencies_and_free_energy_match_phonopy_with_ase_emt(computed):
 def test_unstable_structure_is_flagged(computed):
     """Cu squeezed to bcc with the fcc lattice constant: imaginary shear modes, which
     the flag must report (phonopy gives them as negative frequencies)."""
-    bcc = Atoms(
-        "Cu", cell=[[-1.55, 1.55, 1.55], [1.55, -1.55, 1.55], [1.55, 1.55, -1.55]], pbc=True
-    )
-    res = workflows.phonons([bcc], EMT(), supercell=3, **KW)
+    res = workflows.phonons([bcc_copper()], EMT(), supercell=3, **KW)
     row = res.to_pandas().iloc[0]
     assert row["min_frequency_THz"] < -0.05 and not row["stable"]
 

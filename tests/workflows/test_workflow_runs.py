@@ -13,8 +13,7 @@ import pandas as pd
 import pytest
 from ase import Atoms
 from ase.build import bulk
-from ase.calculators.emt import EMT as AseEMT
-from workflow_materials import aluminium, copper, cu3au, ten_materials, triclinic
+from workflow_materials import NoGold, aluminium, copper, cu3au, ten_materials, triclinic
 
 from alchemi_lit import workflows
 from alchemi_lit.callbacks import Checkpoint
@@ -152,15 +151,6 @@ def test_a_killed_workflow_resumes_and_loses_nothing(tmp_path, checkpoints):
     pd.testing.assert_frame_equal(resumed.to_pandas(), reference)
     stored = ZarrSink(store).read()
     assert sorted(stored.system_id.tolist()) == list(range(5 * 24))  # each job once
-
-
-class NoGold(AseEMT):
-    """ASE's EMT, failing on any structure with gold."""
-
-    def calculate(self, atoms=None, properties=("energy",), system_changes=()):
-        if 79 in atoms.numbers:
-            raise RuntimeError("no gold here")
-        super().calculate(atoms, properties, system_changes)
 
 
 def test_a_material_whose_jobs_fail_is_reported_and_the_others_finish():
