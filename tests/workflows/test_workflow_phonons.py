@@ -3,6 +3,8 @@ own ASE examples run it: same supercells and displacements, forces from ASE."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from ase import Atoms
@@ -143,3 +145,32 @@ def test_auto_workers_only_where_phonopy_work_pays_for_them():
     assert big > 60 and resolve_workers("auto", 20, "phonons", big) == min(
         resolve_workers("auto", 20, "phonons"), 20
     )
+
+
+#: Gamma to (0, 0, 1/2) of bcc Cu's reciprocal basis: its shear branch is imaginary there
+BCC_PATH = [[[0.0, 0.0, 0.0], [0.0, 0.0, 0.5]]]
+#: the band path alone finds the imaginary modes: the mesh is Gamma only
+BCC_KW = dict(supercell=2, min_width=0, mesh=[1, 1, 1], band_path=BCC_PATH, npoints=11)
+
+
+@functools.cache
+def ase_lowest_on_bcc_path():
+    """The lowest frequency (THz) of phonopy with ASE EMT forces along BCC_PATH."""
+    from phonopy.phonon.band_structure import get_band_qpoints_and_path_connections
+
+    ph = ase_force_constants(bcc_copper(), [2, 2, 2])
+    qpoints, connections = get_band_qpoints_and_path_connections(BCC_PATH, 11)
+    ph.run_band_structure(qpoints, path_connections=connections)
+    return min(float(np.min(f)) for f in ph.band_structure.frequencies)
+
+
+def test_the_lowest_frequency_is_read_on_the_band_path_as_well_as_the_mesh():
+    """With a Gamma-only mesh the imaginary shear modes of bcc Cu are on the band path
+    alone: min_frequency_THz is the path's minimum and the structure unstable.  The
+    other tests' meshes held imaginary modes too, so a minimum over the mesh alone
+    gave the same flags."""
+    row = workflows.phonons([bcc_copper()], EMT(), **BCC_KW).to_pandas().iloc[0]
+    lowest = ase_lowest_on_bcc_path()
+    assert lowest < -1.0
+    assert row["min_frequency_THz"] == pytest.approx(lowest, abs=1e-4)
+    assert not row["stable"]
