@@ -174,3 +174,13 @@ def test_the_lowest_frequency_is_read_on_the_band_path_as_well_as_the_mesh():
     assert lowest < -1.0
     assert row["min_frequency_THz"] == pytest.approx(lowest, abs=1e-4)
     assert not row["stable"]
+
+
+@pytest.mark.parametrize("tolerance", [0.5, 2.0])
+def test_stable_compares_the_lowest_frequency_with_the_given_tolerance(tolerance):
+    """bcc Cu's lowest frequency is about -1.1 THz: unstable under a 0.5 THz tolerance,
+    stable under 2 THz.  Every other test left imaginary_tolerance at its default, so
+    a tolerance not passed on to the analysis went unseen."""
+    res = workflows.phonons([bcc_copper()], EMT(), imaginary_tolerance=tolerance, **BCC_KW)
+    assert res.to_pandas()["stable"][0] == (ase_lowest_on_bcc_path() >= -tolerance)
+    assert res.settings["imaginary_tolerance"] == tolerance
