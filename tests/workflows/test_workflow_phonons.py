@@ -44,6 +44,14 @@ def ase_force_constants(atoms, supercell, distance=0.01):
     return ph
 
 
+def ase_thermal(atoms, supercell, mesh, temperatures):
+    """phonopy's thermal properties (kJ/mol, J/K/mol) on ``mesh`` from ASE EMT forces."""
+    ph = ase_force_constants(atoms, supercell)
+    ph.run_mesh(mesh)
+    ph.run_thermal_properties(temperatures=temperatures, exclude_gamma_acoustic=True)
+    return ph.thermal_properties
+
+
 def ase_phonopy(atoms, supercell):
     """phonopy with forces from ASE's EMT, and the same band path, mesh and thermal
     properties as the workflow's settings above."""
@@ -184,3 +192,17 @@ def test_stable_compares_the_lowest_frequency_with_the_given_tolerance(tolerance
     res = workflows.phonons([bcc_copper()], EMT(), imaginary_tolerance=tolerance, **BCC_KW)
     assert res.to_pandas()["stable"][0] == (ase_lowest_on_bcc_path() >= -tolerance)
     assert res.settings["imaginary_tolerance"] == tolerance
+
+
+def test_thermal_table_is_phonopys_converted_to_ev(computed):
+    """thermal(): free energy, entropy and heat capacity at 300 K of Cu against phonopy's
+    with ASE EMT forces, kJ/mol and J/K/mol converted with the Faraday constant
+    (96485.332123 J/mol per eV).  The other tests read the free energy only."""
+    _, res = computed
+    ref = ase_thermal(copper(), SUPERCELLS[0], KW["mesh"], [300.0])
+    row = res.thermal(0).set_index("temperature_K").loc[300.0]
+    assert row["free_energy_eV"] == pytest.approx(ref.free_energy[0] / 96.485332123, abs=1e-6)
+    assert row["entropy_eV_per_K"] == pytest.approx(ref.entropy[0] / 96485.332123, rel=1e-6)
+    assert row["heat_capacity_eV_per_K"] == pytest.approx(
+        ref.heat_capacity[0] / 96485.332123, rel=1e-6
+    )
