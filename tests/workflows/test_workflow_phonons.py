@@ -206,3 +206,18 @@ def test_thermal_table_is_phonopys_converted_to_ev(computed):
     assert row["heat_capacity_eV_per_K"] == pytest.approx(
         ref.heat_capacity[0] / 96485.332123, rel=1e-6
     )
+
+
+def test_300_k_is_added_to_the_temperatures_asked_for():
+    """temperatures=(100,): the thermal table has 100 and 300 K (free_energy_300K needs
+    the latter), both phonopy's with ASE EMT forces.  The default temperatures hold
+    300 K already, and no test asked for others."""
+    kw = dict(supercell=2, min_width=0, mesh=[5, 5, 5], band_path=None)
+    res = workflows.phonons([copper()], EMT(), temperatures=(100.0,), **kw)
+    ref = ase_thermal(copper(), [2, 2, 2], [5, 5, 5], [100.0, 300.0])
+    table = res.thermal(0)
+    assert table["temperature_K"].tolist() == [100.0, 300.0]
+    np.testing.assert_allclose(table["free_energy_eV"], ref.free_energy / 96.485332123, atol=1e-6)
+    assert res.to_pandas()["free_energy_300K"][0] == pytest.approx(
+        ref.free_energy[1] / 96.485332123, abs=1e-6
+    )
