@@ -221,3 +221,18 @@ def test_300_k_is_added_to_the_temperatures_asked_for():
     assert res.to_pandas()["free_energy_300K"][0] == pytest.approx(
         ref.free_energy[1] / 96.485332123, abs=1e-6
     )
+
+
+def test_distance_is_the_length_of_each_displacement():
+    """distance=0.03: each job is phonopy's perfect supercell with one atom moved by
+    0.03 Å.  Every other test used phonopy's own default (0.01 Å), so a distance not
+    passed to generate_displacements went unseen."""
+    kw = dict(supercell=2, min_width=0, mesh=[3, 3, 3], band_path=None)
+    res = workflows.phonons([copper()], EMT(), distance=0.03, **kw)
+    perfect = res.phonopy(0).supercell.positions
+    jobs = [job.atoms for job in res.jobs.jobs]
+    assert len(jobs) == res.to_pandas()["n_displacements"][0] > 0
+    for atoms in jobs:
+        moved = np.linalg.norm(atoms.positions - perfect, axis=1)
+        assert np.count_nonzero(moved > 1e-9) == 1
+        assert moved.max() == pytest.approx(0.03, abs=1e-9)
