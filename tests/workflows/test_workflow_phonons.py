@@ -6,13 +6,14 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import pandas as pd
 import pytest
 from ase import Atoms
 from ase.calculators.emt import EMT as AseEMT
-from workflow_materials import aluminium, copper, cu3au
+from workflow_materials import NoGold, aluminium, copper, cu3au
 
 from alchemi_lit import workflows
-from alchemi_lit.models import EMT
+from alchemi_lit.models import EMT, ASECalculatorModel
 
 pytest.importorskip("phonopy")
 pytest.importorskip("seekpath")
@@ -236,3 +237,27 @@ def test_distance_is_the_length_of_each_displacement():
         moved = np.linalg.norm(atoms.positions - perfect, axis=1)
         assert np.count_nonzero(moved > 1e-9) == 1
         assert moved.max() == pytest.approx(0.03, abs=1e-9)
+
+
+def test_a_material_whose_jobs_fail_leaves_the_others_rows_and_files(tmp_path):
+    """Cu3Au's jobs fail in the model (no gold): its row has NaN and the reason, Cu and
+    Al after it have their own values (phonopy's with ASE EMT), and write() saves files
+    for those two only.  No phonon test had a failing material, so results shifted onto
+    the wrong rows (or a file written for the failed one) went unseen."""
+    materials = [copper(), cu3au(), aluminium()]
+    kw = dict(min_width=0, mesh=[5, 5, 5], band_path=None, temperatures=[300.0])
+    res = workflows.phonons(  # (Cu3Au in its own cell: "auto" with min_width=0)
+        materials, ASECalculatorModel(NoGold), supercell={0: 2, 2: 2}, **kw
+    )
+    table = res.to_pandas()
+    assert "no gold here" in table["error"][1] and np.isnan(table["free_energy_300K"][1])
+    assert set(res.failed) == {1}
+    for i in (0, 2):
+        ref = ase_thermal(materials[i], [2, 2, 2], [5, 5, 5], [300.0])
+        assert pd.isna(table["error"][i])
+        assert table["free_energy_300K"][i] == pytest.approx(
+            ref.free_energy[0] / 96.485332123, abs=1e-6
+        )
+    res.write(tmp_path)
+    files = sorted(p.name.split(".")[0] for p in (tmp_path / "phonons").iterdir())
+    assert set(files) == {"0_Cu", "2_Al"}
