@@ -205,6 +205,29 @@ def test_a_supercell_too_small_for_the_cutoff_is_refused_with_one_that_would_do(
         workflows.phonons([copper()], model, supercell=3)
 
 
+def test_the_thickness_check_measures_the_supercell_phonopy_builds():
+    """A non-diagonal supercell matrix, whose supercell is not the same as that of its
+    transpose: the check measures phonopy's supercell (lattice vectors as columns:
+    unit @ m), 3.41 Å thick, where the transpose's is 3.59 Å.  Every other supercell
+    was diagonal, where the two conventions agree, so a check on the transposed
+    supercell went unseen and let this one through at min_width 3.45 Å."""
+    pytest.importorskip("phonopy")
+    from phonopy.structure.atoms import PhonopyAtoms
+    from phonopy.structure.cells import get_supercell
+
+    atoms, m = bulk("Cu", "fcc", a=3.59, cubic=True), [[3, 0, 0], [1, 1, 0], [0, 0, 1]]
+    unit = PhonopyAtoms(
+        symbols=atoms.get_chemical_symbols(), cell=atoms.cell[:],
+        scaled_positions=atoms.get_scaled_positions(),
+    )  # fmt: skip
+    cell = np.asarray(get_supercell(unit, m).cell)  # what Phonopy(supercell_matrix=m) holds
+    volume = abs(np.linalg.det(cell))
+    thick = min(volume / np.linalg.norm(np.cross(cell[i - 2], cell[i - 1])) for i in range(3))
+    assert thick == pytest.approx(3.4058, abs=1e-4)
+    with pytest.raises(StructureError, match=rf"the supercell .* is {thick:.2f} Å thick"):
+        workflows.phonons([atoms], Untouchable(), supercell=m, min_width=thick + 0.05)
+
+
 def test_auto_supercells_reach_twice_the_cutoff():
     pytest.importorskip("phonopy")
     from alchemi_lit.core.geometry import periodic_heights
