@@ -13,7 +13,15 @@ import pandas as pd
 import pytest
 from ase import Atoms
 from ase.build import bulk
-from workflow_materials import NoGold, aluminium, copper, cu3au, ten_materials, triclinic
+from workflow_materials import (
+    NoGold,
+    aluminium,
+    copper,
+    cu3au,
+    ten_materials,
+    triclinic,
+    with_ase_emt,
+)
 
 from alchemi_lit import workflows
 from alchemi_lit.callbacks import Checkpoint
@@ -166,6 +174,20 @@ def test_a_material_whose_jobs_fail_is_reported_and_the_others_finish():
         np.testing.assert_allclose(res.elastic_tensor(row), clean.elastic_tensor(i), atol=1e-6)
     with pytest.raises(ValueError, match="material 1 has no elastic results"):
         res.elastic_tensor(1)
+
+
+def test_a_material_whose_relaxations_do_not_converge_is_reported():
+    """Two FIRE steps cannot bring the triclinic cell's forces (~1 eV/Å) under 1e-4
+    eV/Å: its rows are NaN with the reason, while copper (no force on its one atom)
+    converges at once and is fitted.  Every relaxing test converged, so a workflow
+    that fitted unconverged relaxations as if they were minima went unseen."""
+    res = workflows.eos([copper(), triclinic()], EMT(), relax=FIRE(fmax=1e-4, max_steps=2))
+    table = res.to_pandas()
+    assert "did not converge within max_steps" in table["error"][1]
+    assert np.isnan(table["B0"][1]) and set(res.failed) == {1}
+    assert pd.isna(table["error"][0]) and np.isfinite(table["B0"][0])
+    forces = with_ase_emt(triclinic()).get_forces()
+    assert np.linalg.norm(forces, axis=1).min() > 0.5  # (the premise: far from converged)
 
 
 # ------------------------------------------------------------- refused before running
