@@ -91,3 +91,18 @@ def test_a_material_whose_fit_fails_is_reported_and_the_others_finish():
     assert res.failed == {1: table["error"][1]}
     with pytest.raises(ValueError, match="material 1 has no eos results"):
         res.eos(1)
+
+
+def test_eos_samples_the_strains_asked_for():
+    """n_points=5 and max_strain=2 %: the volumes are the cell's scaled by (1 + s)^3 for
+    s in linspace(-0.02, 0.02, 5), and the fit is ASE's on those.  Every other test ran
+    the defaults (7 points, 4 %), so ignoring either argument went unseen."""
+    atoms = copper()
+    res = workflows.eos([atoms], EMT(), n_points=5, max_strain=0.02)
+    expected = atoms.get_volume() * (1 + np.linspace(-0.02, 0.02, 5)) ** 3
+    np.testing.assert_allclose(res.volumes(0), expected, rtol=1e-12)
+    v0, e0, b0 = ase_eos(atoms, "birchmurnaghan", n_points=5, max_strain=0.02)
+    row = res.to_pandas().iloc[0]
+    assert row["V0"] == pytest.approx(v0, rel=1e-6)
+    assert row["E0"] == pytest.approx(e0, abs=1e-6)
+    assert row["B0"] == pytest.approx(b0, abs=0.1)

@@ -13,8 +13,15 @@ import pandas as pd
 import pytest
 from ase import Atoms
 from ase.build import bulk
-from ase.calculators.emt import EMT as AseEMT
-from workflow_materials import aluminium, copper, cu3au, ten_materials, triclinic
+from workflow_materials import (
+    NoGold,
+    aluminium,
+    copper,
+    cu3au,
+    ten_materials,
+    triclinic,
+    with_ase_emt,
+)
 
 from alchemi_lit import workflows
 from alchemi_lit.callbacks import Checkpoint
@@ -154,15 +161,6 @@ def test_a_killed_workflow_resumes_and_loses_nothing(tmp_path, checkpoints):
     assert sorted(stored.system_id.tolist()) == list(range(5 * 24))  # each job once
 
 
-class NoGold(AseEMT):
-    """ASE's EMT, failing on any structure with gold."""
-
-    def calculate(self, atoms=None, properties=("energy",), system_changes=()):
-        if 79 in atoms.numbers:
-            raise RuntimeError("no gold here")
-        super().calculate(atoms, properties, system_changes)
-
-
 def test_a_material_whose_jobs_fail_is_reported_and_the_others_finish():
     materials = [copper(), cu3au(), aluminium()]
     res = workflows.elastic(materials, ASECalculatorModel(NoGold))
@@ -176,6 +174,20 @@ def test_a_material_whose_jobs_fail_is_reported_and_the_others_finish():
         np.testing.assert_allclose(res.elastic_tensor(row), clean.elastic_tensor(i), atol=1e-6)
     with pytest.raises(ValueError, match="material 1 has no elastic results"):
         res.elastic_tensor(1)
+
+
+def test_a_material_whose_relaxations_do_not_converge_is_reported():
+    """Two FIRE steps cannot bring the triclinic cell's forces (~1 eV/Å) under 1e-4
+    eV/Å: its rows are NaN with the reason, while copper (no force on its one atom)
+    converges at once and is fitted.  Every relaxing test converged, so a workflow
+    that fitted unconverged relaxations as if they were minima went unseen."""
+    res = workflows.eos([copper(), triclinic()], EMT(), relax=FIRE(fmax=1e-4, max_steps=2))
+    table = res.to_pandas()
+    assert "did not converge within max_steps" in table["error"][1]
+    assert np.isnan(table["B0"][1]) and set(res.failed) == {1}
+    assert pd.isna(table["error"][0]) and np.isfinite(table["B0"][0])
+    forces = with_ase_emt(triclinic()).get_forces()
+    assert np.linalg.norm(forces, axis=1).min() > 0.5  # (the premise: far from converged)
 
 
 # ------------------------------------------------------------- refused before running
@@ -213,6 +225,29 @@ def test_a_supercell_too_small_for_the_cutoff_is_refused_with_one_that_would_do(
         match=r"structure 0 \(Cu\): the supercell .* is 6.22 Å thick.*supercell=\[6, 6, 6\]",
     ):
         workflows.phonons([copper()], model, supercell=3)
+
+
+def test_the_thickness_check_measures_the_supercell_phonopy_builds():
+    """A non-diagonal supercell matrix, whose supercell is not the same as that of its
+    transpose: the check measures phonopy's supercell (lattice vectors as columns:
+    unit @ m), 3.41 Å thick, where the transpose's is 3.59 Å.  Every other supercell
+    was diagonal, where the two conventions agree, so a check on the transposed
+    supercell went unseen and let this one through at min_width 3.45 Å."""
+    pytest.importorskip("phonopy")
+    from phonopy.structure.atoms import PhonopyAtoms
+    from phonopy.structure.cells import get_supercell
+
+    atoms, m = bulk("Cu", "fcc", a=3.59, cubic=True), [[3, 0, 0], [1, 1, 0], [0, 0, 1]]
+    unit = PhonopyAtoms(
+        symbols=atoms.get_chemical_symbols(), cell=atoms.cell[:],
+        scaled_positions=atoms.get_scaled_positions(),
+    )  # fmt: skip
+    cell = np.asarray(get_supercell(unit, m).cell)  # what Phonopy(supercell_matrix=m) holds
+    volume = abs(np.linalg.det(cell))
+    thick = min(volume / np.linalg.norm(np.cross(cell[i - 2], cell[i - 1])) for i in range(3))
+    assert thick == pytest.approx(3.4058, abs=1e-4)
+    with pytest.raises(StructureError, match=rf"the supercell .* is {thick:.2f} Å thick"):
+        workflows.phonons([atoms], Untouchable(), supercell=m, min_width=thick + 0.05)
 
 
 def test_auto_supercells_reach_twice_the_cutoff():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from ase import Atoms
 from ase.build import bulk
+from ase.calculators.emt import EMT as PlainAseEMT
 
 from conftest import AseEMT
 
@@ -51,3 +52,12 @@ def with_ase_emt(atoms: Atoms) -> Atoms:
     atoms = atoms.copy()
     atoms.calc = AseEMT()
     return atoms
+
+
+class NoGold(PlainAseEMT):
+    """ASE's EMT, failing on any structure with gold."""
+
+    def calculate(self, atoms=None, properties=("energy",), system_changes=()):
+        if 79 in atoms.numbers:
+            raise RuntimeError("no gold here")
+        super().calculate(atoms, properties, system_changes)
