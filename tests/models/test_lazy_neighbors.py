@@ -137,6 +137,52 @@ def test_a_sudden_jump_is_caught_one_call_late_with_a_warning(accelerator, caplo
     assert nl.skin_watch.safety == 6.0
 
 
+def _drive(nl: NeighborList, batch: Batch, moves: list[torch.Tensor], graphed: bool) -> list:
+    """Call ``nl`` once per move, eagerly or as ``engine.cuda_graph.GraphedSteps`` does
+    (replay -- an in-graph call, its measure published -- while the late check keeps
+    the list, else one eager call, then a capture, an in-graph call); whether each call
+    built.  The list in use must be exact at every call."""
+    builds, replaying, eager_before = [], False, False
+    for move in moves:
+        batch.positions += move
+        before = nl.num_builds
+        if replaying and not nl.skin_watch.keeps():
+            replaying = False
+        if graphed and (replaying or (eager_before and nl.ready_for_graph(batch))):
+            nl.in_graph = True
+            nl(batch)
+            nl.in_graph = False
+            nl.skin_watch.publish_graph()
+            replaying, eager_before = True, False
+        else:
+            nl(batch)
+            eager_before = True
+        builds.append(nl.num_builds > before)
+        assert not bool(nl.needs_rebuild(batch).any()), len(builds)  # exact
+    return builds
+
+
+def test_graph_replays_rebuild_when_the_eager_path_does(accelerator) -> None:
+    """Under CUDA graphs the skin is measured in the graph and read one replay late: a
+    drift must stop the replays and rebuild at the very calls the eager path rebuilds,
+    with no exact read and no violation (a measure truncated to integers never
+    rebuilt; a refusal that the eager call after it did not act on left that call to
+    an exact check with no margin, and the capture after it ran on an inexact list)."""
+    gen = torch.Generator().manual_seed(5)
+    batch = Batch.from_atoms(perturbed_argon(2, 2, 0.05, seed=5), dtype=DT)
+    moves = [0.002 * torch.randn(batch.positions.shape, generator=gen, dtype=DT)
+             for _ in range(70)]  # fmt: skip
+    lo, hi = batch.ptr[1:3].tolist()
+    for move in moves:
+        move[lo:hi] += torch.tensor([0.021, -0.013, 0.008], dtype=DT)
+    eager = _drive(NeighborList(5.0, 1.0), batch.clone(), moves, graphed=False)
+    nl = NeighborList(5.0, 1.0)
+    assert _drive(nl, batch.clone(), moves, graphed=True) == eager
+    assert sum(eager) >= 4  # (the first build and rebuilds)
+    # (the call after the first build is a capture: no exact read, eagerly one)
+    assert nl.skin_watch.violations == 0 and nl.skin_watch.exact_reads == 0
+
+
 def test_changing_cells_keep_the_list_exact_without_reads(accelerator, monkeypatch) -> None:
     """A barostat's cells: kept lists get their shifts in the new cell on the device,
     forces equal a fresh list's bit for bit, and steady calls read nothing."""
