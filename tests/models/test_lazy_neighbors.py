@@ -137,6 +137,65 @@ def test_a_sudden_jump_is_caught_one_call_late_with_a_warning(accelerator, caplo
     assert nl.skin_watch.safety == 6.0
 
 
+@pytest.mark.parametrize("step", [0.03, 0.2])
+def test_a_call_moving_up_to_safety_times_the_last_keeps_the_list_exact(accelerator, step) -> None:
+    """The late check's promise (``skin_watch``'s module doc): the list stays exact as long
+    as no call moves an atom more than ``safety`` (3) times as far as the call before,
+    wherever in the list's life that call comes -- right after a rebuild too, when the
+    list is ``skin / 2`` from its limit (with 0.2 A steps a call, every call rebuilds).
+    A check without the margin, or one that took a rebuilt list for a whole skin from
+    its limit, kept lists that such a call outran."""
+    base = Batch.from_atoms(perturbed_argon(1, 2, 0.05, seed=6), dtype=DT)
+    atom = 3
+    move = step * torch.tensor([0.6, -0.48, 0.64], dtype=DT)
+    for jump_at in range(1, 18 if step < 0.1 else 5):  # every phase of the first skin
+        batch, nl = base.clone(), NeighborList(5.0, 1.0)
+        for call in range(jump_at + 1):
+            if call:
+                batch.positions[atom] += move * (2.9 if call == jump_at else 1.0)
+            nl(batch)
+            assert not bool(nl.needs_rebuild(batch).any()), (jump_at, call)
+        assert nl.skin_watch.violations == 0
+
+
+def test_a_steadily_compressed_cell_is_rebuilt_before_its_limit_runs_out(accelerator) -> None:
+    """A barostat compressing the cell: the atoms follow the cell (no move beyond the
+    affine one), but the limit of their moves (``skin / 2`` in the cell built in) drops
+    at every call, and the late check counts that drop in its rate; with the drop's
+    sign flipped the list was kept one call past its limit."""
+    batch = Batch.from_atoms(perturbed_argon(2, 2, 0.05, seed=7), dtype=DT)
+    nl = NeighborList(5.0, 1.0)
+    for call in range(40):
+        batch.cell = batch.cell * 0.99  # (new tensors, as the barostats set them)
+        batch.positions = batch.positions * 0.99
+        nl(batch)
+        assert not bool(nl.needs_rebuild(batch).any()), call
+    assert nl.num_builds >= 3 * batch.num_systems  # (rebuilt twice at least)
+    assert nl.skin_watch.violations == 0
+
+
+def test_atoms_following_a_sheared_cell_have_not_moved(accelerator) -> None:
+    """Atoms that follow their cell's deformation (positions ``r0 M`` as the cell is
+    ``h0 M``, row vectors) have not moved as far as the list is concerned: a shear
+    within the limit keeps the list on the accelerator's path as on the CPU's (taking
+    the strain as ``M^T`` counted ``r0 (M - M^T)``, up to ~0.8 A here, as a move)."""
+    batch = Batch.from_atoms(perturbed_argon(2, 2, 0.05, seed=9), dtype=DT)
+    counts = []
+    for path in (accelerator_path, contextlib.nullcontext):
+        with path():
+            copy, nl = batch.clone(), NeighborList(5.0, 1.0)
+            nl(copy)
+            for _ in range(4):  # a shear of 0.08 in four calls
+                shear = torch.eye(3, dtype=DT)
+                shear[1, 0] = 0.02
+                copy.cell = copy.cell @ shear
+                copy.positions = copy.positions @ shear
+                nl(copy)
+                assert not bool(nl.needs_rebuild(copy).any())
+            counts.append(nl.num_builds)
+    assert counts == [batch.num_systems] * 2
+
+
 def _drive(nl: NeighborList, batch: Batch, moves: list[torch.Tensor], graphed: bool) -> list:
     """Call ``nl`` once per move, eagerly or as ``engine.cuda_graph.GraphedSteps`` does
     (replay -- an in-graph call, its measure published -- while the late check keeps
