@@ -403,3 +403,21 @@ def test_one_model_can_run_on_either_path_one_run_after_the_other() -> None:
     for path in (accelerator_path, contextlib.nullcontext, accelerator_path):
         with path():
             torch.testing.assert_close(relax(model), relax(LennardJones(**LJ)), rtol=0, atol=0)
+
+
+def test_a_list_kept_by_the_accelerators_path_is_started_over_on_the_cpus() -> None:
+    """The same batch (same layout) through the accelerator's path, then the CPU's: the
+    CPU's path builds its own list, with its reduction aids, so the forces equal a
+    fresh CPU list's to the bit (kept as it was, the list had no aids, and the forces
+    were summed in another order)."""
+    batch = Batch.from_atoms(perturbed_argon(3, 2, 0.1, seed=1), dtype=DT)
+    model = LennardJones(**LJ)
+    with accelerator_path():
+        model(batch)
+        batch.positions += 0.01
+        model(batch)
+    batch.positions += 0.01
+    ours = model(batch, compute_stress=True)
+    want = LennardJones(**LJ)(batch, compute_stress=True)
+    for key in ("energy", "forces", "stress"):
+        assert torch.equal(ours[key], want[key]), key
