@@ -607,3 +607,46 @@ def _recording(module, taken):
         return inner(batch, rows, radius)
 
     return batched_parts
+
+
+def test_two_threads_build_the_edges_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With more than one torch thread, the systems vesin builds are cut into two runs of
+    rows, one of them built in a worker thread: the edges are a single thread's, bit for
+    bit, for all rows and for some (a one-thread CI never takes this path)."""
+    from alchemi_lit.core import geometry
+    from alchemi_lit.models import pair_search, small_cells
+
+    monkeypatch.setattr(small_cells, "_SMALL_CELL_MAX_CANDIDATES", -1)  # vesin for all
+    monkeypatch.setattr(geometry, "_ALL_PAIRS_MAX_ATOMS", 0)
+    structures = [*perturbed_argon(2, 2, 0.1, seed=14), triclinic_argon(2, 0.1, 0.05, seed=15),
+                  *perturbed_argon(2, 3, 0.1, seed=16)]  # fmt: skip
+    batch = Batch.from_atoms(structures, dtype=DT)
+    splits = []
+    split_rows = pair_search._split_rows
+    monkeypatch.setattr(pair_search, "_THREADED_MIN_ATOMS", 0)
+    monkeypatch.setattr(pair_search, "_split_rows", lambda *a: splits.append(a) or split_rows(*a))
+    for rows in (list(range(batch.num_systems)), [1, 2, 4]):
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+        want = pair_search.build_rows(batch, rows, 5.0)
+        assert not splits
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+        got = pair_search.build_rows(batch, rows, 5.0)
+        assert len(splits) == 1 and splits.pop()[0] == rows
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and torch.equal(g, w)
+
+
+def test_batch_pair_counts_count_each_systems_pairs() -> None:
+    """``batch_pair_counts`` (the edge budgets of a pipeline's transfers) counts each
+    system's pairs with its own cell and periodicity: a batch mixing periodic, slab and
+    molecule systems gives the pairs of a list built with no skin, per system."""
+    from alchemi_lit.models.neighbors import batch_pair_counts
+
+    structures = [cluster_argon(5.0, 0.1, seed=21), slab_argon(2, 2, 0.1, seed=19),
+                  *perturbed_argon(1, 2, 0.1, seed=20),
+                  mixed_pbc_argon((True, False, True), 2, 0.1, seed=22)]  # fmt: skip
+    batch = Batch.from_atoms(structures, dtype=DT)
+    edges = NeighborList(5.0, 0.0)(batch)
+    want = torch.bincount(edges.system, minlength=batch.num_systems).tolist()
+    assert batch_pair_counts(batch, 5.0) == want
+    assert len(set(want)) == len(want)  # (the systems' periodicities count)
