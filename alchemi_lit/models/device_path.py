@@ -98,7 +98,7 @@ class DevicePath:
         steady = self._layout is batch.layout and self._i is not None and self._lazy
         if not steady or self._fresh_rows is not None:
             return False
-        return self.skin_watch.prepare_graph(batch.num_atoms, batch.num_systems, self._i)
+        return self.skin_watch.prepare_graph(batch.num_atoms, batch.num_systems, batch.positions)
 
     def _update_in_graph(self, batch: Batch) -> None:
         """A captured call: the list as it is, its skin measured on the device for the

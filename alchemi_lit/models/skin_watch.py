@@ -53,6 +53,7 @@ class SkinWatch:
         self._prev_limit: torch.Tensor | None = None  # None: skin / 2 (just rebuilt)
         self._staged: torch.Tensor | None = None  # (worst, rate, changed) of this call
         self._pending: tuple[torch.Tensor, torch.cuda.Event | None, bool] | None = None
+        self._verdict: tuple[float, float, bool] | None = None  # a late read keeps() refused
         self._buffers: list[torch.Tensor] = []
         self._buffer_kind: tuple[torch.dtype, bool] | None = None
         self._rate: float | None = None  # the last rate read (host)
@@ -73,7 +74,7 @@ class SkinWatch:
         whole list was just built (its moves count from zero, so the call after that
         has a rate again); else (a refill) the call after that reads it once more."""
         self._known = built
-        self._prev_u = self._prev_limit = self._staged = self._pending = None
+        self._prev_u = self._prev_limit = self._staged = self._pending = self._verdict = None
 
     def remap(
         self,
@@ -104,7 +105,7 @@ class SkinWatch:
         u, limit, worst, changed, self._staged = self._measure(*where)
         self._known = True
         self._prev_u, self._prev_limit = u, limit
-        late = self._read()
+        late, self._verdict = self._verdict or self._read(), None
         if late is None:
             self.exact_reads += 1
             return not bool((worst <= 0) & ~changed)  # (a blocking read, after a reset only)
@@ -113,7 +114,9 @@ class SkinWatch:
     def prepare_graph(self, num_atoms: int, num_systems: int, like: torch.Tensor) -> bool:
         """Make the history static tensors a captured call updates in place (a CUDA
         graph replays the same addresses); False where the next call would read the
-        exact check (no history yet), which a graph cannot."""
+        exact check (no history yet), which a graph cannot.  ``like``: a tensor of the
+        positions' dtype and device (the measure is made in it: an integer one, such as
+        the edge indices, truncates it to zero and the list is never rebuilt)."""
         if not self._known:
             return False
         if self._prev_u is None:  # (just rebuilt: no moves, limits skin / 2)
@@ -150,9 +153,17 @@ class SkinWatch:
 
     def keeps(self) -> bool:
         """Whether the list may serve one more call, from the last call's copy (False
-        where there is none: the next call must run eagerly and check at once)."""
+        where there is none: the next call must run eagerly and check at once).  A
+        refusal is kept for that eager call, which rebuilds on it (its own late read
+        would find nothing: an exact check without a margin, and the capture after it
+        would run unchecked on a list at its limit)."""
         late = self._read()
-        return late is not None and self._still_exact(*late)
+        if late is None:
+            return False
+        if self._still_exact(*late):
+            return True
+        self._verdict = late  # (the eager call that follows rebuilds on it)
+        return False
 
     def _still_exact(self, worst: float, rate: float, changed: bool) -> bool:
         """Whether a list ``worst`` from its limit, growing by ``rate`` a call, stays

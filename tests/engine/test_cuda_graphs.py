@@ -69,17 +69,26 @@ def test_replayed_steps_equal_eager_steps_for_every_integrator(name):
 
 def test_most_steps_replay_and_rebuilds_leave_the_graph():
     """A long Langevin run: the steps replay except those that rebuild the neighbour
-    list (the late skin check says so) and the one after, which captures again."""
+    list (the late skin check says so) and the one after, which captures again.  The
+    skin (0.5 A) runs out twice in the run: the graphs rebuild as often as the eager
+    steps, never on a stale list (a skin measure truncated to integers in the graph
+    once kept the list for good, and identical trajectories did not show it)."""
     plan = LONG["langevin"]
+    models = [LennardJones(AR_EPSILON, AR_SIGMA, 6.0, skin=0.5) for _ in "ab"]
     with accelerator_path():
-        eager, _ = run(plan(), graphs=False, data=perturbed_argon(4, 2, 0.05, seed=4))
+        eager, _ = run(plan(), graphs=False, data=perturbed_argon(4, 2, 0.05, seed=4),
+                       model=models[0])  # fmt: skip
         with emulated_cuda_graphs() as backends:
-            graphed, sim = run(plan(), graphs=True, data=perturbed_argon(4, 2, 0.05, seed=4))
+            graphed, sim = run(plan(), graphs=True, data=perturbed_argon(4, 2, 0.05, seed=4),
+                               model=models[1])  # fmt: skip
     same_trajectory(graphed, eager)
     steps = graphed_steps(sim)
     assert steps.disabled is None
     assert steps.replays >= 0.8 * 120, (steps.replays, steps.captures)
     assert backends[-1].captures == steps.captures >= 2  # (the list was rebuilt)
+    lists = [m.neighbors for m in models]
+    assert lists[1].num_builds == lists[0].num_builds >= 3 * 4  # (two rebuilds)
+    assert lists[1].skin_watch.violations == 0
 
 
 class EveryThird(Callback):

@@ -137,6 +137,111 @@ def test_a_sudden_jump_is_caught_one_call_late_with_a_warning(accelerator, caplo
     assert nl.skin_watch.safety == 6.0
 
 
+@pytest.mark.parametrize("step", [0.03, 0.2])
+def test_a_call_moving_up_to_safety_times_the_last_keeps_the_list_exact(accelerator, step) -> None:
+    """The late check's promise (``skin_watch``'s module doc): the list stays exact as long
+    as no call moves an atom more than ``safety`` (3) times as far as the call before,
+    wherever in the list's life that call comes -- right after a rebuild too, when the
+    list is ``skin / 2`` from its limit (with 0.2 A steps a call, every call rebuilds).
+    A check without the margin, or one that took a rebuilt list for a whole skin from
+    its limit, kept lists that such a call outran."""
+    base = Batch.from_atoms(perturbed_argon(1, 2, 0.05, seed=6), dtype=DT)
+    atom = 3
+    move = step * torch.tensor([0.6, -0.48, 0.64], dtype=DT)
+    for jump_at in range(1, 18 if step < 0.1 else 5):  # every phase of the first skin
+        batch, nl = base.clone(), NeighborList(5.0, 1.0)
+        for call in range(jump_at + 1):
+            if call:
+                batch.positions[atom] += move * (2.9 if call == jump_at else 1.0)
+            nl(batch)
+            assert not bool(nl.needs_rebuild(batch).any()), (jump_at, call)
+        assert nl.skin_watch.violations == 0
+
+
+def test_a_steadily_compressed_cell_is_rebuilt_before_its_limit_runs_out(accelerator) -> None:
+    """A barostat compressing the cell: the atoms follow the cell (no move beyond the
+    affine one), but the limit of their moves (``skin / 2`` in the cell built in) drops
+    at every call, and the late check counts that drop in its rate; with the drop's
+    sign flipped the list was kept one call past its limit."""
+    batch = Batch.from_atoms(perturbed_argon(2, 2, 0.05, seed=7), dtype=DT)
+    nl = NeighborList(5.0, 1.0)
+    for call in range(40):
+        batch.cell = batch.cell * 0.99  # (new tensors, as the barostats set them)
+        batch.positions = batch.positions * 0.99
+        nl(batch)
+        assert not bool(nl.needs_rebuild(batch).any()), call
+    assert nl.num_builds >= 3 * batch.num_systems  # (rebuilt twice at least)
+    assert nl.skin_watch.violations == 0
+
+
+def test_atoms_following_a_sheared_cell_have_not_moved(accelerator) -> None:
+    """Atoms that follow their cell's deformation (positions ``r0 M`` as the cell is
+    ``h0 M``, row vectors) have not moved as far as the list is concerned: a shear
+    within the limit keeps the list on the accelerator's path as on the CPU's (taking
+    the strain as ``M^T`` counted ``r0 (M - M^T)``, up to ~0.8 A here, as a move)."""
+    batch = Batch.from_atoms(perturbed_argon(2, 2, 0.05, seed=9), dtype=DT)
+    counts = []
+    for path in (accelerator_path, contextlib.nullcontext):
+        with path():
+            copy, nl = batch.clone(), NeighborList(5.0, 1.0)
+            nl(copy)
+            for _ in range(4):  # a shear of 0.08 in four calls
+                shear = torch.eye(3, dtype=DT)
+                shear[1, 0] = 0.02
+                copy.cell = copy.cell @ shear
+                copy.positions = copy.positions @ shear
+                nl(copy)
+                assert not bool(nl.needs_rebuild(copy).any())
+            counts.append(nl.num_builds)
+    assert counts == [batch.num_systems] * 2
+
+
+def _drive(nl: NeighborList, batch: Batch, moves: list[torch.Tensor], graphed: bool) -> list:
+    """Call ``nl`` once per move, eagerly or as ``engine.cuda_graph.GraphedSteps`` does
+    (replay -- an in-graph call, its measure published -- while the late check keeps
+    the list, else one eager call, then a capture, an in-graph call); whether each call
+    built.  The list in use must be exact at every call."""
+    builds, replaying, eager_before = [], False, False
+    for move in moves:
+        batch.positions += move
+        before = nl.num_builds
+        if replaying and not nl.skin_watch.keeps():
+            replaying = False
+        if graphed and (replaying or (eager_before and nl.ready_for_graph(batch))):
+            nl.in_graph = True
+            nl(batch)
+            nl.in_graph = False
+            nl.skin_watch.publish_graph()
+            replaying, eager_before = True, False
+        else:
+            nl(batch)
+            eager_before = True
+        builds.append(nl.num_builds > before)
+        assert not bool(nl.needs_rebuild(batch).any()), len(builds)  # exact
+    return builds
+
+
+def test_graph_replays_rebuild_when_the_eager_path_does(accelerator) -> None:
+    """Under CUDA graphs the skin is measured in the graph and read one replay late: a
+    drift must stop the replays and rebuild at the very calls the eager path rebuilds,
+    with no exact read and no violation (a measure truncated to integers never
+    rebuilt; a refusal that the eager call after it did not act on left that call to
+    an exact check with no margin, and the capture after it ran on an inexact list)."""
+    gen = torch.Generator().manual_seed(5)
+    batch = Batch.from_atoms(perturbed_argon(2, 2, 0.05, seed=5), dtype=DT)
+    moves = [0.002 * torch.randn(batch.positions.shape, generator=gen, dtype=DT)
+             for _ in range(70)]  # fmt: skip
+    lo, hi = batch.ptr[1:3].tolist()
+    for move in moves:
+        move[lo:hi] += torch.tensor([0.021, -0.013, 0.008], dtype=DT)
+    eager = _drive(NeighborList(5.0, 1.0), batch.clone(), moves, graphed=False)
+    nl = NeighborList(5.0, 1.0)
+    assert _drive(nl, batch.clone(), moves, graphed=True) == eager
+    assert sum(eager) >= 4  # (the first build and rebuilds)
+    # (the call after the first build is a capture: no exact read, eagerly one)
+    assert nl.skin_watch.violations == 0 and nl.skin_watch.exact_reads == 0
+
+
 def test_changing_cells_keep_the_list_exact_without_reads(accelerator, monkeypatch) -> None:
     """A barostat's cells: kept lists get their shifts in the new cell on the device,
     forces equal a fresh list's bit for bit, and steady calls read nothing."""
@@ -298,3 +403,21 @@ def test_one_model_can_run_on_either_path_one_run_after_the_other() -> None:
     for path in (accelerator_path, contextlib.nullcontext, accelerator_path):
         with path():
             torch.testing.assert_close(relax(model), relax(LennardJones(**LJ)), rtol=0, atol=0)
+
+
+def test_a_list_kept_by_the_accelerators_path_is_started_over_on_the_cpus() -> None:
+    """The same batch (same layout) through the accelerator's path, then the CPU's: the
+    CPU's path builds its own list, with its reduction aids, so the forces equal a
+    fresh CPU list's to the bit (kept as it was, the list had no aids, and the forces
+    were summed in another order)."""
+    batch = Batch.from_atoms(perturbed_argon(3, 2, 0.1, seed=1), dtype=DT)
+    model = LennardJones(**LJ)
+    with accelerator_path():
+        model(batch)
+        batch.positions += 0.01
+        model(batch)
+    batch.positions += 0.01
+    ours = model(batch, compute_stress=True)
+    want = LennardJones(**LJ)(batch, compute_stress=True)
+    for key in ("energy", "forces", "stress"):
+        assert torch.equal(ours[key], want[key]), key

@@ -350,6 +350,92 @@ def test_partial_rebuild_forces_are_bitwise_identical() -> None:
             assert torch.equal(out[key], fresh[key]), key
 
 
+# ---------------------------------------------------------------------- kept lists
+def _edges_equal_a_fresh_lists(batch: Batch, edges, cutoff: float) -> None:
+    """The edges within ``cutoff`` are a fresh list's, as the same ordered arrays."""
+    fresh = NeighborList(cutoff, 0.0)(batch)
+    ka, kb = edges.vec.norm(dim=-1) <= cutoff, fresh.vec.norm(dim=-1) <= cutoff
+    for name in ("i", "j", "system", "vec"):
+        assert torch.equal(getattr(edges, name)[ka], getattr(fresh, name)[kb]), name
+
+
+def test_a_cell_strained_and_restored_gets_its_shifts_back() -> None:
+    """The kept edges' periodic shifts are recomputed when the cell differs from the one
+    they were last computed in, not the one the list was built in: a cell strained and
+    then restored (a barostat's step undone, a finite-difference stress) gets the
+    restored cell's shifts back (compared with the build's cell, it kept the strained
+    cell's)."""
+    batch = _batch()
+    nl = NeighborList(4.0, 1.0)
+    nl(batch)
+    saved = batch.clone()
+    strain = torch.tensor([[1.0, 0.3, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, 2.0]], dtype=DT)
+    _deform(batch, 1, torch.eye(3, dtype=DT) + 0.01 * strain)
+    _edges_equal_a_fresh_lists(batch, nl(batch), 4.0)
+    batch.cell, batch.positions = saved.cell.clone(), saved.positions.clone()
+    _edges_equal_a_fresh_lists(batch, nl(batch), 4.0)
+    assert nl.num_builds == batch.num_systems  # (kept throughout)
+
+
+def _keep_rows(nl: NeighborList, batch: Batch, rows: list[int]) -> Batch:
+    """The batch of ``rows`` of ``batch`` (in that order), the list carried over to it."""
+    kept = batch.select(rows)
+    nl.remap(batch.ptr, torch.tensor(rows), kept)
+    return kept
+
+
+def test_a_remap_keeps_the_moves_since_the_last_build() -> None:
+    """Systems leaving (``remap``): a kept system's moves still count from its last
+    build, not from the remap -- 0.4 A before it and 0.2 A after it exceed the 0.5 A
+    half skin (a remap that took the current positions for the reference kept the list)."""
+    batch = _batch()
+    nl = NeighborList(4.0, 1.0)
+    nl(batch)
+    batch.positions[int(batch.ptr[2]) + 4, 0] += 0.4
+    nl(batch)
+    kept = _keep_rows(nl, batch, [0, 2])
+    kept.positions[int(kept.ptr[1]) + 4, 0] += 0.2
+    assert nl.needs_rebuild(kept).tolist() == [False, True]
+    edges = nl(kept)
+    assert nl.num_builds == 3 + 1
+    assert_matches_reference(kept, edges, 5.0)
+
+
+def test_a_cell_changed_before_a_remap_gets_its_shifts_in_the_new_cell() -> None:
+    """A barostat changes the cell after a step's forces, and systems may leave at the
+    bookkeeping that follows (``remap``): the kept systems' shifts are still those of
+    the last call's cell and are recomputed in the new one at the next call (a remap
+    that took them for the new cell's kept the old ones); forces equal a fresh list's."""
+    structures = [*perturbed_argon(2, 2, 0.1, seed=12), triclinic_argon(2, seed=13)]
+    batch = Batch.from_atoms(structures, dtype=DT)
+    model = LennardJones(0.0104, 3.4, 5.0, skin=1.0)
+    model(batch)
+    _deform(batch, 2, torch.eye(3, dtype=DT) * 0.995)
+    kept = _keep_rows(model.neighbors, batch, [0, 2])
+    ours = model(kept, compute_stress=True)
+    fresh = LennardJones(0.0104, 3.4, 5.0, skin=1.0)(kept, compute_stress=True)
+    for key in ("energy", "forces", "stress"):
+        assert torch.equal(ours[key], fresh[key]), key
+    assert model.neighbors.num_builds == 3  # (kept)
+
+
+def test_a_remap_that_reorders_systems_keeps_the_canonical_order() -> None:
+    """``remap`` takes the new rows in any order: kept systems moved to other rows get
+    their edges sorted again, so that forces (summed per atom along the sorted edges on
+    CPU) equal a fresh list's to the bit."""
+    structures = [*perturbed_argon(2, 2, 0.1, seed=17), triclinic_argon(2, seed=18)]
+    batch = Batch.from_atoms(structures, dtype=DT)
+    model = LennardJones(0.0104, 3.4, 5.0, skin=1.0)
+    model(batch)
+    kept = _keep_rows(model.neighbors, batch, [2, 0])
+    ours = model(kept, compute_stress=True)
+    fresh = LennardJones(0.0104, 3.4, 5.0, skin=1.0)(kept, compute_stress=True)
+    for key in ("energy", "forces", "stress"):
+        assert torch.equal(ours[key], fresh[key]), key
+    i = model.neighbors._i
+    assert bool((i[1:] >= i[:-1]).all()) and model.neighbors.num_builds == 3
+
+
 def _pair_set(i, j, shift) -> set[tuple[int, int, int, int, int]]:
     """Unordered pairs with their cell shift, oriented canonically."""
     out = set()
@@ -521,3 +607,46 @@ def _recording(module, taken):
         return inner(batch, rows, radius)
 
     return batched_parts
+
+
+def test_two_threads_build_the_edges_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With more than one torch thread, the systems vesin builds are cut into two runs of
+    rows, one of them built in a worker thread: the edges are a single thread's, bit for
+    bit, for all rows and for some (a one-thread CI never takes this path)."""
+    from alchemi_lit.core import geometry
+    from alchemi_lit.models import pair_search, small_cells
+
+    monkeypatch.setattr(small_cells, "_SMALL_CELL_MAX_CANDIDATES", -1)  # vesin for all
+    monkeypatch.setattr(geometry, "_ALL_PAIRS_MAX_ATOMS", 0)
+    structures = [*perturbed_argon(2, 2, 0.1, seed=14), triclinic_argon(2, 0.1, 0.05, seed=15),
+                  *perturbed_argon(2, 3, 0.1, seed=16)]  # fmt: skip
+    batch = Batch.from_atoms(structures, dtype=DT)
+    splits = []
+    split_rows = pair_search._split_rows
+    monkeypatch.setattr(pair_search, "_THREADED_MIN_ATOMS", 0)
+    monkeypatch.setattr(pair_search, "_split_rows", lambda *a: splits.append(a) or split_rows(*a))
+    for rows in (list(range(batch.num_systems)), [1, 2, 4]):
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+        want = pair_search.build_rows(batch, rows, 5.0)
+        assert not splits
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+        got = pair_search.build_rows(batch, rows, 5.0)
+        assert len(splits) == 1 and splits.pop()[0] == rows
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and torch.equal(g, w)
+
+
+def test_batch_pair_counts_count_each_systems_pairs() -> None:
+    """``batch_pair_counts`` (the edge budgets of a pipeline's transfers) counts each
+    system's pairs with its own cell and periodicity: a batch mixing periodic, slab and
+    molecule systems gives the pairs of a list built with no skin, per system."""
+    from alchemi_lit.models.neighbors import batch_pair_counts
+
+    structures = [cluster_argon(5.0, 0.1, seed=21), slab_argon(2, 2, 0.1, seed=19),
+                  *perturbed_argon(1, 2, 0.1, seed=20),
+                  mixed_pbc_argon((True, False, True), 2, 0.1, seed=22)]  # fmt: skip
+    batch = Batch.from_atoms(structures, dtype=DT)
+    edges = NeighborList(5.0, 0.0)(batch)
+    want = torch.bincount(edges.system, minlength=batch.num_systems).tolist()
+    assert batch_pair_counts(batch, 5.0) == want
+    assert len(set(want)) == len(want)  # (the systems' periodicities count)
