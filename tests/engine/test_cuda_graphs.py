@@ -426,3 +426,13 @@ def test_an_on_converge_callback_keeps_graphs_on_and_sees_the_exits_made_in_repl
     assert r.graphed_exits == r.eager_exits
     assert len(r.eager_exits) >= 2 and any(conv for *_, conv in r.eager_exits)
     same_trajectory(r.graphed, r.eager)
+
+
+def test_replays_count_as_steps_and_forward_calls(exits_in_replays):
+    """A replay is a step and a forward: the run's stats are the eager run's (the capture
+    restores the counters its step moved, the replayer counts once)."""
+    r = exits_in_replays
+    assert graphed_steps(r.sim).replays >= 10
+    for key in ("steps", "forward_calls"):
+        assert r.graphed.stats[key] == r.eager.stats[key], key
+    assert r.graphed.stats["forward_calls"] == r.graphed.stats["steps"] + 1
