@@ -13,6 +13,7 @@ marked ``cuda`` capture real graphs on a GPU.
 
 from __future__ import annotations
 
+import gc
 import weakref
 from types import SimpleNamespace
 
@@ -436,3 +437,13 @@ def test_replays_count_as_steps_and_forward_calls(exits_in_replays):
     for key in ("steps", "forward_calls"):
         assert r.graphed.stats[key] == r.eager.stats[key], key
     assert r.graphed.stats["forward_calls"] == r.graphed.stats["steps"] + 1
+
+
+def test_the_graph_is_dropped_at_the_runs_end(exits_in_replays):
+    """At the run's end the graph goes, and its memory pool with it, though the run loop
+    (and its step function) live on with the simulator: a later run could run out of
+    device memory otherwise."""
+    r = exits_in_replays
+    assert graphed_steps(r.sim) is r.sim.strategy.run_loop.step  # (still referenced)
+    gc.collect()
+    assert r.backend.graphs and all(graph() is None for graph in r.backend.graphs)
