@@ -447,3 +447,35 @@ def test_the_graph_is_dropped_at_the_runs_end(exits_in_replays):
     assert graphed_steps(r.sim) is r.sim.strategy.run_loop.step  # (still referenced)
     gc.collect()
     assert r.backend.graphs and all(graph() is None for graph in r.backend.graphs)
+
+
+class AddsAFieldAtStepOne(Callback):
+    """Graph-safe, but at step 1 it adds a field: a step that is not steady yet (the
+    capture there raises NotCapturable) -- that step runs eagerly and a later one is
+    captured."""
+
+    graph_safe = True
+
+    def __init__(self):
+        super().__init__()
+        self.steps = []
+
+    def before_step(self, ctx):
+        self.steps.append(ctx.step)
+        if ctx.step == 1:
+            ctx.batch.ensure_field("marker", "system", (), torch.int64, 0)
+
+
+def test_a_step_that_is_not_steady_yet_runs_eagerly_and_graphs_stay_on():
+    messages = []
+    sink = logger.add(messages.append, level="WARNING")
+    callback = AddsAFieldAtStepOne()
+    try:
+        with accelerator_path(), emulated_cuda_graphs() as backends:
+            _, sim = run(PLANS["langevin"](), graphs=True, callbacks=[callback])
+    finally:
+        logger.remove(sink)
+    assert callback.steps.count(1) == 2  # (the failed capture, then the eager step)
+    steps = graphed_steps(sim)
+    assert steps.disabled is None and not [m for m in messages if "cuda_graphs" in m]
+    assert backends[-1].captures == steps.captures >= 1 and steps.replays >= 5
