@@ -214,3 +214,23 @@ def test_auto_books_at_once_when_every_system_is_finished(monkeypatch):
         c.book_s = 1e6  # a bookkeeping far dearer than a step
         booked = [c.after_step(batch, exit_code=1, exited=None) for _ in range(3)]
         assert booked.index(True) + 1 == expected, booked
+
+
+def test_auto_books_at_once_when_a_system_left_a_stage_and_a_callback_waits_for_it(monkeypatch):
+    """ON_CONVERGE callbacks want to hear of an exit soon: with one, a step in which a
+    system left a stage is booked (one step late off the CPU), however dear a
+    bookkeeping and though nothing is finished; without one, an exit alone books
+    nothing."""
+    batch = al.Batch.from_atoms(DATA[:3])
+    batch.status = torch.tensor([0, 0, 0])  # a system left stage 0 for stage 1
+    exited = torch.tensor([False, True, False])
+    for reads_free, expected in ((True, 1), (False, 2)):
+        monkeypatch.setattr(tensor_ops, "CPU_READS_FREE", reads_free)
+        for on_converge in (True, False):
+            c = Cadence("auto", torch.device("cpu"), on_converge=on_converge)
+            c.book_s = 1e6
+            booked = [c.after_step(batch, exit_code=1, exited=exited) for _ in range(3)]
+            if on_converge:
+                assert booked.index(True) + 1 == expected, booked
+            else:
+                assert not any(booked), booked
