@@ -234,3 +234,19 @@ def test_auto_books_at_once_when_a_system_left_a_stage_and_a_callback_waits_for_
                 assert booked.index(True) + 1 == expected, booked
             else:
                 assert not any(booked), booked
+
+
+def test_after_a_bookkeeping_the_flags_of_the_batch_before_are_forgotten(monkeypatch):
+    """Where the flags are read a step late, the last ones read describe the batch
+    before the bookkeeping, whose finished systems have left: the first step after it
+    must not book on them (an extra bookkeeping, a sync, after every one)."""
+    monkeypatch.setattr(tensor_ops, "CPU_READS_FREE", False)
+    before = al.Batch.from_atoms(DATA[:3])
+    before.status = torch.tensor([1, 0, 0])
+    c = Cadence("auto", torch.device("cpu"), on_converge=False)
+    c.booked(0.0)  # (a bookkeeping costs nothing: any finished system is worth one)
+    assert [c.after_step(before, exit_code=1, exited=None) for _ in range(2)] == [False, True]
+    c.booked(0.0)
+    after = al.Batch.from_atoms(DATA[1:3])  # the finished system graduated
+    after.status = torch.tensor([0, 0])
+    assert not c.after_step(after, exit_code=1, exited=None)
