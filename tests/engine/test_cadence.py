@@ -20,7 +20,7 @@ import alchemi_lit as al
 from alchemi_lit.core import tensor_ops
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
 from alchemi_lit.engine import cadence as cadence_module
-from alchemi_lit.engine.cadence import Cadence
+from alchemi_lit.engine.cadence import MAX_AUTO_INTERVAL, Cadence
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 
@@ -250,3 +250,20 @@ def test_after_a_bookkeeping_the_flags_of_the_batch_before_are_forgotten(monkeyp
     after = al.Batch.from_atoms(DATA[1:3])  # the finished system graduated
     after.status = torch.tensor([0, 0])
     assert not c.after_step(after, exit_code=1, exited=None)
+
+
+def test_steps_left_before_a_bookkeeping():
+    """A fixed ``sync_every`` books at its multiples of the step count, also after a
+    step that was cut short; "auto" books at least every MAX_AUTO_INTERVAL steps,
+    counted from the last bookkeeping."""
+    fixed = Cadence(4, torch.device("cpu"), on_converge=False)
+    assert [fixed.steps_left(step) for step in (0, 1, 3, 4, 5, 11)] == [4, 3, 1, 4, 3, 1]
+    batch = al.Batch.from_atoms(DATA[:2])
+    batch.status = torch.tensor([0, 0])  # nothing finishes
+    auto, most = Cadence("auto", torch.device("cpu"), on_converge=False), MAX_AUTO_INTERVAL
+    for n in range(most):
+        assert auto.steps_left(n) == most - n
+        assert not auto.after_step(batch, exit_code=1, exited=None)
+    assert auto.steps_left(most) == 0
+    auto.booked(0.0)
+    assert auto.steps_left(most) == most
