@@ -21,7 +21,7 @@ from alchemi_lit.core import tensor_ops
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
 from alchemi_lit.engine import cadence as cadence_module
 from alchemi_lit.engine.cadence import MAX_AUTO_INTERVAL, Cadence
-from alchemi_lit.integrators import FIRE, Langevin
+from alchemi_lit.integrators import FIRE, Langevin, VelocityVerlet
 from alchemi_lit.models import LennardJones
 
 DATA = mixed_argon(16, 8, 40, seed=11)
@@ -267,3 +267,42 @@ def test_steps_left_before_a_bookkeeping():
     assert auto.steps_left(most) == 0
     auto.booked(0.0)
     assert auto.steps_left(most) == most
+
+
+class FailsForSystem1FromItsFourthCall(LennardJones):
+    """LJ argon that raises on any batch holding system 1 from its fourth call on (the
+    forward of the run's third step): that system is quarantined in mid-segment."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0104, 3.40, 6.0)
+        self.calls = 0
+
+    def forward(self, batch, compute_stress=None, neighbors=None):
+        self.calls += 1
+        if self.calls >= 4 and bool((batch.system_id == 1).any()):
+            raise RuntimeError("descriptor undefined")
+        return super().forward(batch, compute_stress=compute_stress, neighbors=neighbors)
+
+
+def test_a_quarantine_books_at_once_and_the_fixed_cadence_keeps_its_multiples(monkeypatch):
+    """A quarantine cuts the segment short (the system leaves before the next forward);
+    after it, ``sync_every=4`` books at 4, 8, 12 as before -- not every step from then
+    on, nor at 7, 11, 15.  The loop's own step count is the run's."""
+    from alchemi_lit.engine.run_loop import RunLoop
+
+    booked_at = []
+    graduate = RunLoop._graduate
+
+    def spy(self, ctx):
+        booked_at.append(ctx.step)
+        return graduate(self, ctx)
+
+    monkeypatch.setattr(RunLoop, "_graduate", spy)
+    sim = al.Simulator(
+        model=FailsForSystem1FromItsFourthCall(), stages=VelocityVerlet(dt=2.0, steps=12),
+        sync_every=4, precision="64", accelerator="cpu",
+    )  # fmt: skip
+    res = sim.run(DATA[:2])
+    assert res.exit_reasons == ["completed", "model_error"]
+    assert booked_at == [3, 4, 8, 12]
+    assert sim.strategy.run_loop.stats.steps == res.stats["steps"] == 12
