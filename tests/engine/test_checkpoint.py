@@ -265,3 +265,16 @@ def test_a_fresh_run_sets_aside_the_checkpoints_an_earlier_run_left(tmp_path):
     assert resumed.system_id.tolist() == [16, 17, 18]
     with pytest.raises(ConfigError, match="input structures"):  # another batch: refused
         second.run(al.Batch.from_atoms(DATA[6:9]), resume=str(tmp_path / "ckpt"))
+
+
+def test_the_auto_cadence_books_when_a_checkpoint_is_due(tmp_path):
+    """With ``sync_every="auto"`` nothing finishes in a run of MD until its end, so only a
+    due checkpoint makes the loop book: it is written at the step it is due, not at the
+    next bookkeeping the cadence would make for itself (the run's end here)."""
+    every = Checkpoint(tmp_path / "ckpt", every_n_steps=3)
+    sim = al.Simulator(
+        model=LennardJones(0.0104, 3.40, 6.0), stages=Langevin(dt=2.0, temperature=80.0, steps=10),
+        callbacks=[every], sync_every="auto",
+    )  # fmt: skip
+    sim.run(DATA[:2])
+    assert [int(p.stem.split("-")[1]) for p in every.saved] == [3, 6, 9]
