@@ -432,3 +432,28 @@ def test_fixed_atoms_of_a_system_that_joins_at_a_refill_feel_no_force() -> None:
     joined = res.batch.select([1])
     assert int(joined.fixed.sum()) == 3 and not bool(joined.forces[joined.fixed].any())
     assert_same_state(joined, alone.batch)
+
+
+def test_an_edge_budget_is_handed_back_as_systems_graduate(monkeypatch) -> None:
+    """With ``max_edges``, the feed counts the neighbour pairs of the systems in flight;
+    each graduation hands its pairs back, or the room never frees and the run waits
+    for ever on an empty batch (each refill is counted here, to fail instead of hang)."""
+    from alchemi_lit.engine.feeds import SamplerFeed
+
+    data = mixed_argon(5, 8, 20, seed=7)
+    count = SizeAwareSampler(data, max_atoms=1000, max_edges=10**9)
+    count.bind(CUTOFF + lj().neighbors.skin)
+    sampler = SizeAwareSampler(data, max_atoms=1000, max_edges=int(count.edges.max()))
+    admit, refills = SamplerFeed.admit, []
+
+    def counted(self, batch):
+        refills.append(batch.num_systems)
+        if len(refills) > 100:
+            raise RuntimeError("the feed admits nothing: its edge budget is never handed back")
+        return admit(self, batch)
+
+    monkeypatch.setattr(SamplerFeed, "admit", counted)
+    sim = al.Simulator(model=lj(), stages=VelocityVerlet(dt=2.0, steps=3), sync_every=1)
+    res = sim.run(sampler)
+    assert sorted(res.system_id.tolist()) == list(range(len(data)))
+    assert sim.strategy.run_loop.feed.inflight_edges == 0
