@@ -449,27 +449,32 @@ def test_the_graph_is_dropped_at_the_runs_end(exits_in_replays):
     assert r.backend.graphs and all(graph() is None for graph in r.backend.graphs)
 
 
-class AddsAFieldAtStepOne(Callback):
-    """Graph-safe, but at step 1 it adds a field: a step that is not steady yet (the
-    capture there raises NotCapturable) -- that step runs eagerly and a later one is
-    captured."""
+class NotSteadyAtStepOne(Callback):
+    """Graph-safe, but at step 1 it adds a field (``"adds"``) or writes one the step
+    before did not write (``"writes"``, the cell, in place and to the same values): a
+    step that is not steady yet, whose capture raises NotCapturable -- that step runs
+    eagerly and a later one is captured.  (A capture that took a write the step before
+    did not make would leave that field's version unbumped after each replay.)"""
 
     graph_safe = True
 
-    def __init__(self):
+    def __init__(self, what):
         super().__init__()
-        self.steps = []
+        self.what, self.steps = what, []
 
     def before_step(self, ctx):
         self.steps.append(ctx.step)
-        if ctx.step == 1:
+        if ctx.step == 1 and self.what == "adds":
             ctx.batch.ensure_field("marker", "system", (), torch.int64, 0)
+        elif ctx.step == 1:
+            ctx.batch.cell.mul_(1.0)
 
 
-def test_a_step_that_is_not_steady_yet_runs_eagerly_and_graphs_stay_on():
+@pytest.mark.parametrize("what", ["adds", "writes"])
+def test_a_step_that_is_not_steady_yet_runs_eagerly_and_graphs_stay_on(what):
     messages = []
     sink = logger.add(messages.append, level="WARNING")
-    callback = AddsAFieldAtStepOne()
+    callback = NotSteadyAtStepOne(what)
     try:
         with accelerator_path(), emulated_cuda_graphs() as backends:
             _, sim = run(PLANS["langevin"](), graphs=True, callbacks=[callback])
