@@ -306,3 +306,20 @@ def test_a_quarantine_books_at_once_and_the_fixed_cadence_keeps_its_multiples(mo
     assert res.exit_reasons == ["completed", "model_error"]
     assert booked_at == [3, 4, 8, 12]
     assert sim.strategy.run_loop.stats.steps == res.stats["steps"] == 12
+
+
+def test_a_bookkeepings_time_is_not_counted_as_a_steps(monkeypatch):
+    """A step's measured time starts after the bookkeeping before it: a slow
+    bookkeeping counted as step time would make the finished atoms' waste look larger
+    and book sooner."""
+    clock = [0.0]
+    monkeypatch.setattr(cadence_module.time, "perf_counter", lambda: clock[0])
+    batch = al.Batch.from_atoms(DATA[:2])
+    batch.status = torch.tensor([0, 0])
+    c = Cadence("auto", torch.device("cpu"), on_converge=False)
+    for _ in range(2):
+        clock[0] += 1.0  # a step: one second
+        c.after_step(batch, exit_code=1, exited=None)
+        clock[0] += 10.0  # a bookkeeping: ten
+        c.booked(10.0)
+    assert (c.step_s, c.book_s) == (1.0, 10.0)
