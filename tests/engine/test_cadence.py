@@ -20,8 +20,8 @@ import alchemi_lit as al
 from alchemi_lit.core import tensor_ops
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
 from alchemi_lit.engine import cadence as cadence_module
-from alchemi_lit.engine.cadence import Cadence
-from alchemi_lit.integrators import FIRE, Langevin
+from alchemi_lit.engine.cadence import MAX_AUTO_INTERVAL, Cadence
+from alchemi_lit.integrators import FIRE, Langevin, VelocityVerlet
 from alchemi_lit.models import LennardJones
 
 DATA = mixed_argon(16, 8, 40, seed=11)
@@ -214,3 +214,112 @@ def test_auto_books_at_once_when_every_system_is_finished(monkeypatch):
         c.book_s = 1e6  # a bookkeeping far dearer than a step
         booked = [c.after_step(batch, exit_code=1, exited=None) for _ in range(3)]
         assert booked.index(True) + 1 == expected, booked
+
+
+def test_auto_books_at_once_when_a_system_left_a_stage_and_a_callback_waits_for_it(monkeypatch):
+    """ON_CONVERGE callbacks want to hear of an exit soon: with one, a step in which a
+    system left a stage is booked (one step late off the CPU), however dear a
+    bookkeeping and though nothing is finished; without one, an exit alone books
+    nothing."""
+    batch = al.Batch.from_atoms(DATA[:3])
+    batch.status = torch.tensor([0, 0, 0])  # a system left stage 0 for stage 1
+    exited = torch.tensor([False, True, False])
+    for reads_free, expected in ((True, 1), (False, 2)):
+        monkeypatch.setattr(tensor_ops, "CPU_READS_FREE", reads_free)
+        for on_converge in (True, False):
+            c = Cadence("auto", torch.device("cpu"), on_converge=on_converge)
+            c.book_s = 1e6
+            booked = [c.after_step(batch, exit_code=1, exited=exited) for _ in range(3)]
+            if on_converge:
+                assert booked.index(True) + 1 == expected, booked
+            else:
+                assert not any(booked), booked
+
+
+def test_after_a_bookkeeping_the_flags_of_the_batch_before_are_forgotten(monkeypatch):
+    """Where the flags are read a step late, the last ones read describe the batch
+    before the bookkeeping, whose finished systems have left: the first step after it
+    must not book on them (an extra bookkeeping, a sync, after every one)."""
+    monkeypatch.setattr(tensor_ops, "CPU_READS_FREE", False)
+    before = al.Batch.from_atoms(DATA[:3])
+    before.status = torch.tensor([1, 0, 0])
+    c = Cadence("auto", torch.device("cpu"), on_converge=False)
+    c.booked(0.0)  # (a bookkeeping costs nothing: any finished system is worth one)
+    assert [c.after_step(before, exit_code=1, exited=None) for _ in range(2)] == [False, True]
+    c.booked(0.0)
+    after = al.Batch.from_atoms(DATA[1:3])  # the finished system graduated
+    after.status = torch.tensor([0, 0])
+    assert not c.after_step(after, exit_code=1, exited=None)
+
+
+def test_steps_left_before_a_bookkeeping():
+    """A fixed ``sync_every`` books at its multiples of the step count, also after a
+    step that was cut short; "auto" books at least every MAX_AUTO_INTERVAL steps,
+    counted from the last bookkeeping."""
+    fixed = Cadence(4, torch.device("cpu"), on_converge=False)
+    assert [fixed.steps_left(step) for step in (0, 1, 3, 4, 5, 11)] == [4, 3, 1, 4, 3, 1]
+    batch = al.Batch.from_atoms(DATA[:2])
+    batch.status = torch.tensor([0, 0])  # nothing finishes
+    auto, most = Cadence("auto", torch.device("cpu"), on_converge=False), MAX_AUTO_INTERVAL
+    for n in range(most):
+        assert auto.steps_left(n) == most - n
+        assert not auto.after_step(batch, exit_code=1, exited=None)
+    assert auto.steps_left(most) == 0
+    auto.booked(0.0)
+    assert auto.steps_left(most) == most
+
+
+class FailsForSystem1FromItsFourthCall(LennardJones):
+    """LJ argon that raises on any batch holding system 1 from its fourth call on (the
+    forward of the run's third step): that system is quarantined in mid-segment."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0104, 3.40, 6.0)
+        self.calls = 0
+
+    def forward(self, batch, compute_stress=None, neighbors=None):
+        self.calls += 1
+        if self.calls >= 4 and bool((batch.system_id == 1).any()):
+            raise RuntimeError("descriptor undefined")
+        return super().forward(batch, compute_stress=compute_stress, neighbors=neighbors)
+
+
+def test_a_quarantine_books_at_once_and_the_fixed_cadence_keeps_its_multiples(monkeypatch):
+    """A quarantine cuts the segment short (the system leaves before the next forward);
+    after it, ``sync_every=4`` books at 4, 8, 12 as before -- not every step from then
+    on, nor at 7, 11, 15.  The loop's own step count is the run's."""
+    from alchemi_lit.engine.run_loop import RunLoop
+
+    booked_at = []
+    graduate = RunLoop._graduate
+
+    def spy(self, ctx):
+        booked_at.append(ctx.step)
+        return graduate(self, ctx)
+
+    monkeypatch.setattr(RunLoop, "_graduate", spy)
+    sim = al.Simulator(
+        model=FailsForSystem1FromItsFourthCall(), stages=VelocityVerlet(dt=2.0, steps=12),
+        sync_every=4, precision="64", accelerator="cpu",
+    )  # fmt: skip
+    res = sim.run(DATA[:2])
+    assert res.exit_reasons == ["completed", "model_error"]
+    assert booked_at == [3, 4, 8, 12]
+    assert sim.strategy.run_loop.stats.steps == res.stats["steps"] == 12
+
+
+def test_a_bookkeepings_time_is_not_counted_as_a_steps(monkeypatch):
+    """A step's measured time starts after the bookkeeping before it: a slow
+    bookkeeping counted as step time would make the finished atoms' waste look larger
+    and book sooner."""
+    clock = [0.0]
+    monkeypatch.setattr(cadence_module.time, "perf_counter", lambda: clock[0])
+    batch = al.Batch.from_atoms(DATA[:2])
+    batch.status = torch.tensor([0, 0])
+    c = Cadence("auto", torch.device("cpu"), on_converge=False)
+    for _ in range(2):
+        clock[0] += 1.0  # a step: one second
+        c.after_step(batch, exit_code=1, exited=None)
+        clock[0] += 10.0  # a bookkeeping: ten
+        c.booked(10.0)
+    assert (c.step_s, c.book_s) == (1.0, 10.0)

@@ -265,3 +265,42 @@ def test_a_fresh_run_sets_aside_the_checkpoints_an_earlier_run_left(tmp_path):
     assert resumed.system_id.tolist() == [16, 17, 18]
     with pytest.raises(ConfigError, match="input structures"):  # another batch: refused
         second.run(al.Batch.from_atoms(DATA[6:9]), resume=str(tmp_path / "ckpt"))
+
+
+def test_the_auto_cadence_books_when_a_checkpoint_is_due(tmp_path):
+    """With ``sync_every="auto"`` nothing finishes in a run of MD until its end, so only a
+    due checkpoint makes the loop book: it is written at the step it is due, not at the
+    next bookkeeping the cadence would make for itself (the run's end here)."""
+    every = Checkpoint(tmp_path / "ckpt", every_n_steps=3)
+    sim = al.Simulator(
+        model=LennardJones(0.0104, 3.40, 6.0), stages=Langevin(dt=2.0, temperature=80.0, steps=10),
+        callbacks=[every], sync_every="auto",
+    )  # fmt: skip
+    sim.run(DATA[:2])
+    assert [int(p.stem.split("-")[1]) for p in every.saved] == [3, 6, 9]
+
+
+def test_a_resume_admits_at_once_what_the_checkpoints_bookkeeping_admitted(tmp_path):
+    """A checkpoint is written in a bookkeeping after graduation and before admission:
+    the resumed run admits first, as the uninterrupted run did right after it, so both
+    end at the same step.  (Admitted a bookkeeping late, the new systems leave every
+    result equal -- what the crash tests compare -- but the run longer.)"""
+
+    def sim(folder: str) -> al.Simulator:
+        return al.Simulator(
+            model=LennardJones(0.0104, 3.40, 6.0), stages=FIRE(fmax=0.1, max_steps=20),
+            callbacks=[Checkpoint(tmp_path / folder, every_n_steps=1, keep=100)],
+            sinks=[HostMemory()], sync_every=2,
+        )  # fmt: skip
+
+    def two_at_a_time() -> SizeAwareSampler:
+        return SizeAwareSampler(DATA[:3], max_atoms=200, max_systems=2)
+
+    whole = sim("whole").run(two_at_a_time())  # (one of the first two leaves at step 8)
+    saved = sorted((tmp_path / "whole").glob("step-*.ckpt"))
+    first_refill = next(f for f in saved if load_checkpoint(f)["graduated"] >= 1)
+    running = load_checkpoint(first_refill)["batch"]["system"]["status"]
+    assert len(running) == 1  # (the refill joins a system still running)
+    resumed = sim("resumed").run(two_at_a_time(), resume=str(first_refill))
+    assert len(resumed) == len(whole) == 3  # (the delivered systems are in the checkpoint)
+    assert resumed.stats["steps"] == whole.stats["steps"]

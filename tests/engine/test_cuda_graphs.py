@@ -13,6 +13,10 @@ marked ``cuda`` capture real graphs on a GPU.
 
 from __future__ import annotations
 
+import gc
+import weakref
+from types import SimpleNamespace
+
 import pytest
 import torch
 from loguru import logger
@@ -20,10 +24,12 @@ from testing.test_accelerator import PLANS, systems
 
 import alchemi_lit as al
 from alchemi_lit.engine import cuda_graph
+from alchemi_lit.engine.cadence import Cadence
 from alchemi_lit.engine.hooks import Callback
-from alchemi_lit.integrators import Langevin
+from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.testing import accelerator_path, emulated_cuda_graphs
+from alchemi_lit.testing.graphs import EmulatedGraphBackend, _Recorder, _replay_ops
 from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon
 
 #: plans whose step reads the host, so a capture fails and they run eagerly: BFGS
@@ -331,3 +337,167 @@ def test_a_parameter_tensor_is_copied_to_the_batchs_device_once():
     assert b is not a and float(b[0]) == 10.0
     other = torch.tensor([1.0, 2.0], dtype=torch.float64)
     assert torch.equal(on_device(other, torch.device("cpu"), torch.float32), other.float())
+
+
+class GraphsAsOnAGPU(EmulatedGraphBackend):
+    """The emulation, with replays that leave every tensor's version counter as it was.
+
+    A CUDA graph writes memory without Python knowing, so only the version bumps that
+    GraphedSteps makes after a replay tell the memos keyed on a tensor's version (the
+    status masks, the auto cadence's finish watch) that the replay changed it; running
+    the recorded operations bumps the counters as a side effect, which hid a missing
+    bump.  ``graphs`` holds a weak reference to each replay made: whether the graph
+    was dropped."""
+
+    def __init__(self) -> None:
+        super().__init__("ops")
+        self.graphs: list[weakref.ref] = []
+
+    def capture(self, body):
+        recorder = _Recorder()
+        with recorder:
+            body()
+        self.captures += 1
+        ops, first = recorder.ops, [True]
+
+        def replay() -> None:
+            if first[0]:  # (the capture ran the step its first replay stands for)
+                first[0] = False
+                return
+            touched = [t for op in ops for t in op.outs if isinstance(t, torch.Tensor)]
+            touched += [t for op in ops for *_, held in op.holes if (t := held.ref()) is not None]
+            versions = [t._version for t in touched]
+            _replay_ops(ops)
+            _set_versions(touched, versions)
+
+        self.graphs.append(weakref.ref(replay))
+        return replay
+
+
+def _set_versions(tensors: list[torch.Tensor], versions: list[int]) -> None:
+    set_version = torch._C._autograd._unsafe_set_version_counter
+    try:
+        set_version(tuple(tensors), tuple(versions))
+    except TypeError:  # (torch < 2.7: one tensor at a time)
+        for tensor, version in zip(tensors, versions):
+            set_version(tensor, version)
+
+
+class Exits(Callback):
+    """ON_CONVERGE only -- an event at bookkeeping, not a stage of the step, so it keeps
+    graphs on: the systems that left a stage (and met a criterion) at each bookkeeping."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def on_converge(self, ctx):
+        ids = ctx.batch.system_id
+        self.seen.append((ctx.step, ids[ctx.exited].tolist(), ids[ctx.converged].tolist()))
+
+
+@pytest.fixture(scope="module")
+def exits_in_replays():
+    """FIRE then Langevin, eager and through graphs replayed as on a GPU, with an
+    ON_CONVERGE callback: one system converges and every one finishes inside replays.
+    A bookkeeping is priced at nothing, so the auto cadence books as soon as it sees a
+    finished system, whatever the machine's timings."""
+
+    def plan():
+        return FIRE(fmax=0.05, max_steps=12) + Langevin(dt=2.0, temperature=60.0, steps=8)
+
+    booked = Cadence.booked
+
+    def free(self, seconds):
+        booked(self, seconds)
+        self.book_s = 0.0
+
+    backends: list[GraphsAsOnAGPU] = []
+    with pytest.MonkeyPatch.context() as patch, accelerator_path():
+        patch.setattr(Cadence, "booked", free)
+        eager_exits, graphed_exits = Exits(), Exits()
+        eager, _ = run(plan(), graphs=False, callbacks=[eager_exits])
+        patch.setattr(
+            cuda_graph,
+            "backend_for",
+            lambda device: backends.append(GraphsAsOnAGPU()) or backends[-1],
+        )
+        graphed, sim = run(plan(), graphs=True, callbacks=[graphed_exits])
+    return SimpleNamespace(
+        eager=eager, graphed=graphed, sim=sim, backend=backends[-1],
+        eager_exits=eager_exits.seen, graphed_exits=graphed_exits.seen,
+    )  # fmt: skip
+
+
+def test_an_on_converge_callback_keeps_graphs_on_and_sees_the_exits_made_in_replays(
+    exits_in_replays,
+):
+    """ON_CONVERGE is no stage of the step: a callback with only that hook leaves graphs
+    on.  Systems that leave a stage inside a replay are marked in the static
+    accumulators the replay writes back into, so the callback sees them as in eager
+    steps (not copying them back lost every exit made in a replay; a missing version
+    bump after a replay left the finish watch blind, and the auto cadence booked at its
+    hundredth step)."""
+    r = exits_in_replays
+    steps = graphed_steps(r.sim)
+    assert steps.disabled is None and steps.captures >= 1 and steps.replays >= 10
+    assert r.graphed_exits == r.eager_exits
+    assert len(r.eager_exits) >= 2 and any(conv for *_, conv in r.eager_exits)
+    same_trajectory(r.graphed, r.eager)
+
+
+def test_replays_count_as_steps_and_forward_calls(exits_in_replays):
+    """A replay is a step and a forward: the run's stats are the eager run's (the capture
+    restores the counters its step moved, the replayer counts once)."""
+    r = exits_in_replays
+    assert graphed_steps(r.sim).replays >= 10
+    for key in ("steps", "forward_calls"):
+        assert r.graphed.stats[key] == r.eager.stats[key], key
+    assert r.graphed.stats["forward_calls"] == r.graphed.stats["steps"] + 1
+
+
+def test_the_graph_is_dropped_at_the_runs_end(exits_in_replays):
+    """At the run's end the graph goes, and its memory pool with it, though the run loop
+    (and its step function) live on with the simulator: a later run could run out of
+    device memory otherwise."""
+    r = exits_in_replays
+    assert graphed_steps(r.sim) is r.sim.strategy.run_loop.step  # (still referenced)
+    gc.collect()
+    assert r.backend.graphs and all(graph() is None for graph in r.backend.graphs)
+
+
+class NotSteadyAtStepOne(Callback):
+    """Graph-safe, but at step 1 it adds a field (``"adds"``) or writes one the step
+    before did not write (``"writes"``, the cell, in place and to the same values): a
+    step that is not steady yet, whose capture raises NotCapturable -- that step runs
+    eagerly and a later one is captured.  (A capture that took a write the step before
+    did not make would leave that field's version unbumped after each replay.)"""
+
+    graph_safe = True
+
+    def __init__(self, what):
+        super().__init__()
+        self.what, self.steps = what, []
+
+    def before_step(self, ctx):
+        self.steps.append(ctx.step)
+        if ctx.step == 1 and self.what == "adds":
+            ctx.batch.ensure_field("marker", "system", (), torch.int64, 0)
+        elif ctx.step == 1:
+            ctx.batch.cell.mul_(1.0)
+
+
+@pytest.mark.parametrize("what", ["adds", "writes"])
+def test_a_step_that_is_not_steady_yet_runs_eagerly_and_graphs_stay_on(what):
+    messages = []
+    sink = logger.add(messages.append, level="WARNING")
+    callback = NotSteadyAtStepOne(what)
+    try:
+        with accelerator_path(), emulated_cuda_graphs() as backends:
+            _, sim = run(PLANS["langevin"](), graphs=True, callbacks=[callback])
+    finally:
+        logger.remove(sink)
+    assert callback.steps.count(1) == 2  # (the failed capture, then the eager step)
+    steps = graphed_steps(sim)
+    assert steps.disabled is None and not [m for m in messages if "cuda_graphs" in m]
+    assert backends[-1].captures == steps.captures >= 1 and steps.replays >= 5

@@ -413,3 +413,47 @@ def test_an_integrator_class_for_stages_is_refused_with_the_fix() -> None:
         relax() + FIRE  # type: ignore[operator]
     with pytest.raises(TypeError, match=r"stages must be an Integrator .* got int"):
         al.Simulator(model=lj(), stages=3)
+
+
+def test_fixed_atoms_of_a_system_that_joins_at_a_refill_feel_no_force() -> None:
+    """The first batch has no fixed atoms; the system that joins at a refill has some
+    (FixAtoms): their forces are zeroed from its first evaluation on, as when it runs
+    alone -- a relaxation does not chase forces its atoms cannot follow."""
+    from ase.constraints import FixAtoms
+
+    data = mixed_argon(2, 8, 20, seed=3)
+    data[1].set_constraint(FixAtoms(indices=[0, 1, 2]))
+    one_at_a_time = SizeAwareSampler(data, max_atoms=max(len(a) for a in data))
+    plan = FIRE(fmax=0.05, max_steps=8)
+    res = al.Simulator(model=lj(), stages=plan, precision="64").run(one_at_a_time)
+    alone = al.Simulator(model=lj(), stages=plan, precision="64").run(
+        al.Batch.from_atoms([data[1]], system_ids=[1])
+    )
+    joined = res.batch.select([1])
+    assert int(joined.fixed.sum()) == 3 and not bool(joined.forces[joined.fixed].any())
+    assert_same_state(joined, alone.batch)
+
+
+def test_an_edge_budget_is_handed_back_as_systems_graduate(monkeypatch) -> None:
+    """With ``max_edges``, the feed counts the neighbour pairs of the systems in flight;
+    each graduation hands its pairs back, or the room never frees and the run waits
+    for ever on an empty batch (each refill is counted here, to fail instead of hang)."""
+    from alchemi_lit.engine.feeds import SamplerFeed
+
+    data = mixed_argon(5, 8, 20, seed=7)
+    count = SizeAwareSampler(data, max_atoms=1000, max_edges=10**9)
+    count.bind(CUTOFF + lj().neighbors.skin)
+    sampler = SizeAwareSampler(data, max_atoms=1000, max_edges=int(count.edges.max()))
+    admit, refills = SamplerFeed.admit, []
+
+    def counted(self, batch):
+        refills.append(batch.num_systems)
+        if len(refills) > 100:
+            raise RuntimeError("the feed admits nothing: its edge budget is never handed back")
+        return admit(self, batch)
+
+    monkeypatch.setattr(SamplerFeed, "admit", counted)
+    sim = al.Simulator(model=lj(), stages=VelocityVerlet(dt=2.0, steps=3), sync_every=1)
+    res = sim.run(sampler)
+    assert sorted(res.system_id.tolist()) == list(range(len(data)))
+    assert sim.strategy.run_loop.feed.inflight_edges == 0
