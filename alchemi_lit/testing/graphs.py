@@ -10,8 +10,8 @@ real capture refuses (one that hands a value to the host: the aten operations
 tensors; each replay then runs the recorded operations on the recorded tensors, as a
 graph does -- so a number or decision the step took from Python at the capture stays
 as it was, and a step that depends on one that changes shows as a difference from eager
-steps.  What is left to the ``cuda`` tests: the GPU itself (kernels, streams, memory
-pools).
+steps -- and leaves version counters as they were, as a graph's kernels do.  What is
+left to the ``cuda`` tests: the GPU itself (kernels, streams, memory pools).
 """
 
 from __future__ import annotations
@@ -156,9 +156,28 @@ class _Op:
 def _replay_ops(ops: list[_Op]) -> None:
     """Run recorded operations again on the tensors they were recorded with, writing
     each result into the tensor recorded as its output -- a CUDA graph's replay: fixed
-    memory, Python's decisions and numbers as they were at the capture."""
+    memory, Python's decisions and numbers as they were at the capture -- and leave
+    every tensor's version counter as it was: a graph writes memory behind Python's
+    back, so only the bumps the replayer makes itself tell version-keyed memos that a
+    replay changed a tensor (running the operations bumped them as a side effect, which
+    hid a missing bump)."""
+    touched = [t for op in ops for t in op.outs if isinstance(t, torch.Tensor)]
+    touched += [t for op in ops for *_, held in op.holes if (t := held.ref()) is not None]
+    versions = [t._version for t in touched]
     for op in ops:
         op.replay()
+    _set_versions(touched, versions)
+
+
+def _set_versions(tensors: list[torch.Tensor], versions: list[int]) -> None:
+    """Put version counters back (torch's own test utility; one call for all since
+    torch 2.7, one per tensor before)."""
+    set_version = torch._C._autograd._unsafe_set_version_counter
+    try:
+        set_version(tuple(tensors), tuple(versions))
+    except TypeError:
+        for tensor, version in zip(tensors, versions):
+            set_version(tensor, version)
 
 
 class EmulatedGraphBackend:

@@ -29,7 +29,7 @@ from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.testing import accelerator_path, emulated_cuda_graphs
-from alchemi_lit.testing.graphs import EmulatedGraphBackend, _Recorder, _replay_ops
+from alchemi_lit.testing.graphs import EmulatedGraphBackend
 from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon
 
 #: plans whose step reads the host, so a capture fails and they run eagerly: BFGS
@@ -339,48 +339,19 @@ def test_a_parameter_tensor_is_copied_to_the_batchs_device_once():
     assert torch.equal(on_device(other, torch.device("cpu"), torch.float32), other.float())
 
 
-class GraphsAsOnAGPU(EmulatedGraphBackend):
-    """The emulation, with replays that leave every tensor's version counter as it was.
-
-    A CUDA graph writes memory without Python knowing, so only the version bumps that
-    GraphedSteps makes after a replay tell the memos keyed on a tensor's version (the
-    status masks, the auto cadence's finish watch) that the replay changed it; running
-    the recorded operations bumps the counters as a side effect, which hid a missing
-    bump.  ``graphs`` holds a weak reference to each replay made: whether the graph
-    was dropped."""
+class KeepsGraphs(EmulatedGraphBackend):
+    """The emulation (replays leave version counters as a graph does, so a missing bump
+    after a replay shows), with a weak reference to each replay made in ``graphs``:
+    whether the graph was dropped."""
 
     def __init__(self) -> None:
         super().__init__("ops")
         self.graphs: list[weakref.ref] = []
 
     def capture(self, body):
-        recorder = _Recorder()
-        with recorder:
-            body()
-        self.captures += 1
-        ops, first = recorder.ops, [True]
-
-        def replay() -> None:
-            if first[0]:  # (the capture ran the step its first replay stands for)
-                first[0] = False
-                return
-            touched = [t for op in ops for t in op.outs if isinstance(t, torch.Tensor)]
-            touched += [t for op in ops for *_, held in op.holes if (t := held.ref()) is not None]
-            versions = [t._version for t in touched]
-            _replay_ops(ops)
-            _set_versions(touched, versions)
-
+        replay = super().capture(body)
         self.graphs.append(weakref.ref(replay))
         return replay
-
-
-def _set_versions(tensors: list[torch.Tensor], versions: list[int]) -> None:
-    set_version = torch._C._autograd._unsafe_set_version_counter
-    try:
-        set_version(tuple(tensors), tuple(versions))
-    except TypeError:  # (torch < 2.7: one tensor at a time)
-        for tensor, version in zip(tensors, versions):
-            set_version(tensor, version)
 
 
 class Exits(Callback):
@@ -398,7 +369,7 @@ class Exits(Callback):
 
 @pytest.fixture(scope="module")
 def exits_in_replays():
-    """FIRE then Langevin, eager and through graphs replayed as on a GPU, with an
+    """FIRE then Langevin, eager and through emulated graphs, with an
     ON_CONVERGE callback: one system converges and every one finishes inside replays.
     A bookkeeping is priced at nothing, so the auto cadence books as soon as it sees a
     finished system, whatever the machine's timings."""
@@ -412,7 +383,7 @@ def exits_in_replays():
         booked(self, seconds)
         self.book_s = 0.0
 
-    backends: list[GraphsAsOnAGPU] = []
+    backends: list[KeepsGraphs] = []
     with pytest.MonkeyPatch.context() as patch, accelerator_path():
         patch.setattr(Cadence, "booked", free)
         eager_exits, graphed_exits = Exits(), Exits()
@@ -420,7 +391,7 @@ def exits_in_replays():
         patch.setattr(
             cuda_graph,
             "backend_for",
-            lambda device: backends.append(GraphsAsOnAGPU()) or backends[-1],
+            lambda device: backends.append(KeepsGraphs()) or backends[-1],
         )
         graphed, sim = run(plan(), graphs=True, callbacks=[graphed_exits])
     return SimpleNamespace(
