@@ -144,6 +144,8 @@ def test_results_keep_no_stage_private_state(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ pipeline, resume
+@pytest.mark.slow  # (cells through a two-rank pipeline stay fast in test_npt's
+# relax | NPT pipelines, which equal their fused runs too)
 @pytest.mark.multirank
 @pytest.mark.timeout(120)
 def test_pipeline_fire_cell_then_langevin_equals_fused_run() -> None:

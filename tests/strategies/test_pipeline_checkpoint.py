@@ -123,6 +123,8 @@ def test_pipeline_resume_checks_the_run_and_passes_over_a_damaged_round(tmp_path
     assert_stores_equal(uninterrupted("async_recv"), cut / "res.zarr")
 
 
+@pytest.mark.slow  # (a pipeline's step-scheduled checkpoints and resume stay fast:
+# test_pipeline_resume_checks_the_run_and_passes_over_a_damaged_round)
 @pytest.mark.timeout(240)
 def test_time_scheduled_checkpoints_fall_on_the_same_round_on_every_rank(
     tmp_path, uninterrupted
