@@ -96,11 +96,14 @@ def whole_run(name, plan, n, in_flight, device, repeats):
     and how far the graphed results are from the eager ones."""
     model = lj_model().to(device)
     atoms = argon(n)
-    made = {}
+    made, lists = {}, {}
 
     def run(g):
+        nl = model.neighbors
+        before = (nl.num_builds, nl.skin_watch.violations)
         sim = simulator(model, plan(), device, g)
         made[g] = sim, sim.run(SizeAwareSampler(atoms, max_atoms=108 * in_flight))
+        lists[g] = (nl.num_builds - before[0], nl.skin_watch.violations - before[1])
 
     times = {False: [], True: []}
     for g in (False, True):  # warm-up
@@ -123,7 +126,9 @@ def whole_run(name, plan, n, in_flight, device, repeats):
            "steps": sim.strategy.run_loop.stats.steps, "replays": steps.replays,
            "captures": steps.captures, "disabled": steps.disabled, "max_dpos_A": diff,
            "same_steps": bool((eager.steps == graphed.steps).all()),
-           "systems_differ": differ, "systems_other_steps": other_steps}  # fmt: skip
+           "systems_differ": differ, "systems_other_steps": other_steps,
+           "list_builds_eager_graphs": [lists[False][0], lists[True][0]],
+           "skin_violations_eager_graphs": [lists[False][1], lists[True][1]]}  # fmt: skip
     for g, key in ((False, "eager"), (True, "graphs")):
         out[f"{key}_s"] = median(times[g])
         out[f"{key}_range_s"] = [min(times[g]), max(times[g])]
@@ -197,7 +202,8 @@ def main(argv=None) -> int:
             print(f"   (graphs off: {r['disabled']})")
     print("\nwhole runs (inflight, refilled as systems finish) | systems | in flight | eager s | "
           "graphs s | speed-up | steps | replays | captures | same steps | max |dx| A | "
-          "systems differing / other steps | eager vs eager max |dx| A")  # fmt: skip
+          "systems differing / other steps | eager vs eager max |dx| A | list builds eager / "
+          "graphs | skin violations eager / graphs")  # fmt: skip
     for w in wholes:
         print(" | ".join([
             w["workload"], str(w["systems"]), str(w["in_flight"]), f"{w['eager_s']:.2f}",
@@ -205,6 +211,8 @@ def main(argv=None) -> int:
             str(w["replays"]), str(w["captures"]), str(w["same_steps"]),
             f"{w['max_dpos_A']:.1e}", f"{w['systems_differ']} / {w['systems_other_steps']}",
             f"{w['eager_vs_eager_A']:.1e}",
+            "{} / {}".format(*w["list_builds_eager_graphs"]),
+            "{} / {}".format(*w["skin_violations_eager_graphs"]),
         ]))  # fmt: skip
         if w["disabled"]:
             print(f"   (graphs off: {w['disabled']})")
