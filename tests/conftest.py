@@ -305,6 +305,21 @@ def log_messages() -> Iterator[list[tuple[str, str]]]:
         logger.remove(sink_id)
 
 
+def price_bookkeeping_at_nothing(patch: pytest.MonkeyPatch) -> None:
+    """Every bookkeeping costs nothing to ``sync_every="auto"``: it books as soon as it
+    sees a finished system, whatever the machine's timings (an expensive model's case;
+    the cost rule itself is tested with a fake clock in test_cadence.py)."""
+    from alchemi_lit.engine.cadence import Cadence
+
+    booked = Cadence.booked
+
+    def free(self, seconds):
+        booked(self, seconds)
+        self.book_s = 0.0
+
+    patch.setattr(Cadence, "booked", free)
+
+
 # ------------------------------------------------------ the toy plugin distribution
 # ``tests/plugin_pkg`` is a real distribution, ``alchemi-lit-toy``, with an
 # ``alchemi_lit.plugins`` entry point.  For the tests that use it (those requesting the

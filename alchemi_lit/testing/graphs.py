@@ -153,20 +153,26 @@ class _Op:
                 old.copy_(fresh)
 
 
-def _replay_ops(ops: list[_Op]) -> None:
-    """Run recorded operations again on the tensors they were recorded with, writing
-    each result into the tensor recorded as its output -- a CUDA graph's replay: fixed
-    memory, Python's decisions and numbers as they were at the capture -- and leave
-    every tensor's version counter as it was: a graph writes memory behind Python's
-    back, so only the bumps the replayer makes itself tell version-keyed memos that a
-    replay changed a tensor (running the operations bumped them as a side effect, which
-    hid a missing bump)."""
-    touched = [t for op in ops for t in op.outs if isinstance(t, torch.Tensor)]
-    touched += [t for op in ops for *_, held in op.holes if (t := held.ref()) is not None]
-    versions = [t._version for t in touched]
-    for op in ops:
-        op.replay()
-    _set_versions(touched, versions)
+def _replayer(ops: list[_Op]) -> Callable[[], None]:
+    """A replay of recorded operations: each runs again on the tensors it was recorded
+    with, writing its result into the tensor recorded as its output -- a CUDA graph's
+    replay: fixed memory, Python's decisions and numbers as they were at the capture --
+    and every tensor's version counter is left as it was: a graph writes memory behind
+    Python's back, so only the bumps the replayer makes itself tell version-keyed memos
+    that a replay changed a tensor (running the operations bumped them as a side effect,
+    which hid a missing bump).  The outputs are the same at every replay; the held
+    inputs are resolved at each (they may have gone)."""
+    outs = [t for op in ops for t in op.outs if isinstance(t, torch.Tensor)]
+    held = [h for op in ops for *_, h in op.holes]
+
+    def replay() -> None:
+        touched = outs + [t for h in held if (t := h.ref()) is not None]
+        versions = [t._version for t in touched]
+        for op in ops:
+            op.replay()
+        _set_versions(touched, versions)
+
+    return replay
 
 
 def _set_versions(tensors: list[torch.Tensor], versions: list[int]) -> None:
@@ -199,16 +205,13 @@ class EmulatedGraphBackend:
             body()
         self.captures += 1
         ran = [True]  # the capture ran the step its first replay stands for
-        ops = recorder.ops if self.replay == "ops" else None
+        again = _replayer(recorder.ops) if self.replay == "ops" else body
 
         def replay() -> None:
             if ran[0]:
                 ran[0] = False
                 return
-            if ops is None:
-                body()
-            else:
-                _replay_ops(ops)
+            again()
 
         return replay
 

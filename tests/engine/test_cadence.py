@@ -23,6 +23,7 @@ from alchemi_lit.engine import cadence as cadence_module
 from alchemi_lit.engine.cadence import MAX_AUTO_INTERVAL, Cadence
 from alchemi_lit.integrators import FIRE, Langevin, VelocityVerlet
 from alchemi_lit.models import LennardJones
+from conftest import price_bookkeeping_at_nothing
 
 DATA = mixed_argon(16, 8, 40, seed=11)
 
@@ -62,13 +63,7 @@ def needed_atom_evaluations(res: al.Results) -> int:
 def bookkeeping_pays(monkeypatch):
     """An expensive model: every bookkeeping costs less than the forward time a finished
     system wastes (the cost rule itself is tested with a fake clock below)."""
-    booked = Cadence.booked
-
-    def cheap(self, seconds):
-        booked(self, seconds)
-        self.book_s = 0.0
-
-    monkeypatch.setattr(Cadence, "booked", cheap)
+    price_bookkeeping_at_nothing(monkeypatch)
 
 
 @pytest.mark.parametrize("reads_free", [True, False], ids=["cpu", "device-like"])

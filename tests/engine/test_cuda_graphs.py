@@ -24,13 +24,12 @@ from testing.test_accelerator import PLANS, systems
 
 import alchemi_lit as al
 from alchemi_lit.engine import cuda_graph
-from alchemi_lit.engine.cadence import Cadence
 from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.testing import accelerator_path, emulated_cuda_graphs
 from alchemi_lit.testing.graphs import EmulatedGraphBackend
-from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon
+from conftest import AR_EPSILON, AR_SIGMA, perturbed_argon, price_bookkeeping_at_nothing
 
 #: plans whose step reads the host, so a capture fails and they run eagerly: BFGS
 #: groups its systems by size on the host for its dense Hessians
@@ -377,15 +376,9 @@ def exits_in_replays():
     def plan():
         return FIRE(fmax=0.05, max_steps=12) + Langevin(dt=2.0, temperature=60.0, steps=8)
 
-    booked = Cadence.booked
-
-    def free(self, seconds):
-        booked(self, seconds)
-        self.book_s = 0.0
-
     backends: list[KeepsGraphs] = []
     with pytest.MonkeyPatch.context() as patch, accelerator_path():
-        patch.setattr(Cadence, "booked", free)
+        price_bookkeeping_at_nothing(patch)
         eager_exits, graphed_exits = Exits(), Exits()
         eager, _ = run(plan(), graphs=False, callbacks=[eager_exits])
         patch.setattr(
