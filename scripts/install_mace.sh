@@ -27,6 +27,6 @@ if "$PY" scripts/requirements_met.py "${mace_needs[@]}" --alone "mace-torch==0.3
   plugins/alchemi_lit_mace/pyproject.toml 2>/dev/null; then
   pip_install -q --no-deps -e plugins/alchemi_lit_mace
 else
-  "$PY" -m pip install -q "${mace_needs[@]}"
+  pip_install -q "${mace_needs[@]}"
   pip_install -q --no-deps "mace-torch==0.3.16" -e plugins/alchemi_lit_mace
 fi
