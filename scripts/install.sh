@@ -13,14 +13,19 @@ cd "$(dirname "$0")/.."
 source scripts/pip_install.sh
 
 # (found, not imported: importing torch takes seconds, and three scripts ask)
-# --no-compile: byte-compiling all of torch's ~4,000 modules took 25 of the 43 s of its
-# install here; Python compiles the few hundred an import needs once, on first import.
+# torch goes in with --no-compile and is byte-compiled afterwards on every core: pip
+# compiles its 2,285 modules one after another (25 of the 43 s of its install here).
+# Compiled it must be: with PYTHONDONTWRITEBYTECODE set (as on this machine kind) every
+# process would compile what it imports from source, every time (import torch 3 -> 9 s).
 if ! "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)"; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     "$PY" -m pip install --no-compile ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch>=2.4"
   else
     "$PY" -m pip install --no-compile ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION:-2.13.0}"
   fi
+  torch_dir=$("$PY" -c "import importlib.util as u; print(u.find_spec('torch').submodule_search_locations[0])")
+  # (a module that does not compile is left to Python at import, as pip leaves it)
+  "$PY" -m compileall -q -j 0 "$torch_dir" >/dev/null || true
 fi
 # Editable install with test extras, plus the SevenNet plugin (real pretrained MLIP whose
 # MIT-licensed weights ship inside the sevenn wheel; its parity tests run in CI).

@@ -6,7 +6,10 @@
 # (`ALCHEMI_LIT_NO_UV=1` keeps to pip); if it cannot be had, or fails, pip does the
 # install as before.  uv reads neither pip's configuration nor its torch cap, so every uv
 # call is held to the torch already installed (install.sh puts it there with pip, from
-# the local CPU wheel): nothing can swap it for a CUDA build.
+# the local CPU wheel): nothing can swap it for a CUDA build.  uv byte-compiles what it
+# installs (--compile-bytecode, on every core), as pip does: where PYTHONDONTWRITEBYTECODE
+# is set (this machine kind sets it) nothing is ever compiled later, so every process of
+# the tests would otherwise compile each module it imports from source, every time.
 #
 # pip goes without build isolation where setuptools >= 68 (what our packages build with)
 # is already there -- its isolated build environment costs seconds per editable
@@ -29,7 +32,7 @@ _uv_install() {
   "$PY" -c "from importlib.metadata import version; print('torch==' + version('torch'))" \
     >"$torch_pin" 2>/dev/null || : >"$torch_pin"
   status=0
-  "$PY" -m uv pip install --python "$python" -c "$torch_pin" \
+  "$PY" -m uv pip install --python "$python" -c "$torch_pin" --compile-bytecode \
     $(_setuptools_ready && echo --no-build-isolation) "$@" || status=$?
   rm -f "$torch_pin"
   return "$status"
