@@ -12,6 +12,7 @@ Argon conventions: fcc, a = 5.26 Å (nearest neighbours 3.72 Å), LJ ε = 0.0104
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 import shutil
@@ -344,9 +345,15 @@ def _install_toy_plugin() -> Path:
     shutil.copytree(
         TOY_SRC, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
     )
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
-    cmd += ["--no-build-isolation", "--target", str(site), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    args = ["install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation"]
+    args += ["--target", str(site), str(src)]
+    proc = None
+    if importlib.util.find_spec("uv") is not None:  # (make installs it: 1 s, pip's 2.5 s)
+        uv = [sys.executable, "-m", "uv", "pip", *args, "--python", sys.executable]
+        proc = subprocess.run(uv, capture_output=True, text=True, timeout=300)
+    if proc is None or proc.returncode != 0:
+        cmd = [sys.executable, "-m", "pip", *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise RuntimeError(f"installing {TOY_SRC} failed:\n{proc.stdout}\n{proc.stderr}")
