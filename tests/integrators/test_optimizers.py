@@ -230,6 +230,15 @@ def test_fire2_state_is_per_system_and_masked() -> None:
     assert not torch.equal(batch.positions[:32], before.positions[:32])
 
 
+def test_fire_starts_at_rest_whatever_the_atoms_momenta() -> None:
+    """ASE's FIRE starts from zero velocities and ignores the atoms' momenta: so must
+    ours (a structure arriving from MD carries some; the systems above carried none)."""
+    systems = emt_systems()[:1]
+    systems[0].set_momenta(np.random.default_rng(12).normal(scale=0.3, size=(13, 3)))
+    res, rec = run(systems, FIRE(fmax=1e-4, max_steps=8), EMT())
+    compare_with_ase(systems, res, rec, lambda a: AseFIRE(a, logfile=None), CountedEMT, 1e-4, 8)
+
+
 def test_fire2_does_not_converge_at_a_half_step_back() -> None:
     """ASE tests convergence after its Euler step, never at the backed-off positions it
     evaluates in between: a system whose forces vanish there is not converged yet.  (No
