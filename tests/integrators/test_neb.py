@@ -188,3 +188,17 @@ def test_bad_neb_settings_and_stages_are_refused():
     sim = al.Simulator(model=EMT(), stages=BFGS(band=NEB(), max_atoms=20), precision="64")
     with pytest.raises(ConfigError, match="raise max_atoms"):  # a band's 39 interior atoms
         sim.run(label_bands([tutorial_band()]))
+
+
+def test_bands_a_spring_mapping_leaves_out_get_ase_default_k():
+    """``k={path_id: k}``: a band not named springs with ASE's default constant (every
+    run above passes one number for all, so none read this default)."""
+    batch = al.Batch.from_atoms(label_bands([tutorial_band()]), dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ase_k = AseNEB(tutorial_band()).k
+    assert NEB().k == ase_k[0]
+    for k, want in (({7: 0.3}, ase_k), ({0: 0.3}, [0.3] * 4)):
+        band = NEB(k=k)
+        band.declare(batch)
+        assert band.k_of(batch, torch.tensor([[1, 2, 3]]), 5).tolist() == [want], k

@@ -24,6 +24,7 @@ from ase.optimize.fire2 import FIRE2 as AseFIRE2
 from test_md import Recorder
 
 import alchemi_lit as al
+from alchemi_lit.core.units import fs
 from alchemi_lit.integrators import FIRE, FIRE2
 from alchemi_lit.models import EMT, LennardJones
 from conftest import AR_EPSILON, AR_SIGMA, AseEMT, AseLJ, argon_bulk, perturbed_argon
@@ -146,6 +147,22 @@ def test_fire2_matches_ase_step_for_step(kind: str, use_abc: bool) -> None:
     print(f"FIRE2/{kind}/abc={use_abc}: max deviation {worst:.2e} Å, {backs} steps back")
 
 
+def test_fire2_time_step_bounds_match_ase() -> None:
+    """FIRE2 between tight bounds (dt in [0.06, 0.12] ASE time units, n_min=2) against
+    ASE's: both bounds bind.  With the defaults (dtmin 0.002, n_min 20) the runs above
+    neither halve dt five times in a row nor grow it to dtmax, so never read them."""
+    systems = emt_systems()[:1]  # a 13-atom Cu icosahedron: 24 steps, 3 of them back
+    dtmin, dtmax = 0.06, 0.12
+    stage = FIRE2(fmax=0.05, max_steps=200, dtmin=dtmin / fs, dtmax=dtmax / fs, n_min=2)
+    res, rec = run(systems, stage, EMT(), ("positions", "fire2_back", "fire2_dt"))
+    compare_with_ase(
+        systems, res, rec, lambda a: AseFIRE2(a, logfile=None, dtmin=dtmin, dtmax=dtmax, Nmin=2),
+        CountedEMT, 0.05, 200, back=True,
+    )  # fmt: skip
+    dts = np.array([f["fire2_dt"] for frames in rec.data.values() for f in frames.values()])
+    assert np.isclose(dts.min(), dtmin, rtol=1e-12) and np.isclose(dts.max(), dtmax, rtol=1e-12)
+
+
 @pytest.mark.parametrize("kind", list(SETS))
 def test_fire_mass_weighted_converges(kind: str) -> None:
     make_systems, make_model, _, fmax = SETS[kind]
@@ -211,6 +228,29 @@ def test_fire2_state_is_per_system_and_masked() -> None:
     assert torch.equal(batch.positions[32:], before.positions[32:])
     assert torch.equal(batch.velocities[32:], before.velocities[32:])
     assert not torch.equal(batch.positions[:32], before.positions[:32])
+
+
+def test_fire_starts_at_rest_whatever_the_atoms_momenta() -> None:
+    """ASE's FIRE starts from zero velocities and ignores the atoms' momenta: so must
+    ours (a structure arriving from MD carries some; the systems above carried none)."""
+    systems = emt_systems()[:1]
+    systems[0].set_momenta(np.random.default_rng(12).normal(scale=0.3, size=(13, 3)))
+    res, rec = run(systems, FIRE(fmax=1e-4, max_steps=8), EMT())
+    compare_with_ase(systems, res, rec, lambda a: AseFIRE(a, logfile=None), CountedEMT, 1e-4, 8)
+
+
+def test_fire2_does_not_converge_at_a_half_step_back() -> None:
+    """ASE tests convergence after its Euler step, never at the backed-off positions it
+    evaluates in between: a system whose forces vanish there is not converged yet.  (No
+    run above ends on a step back, so none saw a convergence test there.)"""
+    from alchemi_lit.core.state import Batch
+
+    batch = Batch.from_atoms([argon_bulk(1), argon_bulk(1)], dtype=torch.float64)
+    stage = FIRE2(fmax=0.05)
+    stage.setup(batch, 0, "stage0")
+    batch.forces = torch.zeros_like(batch.positions)
+    batch.fire2_back = torch.tensor([True, False])
+    assert stage.converged(batch).tolist() == [False, True]
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,9 @@ included).  Each comparison relaxes 4-6 systems 32 steps with both codes (~2-4 s
 
 from __future__ import annotations
 
+import inspect
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -33,8 +36,9 @@ import alchemi_lit as al
 from alchemi_lit import kernels
 from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.data import SizeAwareSampler
-from alchemi_lit.integrators import BFGS, FIRE, LBFGS
+from alchemi_lit.integrators import BFGS, FIRE, FIRE2, LBFGS
 from alchemi_lit.models import EMT, LennardJones
+from alchemi_lit.testing import accelerator_path
 from conftest import AR_EPSILON, AR_SIGMA, AseEMT, AseLJ, perturbed_argon, strained
 
 CUTOFF = 6.5  # Å: ASE's Lennard-Jones (neighbour list in Python) is most of these tests' time
@@ -148,6 +152,23 @@ def test_lbfgs_short_memory_and_damping_match_ase(cell) -> None:
     )  # fmt: skip
 
 
+def test_lbfgs_wrapped_history_on_the_accelerator_path_matches_ase() -> None:
+    """An accelerator's recursion runs over all ``memory`` slots, masked (no host read),
+    where the CPU's runs over the longest history: with memory=3 the ring wraps within
+    the 10 steps taken, and the accelerator's steps are still ASE's."""
+    atoms = crystals()[4]  # 8 atoms, triclinic
+    with accelerator_path():
+        _, rec = run([atoms], LBFGS(fmax=1e-5, max_steps=10, memory=3), MODELS["lj"][2]())
+    ours = [rec.data[0][t]["positions"] for t in sorted(rec.data[0])]
+    atoms = atoms.copy()
+    atoms.calc = MODELS["lj"][3]()
+    n = 0
+    for n, _ in enumerate(AseLBFGS(atoms, logfile=None, memory=3).irun(fmax=1e-5, steps=10)):
+        if n >= 1:
+            assert np.abs(atoms.positions - ours[n - 1]).max() < 1e-8, n
+    assert n == len(ours) == 10
+
+
 @pytest.mark.parametrize("optimizer", [BFGS, LBFGS, FIRE])
 def test_fixed_atoms_follow_the_cell_as_in_ase(optimizer, monkeypatch) -> None:
     """FixAtoms under a cell filter: fixed atoms are carried by the cell (ASE's
@@ -168,7 +189,8 @@ def test_fixed_atoms_follow_the_cell_as_in_ase(optimizer, monkeypatch) -> None:
 def test_converged_systems_take_no_step_and_others_are_left_alone() -> None:
     """Convergence counts the cell forces: a perfect crystal whose only forces are on its
     cell converges at once below ``fmax`` as in ASE, and not above.  A stage's update
-    leaves the systems of other stages bit-identical."""
+    leaves the systems of other stages bit-identical (the FIRE family's too: they step
+    through their own code, :func:`~alchemi_lit.integrators.extended.inertial_step`)."""
     perfect = perturbed_argon(1, 2, 0.0)[0]
     a = perfect.copy()
     a.calc = AseLJ(epsilon=AR_EPSILON, sigma=AR_SIGMA, rc=CUTOFF)
@@ -185,14 +207,19 @@ def test_converged_systems_take_no_step_and_others_are_left_alone() -> None:
         assert (ase.nsteps == 0) == (fmax > cell_force)
 
     batch = al.Batch.from_atoms(crystals()[:2], dtype=torch.float64)
-    for stage in (BFGS(cell="frechet"), LBFGS(cell="frechet")):
+    stages = (BFGS(cell="frechet"), LBFGS(cell="frechet"), FIRE(cell="frechet"),
+              FIRE2(cell="unit"))  # fmt: skip
+    # system 1's reference: none, as a batch concatenated without the field leaves it, or
+    # a cell stage's it left earlier (an active filter: an update that rewrote its
+    # positions through the filter would change them at round-off)
+    for stage, ref in itertools.product(stages, (0.0, 1.01)):
         b = batch.clone()
         out = LennardJones(AR_EPSILON, AR_SIGMA, CUTOFF)(b)
         b.forces, b.stress, b.energy = out["forces"], out["stress"], out["energy"]
         stage.setup(b, 0, "stage0")
         mask = torch.tensor([True, False])
         stage.init_systems(b, mask)
-        b.cell_ref[1] = 0.0  # as a batch concatenated without the field leaves it
+        b.cell_ref[1] = ref * b.cell[1]
         before = b.clone()
         stage.pre_update(b, mask)
         assert stage.criterion(b).tolist() == [False, False]
@@ -210,8 +237,26 @@ def test_bfgs_refuses_what_does_not_fit() -> None:
     b = batch.clone()
     BFGS(max_atoms=64).setup(b, 0, "stage0")
     assert b.bfgs_hessian.shape == (64, 3, 3 * 64)
+    # the budget is the Hessians' bytes: refused just below them, taken just above
+    need = b.bfgs_hessian.numel() * b.bfgs_hessian.element_size() / 2**30
+    with pytest.raises(ConfigError, match="max_memory_gb"):
+        BFGS(max_atoms=64, max_memory_gb=0.99 * need).setup(batch.clone(), 0, "stage0")
+    BFGS(max_atoms=64, max_memory_gb=1.01 * need).setup(batch.clone(), 0, "stage0")
     with pytest.raises(ConfigError, match="same max_atoms"):
         BFGS(max_atoms=32).setup(b, 0, "stage1")
+
+
+def test_defaults_equal_ase() -> None:
+    """BFGS's and LBFGS's defaults are ASE's: the step-for-step tests pass some of them
+    and run fewer steps than LBFGS's memory holds, so they could not see it."""
+    atoms = crystals()[0]
+    bfgs, ase_bfgs = BFGS(), AseBFGS(atoms, logfile=None)
+    assert (bfgs.maxstep, bfgs.alpha) == (ase_bfgs.maxstep, ase_bfgs.alpha)
+    lbfgs, ase_lbfgs = LBFGS(), AseLBFGS(atoms, logfile=None)
+    ase_args = inspect.signature(AseLBFGS).parameters
+    assert (lbfgs.maxstep, lbfgs.memory, lbfgs.damping, lbfgs.alpha) == (
+        ase_lbfgs.maxstep, *(ase_args[k].default for k in ("memory", "damping", "alpha")),
+    )  # fmt: skip
 
 
 REFILLED = [
