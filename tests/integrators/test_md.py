@@ -7,6 +7,9 @@ compared too, by feeding ASE the very normals our counter-based stream draws (a 
 ``rng`` object): Langevin vs ``LangevinBAOAB`` and Bussi vs ``ase.md.bussi.Bussi``.
 All in float64; positions must agree to 1e-8 Å after every one of 50 steps (200-250 fs,
 several thermostat times: a thermostat's time or temperature 1 % off is 1e-3 Å off by then).
+The systems sit in the batch in reverse ``system_id`` order, so a per-system parameter
+gathered by row instead of by ``system_id`` gives another system's value; some cases give
+one time step per system (the per-system ``dt`` branches, kernels and torch alike).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from alchemi_lit.integrators import (
 )
 from alchemi_lit.integrators.ops import bussi_noise
 from alchemi_lit.models import LennardJones
+from alchemi_lit.testing import accelerator_path
 from conftest import AR_EPSILON, AR_SIGMA, AseLJ, argon_bulk, perturbed_argon
 
 CUTOFF = 8.5
@@ -98,7 +102,11 @@ def moving_argon(n: int, temperature: float = 50.0, seed: int = 0) -> list:
 
 
 def simulate(systems, integrator, fields=("positions",), model=None, seed=SEED):
+    """Run ``systems`` (``system_id`` k for ``systems[k]``) in reverse order: row and
+    ``system_id`` differ (results come back sorted by ``system_id``)."""
     rec = Recorder(fields)
+    ids = list(range(len(systems)))[::-1]
+    systems = Batch.from_atoms([systems[k] for k in ids], system_ids=ids)
     sim = al.Simulator(
         model=model or lj_model(),
         stages=integrator,
@@ -165,24 +173,26 @@ class BussiNoise:
 
 
 # ---------------------------------------------------------------------- trajectories
+DTS = [5.0, 4.0, 6.0]  # fs, per system_id
+
 CASES = {
     "verlet": (
         VelocityVerlet(dt=4.0, steps=STEPS),
-        lambda a: AseVV(a, timestep=4.0 * units.fs),
+        lambda a, k: AseVV(a, timestep=4.0 * units.fs),
     ),
     "nose_hoover_chain": (
         NoseHooverChain(dt=5.0, temperature=80.0, tdamp=50.0, chain_length=3, steps=STEPS),
-        lambda a: NoseHooverChainNVT(a, 5.0 * units.fs, 80.0, tdamp=50.0 * units.fs, tchain=3),
+        lambda a, k: NoseHooverChainNVT(a, 5.0 * units.fs, 80.0, tdamp=50.0 * units.fs, tchain=3),
     ),
-    "nose_hoover_chain_1_loop2": (
-        NoseHooverChain(dt=5.0, temperature=30.0, tdamp=40.0, chain_length=1, chain_steps=2),
-        lambda a: NoseHooverChainNVT(
-            a, 5.0 * units.fs, 30.0, tdamp=40.0 * units.fs, tchain=1, tloop=2
+    "nose_hoover_chain_1_loop2": (  # one time step per system_id
+        NoseHooverChain(dt=DTS, temperature=30.0, tdamp=40.0, chain_length=1, chain_steps=2),
+        lambda a, k: NoseHooverChainNVT(
+            a, DTS[k] * units.fs, 30.0, tdamp=40.0 * units.fs, tchain=1, tloop=2
         ),
     ),
-    "berendsen": (
-        Berendsen(dt=5.0, temperature=120.0, taut=30.0, steps=STEPS),
-        lambda a: NVTBerendsen(a, 5.0 * units.fs, temperature_K=120.0, taut=30.0 * units.fs),
+    "berendsen": (  # one time step per system_id
+        Berendsen(dt=DTS, temperature=120.0, taut=30.0, steps=STEPS),
+        lambda a, k: NVTBerendsen(a, DTS[k] * units.fs, temperature_K=120.0, taut=30.0 * units.fs),
     ),
 }
 
@@ -199,20 +209,21 @@ def test_deterministic_md_matches_ase(name: str) -> None:
         atoms.calc = ase_lj()
         ours = rec.trajectory(k)
         assert len(ours) == STEPS
-        assert max_deviation(make_ase(atoms), atoms, ours) < 1e-8
+        assert max_deviation(make_ase(atoms, k), atoms, ours) < 1e-8
         assert abs(atoms.get_potential_energy() - float(res.energy[k])) < 1e-8
         assert np.abs(atoms.get_velocities() - res.to_atoms()[k].get_velocities()).max() < 1e-8
 
 
 @pytest.mark.parametrize(
-    ("temperature", "friction"), [(70.0, 0.02), ([70.0, 150.0, 40.0], [0.02, 0.05, 0.01])]
+    ("temperature", "friction", "dt"),
+    [(70.0, 0.02, 5.0), ([70.0, 150.0, 40.0], [0.02, 0.05, 0.01], DTS)],
 )
-def test_langevin_matches_ase_baoab_with_the_same_noise(temperature, friction) -> None:
-    """One temperature and friction, or one per system (indexed by system_id): each
-    system follows ASE's LangevinBAOAB at its own -- a noise amplitude a few percent
+def test_langevin_matches_ase_baoab_with_the_same_noise(temperature, friction, dt) -> None:
+    """One temperature, friction and time step, or one per system (indexed by system_id):
+    each system follows ASE's LangevinBAOAB at its own -- a noise amplitude a few percent
     off for one system diverges from ASE's trajectory at once."""
     systems = moving_argon(3, seed=2)
-    integrator = Langevin(dt=5.0, temperature=temperature, friction=friction, steps=STEPS)
+    integrator = Langevin(dt=dt, temperature=temperature, friction=friction, steps=STEPS)
     res, rec = simulate(systems, integrator)
     per_system = isinstance(temperature, list)
     for k, atoms in enumerate(systems):
@@ -220,8 +231,9 @@ def test_langevin_matches_ase_baoab_with_the_same_noise(temperature, friction) -
         atoms.calc = ase_lj()
         t_k = temperature[k] if per_system else temperature
         tau_k = 1.0 / (friction[k] if per_system else friction)
+        dt_k = dt[k] if per_system else dt
         dyn = LangevinBAOAB(
-            atoms, 5.0 * units.fs, temperature_K=t_k, T_tau=tau_k * units.fs,
+            atoms, dt_k * units.fs, temperature_K=t_k, T_tau=tau_k * units.fs,
             rng=np.random.default_rng(0),
         )  # fmt: skip
         dyn.rng = LangevinNoise(k)
@@ -229,13 +241,39 @@ def test_langevin_matches_ase_baoab_with_the_same_noise(temperature, friction) -
         assert abs(atoms.get_potential_energy() - float(res.energy[k])) < 1e-8
 
 
+def test_a_second_langevin_stage_draws_new_noise() -> None:
+    """The noise is keyed by a system's total step count, not its step in the stage: two
+    Langevin stages in a row follow ASE's one run with the normals of steps 0..5 (a
+    stage that replayed the first one's noise would leave it at the fourth step).  On the
+    accelerators' path, which draws each step's noise from its keys (the CPU kernel picks
+    rows of a draw ahead by the total step, which hides a wrong key)."""
+    systems = moving_argon(1, seed=2)
+
+    def stage() -> Langevin:
+        return Langevin(dt=5.0, temperature=70.0, friction=0.02, steps=3)
+
+    with accelerator_path():
+        _, rec = simulate(systems, stage() + stage())
+    atoms = systems[0].copy()
+    atoms.calc = ase_lj()
+    dyn = LangevinBAOAB(atoms, 5.0 * units.fs, temperature_K=70.0, T_tau=50.0 * units.fs,
+                        rng=np.random.default_rng(0))  # fmt: skip
+    dyn.rng = LangevinNoise(0)
+    ours = rec.trajectory(0)
+    assert len(ours) == 6
+    assert max_deviation(dyn, atoms, ours) < 1e-8
+
+
 def test_bussi_matches_ase_with_the_same_noise() -> None:
+    """One time step per system, on the accelerators' path (the torch versions of Bussi's
+    noise and factor; the CPU kernel is held to them in tests/kernels)."""
     systems = moving_argon(2, seed=3)
-    res, rec = simulate(systems, Bussi(dt=5.0, temperature=90.0, taut=40.0, steps=STEPS))
+    with accelerator_path():
+        res, rec = simulate(systems, Bussi(dt=DTS[:2], temperature=90.0, taut=40.0, steps=STEPS))
     for k, atoms in enumerate(systems):
         atoms = atoms.copy()
         atoms.calc = ase_lj()
-        dyn = AseBussi(atoms, 5.0 * units.fs, 90.0, 40.0 * units.fs, rng=BussiNoise(atoms, k))
+        dyn = AseBussi(atoms, DTS[k] * units.fs, 90.0, 40.0 * units.fs, rng=BussiNoise(atoms, k))
         assert max_deviation(dyn, atoms, rec.trajectory(k)) < 1e-8
         assert abs(atoms.get_temperature() - float(res.batch.temperature()[k])) < 1e-6
 
