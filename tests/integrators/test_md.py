@@ -40,6 +40,7 @@ from alchemi_lit.integrators import (
 from alchemi_lit.integrators.ops import bussi_noise
 from alchemi_lit.models import LennardJones
 from alchemi_lit.testing import accelerator_path
+from alchemi_lit.testing.integrators import argon, check_masked_systems_untouched
 from conftest import AR_EPSILON, AR_SIGMA, AseLJ, argon_bulk, perturbed_argon
 
 CUTOFF = 8.5
@@ -356,6 +357,23 @@ def test_maxwell_boltzmann_for_some_systems_draws_their_numbers_only() -> None:
     drawn = part.atom_mask(some)
     assert torch.equal(part.velocities[drawn], full.velocities[drawn])
     assert torch.equal(part.velocities[~drawn], before[~drawn])
+
+
+MASKED = {
+    "verlet": lambda: VelocityVerlet(dt=2.0, temperature=60.0),
+    "langevin": lambda: Langevin(dt=2.0, temperature=60.0),
+    "bussi": lambda: Bussi(dt=2.0, temperature=60.0),
+    "berendsen": lambda: Berendsen(dt=2.0, temperature=60.0),
+    "nose_hoover_chain": lambda: NoseHooverChain(dt=2.0, temperature=60.0),
+}
+
+
+@pytest.mark.parametrize("name", list(MASKED))
+def test_a_step_leaves_the_systems_outside_the_mask_untouched(name, code_path) -> None:
+    """Several stages share a batch: a step moves the systems of its mask only, on either
+    code path, also without fixed atoms (where the CPU's torch updates skip the atom
+    mask when the whole batch is theirs)."""
+    check_masked_systems_untouched(MASKED[name](), lj_model(), argon())
 
 
 def test_md_stage_draws_velocities_only_for_systems_at_rest() -> None:

@@ -39,6 +39,7 @@ from alchemi_lit.integrators import LBFGS, MTKNPT, CellFilter, CRescale, Langevi
 from alchemi_lit.integrators.ops import system_normals
 from alchemi_lit.models import LennardJones
 from alchemi_lit.testing import accelerator_path
+from alchemi_lit.testing.integrators import argon, check_masked_systems_untouched
 from conftest import AR_EPSILON, AR_SIGMA, AseLJ, perturbed_argon, strained, triclinic_argon
 
 STEPS = 50  # 250 fs: every cell moves 0.17-0.8 Å (`it moved` asks 0.02); ASE is the cost
@@ -274,6 +275,24 @@ def test_crescale_matches_the_reference_scheme_with_the_same_noise(
                       np.abs(cell - frame["cell"]).max())  # fmt: skip
             assert dev < 1e-8, (k, t, dev)
         assert np.abs(cell - systems[k].cell.array).max() > 0.02
+
+
+MASKED = {
+    "mtk": lambda: MTKNPT(dt=2.0, temperature=60.0),
+    "mtk-full": lambda: MTKNPT(dt=2.0, temperature=60.0, isotropic=False),
+    "c-rescale": lambda: CRescale(dt=2.0, temperature=60.0),
+    "c-rescale-full": lambda: CRescale(dt=2.0, temperature=60.0, isotropic=False),
+    "langevin": lambda: NPTLangevin(dt=2.0, temperature=60.0),
+    "langevin-full": lambda: NPTLangevin(dt=2.0, temperature=60.0, isotropic=False),
+}
+
+
+@pytest.mark.parametrize("name", list(MASKED))
+def test_a_step_leaves_the_systems_outside_the_mask_untouched(name, code_path) -> None:
+    """Several stages share a batch: an NPT step moves the atoms, cells and barostat
+    fields of its mask's systems only, on either code path (the CPU's torch updates skip
+    the atom mask when the whole batch is theirs)."""
+    check_masked_systems_untouched(MASKED[name](), lj_model(), argon())
 
 
 # ---------------------------------------------------------------------- batching
