@@ -28,6 +28,7 @@ from ase.md.verlet import VelocityVerlet as AseVV
 import alchemi_lit as al
 from alchemi_lit.core import random as rng
 from alchemi_lit.core.state import Batch
+from alchemi_lit.core.units import kB
 from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.integrators import (
     Berendsen,
@@ -326,7 +327,12 @@ def test_nve_energy_drift_lj_argon() -> None:
 
 # ---------------------------------------------------------------------- initial velocities
 def test_maxwell_boltzmann_init_zero_momentum_and_mean_temperature() -> None:
+    """Every other atom weighs 4 amu (helium's), the others argon's: equipartition holds
+    per atom, whatever its mass (a spread sqrt(kT/m) with a wrong mass shows at once)."""
     systems = [argon_bulk(2) for _ in range(200)]
+    light = np.arange(32) % 2 == 0
+    for atoms in systems:
+        atoms.set_masses(np.where(light, 4.0026, atoms.get_masses()))
     batch = Batch.from_atoms(systems)
     maxwell_boltzmann(batch, torch.ones(len(batch), dtype=torch.bool), 75.0, seed=3)
     m = batch.masses.unsqueeze(-1)
@@ -339,6 +345,13 @@ def test_maxwell_boltzmann_init_zero_momentum_and_mean_temperature() -> None:
     expected = 75.0 * (3 * 32 - 3) / (3 * 32)
     assert abs(float(t.mean()) / expected - 1.0) < 0.02
     assert len(set(t.tolist())) == len(t)  # every system has its own stream
+    # per species: removing the mean velocity leaves each atom <m v²/2> = 3/2 kT (1 - m/M);
+    # 3 200 atoms a species, each m v²/(3 kT) of variance 2/3: standard error 1.4 %
+    ke = 0.5 * (m * batch.velocities**2).sum(-1) / (1.5 * kB * 75.0)
+    m_total = float(batch.masses[:32].sum())
+    for species in (torch.from_numpy(np.tile(light, 200)), torch.from_numpy(np.tile(~light, 200))):
+        mass = float(batch.masses[species][0])
+        assert abs(float(ke[species].mean()) / (1.0 - mass / m_total) - 1.0) < 0.06, mass
 
 
 def test_maxwell_boltzmann_for_some_systems_draws_their_numbers_only() -> None:
@@ -357,6 +370,23 @@ def test_maxwell_boltzmann_for_some_systems_draws_their_numbers_only() -> None:
     drawn = part.atom_mask(some)
     assert torch.equal(part.velocities[drawn], full.velocities[drawn])
     assert torch.equal(part.velocities[~drawn], before[~drawn])
+
+
+def test_maxwell_boltzmann_with_fixed_atoms_leaves_no_momentum(code_path) -> None:
+    """Fixed atoms at rest and zero total momentum: the mean velocity is removed over the
+    free atoms' mass alone.  (Every other test of the draw has no fixed atoms, where the
+    mass of all atoms is the same sum.)"""
+    systems = [argon_bulk(2), argon_bulk(2)[:20]]
+    for atoms, fixed in zip(systems, ([0, 5, 17, 30], [3])):
+        atoms.set_constraint(FixAtoms(indices=fixed))
+    batch = Batch.from_atoms(systems)
+    maxwell_boltzmann(batch, torch.ones(2, dtype=torch.bool), 75.0, seed=3)
+    v = batch.velocities
+    assert torch.equal(v[batch.fixed], torch.zeros_like(v[batch.fixed]))
+    p = torch.zeros(2, 3, dtype=v.dtype).index_add_(0, batch.system_idx, batch.masses[:, None] * v)
+    # a sum of ~30 momenta: rounding leaves ~1e-15 of the largest
+    scale = float((batch.masses[:, None] * v).abs().max())
+    assert float(p.abs().max()) < 1e-13 * scale, p
 
 
 MASKED = {
