@@ -389,6 +389,28 @@ def test_maxwell_boltzmann_with_fixed_atoms_leaves_no_momentum(code_path) -> Non
     assert float(p.abs().max()) < 1e-13 * scale, p
 
 
+def test_berendsen_fixcm_with_fixed_atoms_zeroes_the_free_momentum(code_path) -> None:
+    """Berendsen's ``fixcm`` removes the mean momentum over the free atoms (the module's
+    rule): after the opening of a step the free atoms' momenta sum to zero and fixed
+    atoms stay at rest.  Every other Berendsen run has no fixed atoms."""
+    atoms = perturbed_argon(1, 2, 0.1, seed=6)[0]
+    atoms.set_constraint(FixAtoms(indices=[0, 5, 17]))
+    batch = Batch.from_atoms([atoms])
+    gen = torch.Generator().manual_seed(0)
+    batch.velocities = torch.where(
+        batch.fixed[:, None], 0.0, 0.01 * torch.randn(32, 3, generator=gen, dtype=torch.float64)
+    )
+    batch.forces = torch.where(
+        batch.fixed[:, None], 0.0, torch.randn(32, 3, generator=gen, dtype=torch.float64)
+    )
+    stage = Berendsen(dt=5.0, temperature=100.0, taut=30.0)
+    stage.setup(batch, seed=0, prefix="s0")
+    stage.pre_update(batch, torch.ones(1, dtype=torch.bool))
+    p = batch.masses[:, None] * batch.velocities
+    assert torch.equal(p[batch.fixed], torch.zeros_like(p[batch.fixed]))
+    assert float(p.sum(0).abs().max()) < 1e-13 * float(p.abs().max())
+
+
 MASKED = {
     "verlet": lambda: VelocityVerlet(dt=2.0, temperature=60.0),
     "langevin": lambda: Langevin(dt=2.0, temperature=60.0),
