@@ -411,6 +411,30 @@ def test_berendsen_fixcm_with_fixed_atoms_zeroes_the_free_momentum(code_path) ->
     assert float(p.sum(0).abs().max()) < 1e-13 * float(p.abs().max())
 
 
+def test_nose_hoover_chain_counts_the_free_atoms_only(code_path) -> None:
+    """The chain's force on its first thermostat is ``m v² - Nf kT`` with ``Nf = 3 x free
+    atoms``: free atoms exactly at the target temperature (fixed ones at rest) leave a
+    one-member chain at rest and the velocities as they are.  Counting the fixed atoms too
+    (ASE's NoseHooverChainNVT counts every atom) would heat the free ones by N / N_free."""
+    atoms = perturbed_argon(1, 2, 0.1, seed=6)[0]
+    atoms.set_constraint(FixAtoms(indices=[0, 5, 17, 30]))
+    batch = Batch.from_atoms([atoms])
+    gen = torch.Generator().manual_seed(1)
+    v = torch.randn(32, 3, generator=gen, dtype=torch.float64)
+    v = torch.where(batch.fixed[:, None], 0.0, v)
+    free_ke = 0.5 * float((batch.masses[:, None] * v * v).sum())
+    target = 80.0
+    v = v * (0.5 * 3 * 28 * kB * target / free_ke) ** 0.5  # 28 free atoms at 80 K
+    batch.velocities = v.clone()
+    stage = NoseHooverChain(dt=5.0, temperature=target, tdamp=50.0, chain_length=1)
+    stage.setup(batch, seed=0, prefix="s0")
+    stage.chain_half_step(batch, torch.ones(1, dtype=torch.bool))
+    p_eta = getattr(batch, stage.p_eta_field)
+    # (m v² - Nf kT: a difference of two ~0.3 eV terms, ~1e-16 each, times dt/2 ~ 0.25)
+    assert float(p_eta.abs().max()) < 1e-14, p_eta
+    assert float((batch.velocities - v).abs().max()) < 1e-14 * float(v.abs().max())
+
+
 MASKED = {
     "verlet": lambda: VelocityVerlet(dt=2.0, temperature=60.0),
     "langevin": lambda: Langevin(dt=2.0, temperature=60.0),
