@@ -372,6 +372,24 @@ def test_maxwell_boltzmann_for_some_systems_draws_their_numbers_only() -> None:
     assert torch.equal(part.velocities[~drawn], before[~drawn])
 
 
+def test_initial_velocities_are_independent_of_the_thermostats_noise() -> None:
+    """Velocities drawn at a system's step have their own stream: not the normals Langevin
+    or Bussi draw at that step, which would add coherently to them at the first O step
+    (with c1 = 0.9 a 78 % hotter first step).  The correlation of 1 920 independent
+    pairs has a standard deviation of 1/sqrt(1 920) = 0.023; the test allows 4 of them."""
+    batch = Batch.from_atoms([argon_bulk(2) for _ in range(20)])
+    batch.total_steps = torch.arange(20) * 7
+    maxwell_boltzmann(batch, torch.ones(20, dtype=torch.bool), 75.0, seed=SEED)
+    scaled = (batch.velocities * batch.masses[:, None].sqrt()).flatten()
+    for purpose in (rng.PURPOSE_NOISE, rng.PURPOSE_THERMOSTAT):
+        z = rng.atom_normals(
+            SEED, batch.system_id, batch.total_steps, batch.system_idx,
+            batch.segments.local_index, purpose, torch.float64,
+        )  # fmt: skip
+        corr = float(torch.corrcoef(torch.stack([scaled, z.flatten()]))[0, 1])
+        assert abs(corr) < 4.0 / len(scaled) ** 0.5, (purpose, corr)
+
+
 def test_maxwell_boltzmann_with_fixed_atoms_leaves_no_momentum(code_path) -> None:
     """Fixed atoms at rest and zero total momentum: the mean velocity is removed over the
     free atoms' mass alone.  (Every other test of the draw has no fixed atoms, where the
