@@ -4,7 +4,8 @@
   initial velocities and parameters) and ``NPTLangevin`` against ASE's ``LangevinBAOAB``
   with ``externalstress`` (fed our keyed normals through a stand-in ``rng``): positions
   and cells within 1e-8 Å after each of 50 steps (the cells move by 0.17-0.8 Å in them,
-  the test asks for 0.02), float64, per-system pressures.
+  the test asks for 0.02), float64, per-system pressures and time steps, the systems in
+  the batch in reverse ``system_id`` order (a parameter gathered by row shows).
 * ``CRescale`` against a NumPy transcription of the authors' reference code (SimpleMD of
   ``bussilab/crescale``, time-reversible scheme with velocity scaling) run on ASE's
   Lennard-Jones with ASE's ``Bussi`` thermostat, the same normals.
@@ -38,10 +39,12 @@ from alchemi_lit.integrators import LBFGS, MTKNPT, CellFilter, CRescale, Langevi
 from alchemi_lit.integrators.ops import system_normals
 from alchemi_lit.models import LennardJones
 from alchemi_lit.testing import accelerator_path
+from alchemi_lit.testing.integrators import argon, check_masked_systems_untouched
 from conftest import AR_EPSILON, AR_SIGMA, AseLJ, perturbed_argon, strained, triclinic_argon
 
 STEPS = 50  # 250 fs: every cell moves 0.17-0.8 Å (`it moved` asks 0.02); ASE is the cost
 PRESSURES = [0.3, 0.02]  # GPa, per system_id
+DTS = [5.0, 4.0]  # fs, per system_id
 CUTOFF = 6.0  # Å: ASE's Lennard-Jones is most of these tests' time
 
 
@@ -62,7 +65,11 @@ def npt_systems(isotropic: bool) -> list:
 
 
 def simulate(systems, stage, callbacks=(), **kwargs) -> tuple[al.Results, Recorder]:
+    """Run ``systems`` (``system_id`` k for ``systems[k]``) in reverse order: row and
+    ``system_id`` differ."""
     rec = Recorder(("positions", "cell"))
+    ids = list(range(len(systems)))[::-1]
+    systems = Batch.from_atoms([systems[k] for k in ids], system_ids=ids)
     sim = al.Simulator(
         model=kwargs.pop("model", None) or lj_model(), stages=stage, precision="64", seed=SEED,
         sync_every=1, callbacks=[rec, *callbacks], **kwargs,
@@ -106,21 +113,23 @@ def test_mtk_matches_ase(isotropic: bool, kernels_on: bool, request) -> None:
         for_this_test(accelerator_path(), request)
     systems = npt_systems(isotropic)
     stage = MTKNPT(
-        dt=5.0, temperature=80.0, pressure_gpa=PRESSURES, tdamp=50.0, pdamp=200.0,
+        dt=DTS, temperature=80.0, pressure_gpa=PRESSURES, tdamp=50.0, pdamp=200.0,
         isotropic=isotropic, tchain=3, pchain=2, ploop=2, steps=STEPS,
     )  # fmt: skip
     conserved = {}
-    probe = al.engine.hooks.LambdaCallback(
-        al.engine.hooks.HookStageEnum.AFTER_STEP,
-        lambda ctx: conserved.update({int(ctx.step): stage.conserved_energy(ctx.batch).clone()}),
-    )
+
+    def record(ctx) -> None:  # the extended energy, by system_id
+        b = ctx.batch
+        conserved[int(ctx.step)] = stage.conserved_energy(b)[b.system_id.argsort()]
+
+    probe = al.engine.hooks.LambdaCallback(al.engine.hooks.HookStageEnum.AFTER_STEP, record)
     _, rec = simulate(systems, stage, callbacks=[probe])
     ase_class = IsotropicMTKNPT if isotropic else AseMTKNPT
     dyns = []
 
     def make(k, atoms):
         dyns.append(ase_class(
-            atoms, 5.0 * units.fs, 80.0, PRESSURES[k] * units.GPa, tdamp=50.0 * units.fs,
+            atoms, DTS[k] * units.fs, 80.0, PRESSURES[k] * units.GPa, tdamp=50.0 * units.fs,
             pdamp=200.0 * units.fs, tchain=3, pchain=2, ploop=2,
         ))  # fmt: skip
         return dyns[-1]
@@ -162,14 +171,14 @@ def test_npt_langevin_matches_ase_with_the_same_noise(isotropic: bool, request) 
     systems = npt_systems(isotropic)
     mass = None if isotropic else [2.0e5, 4.0e5]  # eV fs² (else ASE's heuristic)
     stage = NPTLangevin(
-        dt=5.0, temperature=80.0, pressure_gpa=PRESSURES, friction=0.02, pdamp=300.0,
+        dt=DTS, temperature=80.0, pressure_gpa=PRESSURES, friction=0.02, pdamp=300.0,
         barostat_mass=mass, isotropic=isotropic, steps=STEPS,
     )  # fmt: skip
     _, rec = simulate(systems, stage)
 
     def make(k, atoms):
         dyn = LangevinBAOAB(
-            atoms, 5.0 * units.fs, temperature_K=80.0, externalstress=-PRESSURES[k] * units.GPa,
+            atoms, DTS[k] * units.fs, temperature_K=80.0, externalstress=-PRESSURES[k] * units.GPa,
             hydrostatic=isotropic, T_tau=50.0 * units.fs, P_tau=300.0 * units.fs,
             P_mass=None if mass is None else mass[k] * units.fs**2, rng=0,
         )  # fmt: skip
@@ -251,19 +260,39 @@ def test_crescale_matches_the_reference_scheme_with_the_same_noise(
     if not isotropic:  # anisotropic: the accelerators' path
         for_this_test(accelerator_path(), request)
     systems = npt_systems(isotropic)
-    params = dict(dt=5.0, temperature=80.0, taut=40.0, taup=200.0, compressibility=2.0)
-    stage = CRescale(pressure_gpa=PRESSURES, isotropic=isotropic, steps=STEPS, **params)
+    params = dict(temperature=80.0, taut=40.0, taup=200.0, compressibility=2.0)
+    stage = CRescale(dt=DTS, pressure_gpa=PRESSURES, isotropic=isotropic, steps=STEPS, **params)
     _, rec = simulate(systems, stage)
     for k, atoms in enumerate(systems):
         atoms = atoms.copy()
         atoms.calc = ase_lj()
-        ref = crescale_reference(atoms, k, STEPS, isotropic, pressure_gpa=PRESSURES[k], **params)
+        ref = crescale_reference(
+            atoms, k, STEPS, isotropic, dt=DTS[k], pressure_gpa=PRESSURES[k], **params
+        )
         for t, (positions, cell) in enumerate(ref, start=1):
             frame = rec.data[k][t]
             dev = max(np.abs(positions - frame["positions"]).max(),
                       np.abs(cell - frame["cell"]).max())  # fmt: skip
             assert dev < 1e-8, (k, t, dev)
         assert np.abs(cell - systems[k].cell.array).max() > 0.02
+
+
+MASKED = {
+    "mtk": lambda: MTKNPT(dt=2.0, temperature=60.0),
+    "mtk-full": lambda: MTKNPT(dt=2.0, temperature=60.0, isotropic=False),
+    "c-rescale": lambda: CRescale(dt=2.0, temperature=60.0),
+    "c-rescale-full": lambda: CRescale(dt=2.0, temperature=60.0, isotropic=False),
+    "langevin": lambda: NPTLangevin(dt=2.0, temperature=60.0),
+    "langevin-full": lambda: NPTLangevin(dt=2.0, temperature=60.0, isotropic=False),
+}
+
+
+@pytest.mark.parametrize("name", list(MASKED))
+def test_a_step_leaves_the_systems_outside_the_mask_untouched(name, code_path) -> None:
+    """Several stages share a batch: an NPT step moves the atoms, cells and barostat
+    fields of its mask's systems only, on either code path (the CPU's torch updates skip
+    the atom mask when the whole batch is theirs)."""
+    check_masked_systems_untouched(MASKED[name](), lj_model(), argon())
 
 
 # ---------------------------------------------------------------------- batching
