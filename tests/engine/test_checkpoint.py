@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import zarr
 
 import alchemi_lit as al
 from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback, TrajectoryWriter
@@ -109,6 +110,9 @@ def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step, ev
     total = len(ZarrSink(tmp_path / "res.zarr")) + len(resumed)
     assert total == len(DATA)
     stored = ZarrSink(tmp_path / "res.zarr").read_batch()
+    # rows written after the checkpoint were rolled back, atoms too: none left orphaned
+    attrs = zarr.open_group(str(tmp_path / "res.zarr"), mode="r").attrs
+    assert attrs["n_atoms"] == int(stored.n_atoms.sum()) and attrs["n_systems"] == total - 8
     for sid in stored.system_id.tolist():
         assert stored.info[sid]["material_id"] == f"m-{sid}"
         assert stored.info[sid]["weights"].tolist() == [0.0, sid, 2.0 * sid]
@@ -116,6 +120,7 @@ def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step, ev
         frames_a = read_trajectory(ref_dir / "traj.zarr", sid)
         frames_b = read_trajectory(tmp_path / "traj.zarr", sid)
         assert [f.info.get("step") for f in frames_a] == [f.info.get("step") for f in frames_b]
+        assert [f.info["run"] for f in frames_b] == [0] * len(frames_b)  # one run, resumed
         assert all((fa.positions == fb.positions).all() for fa, fb in zip(frames_a, frames_b))
 
 
