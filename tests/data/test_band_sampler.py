@@ -70,3 +70,13 @@ def test_max_systems_counts_a_bands_images():
     assert ids == [4, 5, 6, 7]
     with pytest.raises(StructureError, match=r"band path_id 100 .* max_systems to at least 4"):
         SizeAwareSampler(data, max_atoms=100, max_systems=3)
+
+
+def test_a_restart_leaves_out_a_band_only_when_all_its_images_are_stored():
+    """``without`` (a restart skipping stored systems): a band with an image not stored
+    runs again whole, never split; a band stored whole and single structures drop."""
+    data, _ = dataset([(3, 2), (1, 2), (3, 2), (1, 2)])  # ids: band 0-2, 3, band 4-6, 7
+    rest = SizeAwareSampler(data, max_atoms=100).without({0, 1, 3, 4, 5, 6})
+    assert rest.system_ids.tolist() == [0, 1, 2, 7]
+    _, ids = rest.take(100, 10)
+    assert ids == [0, 1, 2, 7]
