@@ -80,3 +80,14 @@ def test_a_restart_leaves_out_a_band_only_when_all_its_images_are_stored():
     assert rest.system_ids.tolist() == [0, 1, 2, 7]
     _, ids = rest.take(100, 10)
     assert ids == [0, 1, 2, 7]
+
+
+@pytest.mark.parametrize("big", [2, 3])
+def test_a_refill_passes_at_most_lookahead_units_that_do_not_fit(big):
+    """First fit looks past at most ``LOOKAHEAD`` structures that do not fit: with 3,
+    a small structure behind 2 large ones is taken, behind 3 it is not."""
+    data, _ = dataset([(1, 9)] * big + [(1, 1)])
+    sampler = SizeAwareSampler(data, max_atoms=10)
+    sampler.LOOKAHEAD = 3
+    _, ids = sampler.take(5, 10)
+    assert ids == ([big] if big < sampler.LOOKAHEAD else [])
