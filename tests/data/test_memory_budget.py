@@ -376,3 +376,16 @@ def test_edges_count_in_every_estimate():
     probes = [(10, 10, 11000), (20, 20, 22000), (10, 500, 501000)]
     with pytest.raises(ConfigError, match=r"system 1 \(10 atoms, 500 pairs\) alone needs"):
         choose(probes, sizes, edges, np.arange(3), _Stated(400000), 1.0)
+
+
+def test_the_process_reader_takes_the_container_limit_when_it_is_lower(monkeypatch):
+    """On the CPU the free memory is MemAvailable, or the room under the container's
+    memory limit where that is less (a budget sized past it gets the run killed)."""
+    from alchemi_lit.data import memory
+
+    reader = ProcessMemoryReader.__new__(ProcessMemoryReader)  # (no /proc needed)
+    monkeypatch.setattr(memory, "_meminfo", lambda key: 8 << 30)
+    monkeypatch.setattr(memory, "_cgroup_room", lambda: 1 << 30)
+    assert reader.available() == 1 << 30
+    monkeypatch.setattr(memory, "_cgroup_room", lambda: 1 << 62)  # no limit
+    assert reader.available() == 8 << 30
