@@ -309,3 +309,21 @@ def test_a_resume_admits_at_once_what_the_checkpoints_bookkeeping_admitted(tmp_p
     resumed = sim("resumed").run(two_at_a_time(), resume=str(first_refill))
     assert len(resumed) == len(whole) == 3  # (the delivered systems are in the checkpoint)
     assert resumed.stats["steps"] == whole.stats["steps"]
+
+
+def test_when_a_checkpoint_is_due(tmp_path, monkeypatch):
+    """A signal writes one unless on_signal=False; otherwise every_n_steps steps or
+    every_seconds seconds after the last one (a fake clock)."""
+    from alchemi_lit.callbacks import checkpoint
+
+    now = [100.0]
+    monkeypatch.setattr(checkpoint.time, "monotonic", lambda: now[0])
+    assert Checkpoint(tmp_path, every_n_steps=None).due(3, interrupted=True)
+    quiet = Checkpoint(tmp_path, every_n_steps=10, every_seconds=60.0, on_signal=False)
+    assert not quiet.due(3, interrupted=True)
+    quiet.mark_saved(20, tmp_path / "x.ckpt")
+    assert not quiet.due(29) and quiet.due(30)
+    now[0] += 59.5
+    assert not quiet.due(21)
+    now[0] += 0.5
+    assert quiet.due(21)
