@@ -299,6 +299,28 @@ def test_trajectory_append_after_an_interrupted_flush(tmp_path: Path) -> None:
     ]
 
 
+def test_trajectory_state_counts_only_rows_in_the_store(tmp_path: Path) -> None:
+    """A checkpoint records the trajectory rows a resume rolls back to: they are in the
+    store when it is taken (a run killed right after it, with frames still buffered,
+    must not leave a resume counting rows that were never written)."""
+    import zarr
+
+    from alchemi_lit import Batch
+
+    path = tmp_path / "t.zarr"
+    writer = TrajectoryWriter(path, every=1, fields=("positions",), flush_every=100)
+    ctx = StepContext(batch=Batch.from_atoms([argon(0.05, 0), argon(0.05, 1, repeat=2)]))
+    writer.on_run_start(ctx)
+    for ctx.step in (0, 1):
+        writer.before_step(ctx)
+    counts = writer.state_dict()["counts"]
+    assert counts == {"frames": 2, "systems": 4, "atoms": 2 * (4 + 32)}
+    store = zarr.open_group(path, mode="r")  # (read before the writer closes)
+    for part, n in counts.items():
+        for name, arr in store[part].arrays():
+            assert arr.shape[0] == n, f"{part}/{name}"
+
+
 def test_trajectory_argument_validation(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="every"):
         TrajectoryWriter(tmp_path / "a.zarr", every=0)
