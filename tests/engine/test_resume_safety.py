@@ -338,8 +338,11 @@ def test_the_input_digest_sees_every_structure_field(change):
 
 def test_a_restart_keeps_only_this_runs_systems_from_a_shared_store(tmp_path):
     """Restarting without a checkpoint from a store an earlier run also wrote (mode
-    "a"): the stored results handed back are this run's systems, and only the others
-    are left to compute."""
+    "a"), whose last write was interrupted (rows past the commit mark): the stored
+    results handed back are this run's committed systems, and the others -- the
+    uncommitted one too -- are left to compute."""
+    import zarr
+
     from alchemi_lit.engine.restart import continue_from_stores
 
     store = tmp_path / "res.zarr"
@@ -347,6 +350,11 @@ def test_a_restart_keeps_only_this_runs_systems_from_a_shared_store(tmp_path):
         sink = ZarrSink(store, mode=mode, flush_every=1)
         sink.open({})
         sink.write(al.Batch.from_atoms([DATA[k] for k in rows], system_ids=ids))
+        if mode == "a":  # system 13 written, the commit mark not moved on
+            marks = dict(zarr.open_group(str(store), mode="r").attrs)
+            sink.write(al.Batch.from_atoms([DATA[3]], system_ids=[13]))
+            keys = ("n_systems", "n_atoms")
+            zarr.open_group(str(store), mode="r+").attrs.update({k: marks[k] for k in keys})
         sink.close()
     data = SizeAwareSampler(DATA[:4], max_atoms=120, system_ids=[10, 11, 12, 13])
     rest, stored_here = continue_from_stores(
