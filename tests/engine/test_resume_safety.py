@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -363,3 +364,19 @@ def test_a_restart_keeps_only_this_runs_systems_from_a_shared_store(tmp_path):
     assert stored_here.system_id.tolist() == [11, 12]  # not the earlier run's 0, 1, 2
     assert torch.equal(stored_here.positions, al.Batch.from_atoms(DATA[1:3]).positions)
     assert rest.system_ids.tolist() == [10, 13]
+
+
+def test_the_fingerprint_tells_array_settings_apart_at_full_precision():
+    """A stage or model setting given as an array or tensor (a target stress, per-axis
+    masks) is compared at its own precision: a change in the last bits of a float64
+    is a different run, small array or large, and equal values compare equal."""
+    from alchemi_lit.engine.fingerprint import canonical, differences
+
+    for make in (np.array, torch.tensor):
+        for size in (3, 40):  # listed, and digested
+            value = np.linspace(1.0, 2.0, size)
+            nudged = value.copy()
+            nudged[1] += 1e-15
+            same = differences(canonical(make(value)), canonical(make(value.copy())))
+            assert same == [], (make, size)
+            assert differences(canonical(make(value)), canonical(make(nudged))), (make, size)
