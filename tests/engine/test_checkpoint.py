@@ -21,6 +21,7 @@ from alchemi_lit.callbacks.trajectory import read_trajectory
 from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
 from alchemi_lit.engine.checkpoint_file import is_intact
+from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.sinks import HostMemory, ZarrSink
@@ -82,6 +83,13 @@ def reference(tmp_path_factory):
     return tmp, res
 
 
+class GraduatedAtEnd(Callback):
+    """Keeps ``graduated_systems`` (what progress and summaries count) at run end."""
+
+    def on_run_end(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        self.count = ctx.graduated_systems
+
+
 @pytest.mark.parametrize(("crash_step", "every"), [(11, 3), (23, 20), (61, 20), (94, 20)])
 def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step, every):
     """Crashes in the FIRE stage (step 11, checkpoint at 9: FIRE's counters past n_min
@@ -101,7 +109,9 @@ def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step, ev
         in_fire = saved["status"] == 0
         assert (saved["fire_n"][in_fire] > FIRE().n_min).any(), "no checkpoint mid-FIRE"
         assert (saved["fire_dt"][in_fire] != FIRE().dt0).any()
-    resumed = make_sim(tmp_path).run(sampler(), resume=str(tmp_path / "ckpt"))
+    seen = GraduatedAtEnd()
+    resumed = make_sim(tmp_path, [seen]).run(sampler(), resume=str(tmp_path / "ckpt"))
+    assert seen.count == len(DATA)  # the count callbacks see goes on from the checkpoint's
     # sinks: every system exactly once, bit-identical to the uninterrupted run
     assert_batches_equal(
         ZarrSink(ref_dir / "res.zarr").read_batch(), ZarrSink(tmp_path / "res.zarr").read_batch()
