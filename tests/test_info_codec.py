@@ -67,11 +67,14 @@ def test_ase_objects_come_back_as_themselves(log_messages):
     from ase.spacegroup import Spacegroup
 
     info = {"spacegroup": Spacegroup(225), "cell": Cell.fromcellpar([3, 4, 5, 90, 90, 100])}
+    info["origin_2"] = Spacegroup(227, setting=2)  # (its symmetry operations differ)
     text = info_to_json(info)
     assert '"number": 225' in text  # readable in the store as it is
     back = info_from_json(text)
     assert isinstance(back["spacegroup"], Spacegroup) and back["spacegroup"].no == 225
     assert back["spacegroup"].symbol == "F m -3 m"
+    assert back["origin_2"].setting == 2
+    assert np.array_equal(back["origin_2"].translations, info["origin_2"].translations)
     assert isinstance(back["cell"], Cell)
     assert np.array_equal(back["cell"].array, info["cell"].array)
     assert not [m for _, m in log_messages if "not JSON data" in m]

@@ -70,3 +70,24 @@ def test_max_systems_counts_a_bands_images():
     assert ids == [4, 5, 6, 7]
     with pytest.raises(StructureError, match=r"band path_id 100 .* max_systems to at least 4"):
         SizeAwareSampler(data, max_atoms=100, max_systems=3)
+
+
+def test_a_restart_leaves_out_a_band_only_when_all_its_images_are_stored():
+    """``without`` (a restart skipping stored systems): a band with an image not stored
+    runs again whole, never split; a band stored whole and single structures drop."""
+    data, _ = dataset([(3, 2), (1, 2), (3, 2), (1, 2)])  # ids: band 0-2, 3, band 4-6, 7
+    rest = SizeAwareSampler(data, max_atoms=100).without({0, 1, 3, 4, 5, 6})
+    assert rest.system_ids.tolist() == [0, 1, 2, 7]
+    _, ids = rest.take(100, 10)
+    assert ids == [0, 1, 2, 7]
+
+
+@pytest.mark.parametrize("big", [2, 3])
+def test_a_refill_passes_at_most_lookahead_units_that_do_not_fit(big):
+    """First fit looks past at most ``LOOKAHEAD`` structures that do not fit: with 3,
+    a small structure behind 2 large ones is taken, behind 3 it is not."""
+    data, _ = dataset([(1, 9)] * big + [(1, 1)])
+    sampler = SizeAwareSampler(data, max_atoms=10)
+    sampler.LOOKAHEAD = 3
+    _, ids = sampler.take(5, 10)
+    assert ids == ([big] if big < sampler.LOOKAHEAD else [])

@@ -88,3 +88,19 @@ def test_ordered_structures_read_silently_and_the_policy_is_checked(tmp_path: Pa
         assert read_structures(path)[0].get_chemical_formula() == "Cu4"
     with pytest.raises(ConfigError, match=r"partial_occupancy must be 'error' .* 'majority'"):
         read_structures(path, partial_occupancy="minority")  # type: ignore[arg-type]
+
+
+def test_files_of_one_name_in_several_folders_keep_their_paths(tmp_path: Path) -> None:
+    """Structures read by a pattern carry the path of their file, not its name: one
+    POSCAR per folder is the usual layout, and results must map back to each."""
+    from ase.build import bulk
+
+    for k, folder in enumerate(("a", "b")):
+        (tmp_path / folder).mkdir()
+        bulk("Cu", "fcc", a=3.6 + 0.1 * k).write(tmp_path / folder / "POSCAR", format="vasp")
+    read = read_structures(str(tmp_path / "*" / "POSCAR"))
+    assert [a.info["source_file"] for a in read] == [
+        str(tmp_path / "a" / "POSCAR"),
+        str(tmp_path / "b" / "POSCAR"),
+    ]
+    assert read[1].cell[0, 1] == pytest.approx(3.7 / 2)

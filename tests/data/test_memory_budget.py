@@ -345,3 +345,47 @@ def test_auto_on_a_gpu_reads_the_device():
     sim = al.Simulator(model, FIRE(fmax=0.05, max_steps=2), accelerator="cuda")
     auto = SizeAwareSampler(data[:40], max_atoms="auto")
     assert len(sim.run(auto)) == 40 and auto.memory_fit["reader"] == "cuda"
+
+
+class _Stated(MemoryReader):
+    """A reader that only states the free memory (for choose() and its checks)."""
+
+    name, resolution = "stated", 1
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+
+    def start(self) -> None: ...
+
+    def peak_growth(self) -> int:
+        return 0
+
+    def available(self) -> int:
+        return self.free
+
+
+def test_edges_count_in_every_estimate():
+    """The probe bound scales a measured growth by the larger of the atom and edge
+    ratios, and a system that alone exceeds the memory through its pairs (not its
+    atoms) is the one named: a law of 100 B/atom + 1000 B/pair, three systems."""
+    from alchemi_lit.data.memory_budget import _bound, choose
+
+    assert _bound([(10, 10, 1000)], 10, 40, 1) == 4000  # 4x the pairs, same atoms
+    assert _bound([(10, 10, 1000)], 30, 20, 1) == 3000
+    sizes, edges = np.array([10, 10, 20]), np.array([10, 500, 20])  # 1: dense; 2: large
+    probes = [(10, 10, 11000), (20, 20, 22000), (10, 500, 501000)]
+    with pytest.raises(ConfigError, match=r"system 1 \(10 atoms, 500 pairs\) alone needs"):
+        choose(probes, sizes, edges, np.arange(3), _Stated(400000), 1.0)
+
+
+def test_the_process_reader_takes_the_container_limit_when_it_is_lower(monkeypatch):
+    """On the CPU the free memory is MemAvailable, or the room under the container's
+    memory limit where that is less (a budget sized past it gets the run killed)."""
+    from alchemi_lit.data import memory
+
+    reader = ProcessMemoryReader.__new__(ProcessMemoryReader)  # (no /proc needed)
+    monkeypatch.setattr(memory, "_meminfo", lambda key: 8 << 30)
+    monkeypatch.setattr(memory, "_cgroup_room", lambda: 1 << 30)
+    assert reader.available() == 1 << 30
+    monkeypatch.setattr(memory, "_cgroup_room", lambda: 1 << 62)  # no limit
+    assert reader.available() == 8 << 30

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import zarr
 
 import alchemi_lit as al
 from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback, TrajectoryWriter
@@ -20,6 +21,7 @@ from alchemi_lit.callbacks.trajectory import read_trajectory
 from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.data import SizeAwareSampler, mixed_argon
 from alchemi_lit.engine.checkpoint_file import is_intact
+from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.sinks import HostMemory, ZarrSink
@@ -81,6 +83,13 @@ def reference(tmp_path_factory):
     return tmp, res
 
 
+class GraduatedAtEnd(Callback):
+    """Keeps ``graduated_systems`` (what progress and summaries count) at run end."""
+
+    def on_run_end(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        self.count = ctx.graduated_systems
+
+
 @pytest.mark.parametrize(("crash_step", "every"), [(11, 3), (23, 20), (61, 20), (94, 20)])
 def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step, every):
     """Crashes in the FIRE stage (step 11, checkpoint at 9: FIRE's counters past n_min
@@ -100,7 +109,9 @@ def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step, ev
         in_fire = saved["status"] == 0
         assert (saved["fire_n"][in_fire] > FIRE().n_min).any(), "no checkpoint mid-FIRE"
         assert (saved["fire_dt"][in_fire] != FIRE().dt0).any()
-    resumed = make_sim(tmp_path).run(sampler(), resume=str(tmp_path / "ckpt"))
+    seen = GraduatedAtEnd()
+    resumed = make_sim(tmp_path, [seen]).run(sampler(), resume=str(tmp_path / "ckpt"))
+    assert seen.count == len(DATA)  # the count callbacks see goes on from the checkpoint's
     # sinks: every system exactly once, bit-identical to the uninterrupted run
     assert_batches_equal(
         ZarrSink(ref_dir / "res.zarr").read_batch(), ZarrSink(tmp_path / "res.zarr").read_batch()
@@ -109,6 +120,9 @@ def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step, ev
     total = len(ZarrSink(tmp_path / "res.zarr")) + len(resumed)
     assert total == len(DATA)
     stored = ZarrSink(tmp_path / "res.zarr").read_batch()
+    # rows written after the checkpoint were rolled back, atoms too: none left orphaned
+    attrs = zarr.open_group(str(tmp_path / "res.zarr"), mode="r").attrs
+    assert attrs["n_atoms"] == int(stored.n_atoms.sum()) and attrs["n_systems"] == total - 8
     for sid in stored.system_id.tolist():
         assert stored.info[sid]["material_id"] == f"m-{sid}"
         assert stored.info[sid]["weights"].tolist() == [0.0, sid, 2.0 * sid]
@@ -116,6 +130,7 @@ def test_resume_after_crash_is_bit_identical(tmp_path, reference, crash_step, ev
         frames_a = read_trajectory(ref_dir / "traj.zarr", sid)
         frames_b = read_trajectory(tmp_path / "traj.zarr", sid)
         assert [f.info.get("step") for f in frames_a] == [f.info.get("step") for f in frames_b]
+        assert [f.info["run"] for f in frames_b] == [0] * len(frames_b)  # one run, resumed
         assert all((fa.positions == fb.positions).all() for fa, fb in zip(frames_a, frames_b))
 
 
@@ -304,3 +319,21 @@ def test_a_resume_admits_at_once_what_the_checkpoints_bookkeeping_admitted(tmp_p
     resumed = sim("resumed").run(two_at_a_time(), resume=str(first_refill))
     assert len(resumed) == len(whole) == 3  # (the delivered systems are in the checkpoint)
     assert resumed.stats["steps"] == whole.stats["steps"]
+
+
+def test_when_a_checkpoint_is_due(tmp_path, monkeypatch):
+    """A signal writes one unless on_signal=False; otherwise every_n_steps steps or
+    every_seconds seconds after the last one (a fake clock)."""
+    from alchemi_lit.callbacks import checkpoint
+
+    now = [100.0]
+    monkeypatch.setattr(checkpoint.time, "monotonic", lambda: now[0])
+    assert Checkpoint(tmp_path, every_n_steps=None).due(3, interrupted=True)
+    quiet = Checkpoint(tmp_path, every_n_steps=10, every_seconds=60.0, on_signal=False)
+    assert not quiet.due(3, interrupted=True)
+    quiet.mark_saved(20, tmp_path / "x.ckpt")
+    assert not quiet.due(29) and quiet.due(30)
+    now[0] += 59.5
+    assert not quiet.due(21)
+    now[0] += 0.5
+    assert quiet.due(21)

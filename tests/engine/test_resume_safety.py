@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -274,3 +275,108 @@ def test_a_system_failing_after_converging_is_not_reported_converged():
     hit = [r for r, reason in enumerate(res.exit_reasons) if reason == "non_finite"]
     assert hit, "the poisoning did not reach a system in the MD stage"
     assert not bool(res.converged[hit].any())
+
+
+def test_a_checkpoint_file_is_whole_when_renamed_and_refuses_bytes_after_it(tmp_path, monkeypatch):
+    """The temporary file is complete and fsynced when it is renamed over the final name
+    (a crash then leaves the old file or the new one, never part of one), its records
+    come back with their dtypes, and bytes after the last record are refused."""
+    import os
+
+    from alchemi_lit.engine import checkpoint_file
+
+    synced: set[int] = set()
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        synced.add(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    def replace(src, dst) -> None:  # type: ignore[no-untyped-def]
+        assert os.stat(src).st_ino in synced, "renamed before it was fsynced"
+        assert checkpoint_file.is_intact(src), "renamed before it was complete"
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    records = {"step": 7, "x": torch.arange(5, dtype=torch.float32), "ids": [3, 1]}
+    path = checkpoint_file.write_checkpoint(tmp_path / "c.ckpt", records)
+    back = read_checkpoint(path)
+    assert back["step"] == 7 and back["ids"] == [3, 1]
+    assert back["x"].dtype == torch.float32 and torch.equal(back["x"], records["x"])
+    path.write_bytes(path.read_bytes() + b"\0")
+    with pytest.raises(CheckpointDamaged, match=r"c\.ckpt.*1 unexpected bytes after the last"):
+        read_checkpoint(path)
+
+
+@pytest.mark.parametrize("change", ["cell", "pbc", "species", "ids", "positions"])
+def test_the_input_digest_sees_every_structure_field(change):
+    """The resume check's input digest differs when any field that changes a system's
+    path changes, given as structures or as a Batch (a strained cell resumed as the old
+    one would mix two runs)."""
+    from alchemi_lit.engine.fingerprint import input_digest
+    from conftest import mixed_structures
+
+    data, ids = mixed_structures()[:3], [0, 1, 2]  # cubic, triclinic, mixed pbc
+    other, other_ids = [a.copy() for a in data], ids
+    if change == "cell":
+        other[1].set_cell(other[1].cell.array * (1 + 1e-12), scale_atoms=False)
+    elif change == "pbc":
+        other[1].pbc = [not p for p in other[1].pbc]
+    elif change == "species":
+        other[1].numbers[0] = 36
+    elif change == "ids":
+        other_ids = [0, 2, 1]
+        for a, sid in zip(other, other_ids):
+            a.info.update(system_id=sid, steps=0)  # (how results carry their ids)
+    else:
+        other[1].positions[2, 1] += 1e-12
+    assert input_digest(other) != input_digest(data)
+    batch = al.Batch.from_atoms(data, system_ids=ids)
+    changed = al.Batch.from_atoms(other, system_ids=other_ids, validate=False)
+    assert input_digest(changed) != input_digest(batch)
+
+
+def test_a_restart_keeps_only_this_runs_systems_from_a_shared_store(tmp_path):
+    """Restarting without a checkpoint from a store an earlier run also wrote (mode
+    "a"), whose last write was interrupted (rows past the commit mark): the stored
+    results handed back are this run's committed systems, and the others -- the
+    uncommitted one too -- are left to compute."""
+    import zarr
+
+    from alchemi_lit.engine.restart import continue_from_stores
+
+    store = tmp_path / "res.zarr"
+    for mode, rows, ids in (("w-", [5, 6, 7], [0, 1, 2]), ("a", [1, 2], [11, 12])):
+        sink = ZarrSink(store, mode=mode, flush_every=1)
+        sink.open({})
+        sink.write(al.Batch.from_atoms([DATA[k] for k in rows], system_ids=ids))
+        if mode == "a":  # system 13 written, the commit mark not moved on
+            marks = dict(zarr.open_group(str(store), mode="r").attrs)
+            sink.write(al.Batch.from_atoms([DATA[3]], system_ids=[13]))
+            keys = ("n_systems", "n_atoms")
+            zarr.open_group(str(store), mode="r+").attrs.update({k: marks[k] for k in keys})
+        sink.close()
+    data = SizeAwareSampler(DATA[:4], max_atoms=120, system_ids=[10, 11, 12, 13])
+    rest, stored_here = continue_from_stores(
+        data, True, [ZarrSink(store, mode="a")], None, lambda: None
+    )
+    assert stored_here.system_id.tolist() == [11, 12]  # not the earlier run's 0, 1, 2
+    assert torch.equal(stored_here.positions, al.Batch.from_atoms(DATA[1:3]).positions)
+    assert rest.system_ids.tolist() == [10, 13]
+
+
+def test_the_fingerprint_tells_array_settings_apart_at_full_precision():
+    """A stage or model setting given as an array or tensor (a target stress, per-axis
+    masks) is compared at its own precision: a change in the last bits of a float64
+    is a different run, small array or large, and equal values compare equal."""
+    from alchemi_lit.engine.fingerprint import canonical, differences
+
+    for make in (np.array, torch.tensor):
+        for size in (3, 40):  # listed, and digested
+            value = np.linspace(1.0, 2.0, size)
+            nudged = value.copy()
+            nudged[1] += 1e-15
+            same = differences(canonical(make(value)), canonical(make(value.copy())))
+            assert same == [], (make, size)
+            assert differences(canonical(make(value)), canonical(make(nudged))), (make, size)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,7 +18,7 @@ from alchemi_lit.data import SizeAwareSampler, mixed_argon, read_structures
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.models import LennardJones
 from alchemi_lit.report import read_store_runs
-from alchemi_lit.sinks import HostMemory, ZarrSink, read_results
+from alchemi_lit.sinks import HostMemory, SinkChain, ZarrSink, read_results
 
 DATA = mixed_argon(16, 8, 30, seed=4)
 
@@ -282,3 +283,67 @@ def test_a_store_failing_to_open_is_a_one_line_config_error(tmp_path, monkeypatc
     monkeypatch.setattr(zarr, "open_group", refuse)
     text = refused_before_step_0(ZarrSink(tmp_path / "r.zarr"))
     assert "(PermissionError: Operation not permitted)" in text
+
+
+def test_a_float32_run_then_a_float64_run_keep_every_bit(tmp_path):
+    """Stores hold float64 whatever the run's precision: a float32 run that creates the
+    store must not make a float64 run appended to it lose precision (zarr casts what
+    it appends to the array's dtype), and columns read as the input's values."""
+    store = tmp_path / "r.zarr"
+    low = small_batch([0, 1]).to(dtype=torch.float32)
+    for mode, batch in (("w-", low), ("a", small_batch([2, 3]))):
+        sink = ZarrSink(store, mode=mode, flush_every=1)
+        sink.open({})
+        sink.write(batch)
+        sink.close()
+    back = read_results(store, run=1).batch
+    assert back.positions.dtype == torch.float64
+    expected = torch.from_numpy(np.concatenate([DATA[k].positions for k in (2, 3)]))
+    assert torch.equal(back.positions, expected)  # the input's own bits
+    assert torch.equal(read_results(store, run=0).batch.positions, low.positions.double())
+
+
+def test_a_flush_failing_midway_leaves_the_store_as_it_was(tmp_path):
+    """The commit marker (n_systems, n_atoms) is written after every column: a write
+    that fails part-way leaves the store holding exactly what it held, and the
+    systems go down the chain (a marker written first would commit half-written rows)."""
+
+    class FailsAtEnergy(ZarrSink):
+        fail = False
+
+        def _put(self, group, name, data, start):  # (after atoms/* and systems/system_id)
+            if self.fail and name == "systems/energy":
+                raise OSError(28, "No space left on device")
+            ZarrSink._put(group, name, data, start)
+
+    store = tmp_path / "r.zarr"
+    sink = FailsAtEnergy(store, flush_every=1)
+    memory = HostMemory()
+    chain = SinkChain([sink, memory])
+    chain.open({})
+    chain.write(small_batch([0, 1]))
+    sink.fail = True
+    chain.write(small_batch([2, 3]))
+    assert read_results(store).system_id.tolist() == [0, 1]
+    assert memory.read_batch().system_id.tolist() == [2, 3]
+    assert torch.equal(read_results(store).batch.positions, small_batch([0, 1]).positions)
+
+
+def test_the_chain_state_brings_back_overflow_memory_and_failed_sinks():
+    """A checkpoint of the sink chain holds what no sink could take (overflow), what
+    went to in-memory sinks and which sinks failed: a resume that lost the overflow
+    would lose finished systems (they are not computed again)."""
+
+    class Broken(HostMemory):
+        def write(self, batch):
+            raise OSError(5, "Input/output error")
+
+    chain = SinkChain([HostMemory(capacity=2), Broken()])
+    chain.write(small_batch([0, 1, 2, 3]))  # two kept in memory, two overflow
+    state = chain.state_dict()
+    again = SinkChain([HostMemory(capacity=2), Broken()])
+    again.load_state_dict(state)
+    assert [b.system_id.tolist() for b in again.overflow] == [[2, 3]]
+    assert [b.system_id.tolist() for b in again.in_memory] == [[0, 1]]
+    assert torch.equal(again.overflow[0].positions, small_batch([2, 3]).positions)
+    assert list(again.failed) == [1] and again.sinks[0].free() == 0
