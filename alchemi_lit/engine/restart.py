@@ -66,9 +66,21 @@ def continue_from_stores(
     )
     if not done:
         return data, None
-    stored = read_store_batch(stores[0].path)
-    rows = [r for r, sid in enumerate(stored.system_id.tolist()) if sid in done]
-    return without_systems(data, done), stored.select(rows)
+    return without_systems(data, done), stored_results(stores, done)
+
+
+def stored_results(stores: Sequence[Any], done: set[int]) -> Batch:
+    """The systems ``done`` as the stores hold them, each from the first store that
+    has it: a system reaches a later store of the chain when an earlier one failed."""
+    parts, taken = [], set()
+    for store in stores:
+        stored = read_store_batch(store.path)
+        ids = stored.system_id.tolist() if stored is not None else []
+        rows = [r for r, sid in enumerate(ids) if sid in done and sid not in taken]
+        if rows:
+            parts.append(stored.select(rows))
+            taken.update(ids[r] for r in rows)
+    return Batch.concatenate(parts)
 
 
 def input_system_ids(data: Any) -> list[int] | None:

@@ -366,6 +366,28 @@ def test_a_restart_keeps_only_this_runs_systems_from_a_shared_store(tmp_path):
     assert rest.system_ids.tolist() == [10, 13]
 
 
+def test_a_restart_hands_back_the_systems_of_every_store(tmp_path):
+    """Systems a failing first store handed down the chain sit in the second one: a
+    restart without a checkpoint leaves them out of the run AND returns them, each
+    system once (the first store's copy where both hold it)."""
+    from alchemi_lit.engine.restart import continue_from_stores
+
+    first, second = tmp_path / "first.zarr", tmp_path / "second.zarr"
+    for path, rows, ids in ((first, [0, 1], [10, 11]), (second, [1, 2], [11, 12])):
+        sink = ZarrSink(path, mode="w-", flush_every=1)
+        sink.open({})
+        sink.write(al.Batch.from_atoms([DATA[k] for k in rows], system_ids=ids))
+        sink.close()
+    data = SizeAwareSampler(DATA[:4], max_atoms=120, system_ids=[10, 11, 12, 13])
+    stores = [ZarrSink(first, mode="a"), ZarrSink(second, mode="a")]
+    rest, stored_here = continue_from_stores(data, True, stores, None, lambda: None)
+    assert rest.system_ids.tolist() == [13]
+    assert sorted(stored_here.system_id.tolist()) == [10, 11, 12]
+    order = np.argsort(stored_here.system_id.numpy())
+    expected = al.Batch.from_atoms(DATA[:3]).positions
+    assert torch.equal(stored_here.select(order.tolist()).positions, expected)
+
+
 def test_the_fingerprint_tells_array_settings_apart_at_full_precision():
     """A stage or model setting given as an array or tensor (a target stress, per-axis
     masks) is compared at its own precision: a change in the last bits of a float64
