@@ -105,10 +105,11 @@ def input_digest(data: Any) -> str:
     if isinstance(data, Batch):
         order = torch.argsort(data.system_id.cpu(), stable=True)
         host = data.to(device="cpu").select(order)
-        parts = [
-            host.system_id.numpy(), host.n_atoms.numpy(), host.atomic_numbers.numpy(),
+        parts = [  # (the parts of a list of structures below: the same digest for both)
+            host.system_id.numpy().astype(np.int64), np.zeros(0, np.int64),
+            host.n_atoms.numpy().astype(np.int64), host.atomic_numbers.numpy().astype(np.int64),
             host.positions.to(torch.float64).numpy(), host.cell.to(torch.float64).numpy(),
-            host.pbc.numpy(),
+            host.pbc.numpy().astype(bool),
         ]  # fmt: skip
         return digest_arrays(parts)
     if isinstance(data, SizeAwareSampler):

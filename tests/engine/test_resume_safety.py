@@ -335,6 +335,8 @@ def test_the_input_digest_sees_every_structure_field(change):
     batch = al.Batch.from_atoms(data, system_ids=ids)
     changed = al.Batch.from_atoms(other, system_ids=other_ids, validate=False)
     assert input_digest(changed) != input_digest(batch)
+    assert input_digest(batch) == input_digest(data)  # the same structures, as a Batch
+    assert input_digest(changed) == input_digest(other)
 
 
 def test_a_restart_keeps_only_this_runs_systems_from_a_shared_store(tmp_path):
