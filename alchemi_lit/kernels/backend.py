@@ -73,14 +73,18 @@ def _rows(batch: Batch, value: Param) -> np.ndarray:
     return kernels.per_system(batch, ops.per_system(batch, value))
 
 
-def _kick_constants(batch: Batch, dt: Param) -> tuple[np.ndarray, np.ndarray]:
-    """``dt / m`` per atom ``[N]`` and the fixed-atom mask, kept."""
+def _kick_constants(
+    batch: Batch, dt: Param, share: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``share * dt / m`` per atom ``[N]`` and the fixed-atom mask, kept.  (``share``
+    is keyed apart from ``dt``: a per-system ``dt`` tensor scaled by the caller would be
+    a new tensor, and so a new key, at every step.)"""
 
     def make() -> tuple[np.ndarray, np.ndarray]:
-        factors = ops.kick_factors(batch, ops.per_system(batch, dt))
+        factors = ops.kick_factors(batch, share * ops.per_system(batch, dt))
         return _per_atom(factors), batch.fixed.numpy()
 
-    return kept(batch, "kick", (dt,), make)
+    return kept(batch, "kick", (dt, share), make)
 
 
 def _moves(batch: Batch, *args: Any, **kwargs: Any) -> bool:
@@ -101,7 +105,7 @@ def kick(batch: Batch, mask: torch.Tensor, dt: Param) -> None:
 def kick_drift(
     batch: Batch, mask: torch.Tensor, dt: Param, scale: torch.Tensor | None = None
 ) -> None:
-    factors, fixed = _kick_constants(batch, 0.5 * dt)
+    factors, fixed = _kick_constants(batch, dt, 0.5)
     starts, counts = batch.segments.bounds
     r, v = kernels.load("dynamics").kick_drift(
         batch.positions.numpy(), batch.velocities.numpy(), batch.forces.numpy(), factors,
@@ -132,7 +136,7 @@ def bussi_opening(
     batch: Batch, mask: torch.Tensor, stream: NoiseStream, dt: Param, taut: Param,
     temperature: Param,
 ) -> None:  # fmt: skip
-    half_kick, _ = _kick_constants(batch, 0.5 * dt)
+    half_kick, _ = _kick_constants(batch, dt, 0.5)
     c, kt = kept(
         batch, "bussi", (dt, taut, temperature),
         lambda: [t.numpy() for t in ops.bussi_constants(batch, dt, taut, temperature)],

@@ -466,3 +466,22 @@ def test_without_numba_the_torch_path_runs(monkeypatch):
         monkeypatch.undo()
         kernels._numba_available.cache_clear()
     assert kernels.usable(batch.positions)
+
+
+def test_a_per_system_time_step_keeps_its_half_kick_constants(monkeypatch):
+    """A per-system ``dt`` (a tensor by ``system_id``) keeps the half kick's dt/2m from
+    step to step as a number does: halving it at each call made a new tensor, so a new
+    key -- the constants were rebuilt at every step and pushed out the other kept ones."""
+    from alchemi_lit.integrators import ops
+    from alchemi_lit.kernels import backend
+
+    batch = random_batch(torch.float64)
+    mask = torch.ones(6, dtype=torch.bool)
+    dt = torch.linspace(0.5, 1.0, 6, dtype=torch.float64)
+    made = []
+    real = ops.kick_factors
+    monkeypatch.setattr(ops, "kick_factors", lambda b, d: made.append(d) or real(b, d))
+    for _ in range(3):
+        backend.kick_drift(batch, mask, dt)
+    assert len(made) == 1
+    assert torch.equal(made[0], 0.5 * dt[batch.system_id])
