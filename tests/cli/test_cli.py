@@ -522,3 +522,73 @@ def test_report_without_matplotlib(
     assert main(["report", str(base_run), "--plots", str(tmp_path / "p")]) == 2
     line = error_lines(capsys.readouterr().err)[0]
     assert "matplotlib" in line and "pip install" in line
+
+
+# ------------------------------------------ config keys reach the objects built in Python
+TINY_ARGV = [
+    "--simulator.model", "{class_path: lj-argon}",
+    "--simulator.stages", "[{class_path: FIRE, init_args: {max_steps: 3}}]",
+    "--simulator.accelerator", "cpu",
+    "--data.structures", "builtin:argon",
+    "--data.builtin_args", "{n_systems: 2, repeat: 1}",
+]  # fmt: skip
+
+
+def resolved_config(argv: list[str]) -> dict:
+    """The resolved config of ``validate`` + ``argv``, in-process."""
+    from alchemi_lit.cli import CLI
+    from alchemi_lit.cli.argv import split_argv
+
+    return CLI().parse("validate", split_argv([*TINY_ARGV, *argv]))
+
+
+def test_sampler_budgets_in_a_config_reach_the_sampler() -> None:
+    """Every key of ``data.sampler`` reaches the SizeAwareSampler the CLI builds, as
+    ``SizeAwareSampler(atoms, **budgets)`` in Python has it; and the documented
+    defaults (SamplerConfig, only checked against, never passed on) are the sampler's.
+    A budget dropped on the way (``max_systems`` not passed on) ran unnoticed: the
+    tests ran samplers from configs but never compared one with the Python API's."""
+    import dataclasses
+    import inspect
+
+    from alchemi_lit.cli.build import build
+    from alchemi_lit.cli.sections import SamplerConfig
+    from alchemi_lit.data import SizeAwareSampler
+
+    budgets = {"max_atoms": 64, "max_systems": 3, "max_edges": 999, "skip_invalid": True,
+               "memory_fraction": 0.5}  # fmt: skip
+    built = build(resolved_config(["--data.sampler", json.dumps(budgets)]))
+    expected = SizeAwareSampler(built.atoms, **budgets)
+    assert isinstance(built.source, SizeAwareSampler)
+    for name in budgets:
+        assert getattr(built.source, name) == getattr(expected, name), name
+    signature = inspect.signature(SizeAwareSampler).parameters
+    documented = {f.name: f.default for f in dataclasses.fields(SamplerConfig)}
+    assert documented == {
+        name: dataclasses.MISSING if signature[name].default is inspect.Parameter.empty
+        else signature[name].default
+        for name in documented
+    }  # fmt: skip
+
+
+def test_init_args_win_over_a_presets_arguments() -> None:
+    """A preset's arguments are defaults: ``lj-argon`` (cutoff 8.5) with ``cutoff: 6``
+    builds LennardJones(cutoff=6), both written in its init_args and kept through a
+    later ``--simulator.model.class_path lj-argon``.  With the preset's arguments
+    merged last, the user's value was silently replaced; no test gave a preset an
+    argument it sets."""
+    from alchemi_lit.cli.build import build_simulator
+    from alchemi_lit.models import LennardJones
+
+    expected = LennardJones(epsilon=0.0104, sigma=3.40, cutoff=6.0)
+    for argv in (
+        ["--simulator.model.init_args.cutoff", "6.0"],
+        ["--simulator.model", "{class_path: LennardJones, init_args: {cutoff: 6.0}}",
+         "--simulator.model.class_path", "lj-argon"],
+    ):  # fmt: skip
+        resolved = resolved_config(argv)
+        assert resolved["simulator"]["model"]["init_args"]["cutoff"] == 6.0, argv
+        model = build_simulator(resolved).model
+        assert (model.cutoff, model.epsilon, model.sigma) == (
+            expected.cutoff, expected.epsilon, expected.sigma,
+        ), argv  # fmt: skip
