@@ -150,6 +150,23 @@ def test_text_and_non_integers_are_refused_with_the_fix(make, message):
         make()
 
 
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: VelocityVerlet(dt=[1.0, 0.0]), r"VelocityVerlet: every dt \(fs\) must be > 0"),
+        (lambda: Langevin(friction=[0.01, 0.0]), r"Langevin: every friction .*must be > 0"),
+        (lambda: Berendsen(temperature=[300.0, -1.0]), r"Berendsen: every temperature .*>= 0"),
+    ],
+)
+def test_one_value_per_system_is_held_to_the_bound_of_one_value(make, message):
+    """A per-system list is checked element by element against the same bound as one
+    value: ``dt=[1, 0]`` is refused as ``dt=0`` is.  A tensor path that let the bound
+    itself through (``< 0`` for ``> 0``) built a stage with a zero time step; the tests
+    refused zero only as a single number (test_bad_inputs' zero-dt)."""
+    with pytest.raises(ConfigError, match=message):
+        make()
+
+
 def test_check_functions_are_public_and_clear():
     assert params.check_positive("Mine", "tau", 2, "fs") == 2.0
     assert params.check_range("Mine", "mix", 0.5, 0.0, 1.0) == 0.5
