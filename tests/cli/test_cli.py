@@ -592,3 +592,23 @@ def test_init_args_win_over_a_presets_arguments() -> None:
         assert (model.cutoff, model.epsilon, model.sigma) == (
             expected.cutoff, expected.epsilon, expected.sigma,
         ), argv  # fmt: skip
+
+
+@pytest.mark.parametrize("sampler", [False, True])
+def test_an_unsupported_element_names_the_systems_id(
+    sampler: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Structures numbered from data.first_id: the model's refusal of an element names
+    the system by the id the run (and its store) gives it, not its position: the
+    check ran on a one-structure Batch numbered 0, so 'system 0' of a run numbered
+    from 10 pointed at the wrong structure; no test set first_id with an unsupported
+    element."""
+    argv = ["validate", "--simulator.model", "EMT", "--simulator.stages", "[FIRE]",
+            "--simulator.accelerator", "cpu", "--data.structures", "builtin:mixed_argon",
+            "--data.builtin_args", "{n_systems: 2}", "--data.first_id", "10"]  # fmt: skip
+    if sampler:
+        argv += ["--data.sampler", "{max_atoms: 1000}"]
+    assert main(argv) == 2
+    (line,) = error_lines(capsys.readouterr().err)
+    assert line.startswith("error: data.structures: EMT cannot evaluate element Ar"), line
+    assert re.search(r"system (0 \(system_id )?10\b", line), line
