@@ -5,6 +5,7 @@ the workflow commands, hence their own folder and test.)"""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -117,3 +118,32 @@ def test_a_bad_workflow_config_is_one_line_with_exit_2(extra, key, tmp_path, cap
     assert run_config(config, tmp_path, *extra) == 2
     err = capsys.readouterr().err
     assert key in err and err.startswith("error:") and len(err.strip().splitlines()) == 1
+
+
+def test_a_workflow_config_passes_its_budgets_and_options_on(monkeypatch, tmp_path, capsys):
+    """What ``alchemi-lit eos`` hands ``workflows.eos``: data.sampler's max_atoms and
+    max_systems, the workflow section and Simulator arguments, as the Python call
+    would write them.  A budget dropped on the way (max_systems) changed no number
+    the tests compared (the budgets batch the work, they do not change the results)."""
+    from alchemi_lit.models import EMT as Model
+
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    @functools.wraps(workflows.eos)  # its signature: the parser's workflow section
+    def recorder(structures, model, **kwargs):
+        calls.append((structures, model, kwargs))
+        raise Stop
+
+    monkeypatch.setattr(workflows, "eos", recorder)
+    config = ROOT / "configs" / "workflows" / "eos.yaml"
+    code = run_config(config, tmp_path, "--data.sampler", "{max_atoms: 500, max_systems: 3}",
+                      "--workflow.n_points", "5", "--simulator.seed", "4")  # fmt: skip
+    assert code == 1 and "unexpected Stop" in capsys.readouterr().err  # stopped at the call
+    ((structures, model, kwargs),) = calls
+    assert len(structures) == 3 and isinstance(model, Model)
+    assert {k: kwargs[k] for k in ("max_atoms", "max_systems", "n_points", "seed")} == {
+        "max_atoms": 500, "max_systems": 3, "n_points": 5, "seed": 4,
+    }  # fmt: skip
