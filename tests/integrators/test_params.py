@@ -272,3 +272,18 @@ def test_a_short_per_system_list_is_refused_before_step_0_naming_the_id(
         sim.run(al.Batch.from_atoms(atoms, system_ids=ids))
     with pytest.raises(ConfigError, match=message):
         sim.run(SizeAwareSampler(atoms, max_atoms=100, system_ids=ids))
+
+
+def test_the_unit_helpers_convert_as_ase_does():
+    """``core.units``' public conversions (no integrator calls them: each converts with
+    ``units.fs`` / ``GPa`` itself, so nothing else checks them): a rate in 1/fs is
+    divided by ASE's fs, a time multiplied, pressures scaled by ASE's GPa and bar."""
+    from ase import units as ase_units
+
+    from alchemi_lit.core import units
+
+    assert units.fs_to_internal(2.0) == 2.0 * ase_units.fs
+    assert units.per_fs_to_internal(0.01) == 0.01 / ase_units.fs
+    assert units.gpa_to_ev_per_a3(3.0) == 3.0 * ase_units.GPa
+    assert units.ev_per_a3_to_gpa(units.gpa_to_ev_per_a3(3.0)) == pytest.approx(3.0, rel=1e-15)
+    assert units.bar_to_ev_per_a3(1e4) == pytest.approx(units.gpa_to_ev_per_a3(1.0), rel=1e-15)
