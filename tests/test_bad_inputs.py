@@ -628,7 +628,7 @@ CASES: list[Case] = [
     # --- inflight sampler -----------------------------------------------------------
     Case(
         "sampler-smaller-than-a-system",
-        r"system 0 has 4 atoms, more than max_atoms=2.*raise max_atoms",
+        r"system 0 \(system_id 0\) has 4 atoms, more than max_atoms=2.*raise max_atoms",
         data(sampler={"max_atoms": 2}),
         "data.sampler.max_atoms",
     ),

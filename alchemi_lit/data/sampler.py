@@ -142,7 +142,8 @@ class SizeAwareSampler:
         if len(too_big) and not skip_invalid:
             k = int(too_big[0])
             raise StructureError(
-                f"system {k} has {int(self.sizes[k])} atoms, more than max_atoms={self.max_atoms} "
+                f"system {k} (system_id {self.system_ids[k]}) has {int(self.sizes[k])} atoms, "
+                f"more than max_atoms={self.max_atoms} "
                 f"({len(too_big)} system(s) too large); raise max_atoms, remove them or pass "
                 f"skip_invalid=True",
                 k,

@@ -211,8 +211,11 @@ def test_inflight_results_equal_each_system_alone() -> None:
 
 def test_system_larger_than_budget_is_an_error_before_the_run() -> None:
     data = mixed_argon(5, 8, 50, seed=2)
-    with pytest.raises(StructureError, match=r"system \d+ has \d+ atoms, more than max_atoms"):
+    with pytest.raises(StructureError, match=r"system \d+ \(system_id \d+\) has \d+ atoms, more"):
         SizeAwareSampler(data, max_atoms=20)
+    big = next(k for k, a in enumerate(data) if len(a) > 20)  # by position and by its id
+    with pytest.raises(StructureError, match=rf"system {big} \(system_id {10 + big}\) has"):
+        SizeAwareSampler(data, max_atoms=20, system_ids=range(10, 10 + len(data)))
 
 
 def test_invalid_structure_in_dataset_named_before_run() -> None:
