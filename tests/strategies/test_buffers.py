@@ -271,3 +271,45 @@ def test_buffer_config_is_a_public_name() -> None:
 
     assert al.BufferConfig is BufferConfig and "BufferConfig" in al.__all__
     assert al.BufferConfig(num_systems=8).num_systems == 8
+
+
+# ------------------------------------------------------ what a rank sends and takes
+def _argon(counts: list[int], first_id: int = 0) -> Batch:
+    """Argon systems of 4 (fcc cell) or 32 (2x2x2) atoms, ids from ``first_id``."""
+    from conftest import perturbed_argon
+
+    atoms = [perturbed_argon(1, repeat={4: 1, 32: 2}[n], seed=k)[0] for k, n in enumerate(counts)]
+    ids = list(range(first_id, first_id + len(counts)))
+    return Batch.from_atoms(atoms, system_ids=ids, dtype=torch.float64)
+
+
+def _rank_io(capacity: tuple[int, int], downs: list[int] = (), exit_code: int = 1):
+    from types import SimpleNamespace
+
+    from alchemi_lit.strategies.rank_io import Outbox, RankIO
+
+    sim = SimpleNamespace(model=SimpleNamespace(cutoff=6.0, neighbors=SimpleNamespace(skin=0.0)))
+    loop = SimpleNamespace(plan=SimpleNamespace(exit=exit_code))
+    stats = SimpleNamespace(systems_in=0, peak_atoms=0, peak_systems=0)
+    buffer = BufferConfig(num_systems=8, num_atoms=64)
+    return RankIO(sim, loop, None, Outbox(), list(downs), buffer, capacity, stats, lambda: None)
+
+
+def test_credit_counts_the_batch_inbox_and_outbox_of_a_rank():
+    """The room a rank offers upstream is its capacity less everything it holds --
+    stepping, received and waiting to go on -- split evenly between two upstream ranks
+    with room for the largest system each.  (A rank that left its outbox out offered
+    room it did not have: back-pressure never reached the source, and the pipeline
+    tests' peak measure uses the same count, so they could not see it.)"""
+    io = _rank_io(capacity=(400, 20), downs=[2])
+    batch = _argon([4, 32])
+    io.inbox.append(_argon([4], first_id=2))
+    io.outbox.deliver(_argon([32, 4, 4], first_id=3))
+    held_atoms, held_systems = 4 + 32 + 4 + 32 + 4 + 4, 6
+    assert io.held(batch) == (held_atoms, held_systems)
+    assert io.credit_shares(batch, [0], 0) == {0: (400 - held_atoms, 20 - held_systems)}
+    free = (400 - held_atoms) // 2, (20 - held_systems) // 2  # 160 >= 64 atoms, 7 systems each
+    assert io.credit_shares(batch, [0, 1], 0) == {0: free, 1: free}
+    io.track_peak(batch)
+    assert (io.stats.peak_atoms, io.stats.peak_systems) == (held_atoms, held_systems)
+
