@@ -313,3 +313,21 @@ def test_credit_counts_the_batch_inbox_and_outbox_of_a_rank():
     io.track_peak(batch)
     assert (io.stats.peak_atoms, io.stats.peak_systems) == (held_atoms, held_systems)
 
+
+def test_quarantined_systems_received_pass_through_at_this_ranks_exit():
+    """A system quarantined upstream is not simulated here: it goes straight on, at
+    this rank's exit code (what the sink rank offsets into the pipeline-wide one) --
+    not at the upstream rank's, which only coincides when both ranks have as many
+    stages (every multi-rank test's plan had one stage a rank)."""
+    from alchemi_lit.core.state import EXIT_MODEL_ERROR, EXIT_QUARANTINED
+
+    io = _rank_io(capacity=(400, 20), exit_code=3)
+    received = _argon([4, 4, 32, 4])
+    received.status.fill_(1)  # the upstream rank's (one-stage) exit
+    received.exit_code[1], received.exit_code[3] = EXIT_QUARANTINED, EXIT_MODEL_ERROR
+    io.accept(received)
+    through = io.outbox.batch
+    assert through.system_id.tolist() == [1, 3] and through.status.tolist() == [3, 3]
+    assert [b.system_id.tolist() for b in io.inbox] == [[0, 2]]
+    assert io.inbox[0].status.tolist() == [1, 1]  # (the run loop admits them PENDING)
+    assert io.stats.systems_in == 4
