@@ -331,3 +331,17 @@ def test_quarantined_systems_received_pass_through_at_this_ranks_exit():
     assert [b.system_id.tolist() for b in io.inbox] == [[0, 2]]
     assert io.inbox[0].status.tolist() == [1, 1]  # (the run loop admits them PENDING)
     assert io.stats.systems_in == 4
+
+
+def test_a_system_waiting_for_credit_is_not_overtaken():
+    """Routing keeps the outbox's order: while the first system waits for room
+    downstream, smaller ones behind it wait too (else a stream of small systems could
+    starve a large one); all go, in order, once the room is there."""
+    io = _rank_io(capacity=(400, 20), downs=[1])
+    io.outbox.deliver(_argon([4, 32, 4, 4]))
+    sent = io.route({1: (20, 8)})  # room for the first 4 atoms, not for the 32 after
+    assert [p.system_id.tolist() for p in sent.values()] == [[0]]
+    assert io.outbox.batch.system_id.tolist() == [1, 2, 3]
+    sent = io.route({1: (40, 8)})
+    assert [p.system_id.tolist() for p in sent.values()] == [[1, 2, 3]]
+    assert io.outbox.batch is None
