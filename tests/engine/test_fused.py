@@ -168,6 +168,24 @@ def test_inflight_every_system_once_within_budgets() -> None:
     print(f"mean atom-slot occupancy by active systems: {occupancy:.2f}")
 
 
+def test_refills_keep_within_the_system_budget() -> None:
+    """Small systems whose atoms never fill the budget: the system budget binds, at the
+    first fill and at every refill as systems graduate (the test above never reaches
+    its system budget: its systems average ~100 atoms, 20 to the 2000-atom budget)."""
+    data = mixed_argon(10, 8, 8, seed=2)
+    peak = [0]
+
+    class Budget(Callback):
+        def before_step(self, ctx):
+            peak[0] = max(peak[0], ctx.batch.num_systems)
+
+    sim = al.Simulator(model=lj(), stages=FIRE(fmax=1e-9, max_steps=1), callbacks=[Budget()],
+                       sync_every=1)  # fmt: skip
+    res = sim.run(SizeAwareSampler(data, max_atoms=10_000, max_systems=3))
+    assert sorted(res.system_id.tolist()) == list(range(10))
+    assert peak[0] == 3
+
+
 def test_sampler_lets_small_systems_pass_a_large_one_for_a_while() -> None:
     """First fit: while a large system waits for room, smaller ones behind it use the
     room that is free -- but only MAX_PASSED times, then the room is kept for it; every

@@ -271,3 +271,77 @@ def test_buffer_config_is_a_public_name() -> None:
 
     assert al.BufferConfig is BufferConfig and "BufferConfig" in al.__all__
     assert al.BufferConfig(num_systems=8).num_systems == 8
+
+
+# ------------------------------------------------------ what a rank sends and takes
+def _argon(counts: list[int], first_id: int = 0) -> Batch:
+    """Argon systems of 4 (fcc cell) or 32 (2x2x2) atoms, ids from ``first_id``."""
+    from conftest import perturbed_argon
+
+    atoms = [perturbed_argon(1, repeat={4: 1, 32: 2}[n], seed=k)[0] for k, n in enumerate(counts)]
+    ids = list(range(first_id, first_id + len(counts)))
+    return Batch.from_atoms(atoms, system_ids=ids, dtype=torch.float64)
+
+
+def _rank_io(capacity: tuple[int, int], downs: list[int] = (), exit_code: int = 1):
+    from types import SimpleNamespace
+
+    from alchemi_lit.strategies.rank_io import Outbox, RankIO
+
+    sim = SimpleNamespace(model=SimpleNamespace(cutoff=6.0, neighbors=SimpleNamespace(skin=0.0)))
+    loop = SimpleNamespace(plan=SimpleNamespace(exit=exit_code))
+    stats = SimpleNamespace(systems_in=0, peak_atoms=0, peak_systems=0)
+    buffer = BufferConfig(num_systems=8, num_atoms=64)
+    return RankIO(sim, loop, None, Outbox(), list(downs), buffer, capacity, stats, lambda: None)
+
+
+def test_credit_counts_the_batch_inbox_and_outbox_of_a_rank():
+    """The room a rank offers upstream is its capacity less everything it holds --
+    stepping, received and waiting to go on -- split evenly between two upstream ranks
+    with room for the largest system each.  (A rank that left its outbox out offered
+    room it did not have: back-pressure never reached the source, and the pipeline
+    tests' peak measure uses the same count, so they could not see it.)"""
+    io = _rank_io(capacity=(400, 20), downs=[2])
+    batch = _argon([4, 32])
+    io.inbox.append(_argon([4], first_id=2))
+    io.outbox.deliver(_argon([32, 4, 4], first_id=3))
+    held_atoms, held_systems = 4 + 32 + 4 + 32 + 4 + 4, 6
+    assert io.held(batch) == (held_atoms, held_systems)
+    assert io.credit_shares(batch, [0], 0) == {0: (400 - held_atoms, 20 - held_systems)}
+    free = (400 - held_atoms) // 2, (20 - held_systems) // 2  # 160 >= 64 atoms, 7 systems each
+    assert io.credit_shares(batch, [0, 1], 0) == {0: free, 1: free}
+    io.track_peak(batch)
+    assert (io.stats.peak_atoms, io.stats.peak_systems) == (held_atoms, held_systems)
+
+
+def test_quarantined_systems_received_pass_through_at_this_ranks_exit():
+    """A system quarantined upstream is not simulated here: it goes straight on, at
+    this rank's exit code (what the sink rank offsets into the pipeline-wide one) --
+    not at the upstream rank's, which only coincides when both ranks have as many
+    stages (every multi-rank test's plan had one stage a rank)."""
+    from alchemi_lit.core.state import EXIT_MODEL_ERROR, EXIT_QUARANTINED
+
+    io = _rank_io(capacity=(400, 20), exit_code=3)
+    received = _argon([4, 4, 32, 4])
+    received.status.fill_(1)  # the upstream rank's (one-stage) exit
+    received.exit_code[1], received.exit_code[3] = EXIT_QUARANTINED, EXIT_MODEL_ERROR
+    io.accept(received)
+    through = io.outbox.batch
+    assert through.system_id.tolist() == [1, 3] and through.status.tolist() == [3, 3]
+    assert [b.system_id.tolist() for b in io.inbox] == [[0, 2]]
+    assert io.inbox[0].status.tolist() == [1, 1]  # (the run loop admits them PENDING)
+    assert io.stats.systems_in == 4
+
+
+def test_a_system_waiting_for_credit_is_not_overtaken():
+    """Routing keeps the outbox's order: while the first system waits for room
+    downstream, smaller ones behind it wait too (else a stream of small systems could
+    starve a large one); all go, in order, once the room is there."""
+    io = _rank_io(capacity=(400, 20), downs=[1])
+    io.outbox.deliver(_argon([4, 32, 4, 4]))
+    sent = io.route({1: (20, 8)})  # room for the first 4 atoms, not for the 32 after
+    assert [p.system_id.tolist() for p in sent.values()] == [[0]]
+    assert io.outbox.batch.system_id.tolist() == [1, 2, 3]
+    sent = io.route({1: (40, 8)})
+    assert [p.system_id.tolist() for p in sent.values()] == [[1, 2, 3]]
+    assert io.outbox.batch is None
