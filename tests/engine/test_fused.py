@@ -312,6 +312,34 @@ def test_a_quarantine_is_logged_once(log_messages, order, max_atoms: int) -> Non
         ], (sync_every, said)
 
 
+class FailsOn27AtomsLater(LennardJones):
+    """LJ that raises on a 27-atom system from its third call on: after a relaxation
+    stage has found it converged."""
+
+    calls = 0
+
+    def forward(self, batch, *args, **kwargs):
+        self.calls += 1
+        if self.calls > 2 and bool((batch.n_atoms == 27).any()):
+            raise RuntimeError("descriptor undefined")
+        return super().forward(batch, *args, **kwargs)
+
+
+def test_a_model_error_after_convergence_is_never_reported_converged() -> None:
+    """Perfect crystals (no force) converge at FIRE's first evaluation; the MD stage's
+    model then fails on one of them: that system leaves with its model error and is
+    not converged, the other one is."""
+    from ase.build import bulk
+
+    data = [bulk("Ar", "fcc", a=5.26, cubic=True) * (2, 2, 2), bulk("Ar", "sc", a=3.7) * 3]
+    model = FailsOn27AtomsLater(epsilon=0.0104, sigma=3.40, cutoff=CUTOFF)
+    plan = FIRE(fmax=0.05, max_steps=5) + VelocityVerlet(dt=2.0, steps=4)
+    res = al.Simulator(model=model, stages=plan).run(data)
+    rows = res.batch.system_id.tolist()
+    assert res.exit_reasons[rows.index(1)] == "model_error"
+    assert res.batch.converged.tolist() == [k == 0 for k in rows]
+
+
 def test_results_carry_the_final_stress_as_ase_computes_it():
     """The step loop skips stress; finished systems get it in one evaluation -- crystals
     as ASE's LennardJones gives it at their final positions, molecules (no cell) none."""
