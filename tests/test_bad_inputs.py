@@ -955,7 +955,7 @@ CASES: list[Case] = [
     ),
     Case(
         "api-sampler-too-small",
-        r"system 0 has 32 atoms, more than max_atoms=8.*raise max_atoms",
+        r"system 0 \(system_id 0\) has 32 atoms, more than max_atoms=8.*raise max_atoms",
         call=lambda _: SizeAwareSampler([bulk("Ar", cubic=True).repeat(2)], max_atoms=8),
         exc=StructureError,
     ),

@@ -254,7 +254,8 @@ def test_skip_invalid_leaves_out_oversize_structures_and_the_summary_says_why(
     from alchemi_lit.sinks import ZarrSink
 
     data = mixed_argon(4, 8, 20, seed=2)  # 18, 18, 20 and 9 atoms
-    with pytest.raises(StructureError, match=r"system 2 has 20 atoms.*or pass skip_invalid=True"):
+    too_big = r"system 2 \(system_id 2\) has 20 atoms.*or pass skip_invalid=True"
+    with pytest.raises(StructureError, match=too_big):
         SizeAwareSampler(data, max_atoms=19)
     data[3].positions[0, 0] = np.nan
     store = ZarrSink(tmp_path / "r.zarr")
