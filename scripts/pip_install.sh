@@ -14,10 +14,18 @@
 # pip goes without build isolation where setuptools >= 68 (what our packages build with)
 # is already there -- its isolated build environment costs seconds per editable
 # package -- and again with isolation if that fails.
+# (decided once per script: where uv cannot be installed, e.g. offline, pip's tries to
+# reach PyPI would otherwise be repeated at every install call)
 _uv_ready() {
-  [ "${ALCHEMI_LIT_NO_UV:-0}" != 1 ] || return 1
-  "$PY" -m uv --version >/dev/null 2>&1 && return 0
-  "$PY" -m pip install -q "uv>=0.4" >/dev/null 2>&1 && "$PY" -m uv --version >/dev/null 2>&1
+  if [ -z "${_UV_READY:-}" ]; then
+    _UV_READY=no
+    if [ "${ALCHEMI_LIT_NO_UV:-0}" != 1 ] && { "$PY" -m uv --version >/dev/null 2>&1 ||
+      { "$PY" -m pip install -q "uv>=0.4" >/dev/null 2>&1 &&
+        "$PY" -m uv --version >/dev/null 2>&1; }; }; then
+      _UV_READY=yes
+    fi
+  fi
+  [ "$_UV_READY" = yes ]
 }
 
 _setuptools_ready() {
