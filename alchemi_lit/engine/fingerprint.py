@@ -105,13 +105,11 @@ def input_digest(data: Any) -> str:
     if isinstance(data, Batch):
         order = torch.argsort(data.system_id.cpu(), stable=True)
         host = data.to(device="cpu").select(order)
-        parts = [  # (the parts of a list of structures below: the same digest for both)
-            host.system_id.numpy().astype(np.int64), np.zeros(0, np.int64),
-            host.n_atoms.numpy().astype(np.int64), host.atomic_numbers.numpy().astype(np.int64),
-            host.positions.to(torch.float64).numpy(), host.cell.to(torch.float64).numpy(),
-            host.pbc.numpy().astype(bool),
-        ]  # fmt: skip
-        return digest_arrays(parts)
+        return structures_digest(
+            host.system_id.numpy(), np.zeros(0), host.n_atoms.numpy(),
+            host.atomic_numbers.numpy(), host.positions.numpy(), host.cell.numpy(),
+            host.pbc.numpy(),
+        )  # fmt: skip
     if isinstance(data, SizeAwareSampler):
         items, ids = [data.dataset[int(k)] for k in range(len(data.dataset))], data.system_ids
         atoms, systems, edges = data.requested_budget()  # "auto" (-2), not what it measured
@@ -125,16 +123,22 @@ def input_digest(data: Any) -> str:
         ids, budget = np.asarray(default_system_ids(items)), np.zeros(0)
     order = np.argsort(np.asarray(ids), kind="stable")
     items = [items[k] for k in order]
-    return digest_arrays(
-        [
-            np.asarray(ids, dtype=np.int64)[order], budget.astype(np.int64),
-            np.asarray([len(a) for a in items], dtype=np.int64),
-            np.concatenate([a.numbers for a in items]).astype(np.int64),
-            np.concatenate([a.positions for a in items]).astype(np.float64),
-            np.stack([a.cell.array for a in items]).astype(np.float64),
-            np.stack([a.pbc for a in items]),
-        ]
+    return structures_digest(
+        np.asarray(ids)[order], budget, np.asarray([len(a) for a in items]),
+        np.concatenate([a.numbers for a in items]), np.concatenate([a.positions for a in items]),
+        np.stack([a.cell.array for a in items]), np.stack([a.pbc for a in items]),
     )  # fmt: skip
+
+
+def structures_digest(
+    ids: np.ndarray, budget: np.ndarray, counts: np.ndarray, numbers: np.ndarray,
+    positions: np.ndarray, cells: np.ndarray, pbc: np.ndarray,
+) -> str:  # fmt: skip
+    """:func:`digest_arrays` of structures in ``system_id`` order, each part in one dtype
+    (integers int64, coordinates float64) whatever container and precision held it."""
+    ints = [np.asarray(a, dtype=np.int64) for a in (ids, budget, counts, numbers)]
+    floats = [np.asarray(a, dtype=np.float64) for a in (positions, cells)]
+    return digest_arrays([*ints, *floats, np.asarray(pbc, dtype=bool)])
 
 
 def stage_settings(stages: Sequence[Any]) -> list[dict[str, Any]]:
