@@ -272,6 +272,8 @@ def test_round_trip_keeps_per_atom_arrays(tmp_path: Path) -> None:
     a.set_initial_charges([0.1, -0.1, 0.2, -0.2])
     b.set_array("fragment", np.arange(len(b), dtype=np.int32))
     b.set_array("dipole", np.random.default_rng(0).normal(size=(len(b), 3)))
+    b.set_array("selected", np.arange(len(b)) % 3 == 0)  # bool and unsigned: numeric too
+    b.set_array("shell", (np.arange(len(b)) % 4).astype(np.uint8))
     b.set_array("label", np.array(["x"] * len(b)))  # not numeric: dropped, with a warning
     with pytest.warns(StructureWarning, match=r"system 1 \(system_id 4\).*\['label'\]"):
         batch = al.Batch.from_atoms([a, b], system_ids=[3, 4], dtype=DT)
@@ -286,6 +288,9 @@ def test_round_trip_keeps_per_atom_arrays(tmp_path: Path) -> None:
         np.testing.assert_array_equal(out[1].arrays["fragment"], b.arrays["fragment"])
         assert out[1].arrays["fragment"].dtype == np.int32
         np.testing.assert_array_equal(out[1].arrays["dipole"], b.arrays["dipole"])
+        for name in ("selected", "shell"):
+            np.testing.assert_array_equal(out[1].arrays[name], b.arrays[name])
+            assert out[1].arrays[name].dtype == b.arrays[name].dtype, name
         assert "label" not in out[1].arrays
         assert ARRAYS_KEY not in out[0].info and out[0].info == a.info == {}
 
@@ -317,6 +322,20 @@ def test_to_atoms_keeps_a_users_info_under_result_keys() -> None:
         warnings.simplefilter("error", StructureWarning)
         (twice,) = again.to_atoms()
     assert twice.info["steps"] == 5 and not any(k.startswith("input_") for k in twice.info)
+
+
+def test_results_of_two_runs_fed_back_together_keep_apart() -> None:
+    """Results carry their system_id and step count; two runs' results (ids 0, 1 each)
+    fed back together cannot keep both ids: they are numbered by position, not refused
+    as duplicates.  A result's step count never starts below 0."""
+    first = al.Batch.from_atoms([argon4(), argon4()]).to_atoms()
+    second = al.Batch.from_atoms([argon4(), argon4()]).to_atoms()
+    assert [a.info["system_id"] for a in first + second] == [0, 1, 0, 1]
+    assert al.Batch.from_atoms(first + second).system_id.tolist() == [0, 1, 2, 3]
+    second[0].info["system_id"], second[1].info["system_id"] = 7, 5
+    assert al.Batch.from_atoms(second).system_id.tolist() == [7, 5]  # distinct: kept
+    second[0].info["steps"] = -2
+    assert al.Batch.from_atoms(second).total_steps.tolist() == [0, 0]
 
 
 # ---------------------------------------------------------------------- the issue's snippet
