@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from ase.build import bulk
 
 from alchemi_lit.core.info_codec import info_from_json, info_to_json
+from alchemi_lit.core.state import Batch
+from alchemi_lit.io.serialize import batch_from_state, batch_state
 
 
 def test_round_trip_keeps_types_dtypes_and_shapes():
@@ -19,9 +22,14 @@ def test_round_trip_keeps_types_dtypes_and_shapes():
         "tensor": torch.tensor([1.5, 2.5], dtype=torch.float64),
         "nested": {"tags": [1, 2, {"deep": np.ones(2)}]},
         "nan": float("nan"),
+        "mask": np.array([[True, False], [False, True]]),
+        "small": np.array([1, 200], dtype=np.uint8),
     }
     back = info_from_json(info_to_json(info))
     assert back["material_id"] == "mp-149" and back["n"] == 7 and back["flag"] is True
+    assert type(back["n"]) is int and type(back["score"]) is float  # numpy scalars: Python's
+    for name in ("mask", "small"):
+        assert back[name].dtype == info[name].dtype and np.array_equal(back[name], info[name])
     assert back["score"] == 0.5 and back["none"] is None
     assert back["grid"].dtype == np.int32 and back["grid"].shape == (2, 3)
     assert np.array_equal(back["grid"], info["grid"])
@@ -112,3 +120,23 @@ def test_other_objects_warn_once_per_key_and_type(log_messages):
     assert {info_from_json(t)["gadget"] for t in texts} == {"Gadget()"}
     warned = [m for _, m in log_messages if "'info.gadget' (Gadget) is not JSON data" in m]
     assert len(warned) == 1
+
+
+def test_a_batch_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
+    """What a checkpoint holds: every field bit for bit, and the info of each system under
+    its (integer) system_id, also for a batch whose rows are not in id order."""
+    structures = [bulk("Cu", cubic=True), bulk("Al", cubic=True).repeat((2, 1, 1))]
+    structures[1].info.update(label="al", kpts=np.arange(3, dtype=np.int32))
+    structures[0].info["label"] = "cu"
+    batch = Batch.from_atoms(structures, system_ids=[11, 4])
+    batch.energy = torch.tensor([-1.0, float("nan")], dtype=torch.float64)
+    torch.save(batch_state(batch), tmp_path / "state.pt")
+    back = batch_from_state(torch.load(tmp_path / "state.pt", weights_only=True))
+    for store in ("atom", "system"):
+        mine, theirs = getattr(batch, store), getattr(back, store)
+        assert set(mine) == set(theirs)
+        for k in mine:
+            assert torch.equal(mine[k].nan_to_num(7.0), theirs[k].nan_to_num(7.0)), k
+    assert sorted(back.info) == [4, 11] and back.info[11] == {"label": "cu"}
+    assert back.info[4]["label"] == "al" and back.info[4]["kpts"].dtype == np.int32
+    assert [a.info["label"] for a in back.to_atoms(results=False)] == ["al", "cu"]
