@@ -188,6 +188,31 @@ def test_formulas_and_unevaluated_systems() -> None:
     assert table["volume"].tolist()[2] == pytest.approx(125.0)
 
 
+def test_rows_follow_system_id_whatever_the_batch_order() -> None:
+    """A batch whose rows are not in id order: the table, the tensors and the atoms all
+    give each system_id its own formula, size, energy and source file."""
+    atoms = [
+        Atoms("NaCl", positions=[[0, 0, 0], [2.4, 0, 0]]),
+        bulk("Cu", cubic=True),
+        Atoms("H2O", positions=[[0, 0, 0], [0.96, 0, 0], [-0.24, 0.93, 0]]),
+    ]
+    for k, a in enumerate(atoms):
+        a.info["source_file"] = f"file{k}.xyz"
+    batch = al.Batch.from_atoms(atoms, system_ids=[12, 10, 11])  # ids are not rows
+    batch.energy = torch.tensor([-2.0, -4.0, -1.0], dtype=torch.float64)
+    res = al.Results(batch)
+    table = res.to_pandas()
+    by_id = [1, 2, 0]  # input position of system_id 10, 11, 12
+    assert table["system_id"].tolist() == res.system_id.tolist() == [10, 11, 12]
+    assert table["formula"].tolist() == [atoms[k].get_chemical_formula() for k in by_id]
+    assert table["n_atoms"].tolist() == res.n_atoms.tolist() == [len(atoms[k]) for k in by_id]
+    assert table["energy"].tolist() == res.energy.tolist() == [-4.0, -1.0, -2.0]
+    assert table["source_file"].tolist() == [f"file{k}.xyz" for k in by_id]
+    for a, k in zip(res, by_id):
+        assert a.get_chemical_formula() == atoms[k].get_chemical_formula()
+        assert a.info["source_file"] == f"file{k}.xyz"
+
+
 # ---------------------------------------------------------------------- files
 @pytest.mark.parametrize("name", ["r.extxyz", "r.traj"])
 def test_write_round_trips_through_ase(tmp_path: Path, name: str) -> None:
