@@ -53,9 +53,12 @@ class LawReader(MemoryReader):
         self.model.seen.clear()
 
     def peak_growth(self) -> int:
-        a, b, c = self.law
         self.readings += self.model.seen
-        return max(round(a + b * n + c * e) for n, e in self.model.seen)
+        return max(self.peak_growth_of(n, e) for n, e in self.model.seen)
+
+    def peak_growth_of(self, n: int, e: int) -> int:
+        a, b, c = self.law
+        return round(a + b * n + c * e)
 
     def available(self) -> int:
         return self.free
@@ -389,3 +392,62 @@ def test_the_process_reader_takes_the_container_limit_when_it_is_lower(monkeypat
     assert reader.available() == 1 << 30
     monkeypatch.setattr(memory, "_cgroup_room", lambda: 1 << 62)  # no limit
     assert reader.available() == 8 << 30
+
+
+def test_the_container_room_is_its_limit_less_what_it_uses(tmp_path, monkeypatch):
+    """cgroup v2 (``memory.max`` less ``memory.current``), else v1; ``max``: no limit."""
+    from pathlib import Path
+
+    from alchemi_lit.data import memory
+
+    monkeypatch.setattr(memory, "Path", lambda p: tmp_path if p == "/sys/fs/cgroup" else Path(p))
+    assert memory._cgroup_room() == 1 << 62  # no files: no limit
+    (tmp_path / "memory.max").write_text("1000000\n")
+    (tmp_path / "memory.current").write_text("400000\n")
+    assert memory._cgroup_room() == 600000
+    (tmp_path / "memory.max").write_text("max\n")
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory/memory.limit_in_bytes").write_text("5000\n")
+    (tmp_path / "memory/memory.usage_in_bytes").write_text("7000\n")  # over: no room
+    assert memory._cgroup_room() == 0
+
+
+def test_a_negative_fitted_intercept_counts_as_zero():
+    """Probes on ``-1000 + 100 atoms`` (edges proportional: a per-atom law): the budget
+    puts a full batch at the usable memory by ``100 atoms`` alone (an intercept below 0
+    is noise and would promise memory that is not there)."""
+    from alchemi_lit.data.memory_budget import choose
+
+    probes = [(10, 20, 0), (20, 40, 1000), (40, 80, 3000)]
+    sizes, edges = np.full(100, 10), np.full(100, 20)
+    fit = choose(probes, sizes, edges, np.arange(100), _Stated(50_000), 1.0)
+    assert fit.intercept == 0.0 and fit.per_atom == pytest.approx(100.0, rel=1e-9)
+    assert fit.max_atoms == 500 and fit.predicted_peak <= 50_000
+
+
+def test_a_dense_system_raises_the_edge_budget_and_lowers_the_atoms():
+    """Law ``100 atoms + 10 pairs``; nine sparse systems and one of 1000 pairs.  At the
+    mean density the edge budget (782) would not hold the dense system, so it is raised
+    to 1000 pairs and the atom budget lowered to what is left: (15000 - 10000) / 100."""
+    from alchemi_lit.data.memory_budget import choose
+
+    probes = [(10, 10, 1100), (20, 40, 2400), (40, 200, 6000)]
+    sizes = np.full(10, 10)
+    edges = np.array([10] * 9 + [1000])
+    fit = choose(probes, sizes, edges, np.arange(10), _Stated(15_000), 1.0)
+    assert (fit.per_atom, fit.per_edge) == (pytest.approx(100.0), pytest.approx(10.0))
+    assert (fit.max_atoms, fit.max_edges) == (50, 1000)
+    assert fit.predicted_peak == pytest.approx(15_000)
+
+
+def test_probes_stay_within_a_quarter_of_the_usable_memory():
+    """10 KiB per atom, 64 MiB free, memory_fraction 0.8: no probe may take more than
+    0.25 x 0.8 x 64 MiB, although the signal to stop (32 resolutions) is not reached."""
+    model = Recording()
+    reader = LawReader(model, 0.0, 10240.0, 0.0, 64 * MiB)
+    reader.resolution = MiB
+    data = mixed_argon(n_systems=60, max_atoms=100, seed=6)
+    measured(data, reader, model, memory_fraction=0.8)
+    grown = [reader.peak_growth_of(n, e) for n, e in reader.readings]
+    assert max(grown) <= 0.25 * 0.8 * 64 * MiB
+    assert max(n for n, _ in reader.readings) < sum(len(x) for x in data)  # the cap bound
