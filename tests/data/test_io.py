@@ -54,9 +54,10 @@ def test_a_disordered_site_is_refused_naming_the_site_and_the_fix(tmp_path: Path
         assert "pattern such as" not in str(caught.value)
 
 
-def test_a_partly_empty_site_is_refused_too(tmp_path: Path) -> None:
-    path = cif(tmp_path / "vacancy.cif", "Cu1 Cu 0 0 0 1.0", "O1 O 0.5 0.5 0.5 0.25")
-    with pytest.raises(StructureError, match=r"site 1 \(O1, O 0\.25, 4 atoms\)") as caught:
+@pytest.mark.parametrize("occupancy", ["0.25", "0.95"])
+def test_a_partly_empty_site_is_refused_too(tmp_path: Path, occupancy: str) -> None:
+    path = cif(tmp_path / "vacancy.cif", "Cu1 Cu 0 0 0 1.0", f"O1 O 0.5 0.5 0.5 {occupancy}")
+    with pytest.raises(StructureError, match=rf"site 1 \(O1, O {occupancy}, 4 atoms\)") as caught:
         read_structures(path)
     assert "site 0" not in str(caught.value)  # the ordered Cu site is fine
 
@@ -79,6 +80,22 @@ def test_majority_opt_in_takes_each_sites_majority_with_one_warning(tmp_path: Pa
     assert "site 2 (O1, O 0.6 + N 0.4, 4 atoms) as O" in said[0]
     assert "H1" not in said[0]  # fully occupied: not named
     assert atoms.symbols.formula.count() == {"Cu": 4, "O": 4, "H": 8}
+
+
+def test_a_tied_site_keeps_the_species_ase_read(tmp_path: Path) -> None:
+    """Cu 0.5 / Au 0.5 has no majority: the species ASE's reader chose stays (the
+    structure is then ASE's own reading), whichever order the CIF lists them in."""
+    import ase.io
+
+    for first, second in (("Cu", "Au"), ("Au", "Cu")):
+        path = cif(
+            tmp_path / f"{first}.cif",
+            f"{first}1 {first} 0 0 0 0.5",
+            f"{second}1 {second} 0 0 0 0.5",
+        )
+        with pytest.warns(StructureWarning, match="majority species"):
+            (atoms,) = read_structures(path, partial_occupancy="majority")
+        assert atoms.get_chemical_formula() == ase.io.read(path).get_chemical_formula()
 
 
 def test_ordered_structures_read_silently_and_the_policy_is_checked(tmp_path: Path) -> None:
