@@ -8,8 +8,9 @@ import os
 import pytest
 import worker_calls
 
+from alchemi_lit.core import workers as workers_module
 from alchemi_lit.core.errors import ConfigError, StructureError
-from alchemi_lit.core.workers import WorkerError, map_in_workers, resolve_workers
+from alchemi_lit.core.workers import WORKER_PAYS_S, WorkerError, map_in_workers, resolve_workers
 
 
 def test_results_come_back_in_order_from_several_processes():
@@ -71,12 +72,16 @@ def test_structure_errors_keep_their_system_index_across_processes():
     assert type(err) is StructureError and err.system_index == 4 and str(err) == "bad site"
 
 
-def test_workers_setting():
+def test_workers_setting(monkeypatch):
     assert resolve_workers(3, 2, "phonons") == 2  # never more processes than materials
     assert 1 <= resolve_workers("auto", 50, "phonons") <= (os.cpu_count() or 1)
     # work that would not pay for starting a worker stays here
     assert resolve_workers("auto", 50, "phonons", work_s=1.0) == 1
     assert resolve_workers("auto", 50, "phonons", work_s=1e4) == resolve_workers("auto", 50, "p")
+    # one worker per WORKER_PAYS_S seconds of work, on a machine of 16 cores
+    monkeypatch.setattr(workers_module, "usable_cores", lambda: 16)
+    assert resolve_workers("auto", 50, "phonons", work_s=3.5 * WORKER_PAYS_S) == 3
+    assert resolve_workers("auto", 5, "phonons", work_s=1e4) == 5  # one per task at most
     for bad in (0, -1, 1.5, "many", True):
         with pytest.raises(ConfigError, match="workers must be 'auto' or an int >= 1"):
             resolve_workers(bad, 4, "phonons")
