@@ -291,6 +291,10 @@ def test_concatenate_round_trip() -> None:
     assert_rows_equal(shuffled, batch, [3, 4, 0, 1])
     single = Batch.concatenate([parts[1]])
     assert_rows_equal(single, batch, [2])
+    single.positions += 1.0  # a new batch, as with several: the part is untouched
+    single.info[int(single.system_id[0])]["name"] = "changed"
+    assert_rows_equal(parts[1], batch, [2])
+    assert parts[1].info == {5: batch.info[5]} and batch.info[5]["name"] == "structure-2"
     with pytest.raises(ValueError):
         Batch.concatenate([])
 
