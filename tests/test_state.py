@@ -200,6 +200,19 @@ def test_input_list_errors() -> None:
         Batch.from_atoms(structures, system_ids=[5, 5])
 
 
+@pytest.mark.parametrize("ids", [[0.5, 1.7], [0, float("nan")], ["a", 1], [True, 2]])
+def test_system_ids_that_are_not_whole_numbers_are_refused(ids: list) -> None:
+    """Not truncated: 0.5 and 1.7 would silently become ids 0 and 1."""
+    with pytest.raises(StructureError, match=r"system_ids must be whole numbers.*pass integers"):
+        Batch.from_atoms(perturbed_argon(2, 1, 0.1), system_ids=ids)
+
+
+def test_system_ids_of_numpy_and_torch_integers_are_taken() -> None:
+    structures = perturbed_argon(3, 1, 0.1)
+    for ids in (np.array([7, 3, 5]), torch.tensor([7, 3, 5]), [7.0, 3, np.int32(5)]):
+        assert Batch.from_atoms(structures, system_ids=ids).system_id.tolist() == [7, 3, 5]
+
+
 def test_close_atoms_warn_with_system_index() -> None:
     structures = perturbed_argon(3, 1, 0.05, seed=6)
     structures[1].positions[2] = structures[1].positions[0] + [0.3, 0.0, 0.0]
@@ -341,6 +354,9 @@ def test_core_fields_and_setattr_checks() -> None:
         _ = batch.not_a_field
     with pytest.raises(ValueError, match="already exists"):
         batch.ensure_field("energy", "atom")
+    with pytest.raises(ValueError, match="kind must be 'atom' or 'system', got 'atoms'"):
+        batch.ensure_field("per_atom", "atoms", shape=(3,))  # type: ignore[arg-type]
+    assert not batch.has_field("per_atom")
     f = batch.ensure_field("x", "system", fill=2.5)
     assert f.dtype == DT and f.tolist() == [2.5, 2.5]  # the batch's float dtype, filled
     assert batch.ensure_field("x", "system", fill=9.0) is f  # existing field is kept

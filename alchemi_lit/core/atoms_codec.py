@@ -65,7 +65,7 @@ def fields_from_atoms(
         system_ids = default_system_ids(atoms)
     elif len(system_ids) != len(atoms):
         raise ValueError(f"got {len(system_ids)} system_ids for {len(atoms)} structures")
-    ids = [int(s) for s in system_ids]
+    ids = integral_ids(system_ids)
     require_unique_ids(ids, "from_atoms", "give every structure its own id", StructureError)
 
     pos, num, mass, mom, tags, fixed = [], [], [], [], [], []
@@ -207,6 +207,29 @@ def steps_taken(info: dict[str, Any]) -> int:
     if earlier_result and isinstance(steps, numbers.Integral) and not isinstance(steps, bool):
         return max(int(steps), 0)
     return 0
+
+
+def integral_ids(system_ids: Iterable[Any]) -> list[int]:
+    """``system_ids`` as ints; an id that is not a whole number (``1.5``, NaN, ``"a"``,
+    ``True``) is a :class:`StructureError` -- ``int()`` alone would truncate 1.5 to 1,
+    silently giving a system another's identity (its results row, its random stream)."""
+    ids, bad = [], []
+    for s in system_ids:
+        try:
+            i = int(s)
+            whole = not isinstance(s, bool) and bool(i == s)
+        except (TypeError, ValueError, OverflowError):
+            whole = False
+        if whole:
+            ids.append(i)
+        else:
+            bad.append(s)
+    if bad:
+        raise StructureError(
+            f"system_ids must be whole numbers (they are the systems' identity), got "
+            f"{bad[:5]!r}{' ...' if len(bad) > 5 else ''}; pass integers"
+        )
+    return ids
 
 
 def default_system_ids(atoms: Sequence[Any]) -> list[int]:

@@ -136,6 +136,8 @@ class Batch:
         Integrators call this for their own state; ``dtype`` defaults to the batch's
         float dtype.
         """
+        if kind not in ("atom", "system"):  # else a typo ("atoms") made a system field
+            raise ValueError(f"field {name!r}: kind must be 'atom' or 'system', got {kind!r}")
         store = self.atom if kind == "atom" else self.system
         other = self.system if kind == "atom" else self.atom
         if name in other:
