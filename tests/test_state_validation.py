@@ -275,7 +275,9 @@ def test_round_trip_keeps_per_atom_arrays(tmp_path: Path) -> None:
     b.set_array("selected", np.arange(len(b)) % 3 == 0)  # bool and unsigned: numeric too
     b.set_array("shell", (np.arange(len(b)) % 4).astype(np.uint8))
     b.set_array("label", np.array(["x"] * len(b)))  # not numeric: dropped, with a warning
-    with pytest.warns(StructureWarning, match=r"system 1 \(system_id 4\).*\['label'\]"):
+    b.set_array("phase", np.exp(1j * np.arange(len(b))))  # complex: numeric, yet dropped
+    dropped = r"system 1 \(system_id 4\).*\['label', 'phase'\] are not real numbers, integers"
+    with pytest.warns(StructureWarning, match=dropped):
         batch = al.Batch.from_atoms([a, b], system_ids=[3, 4], dtype=DT)
     sub = al.Batch.concatenate([batch.select([1]), batch.select([0])])  # moved around
     sink = ZarrSink(tmp_path / "r.zarr")  # and through a results store
@@ -291,7 +293,7 @@ def test_round_trip_keeps_per_atom_arrays(tmp_path: Path) -> None:
         for name in ("selected", "shell"):
             np.testing.assert_array_equal(out[1].arrays[name], b.arrays[name])
             assert out[1].arrays[name].dtype == b.arrays[name].dtype, name
-        assert "label" not in out[1].arrays
+        assert "label" not in out[1].arrays and "phase" not in out[1].arrays
         assert ARRAYS_KEY not in out[0].info and out[0].info == a.info == {}
 
 

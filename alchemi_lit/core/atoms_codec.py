@@ -274,8 +274,9 @@ def _info_of(atoms: Any, index: int, system_id: int) -> dict[str, Any]:
     numeric = {k: np.array(v) for k, v in arrays.items() if np.asarray(v).dtype.kind in "biuf"}
     if len(numeric) < len(arrays):
         warn_structure(
-            f"{name}: per-atom array(s) {sorted(set(arrays) - set(numeric))} are not numeric "
-            f"and are not kept; store them in atoms.info if you need them back",
+            f"{name}: per-atom array(s) {sorted(set(arrays) - set(numeric))} are not real "
+            f"numbers, integers or booleans (text, complex, objects) and are not kept; store "
+            f"them in atoms.info if you need them back",
             index,
             system_id,
         )
