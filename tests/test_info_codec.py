@@ -24,12 +24,17 @@ def test_round_trip_keeps_types_dtypes_and_shapes():
         "nan": float("nan"),
         "mask": np.array([[True, False], [False, True]]),
         "small": np.array([1, 200], dtype=np.uint8),
+        "no_bonds": np.zeros((0, 2), dtype=np.int64),  # a zero dimension: only shape tells
     }
     back = info_from_json(info_to_json(info))
     assert back["material_id"] == "mp-149" and back["n"] == 7 and back["flag"] is True
     assert type(back["n"]) is int and type(back["score"]) is float  # numpy scalars: Python's
-    for name in ("mask", "small"):
-        assert back[name].dtype == info[name].dtype and np.array_equal(back[name], info[name])
+    for name in ("mask", "small", "no_bonds"):
+        assert (
+            back[name].shape == info[name].shape
+            and back[name].dtype == info[name].dtype
+            and np.array_equal(back[name], info[name])
+        )
     assert back["score"] == 0.5 and back["none"] is None
     assert back["grid"].dtype == np.int32 and back["grid"].shape == (2, 3)
     assert np.array_equal(back["grid"], info["grid"])
