@@ -202,9 +202,15 @@ def test_input_list_errors() -> None:
 
 @pytest.mark.parametrize("ids", [[0.5, 1.7], [0, float("nan")], ["a", 1], [True, 2]])
 def test_system_ids_that_are_not_whole_numbers_are_refused(ids: list) -> None:
-    """Not truncated: 0.5 and 1.7 would silently become ids 0 and 1."""
-    with pytest.raises(StructureError, match=r"system_ids must be whole numbers.*pass integers"):
+    """Not truncated: 0.5 and 1.7 would silently become ids 0 and 1 -- by a Batch or a
+    SizeAwareSampler alike."""
+    from alchemi_lit.data import SizeAwareSampler
+
+    message = r"system_ids must be whole numbers.*pass integers"
+    with pytest.raises(StructureError, match=message):
         Batch.from_atoms(perturbed_argon(2, 1, 0.1), system_ids=ids)
+    with pytest.raises(StructureError, match=message):
+        SizeAwareSampler(perturbed_argon(2, 1, 0.1), max_atoms=8, system_ids=ids)
 
 
 def test_system_ids_of_numpy_and_torch_integers_are_taken() -> None:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from loguru import logger
 
+from ..core.atoms_codec import integral_ids
 from ..core.batched_validation import validate_structures
 from ..core.errors import ConfigError, StructureError
 from ..core.geometry import count_pairs
@@ -113,7 +114,7 @@ class SizeAwareSampler:
             raise ConfigError("SizeAwareSampler: the dataset is empty")
         items = [dataset[k] for k in range(n)]  # (read once: a dataset may load lazily)
         require_atoms(items, "SizeAwareSampler")
-        ids = default_system_ids(items) if system_ids is None else [int(s) for s in system_ids]
+        ids = default_system_ids(items) if system_ids is None else integral_ids(system_ids)
         if len(ids) != n or len(set(ids)) != n:
             raise ConfigError("SizeAwareSampler: system_ids must be unique, one per structure")
         self.system_ids = np.asarray(ids, dtype=np.int64)
