@@ -327,6 +327,27 @@ def test_force_checks_equal_torch_path(monkeypatch):
     assert not compiled[1][0][0] and not compiled[1][0][2]  # NaN / inf: not converged
 
 
+def test_force_criterion_is_ases_at_and_around_fmax():
+    """ForceMax's compiled per-system maximum against ASE's test ``max_i |F_i|^2 <
+    fmax^2`` (ase.optimize.Optimizer.converged) with the largest force just below, at
+    and just above ``fmax``, and between ``fmax`` and ``sqrt(fmax)``: a kernel comparing
+    ``|F|^2`` with ``fmax`` (not squared) or with ``<=`` passed the test above."""
+    from alchemi_lit.integrators import convergence
+
+    fmax = 0.1
+    batch = random_batch(torch.float64)
+    largest = fmax * torch.tensor([0.5, 1 - 1e-12, 1.0, 1 + 1e-12, 2.0, 3.0], dtype=torch.float64)
+    forces = torch.zeros_like(batch.forces)
+    first = batch.ptr[:-1]  # (atoms 2 and 4 of each system are free)
+    forces[first + 2, 0] = largest  # one atom per system carries its largest force
+    forces[first + 4, 1] = 0.5 * largest  # and a smaller one
+    batch.forces = forces
+    want = [(f * f).sum(axis=1).max() < fmax**2 for f in np.split(forces.numpy(), batch.ptr[1:-1])]
+    assert kernels.usable(batch.forces)
+    got = convergence.largest_force_below(batch, fmax)
+    assert got.tolist() == want == [True, True, False, False, False, False]
+
+
 def test_stage_exits_equal_torch_path(monkeypatch):
     """The fused loop's test of who leaves a stage: out of steps, or converged where a
     criterion says so, and only systems of the stage; and the fewest steps the others
