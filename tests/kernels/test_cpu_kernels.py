@@ -348,6 +348,22 @@ def test_force_criterion_is_ases_at_and_around_fmax():
     assert got.tolist() == want == [True, True, False, False, False, False]
 
 
+def test_finite_pretest_sees_every_field_and_component():
+    """NaNGuard's compiled pre-test is True (a system may be broken) for a NaN or inf
+    in any component of the forces or positions, or in an energy, as NumPy's isfinite
+    over the three fields says; False for a finite batch."""
+    batch = random_batch(torch.float64)
+    assert kernels.usable(batch.forces) and nan_guard._may_be_non_finite(batch) is False
+    cases = [("energy", (3,))] + [(f, (17, k)) for f in ("forces", "positions") for k in range(3)]
+    for name, where in cases:
+        for bad in (float("nan"), float("inf")):
+            b = batch.clone()
+            getattr(b, name)[where] = bad
+            fields = (b.forces.numpy(), b.positions.numpy(), b.energy.numpy())
+            assert not all(np.isfinite(x).all() for x in fields)
+            assert nan_guard._may_be_non_finite(b) is True, (name, where, bad)
+
+
 def test_stage_exits_equal_torch_path(monkeypatch):
     """The fused loop's test of who leaves a stage: out of steps, or converged where a
     criterion says so, and only systems of the stage; and the fewest steps the others
