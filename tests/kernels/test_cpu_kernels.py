@@ -364,6 +364,25 @@ def test_finite_pretest_sees_every_field_and_component():
             assert nan_guard._may_be_non_finite(b) is True, (name, where, bad)
 
 
+def test_primitives_called_directly_equal_torch_path(monkeypatch):
+    """The kick primitives as a custom integrator may call them: ``kick_drift`` with a
+    per-system velocity ``scale`` (no built-in integrator passes one to the kernel), then
+    ``kick`` with the same time step, whose kept ``dt/m`` must not be the half step's."""
+    from alchemi_lit.integrators import ops
+
+    batch = random_batch(torch.float64)
+    mask = torch.tensor([1, 1, 0, 1, 1, 1], dtype=torch.bool)
+    scale = torch.linspace(0.9, 1.1, 6, dtype=torch.float64)
+
+    def steps(b: Batch) -> None:
+        for _ in range(2):
+            ops.kick_drift(b, mask, 1.5, scale=scale)
+            ops.kick(b, mask, 1.5)
+
+    compiled, plain = both_ways(monkeypatch, batch, steps)
+    assert_close_fields(compiled, plain, ("positions", "velocities"))
+
+
 def test_stage_exits_equal_torch_path(monkeypatch):
     """The fused loop's test of who leaves a stage: out of steps, or converged where a
     criterion says so, and only systems of the stage; and the fewest steps the others
