@@ -59,7 +59,7 @@ def test_every_compiled_source_is_in_the_key():
         assert not missing, f"{path.name} compiles {missing}: add to COMPILED_SOURCES"
 
 
-def test_the_key_changes_with_any_compiled_source_only(tmp_path):
+def test_the_key_changes_with_any_compiled_source_only(tmp_path, monkeypatch):
     root = tmp_path / "pkg"
     for name in cache.COMPILED_SOURCES:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -73,6 +73,9 @@ def test_the_key_changes_with_any_compiled_source_only(tmp_path):
         (root / name).write_bytes(original.replace(b"1.0", b"2.0", 1) + b"\n")
         assert cache.source_digest(root) != before, name
         (root / name).write_bytes(original)
+    # another numba compiles other machine code from the same sources
+    monkeypatch.setattr(numba, "__version__", numba.__version__ + ".post1")
+    assert cache.source_digest(root) != before
 
 
 def test_every_kernel_caches_in_the_keyed_folder():
