@@ -79,6 +79,9 @@ def test_normals_drawn_ahead_are_exactly_the_keyed_draws():
             got = ahead(9, ids, step, sys_idx, local, purpose, torch.float64)
             want = atom_normals(9, ids, step, sys_idx, local, purpose, torch.float64)
             assert torch.equal(got, want), (k, purpose)
+    # another seed on the same layout (a stage set up again) draws afresh
+    got = ahead(10, ids, step, sys_idx, local, rng.PURPOSE_NOISE, torch.float64)
+    assert torch.equal(got, atom_normals(10, ids, step, sys_idx, local, 1, torch.float64))
     # a new layout (other tensors) draws afresh
     other = torch.tensor([1, 2])
     idx2 = torch.cat([torch.zeros(3, dtype=torch.long), torch.ones(2, dtype=torch.long)])

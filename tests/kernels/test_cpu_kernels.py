@@ -327,6 +327,62 @@ def test_force_checks_equal_torch_path(monkeypatch):
     assert not compiled[1][0][0] and not compiled[1][0][2]  # NaN / inf: not converged
 
 
+def test_force_criterion_is_ases_at_and_around_fmax():
+    """ForceMax's compiled per-system maximum against ASE's test ``max_i |F_i|^2 <
+    fmax^2`` (ase.optimize.Optimizer.converged) with the largest force just below, at
+    and just above ``fmax``, and between ``fmax`` and ``sqrt(fmax)``: a kernel comparing
+    ``|F|^2`` with ``fmax`` (not squared) or with ``<=`` passed the test above."""
+    from alchemi_lit.integrators import convergence
+
+    fmax = 0.1
+    batch = random_batch(torch.float64)
+    largest = fmax * torch.tensor([0.5, 1 - 1e-12, 1.0, 1 + 1e-12, 2.0, 3.0], dtype=torch.float64)
+    forces = torch.zeros_like(batch.forces)
+    first = batch.ptr[:-1]  # (atoms 2 and 4 of each system are free)
+    forces[first + 2, 0] = largest  # one atom per system carries its largest force
+    forces[first + 4, 1] = 0.5 * largest  # and a smaller one
+    batch.forces = forces
+    want = [(f * f).sum(axis=1).max() < fmax**2 for f in np.split(forces.numpy(), batch.ptr[1:-1])]
+    assert kernels.usable(batch.forces)
+    got = convergence.largest_force_below(batch, fmax)
+    assert got.tolist() == want == [True, True, False, False, False, False]
+
+
+def test_finite_pretest_sees_every_field_and_component():
+    """NaNGuard's compiled pre-test is True (a system may be broken) for a NaN or inf
+    in any component of the forces or positions, or in an energy, as NumPy's isfinite
+    over the three fields says; False for a finite batch."""
+    batch = random_batch(torch.float64)
+    assert kernels.usable(batch.forces) and nan_guard._may_be_non_finite(batch) is False
+    cases = [("energy", (3,))] + [(f, (17, k)) for f in ("forces", "positions") for k in range(3)]
+    for name, where in cases:
+        for bad in (float("nan"), float("inf")):
+            b = batch.clone()
+            getattr(b, name)[where] = bad
+            fields = (b.forces.numpy(), b.positions.numpy(), b.energy.numpy())
+            assert not all(np.isfinite(x).all() for x in fields)
+            assert nan_guard._may_be_non_finite(b) is True, (name, where, bad)
+
+
+def test_primitives_called_directly_equal_torch_path(monkeypatch):
+    """The kick primitives as a custom integrator may call them: ``kick_drift`` with a
+    per-system velocity ``scale`` (no built-in integrator passes one to the kernel), then
+    ``kick`` with the same time step, whose kept ``dt/m`` must not be the half step's."""
+    from alchemi_lit.integrators import ops
+
+    batch = random_batch(torch.float64)
+    mask = torch.tensor([1, 1, 0, 1, 1, 1], dtype=torch.bool)
+    scale = torch.linspace(0.9, 1.1, 6, dtype=torch.float64)
+
+    def steps(b: Batch) -> None:
+        for _ in range(2):
+            ops.kick_drift(b, mask, 1.5, scale=scale)
+            ops.kick(b, mask, 1.5)
+
+    compiled, plain = both_ways(monkeypatch, batch, steps)
+    assert_close_fields(compiled, plain, ("positions", "velocities"))
+
+
 def test_stage_exits_equal_torch_path(monkeypatch):
     """The fused loop's test of who leaves a stage: out of steps, or converged where a
     criterion says so, and only systems of the stage; and the fewest steps the others
@@ -380,9 +436,9 @@ def test_when_the_torch_path_runs_instead(monkeypatch):
     assert not kernels.usable(big) and kernels.usable(big[:-1])
     monkeypatch.undo()
     assert kernels.usable(torch.zeros(3))
-    assert np.array_equal(
-        kernels.per_system(random_batch(torch.float32), 2.0), np.full(6, 2.0, np.float32)
-    )
+    constant = kernels.per_system(random_batch(torch.float32), 2.0)
+    # the batch's dtype: a float64 constant would run float32 steps in mixed precision
+    assert constant.dtype == np.float32 and np.array_equal(constant, np.full(6, 2.0))
 
 
 FIRE_PARAMS = (2, 1.1, 0.5, 0.4, 0.1, 0.99, 0.2, True)

@@ -59,7 +59,7 @@ def test_every_compiled_source_is_in_the_key():
         assert not missing, f"{path.name} compiles {missing}: add to COMPILED_SOURCES"
 
 
-def test_the_key_changes_with_any_compiled_source_only(tmp_path):
+def test_the_key_changes_with_any_compiled_source_only(tmp_path, monkeypatch):
     root = tmp_path / "pkg"
     for name in cache.COMPILED_SOURCES:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -73,6 +73,34 @@ def test_the_key_changes_with_any_compiled_source_only(tmp_path):
         (root / name).write_bytes(original.replace(b"1.0", b"2.0", 1) + b"\n")
         assert cache.source_digest(root) != before, name
         (root / name).write_bytes(original)
+    # another numba compiles other machine code from the same sources
+    monkeypatch.setattr(numba, "__version__", numba.__version__ + ".post1")
+    assert cache.source_digest(root) != before
+
+
+def test_cache_root_is_numba_cache_dir_first(tmp_path, monkeypatch):
+    """The user's NUMBA_CACHE_DIR wins over XDG_CACHE_HOME, which wins over ~/.cache."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_root() == tmp_path / "numba" / "alchemi_lit-kernels"
+    monkeypatch.delenv("NUMBA_CACHE_DIR")
+    assert cache.cache_root() == tmp_path / "xdg" / "alchemi_lit-kernels"
+
+
+def test_only_cache_folders_unused_for_a_week_are_removed(tmp_path):
+    """Another source version's folder used within the week (another checkout, a run
+    in progress) is kept; one untouched for longer goes; the current one stays."""
+    import time
+
+    current, recent, stale = (tmp_path / n for n in ("current", "recent", "stale"))
+    for folder in (current, recent, stale):
+        (folder / "k.nbi").parent.mkdir()
+        (folder / "k.nbi").write_text("x")
+    old = time.time() - cache.STALE_AFTER_S - 3600
+    os.utime(stale, (old, old))
+    os.utime(current, (old, old))  # (the current one is never removed, however old)
+    cache._remove_stale(current)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["current", "recent"]
 
 
 def test_every_kernel_caches_in_the_keyed_folder():
