@@ -27,6 +27,17 @@ def highest_image(energies: np.ndarray) -> int:
     return int(len(inner) - np.argmax(inner[::-1]))
 
 
+def barriers(energies: np.ndarray) -> tuple[float, float]:
+    """(forward, backward) barrier: the highest energy along the path, endpoints
+    included, above the first and the last image -- ``NEBTools.get_barrier(fit=False)``'s
+    definition, so a band that only climbs has forward barrier = reaction energy and
+    backward barrier 0, never a negative one (the highest *interior* image would give
+    that)."""
+    e = np.asarray(energies, dtype=np.float64)
+    top = float(e.max())
+    return top - float(e[0]), top - float(e[-1])
+
+
 def band_status(converged: Sequence[Any], reasons: Sequence[Any]) -> tuple[bool, str]:
     """(converged, exit reason) of a band from its interior images': converged when every
     one is; the reason is the first other than ``converged`` (``max_steps``,
@@ -56,11 +67,11 @@ class Band:
 
     @property
     def forward_barrier(self) -> float:
-        return float(self.energies[self.highest_image] - self.energies[0])
+        return barriers(self.energies)[0]
 
     @property
     def backward_barrier(self) -> float:
-        return float(self.energies[self.highest_image] - self.energies[-1])
+        return barriers(self.energies)[1]
 
     @property
     def reaction_energy(self) -> float:

@@ -23,7 +23,7 @@ import numpy as np
 from ..core.info_codec import info_from_json
 from ..core.state import EXIT_REASONS
 from ..data.bands import PATH_KEY
-from ..io.bands import band_status, highest_image
+from ..io.bands import band_status, barriers, highest_image
 
 #: bands shown in the printed table (all of them are in the summary)
 TABLE_ROWS = 30
@@ -59,9 +59,10 @@ def band_rows(systems: Mapping[str, np.ndarray], paths: np.ndarray) -> list[dict
         reasons = [EXIT_REASONS.get(int(c), f"code {int(c)}") for c in systems["exit_code"][inner]]
         converged, reason = band_status(np.asarray(systems["converged"])[inner], reasons)
         top = highest_image(e) if len(e) > 2 else 0
+        forward, backward = barriers(e)
         out.append({
-            "path_id": int(p), "n_images": len(rows), "forward_barrier": float(e[top] - e[0]),
-            "backward_barrier": float(e[top] - e[-1]), "reaction_energy": float(e[-1] - e[0]),
+            "path_id": int(p), "n_images": len(rows), "forward_barrier": forward,
+            "backward_barrier": backward, "reaction_energy": float(e[-1] - e[0]),
             "highest_image": int(top), "highest_energy": float(e[top]),
             "converged": converged, "exit_reason": reason, "energies": e.tolist(),
         })  # fmt: skip

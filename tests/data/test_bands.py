@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 from ase import Atoms
 from ase.calculators.singlepoint import SinglePointCalculator
-from ase.mep import NEB
+from ase.mep import NEB, NEBTools
 
 from alchemi_lit.core.errors import StructureError
 from alchemi_lit.data.bands import check_band
 from alchemi_lit.io.bands import Band, highest_image
+from alchemi_lit.report.bands import band_rows
 
 
 def h2_band(energies: list[float], steps: list[int]) -> list[Atoms]:
@@ -33,7 +34,29 @@ def test_highest_image_is_the_one_ase_neb_climbs(energies: list[float]) -> None:
     neb.get_forces()
     band = Band(0, images)
     assert highest_image(np.array(energies)) == band.highest_image == neb.imax
-    assert band.forward_barrier == energies[neb.imax] - energies[0]
+
+
+BANDS = [[0, 1, 1, 0.5, 0], [0, 0.2, 0.5, 0.3, 0.9], [0.4, 0.2, 0.1, 0.3, 0.0], [0, 3, 1, 2, 1]]
+
+
+@pytest.mark.parametrize("energies", BANDS)
+def test_barriers_are_nebtools_and_never_negative(energies: list[float]) -> None:
+    """Forward barrier as ``NEBTools.get_barrier(fit=False)``: the highest energy along the
+    path, endpoints included.  A band that only climbs (or only falls) has no barrier the
+    other way: 0, not the negative number the highest *interior* image gives; the
+    report's rows, read from a store's per-system arrays, say the same."""
+    images = h2_band(energies, [0] * len(energies))
+    forward, reaction = NEBTools(images).get_barrier(fit=False)
+    band = Band(0, images)
+    assert band.forward_barrier == pytest.approx(forward, abs=1e-12)
+    assert band.reaction_energy == pytest.approx(reaction, abs=1e-12)
+    assert band.backward_barrier == pytest.approx(forward - reaction, abs=1e-12)
+    assert min(band.forward_barrier, band.backward_barrier) >= 0
+    systems = {"system_id": np.arange(len(energies))[::-1], "energy": np.array(energies)[::-1],
+               "converged": np.ones(len(energies), bool), "exit_code": np.zeros(len(energies), int)}
+    (row,) = band_rows(systems, np.zeros(len(energies), int))
+    assert (row["forward_barrier"], row["backward_barrier"]) == (
+        band.forward_barrier, band.backward_barrier)
 
 
 def test_a_bands_steps_are_its_slowest_interior_images() -> None:
