@@ -166,3 +166,17 @@ def test_float32_runs_close_to_float64(structures: list[Atoms]) -> None:
     out32 = EMT()(batch.to(dtype=torch.float32))
     assert torch.isfinite(out32["forces"]).all()
     assert torch.allclose(out32["energy"].double(), e64, atol=1e-3)
+
+
+def test_a_forward_rejects_the_first_system_with_an_unsupported_element() -> None:
+    """A model's first call checks the batch (an MLIP fed an element it was not trained
+    on would return numbers, silently wrong): EMT has no Fe parameters, so ``model(batch)``
+    raises before evaluating, naming the first offending system by its id and element
+    (systems 1 and 2 hold Fe and Zn, system 0 is fine)."""
+    ok = bulk("Al")
+    iron, zinc = bulk("Cu", cubic=True), bulk("Cu", cubic=True)
+    iron.numbers[1] = atomic_numbers["Fe"]
+    zinc.numbers[3] = atomic_numbers["Zn"]
+    batch = Batch.from_atoms([ok, iron, zinc])
+    with pytest.raises(ModelError, match=r"element Fe \(Z=26\) in system 1;"):
+        EMT()(batch)
