@@ -204,3 +204,20 @@ def test_lennard_jones_bad_parameters(kwargs) -> None:
 def test_morse_bad_parameters(kwargs) -> None:
     with pytest.raises(ValueError):
         Morse(**kwargs)
+
+
+def test_a_pair_exactly_at_the_lj_cutoff_is_counted_as_in_ase() -> None:
+    """ASE's LennardJones zeroes a pair only where ``r2 > rc**2``: a pair at exactly
+    the cutoff keeps its force ``24 eps (2 (σ/rc)^12 - (σ/rc)^6) / rc`` (the shifted
+    energy is zero there, the force is not).  A dimer 6.0 Å apart (r2 = 36.0 exactly)
+    with rc = 6.0, inside the list thanks to the skin, against ASE."""
+    rc = 6.0
+    atoms = Atoms("Ar2", positions=[[0, 0, 0], [rc, 0, 0]])
+    ref = atoms.copy()
+    ref.calc = AseLJ(epsilon=AR_EPSILON, sigma=AR_SIGMA, rc=rc)
+    want = ref.get_forces()
+    assert abs(want[0, 0]) > 1e-3  # a real force at the cutoff
+    model = LennardJones(epsilon=AR_EPSILON, sigma=AR_SIGMA, cutoff=rc, skin=0.5)
+    out = model(Batch.from_atoms([atoms], dtype=DT, validate=False))
+    np.testing.assert_allclose(out["forces"].numpy(), want, rtol=1e-12, atol=0)
+    assert abs(float(out["energy"][0]) - ref.get_potential_energy()) < 1e-15
