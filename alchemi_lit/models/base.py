@@ -160,8 +160,11 @@ class Model(torch.nn.Module):
         return out
 
     def stress(self, batch: Batch) -> torch.Tensor:
-        """Stress of ``batch`` in a one-off evaluation (the step loop skips stress when no
-        stage needs it and asks for it here when systems finish)."""
+        """Stress of ``batch`` in a one-off evaluation, with a list of its own (no skin):
+        the model's cached list is left alone.  The step loop does not call it (its
+        forwards compute the stress where a stage or ``Simulator(stress=True)`` asks;
+        graduates otherwise carry NaN stress); a model overriding :meth:`forward`
+        overrides this too (the ASE-calculator model, the TorchSim plugin)."""
         edges = NeighborList(self.cutoff, 0.0)(batch)
         _, grad = self.energy_and_edge_gradient(batch, edges)  # eager: no recompilation
         return virial_stress(batch, edges, grad)
