@@ -85,3 +85,45 @@ def test_small_cell_pairs_just_inside_the_radius_are_found_as_by_ase() -> None:
         assert _pairs_of(edges, batch, row) == want, f"dimer {row} in a batch"
         alone = Batch.from_atoms([atoms], dtype=torch.float64, validate=False)
         assert _pairs_of(NeighborList(cutoff, skin)(alone), alone, 0) == want, f"dimer {row}"
+
+
+def test_a_small_cell_pair_exactly_at_the_radius_is_left_out_as_by_ase() -> None:
+    """The list holds pairs strictly within its radius, like ASE's ``neighbor_list`` and
+    vesin (which builds larger cells: a pair must not change with the path).  In a
+    4 x 4.5 x 5 Å cell, atoms 2 Å apart along x have an image exactly 6.0 Å away (all
+    numbers exact in binary: r2 = 36.0), the radius 5 + 1 Å."""
+    from ase import Atoms
+
+    from alchemi_lit import Batch
+    from alchemi_lit.models import NeighborList
+
+    atoms = Atoms("Ar2", positions=[[0, 0, 0], [2.0, 0, 0]], cell=[4.0, 4.5, 5.0], pbc=True)
+    batch = Batch.from_atoms([atoms], dtype=torch.float64, validate=False)
+    edges = NeighborList(5.0, 1.0)(batch)
+    assert (0, 1, 1, 0, 0) not in _pairs_by_ase(atoms, 6.0)
+    assert _pairs_of(edges, batch, 0) == _pairs_by_ase(atoms, 6.0)
+
+
+def test_a_non_finite_first_atom_costs_only_its_own_system_its_edges() -> None:
+    """A system with a non-finite position gets no edges (NaNGuard quarantines it); the
+    systems before it keep theirs.  Two small cells (each narrower than the radius), the
+    second with NaN in its *first* atom -- the boundary where a row lookup of the bad
+    atom can land on the previous system: the first system's energy and forces are
+    ASE's LennardJones's (float64, to round-off: 1e-10 eV and eV/Å)."""
+    from ase import Atoms
+    from ase.calculators.lj import LennardJones as AseLJ
+
+    from alchemi_lit import Batch
+    from alchemi_lit.models import LennardJones
+
+    rng = np.random.default_rng(4)
+    cell = np.diag([4.2, 4.5, 4.8])
+    good = Atoms("Ar2", positions=rng.uniform(0, 4, (2, 3)), cell=cell, pbc=True)
+    bad = Atoms("Ar2", positions=rng.uniform(0, 4, (2, 3)), cell=cell, pbc=True)
+    bad.positions[0, 1] = np.nan
+    batch = Batch.from_atoms([good, bad], dtype=torch.float64, validate=False)
+    out = LennardJones(epsilon=0.0104, sigma=3.4, cutoff=6.0, skin=1.0)(batch)
+    ref = good.copy()
+    ref.calc = AseLJ(epsilon=0.0104, sigma=3.4, rc=6.0)
+    assert abs(float(out["energy"][0]) - ref.get_potential_energy()) < 1e-10
+    np.testing.assert_allclose(out["forces"][:2].numpy(), ref.get_forces(), rtol=0, atol=1e-10)
