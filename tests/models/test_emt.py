@@ -180,3 +180,18 @@ def test_a_forward_rejects_the_first_system_with_an_unsupported_element() -> Non
     batch = Batch.from_atoms([ok, iron, zinc])
     with pytest.raises(ModelError, match=r"element Fe \(Z=26\) in system 1;"):
         EMT()(batch)
+
+
+def test_float32_with_a_wide_skin_gives_ases_forces() -> None:
+    """Edges in a wide skin (4 Å) lie far beyond the Fermi cutoff: ``acut (r - rc)``
+    reaches ~107 there, past float32's ``exp`` overflow (88.7).  Their weight is masked
+    to zero, but an infinite ``exp`` would still turn the backward pass into NaN forces;
+    the clamp keeps them finite.  Float32 forces of a rattled Cu crystal against ASE's
+    EMT: float32 rounds each of ~50 pair terms of ~1 eV/Å by ~6e-8 relative, and the
+    positions by ~6e-7 Å (forces change ~10 eV/Å^2 per Å): ~1e-5 eV/Å; tolerance 1e-4."""
+    atoms = bulk("Cu", cubic=True) * (2, 2, 2)
+    atoms.rattle(0.05, seed=1)
+    out = EMT(skin=4.0)(Batch.from_atoms([atoms], dtype=torch.float32))
+    ref = atoms.copy()
+    ref.calc = AseEMT()
+    np.testing.assert_allclose(out["forces"].double().numpy(), ref.get_forces(), rtol=0, atol=1e-4)
