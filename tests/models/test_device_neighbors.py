@@ -199,3 +199,34 @@ def test_batched_builder_on_cuda_gives_vesins_edges(vesin_only) -> None:
         _, ops, _ = count_ops(cell_list.batched_pairs, _argon_batch(n).to("cuda"), 6.0)
         counts.append(len(ops))
     assert counts[0] == counts[1]
+
+
+def test_a_system_staying_non_finite_costs_one_rebuild_not_one_per_call(monkeypatch) -> None:
+    """On the accelerator path a system with one non-finite atom loses its edges at the
+    rebuild one call after it turned bad (NaNGuard quarantines it at the next
+    bookkeeping); while it stays so, the others moving little (0.02 Å in all, within
+    half the 1 Å skin), the list is not rebuilt again at every call; the other
+    systems' forces stay ASE's LennardJones's throughout (1e-10 eV/Å)."""
+    from ase.calculators.lj import LennardJones as AseLJ
+
+    monkeypatch.setattr(tensor_ops, "CPU_READS_FREE", False)
+    systems = perturbed_argon(3, 2, 0.05, seed=8)
+    batch = Batch.from_atoms(systems, dtype=DT)
+    model = LennardJones(0.0104, 3.40, 5.0, skin=1.0)
+    lo = int(batch.ptr[1])
+    builds = []
+    for call in range(10):
+        batch.positions += 0.002
+        if call == 2:
+            batch.positions[lo] = float("nan")
+        out = model(batch)
+        builds.append(model.neighbors.num_builds)
+    assert builds[3] > builds[2]  # rebuilt once, one call late, without system 1's edges
+    assert builds[-1] == builds[3], builds  # and not again
+    assert not bool((model.neighbors._system == 1).any())
+    for k in (0, 2):
+        atoms = systems[k].copy()
+        atoms.positions = batch.positions[int(batch.ptr[k]) : int(batch.ptr[k + 1])].numpy()
+        atoms.calc = AseLJ(epsilon=0.0104, sigma=3.40, rc=5.0)
+        got = out["forces"][int(batch.ptr[k]) : int(batch.ptr[k + 1])].numpy()
+        np.testing.assert_allclose(got, atoms.get_forces(), rtol=0, atol=1e-10)
