@@ -14,6 +14,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from ase import Atoms
 from ase.build import bulk, fcc111
 from ase.calculators.emt import EMT as AseEMT
 from ase.calculators.lj import LennardJones as AseLJ
@@ -272,3 +273,32 @@ def test_ase_stress_convention_is_ours() -> None:
     theirs = ASECalculatorModel(AseEMT)(batch)["stress"]
     assert float(ours[0].abs().max()) > 1e-3  # strained: a real stress to compare
     torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-9)
+
+
+def test_a_system_skipping_a_few_calls_keeps_its_calculator() -> None:
+    """A system still in flight may sit out some evaluations (the step loop evaluates
+    only the systems that need it); its calculator -- a DFT code's wavefunctions --
+    is kept for up to 8 calls without it, and released after more."""
+    own = ASECalculatorModel(AseEMT, per_system=True)
+    batch = Batch.from_atoms(metals()[:2])
+    own(batch)
+    first = own._calcs[0][0]
+    for _ in range(8):
+        own(batch.select([1]))
+    own(batch)
+    assert own._calcs[0][0] is first
+    for _ in range(9):
+        own(batch.select([1]))
+    assert 0 not in own._calcs
+
+
+def test_molecules_get_zero_stress_from_a_calculator_without_stress() -> None:
+    """Systems without a 3-D cell get zero stress without asking the calculator, so one
+    that implements no stress serves a run of molecules that asks for it; its forces
+    are ASE's LennardJones's."""
+    molecule = Atoms("Ar3", positions=[[0, 0, 0], [3.7, 0, 0], [0.4, 3.6, 0]])
+    out = ASECalculatorModel(_NoStress)(Batch.from_atoms([molecule], dtype=torch.float64))
+    assert torch.equal(out["stress"], torch.zeros(1, 3, 3, dtype=torch.float64))
+    ref = molecule.copy()
+    ref.calc = AseLJ()
+    np.testing.assert_allclose(out["forces"].numpy(), ref.get_forces(), rtol=0, atol=1e-12)
