@@ -302,3 +302,32 @@ def test_molecules_get_zero_stress_from_a_calculator_without_stress() -> None:
     ref = molecule.copy()
     ref.calc = AseLJ()
     np.testing.assert_allclose(out["forces"].numpy(), ref.get_forces(), rtol=0, atol=1e-12)
+
+
+#: (info, initial magnetic moments, masses) of each Atoms a _Recording calculator saw
+_SEEN: list = []
+
+
+class _Recording(AseLJ):
+    """ASE's LJ that records what the Atoms it is handed carries."""
+
+    def calculate(self, atoms=None, properties=None, system_changes=None):
+        _SEEN.append((dict(atoms.info), atoms.get_initial_magnetic_moments(), atoms.get_masses()))
+        super().calculate(atoms, properties or ["energy"], system_changes or ["positions"])
+
+
+def test_the_calculator_sees_the_structures_own_info_arrays_and_masses() -> None:
+    """The Atoms handed to the calculator carries the structure's ``info``, extra
+    arrays (charge, spin, initial magnetic moments: what a DFT calculator reads) and
+    masses (an isotope: what a calculator with nuclear quantum or vibrational terms
+    reads), and none of alchemi_lit's bookkeeping entries."""
+    atoms = Atoms("Ar2", positions=[[0, 0, 0], [3.8, 0, 0]])
+    atoms.info.update(charge=1, note="dimer")
+    atoms.set_initial_magnetic_moments([0.5, -0.5])
+    atoms.set_masses([39.948, 36.0])
+    _SEEN.clear()
+    ASECalculatorModel(_Recording)(Batch.from_atoms([atoms], dtype=torch.float64))
+    info, magmoms, masses = _SEEN[-1]
+    assert info == {"charge": 1, "note": "dimer"}
+    np.testing.assert_array_equal(magmoms, [0.5, -0.5])
+    np.testing.assert_allclose(masses, [39.948, 36.0], rtol=1e-15)
