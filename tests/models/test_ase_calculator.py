@@ -21,6 +21,7 @@ from ase.calculators.lj import LennardJones as AseLJ
 from ase.cluster import Icosahedron, Octahedron
 from ase.constraints import FixAtoms
 from ase.optimize import FIRE as AseFIRE
+from ase.stress import voigt_6_to_full_3x3_stress
 
 import alchemi_lit as al
 from alchemi_lit.core.errors import ConfigError, ModelError
@@ -331,3 +332,27 @@ def test_the_calculator_sees_the_structures_own_info_arrays_and_masses() -> None
     assert info == {"charge": 1, "note": "dimer"}
     np.testing.assert_array_equal(magmoms, [0.5, -0.5])
     np.testing.assert_allclose(masses, [39.948, 36.0], rtol=1e-15)
+
+
+class _FullStress(AseLJ):
+    """ASE's LJ reporting its stress as a 3x3 matrix (as some MLIP calculators do),
+    made non-symmetric by a fixed term so that a transposition shows."""
+
+    def calculate(self, atoms=None, properties=None, system_changes=None):
+        super().calculate(atoms, properties, system_changes)
+        self.results["stress"] = voigt_6_to_full_3x3_stress(self.results["stress"]) + _SKEW
+
+
+_SKEW = np.array([[0.0, 1e-3, 0.0], [0.0, 0.0, -2e-3], [0.0, 0.0, 0.0]])
+
+
+def test_a_3x3_stress_from_the_calculator_is_taken_as_it_is() -> None:
+    """Calculators may give the stress as a 3x3 matrix rather than in Voigt order: it is
+    taken in the same index order (ASE's ``voigt_6_to_full_3x3_stress`` of the Voigt
+    stress, plus the calculator's own non-symmetric term)."""
+    atoms = argon()[1]
+    out = ASECalculatorModel(_FullStress)(Batch.from_atoms([atoms], dtype=torch.float64))
+    ref = atoms.copy()
+    ref.calc = AseLJ()
+    want = ref.get_stress(voigt=False) + _SKEW
+    np.testing.assert_allclose(out["stress"][0].numpy(), want, rtol=0, atol=1e-15)
