@@ -117,3 +117,18 @@ def test_e3nn_tensor_product_with_per_edge_weights_is_unchanged() -> None:
     gb = torch.autograd.grad(b.square().sum(), (x, y, w))
     for u, v in zip(ga, gb, strict=True):
         torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
+
+
+def test_strided_slices_are_left_alone() -> None:
+    """Only plain ``a:b`` slices are fused into a split: ``x[..., 0:4:2]`` takes every
+    other column, which no piece of a split is.  The rewritten graph computes what the
+    untouched module does (two slices of ``x`` along the last dim, one of them strided)."""
+
+    class Strided(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[..., 0:4:2] * x[..., 4:6]
+
+    gm = fx.symbolic_trace(Strided())
+    slim_graph(gm)
+    x = torch.arange(12.0).reshape(2, 6)
+    assert torch.equal(gm(x), Strided()(x))
