@@ -230,3 +230,39 @@ def test_a_system_staying_non_finite_costs_one_rebuild_not_one_per_call(monkeypa
         atoms.calc = AseLJ(epsilon=0.0104, sigma=3.40, rc=5.0)
         got = out["forces"][int(batch.ptr[k]) : int(batch.ptr[k + 1])].numpy()
         np.testing.assert_allclose(got, atoms.get_forces(), rtol=0, atol=1e-10)
+
+
+def test_a_refill_after_the_cells_were_squeezed_keeps_their_strain_in_the_skin_check() -> None:
+    """Kept systems whose cells were squeezed since their build (a barostat, 2 % per call
+    for 5 calls) have less skin left for their atoms' moves; a refill building only a
+    joining system must not make the skin check forget that strain: the steady calls
+    after it (the cell unchanged, atoms moving ~0.07 Å a call) need no late correction
+    (no violation of the skin) and give a fresh list's forces bit for bit.  Two Ar atoms
+    in 4 Å cubic cells (narrower than the 6 Å radius: images matter)."""
+    from alchemi_lit.testing import accelerator_path
+
+    rng = np.random.default_rng(2)
+    systems = [Atoms("Ar2", positions=rng.uniform(0, 4, (2, 3)), cell=[4.0] * 3, pbc=True)
+               for _ in range(3)]  # fmt: skip
+    lj = dict(epsilon=0.0104, sigma=3.40, cutoff=5.0, skin=1.0)
+    with accelerator_path():
+        first = Batch.from_atoms(systems, dtype=DT)
+        model = LennardJones(**lj)
+        model(first)
+        for _ in range(5):
+            squeeze = torch.eye(3, dtype=DT) * 0.98
+            first.cell = first.cell @ squeeze  # (a new tensor, as the barostats set it)
+            first.positions = first.positions @ squeeze
+            model(first)
+        keep = torch.tensor([0, 2])
+        kept = first.select(keep)
+        model.neighbors.remap(first.ptr, keep, kept)  # a graduation
+        joining = Batch.from_atoms([systems[1]], system_ids=[7], dtype=DT)
+        merged = Batch.concatenate([kept, joining])
+        model.neighbors.remap(kept.ptr, torch.tensor([0, 1, -1]), merged)  # a refill
+        gen = torch.Generator().manual_seed(2)
+        for _ in range(12):
+            merged.positions += 0.04 * torch.randn(merged.positions.shape, generator=gen, dtype=DT)
+            out = model(merged)
+            assert torch.equal(out["forces"], LennardJones(**lj)(merged)["forces"])
+    assert model.neighbors.skin_watch.violations == 0
