@@ -30,7 +30,8 @@ def small_cell_plan(
     radius: float,
 ) -> list[tuple | None]:
     """Per row: the images ``nmax`` for :func:`small_cell_system`, None for vesin, or
-    ``()`` for a system with non-finite positions (no edges; NaNGuard quarantines it).
+    ``()`` for a system with non-finite positions or periodic cell vectors (no edges;
+    NaNGuard quarantines it).
 
     The all-pairs path takes fully periodic systems only.  There vesin's cell list
     has ``trunc(h / radius)`` bins along an axis whose faces are ``h`` apart and
@@ -56,7 +57,9 @@ def small_cell_plan(
     if bad.any():
         finite[np.unique(np.searchsorted(ends, np.nonzero(bad)[0], side="right"))] = False
     c = cell[rows_a]
-    det = np.linalg.det(c)
+    # a non-finite periodic cell vector: no edges either (vesin stops the process on it)
+    finite &= (np.isfinite(c).all(2) | ~pbc[rows_a]).all(1)
+    det = np.linalg.det(np.where(finite[:, None, None], c, np.eye(3)))
     ok = finite & nonempty & pbc[rows_a].all(1) & (np.abs(det) > 1e-9)
     nmax = np.zeros((len(rows), 3), dtype=np.int64)
     if ok.any():

@@ -154,3 +154,33 @@ def test_strongly_sheared_cells_on_the_accelerator_path_have_ases_pairs() -> Non
         edges = NeighborList(4.0, 1.0)(batch)
     for row, atoms in enumerate(systems):
         assert _pairs_of(edges, batch, row) == _pairs_by_ase(atoms, 5.0), f"cell {row}"
+
+
+@pytest.mark.parametrize("path", ["cpu", "accelerator"])
+def test_a_non_finite_periodic_cell_vector_costs_only_its_own_system_its_edges(path) -> None:
+    """A system whose periodic cell holds a NaN (positions finite: a cell filter's step
+    that diverged) gets no edges, on either path, and NaNGuard quarantines it; the
+    other systems keep ASE's ``neighbor_list`` pairs.  On the CPU the small-cell
+    planner must mark it as not finite (``()``): handed to vesin, such a cell stops the
+    process with a floating-point exception (SIGFPE), every other system with it."""
+    import contextlib
+
+    from alchemi_lit import Batch
+    from alchemi_lit.models import NeighborList, small_cells
+    from alchemi_lit.testing import accelerator_path
+    from conftest import perturbed_argon
+
+    systems = perturbed_argon(3, 2, 0.05, seed=8)
+    batch = Batch.from_atoms(systems, dtype=torch.float64)
+    batch.cell[1, 0, 1] = float("nan")  # (NaN in place of a 0: nan_to_num would hide it)
+    if path == "cpu":
+        plan = small_cells.small_cell_plan(
+            batch.positions.numpy(), batch.cell.numpy(), batch.pbc.numpy(),
+            batch.ptr.tolist(), [0, 1, 2], 6.0,
+        )  # fmt: skip
+        assert plan[1] == ()
+    with accelerator_path() if path == "accelerator" else contextlib.nullcontext():
+        edges = NeighborList(5.0, 1.0)(batch)
+    assert not bool((edges.system == 1).any())
+    for row in (0, 2):
+        assert _pairs_of(edges, batch, row) == _pairs_by_ase(systems[row], 6.0), f"system {row}"
