@@ -20,6 +20,7 @@ Models whose energy does not depend on positions only through edges override
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -66,7 +67,7 @@ class Model(torch.nn.Module):
             )
         self.cutoff = float(cutoff)
         self.compute_stress = compute_stress
-        self.neighbors = NeighborList(self.cutoff, skin)
+        self.neighbors = NeighborList(self.cutoff, list_skin(self.cutoff, skin))
         self._checked_layout: object | None = None
         self._edge_fn: Callable[..., Any] | None = None
         self._in_compiled = False
@@ -160,31 +161,24 @@ class Model(torch.nn.Module):
         return out
 
     def stress(self, batch: Batch) -> torch.Tensor:
-        """Stress of ``batch`` in a one-off evaluation, with a list of its own (no skin):
+        """Stress of ``batch`` in a one-off evaluation, with a list of its own (no skin
+        beyond :func:`list_skin`'s):
         the model's cached list is left alone.  The step loop does not call it (its
         forwards compute the stress where a stage or ``Simulator(stress=True)`` asks;
         graduates otherwise carry NaN stress); a model overriding :meth:`forward`
         overrides this too (the ASE-calculator model, the TorchSim plugin)."""
-        edges = NeighborList(self.cutoff, 0.0)(batch)
+        edges = NeighborList(self.cutoff, list_skin(self.cutoff, 0.0))(batch)
         _, grad = self.energy_and_edge_gradient(batch, edges)  # eager: no recompilation
         return virial_stress(batch, edges, grad)
 
-    def final_stress(self, batch: Batch) -> torch.Tensor:
-        """:meth:`stress` for finished systems; quarantined ones (non-finite state or a
-        model error) keep what they have -- evaluating them again would fail again.
-        Systems without a 3-D cell (molecules) have zero stress without an evaluation:
-        with thousands of small molecules, that evaluation's neighbour lists cost as
-        much as the run's own."""
-        from ..core.state import EXIT_MODEL_ERROR, EXIT_QUARANTINED
 
-        ok = (batch.exit_code != EXIT_MODEL_ERROR) & (batch.exit_code != EXIT_QUARANTINED)
-        out = batch.stress.clone()
-        flat = batch.volume <= _MIN_VOLUME  # virial_stress's zero-volume rule
-        out[ok & flat] = 0.0
-        rows = (ok & ~flat).nonzero().flatten()
-        if len(rows):
-            out[rows] = self.stress(batch.select(rows)).detach()
-        return out
+def list_skin(cutoff: float, skin: float) -> float:
+    """The skin a model's list gets: ``skin``, or with none the least that keeps a pair
+    at exactly the cutoff.  A list holds pairs strictly within its radius (as ASE's
+    ``neighbor_list`` and vesin) while a pair potential counts ``r <= cutoff`` (as ASE's
+    calculators: a truncated potential's force does not vanish there), so without a
+    skin a crystal whose neighbour shell sits at exactly the cutoff would lose it."""
+    return skin if skin != 0 else math.nextafter(cutoff, math.inf) - cutoff
 
 
 #: cells of at most this volume (Å^3) have no stress: molecules, or no cell at all

@@ -221,3 +221,23 @@ def test_a_pair_exactly_at_the_lj_cutoff_is_counted_as_in_ase() -> None:
     out = model(Batch.from_atoms([atoms], dtype=DT, validate=False))
     np.testing.assert_allclose(out["forces"].numpy(), want, rtol=1e-12, atol=0)
     assert abs(float(out["energy"][0]) - ref.get_potential_energy()) < 1e-15
+
+
+@pytest.mark.parametrize("skin", [0.0, 0.5])
+def test_a_neighbour_shell_exactly_at_the_cutoff_counts_without_a_skin(skin: float) -> None:
+    """Simple-cubic argon, a = 3 Å, rc = 6 Å: the second shell along the axes sits at
+    exactly the cutoff, where the shifted LJ's force does not vanish.  With no skin the
+    list (strictly within its radius, as ASE's ``neighbor_list``) would drop it: the
+    stress came out -0.0603157 instead of ASE's -0.0600299 eV/Å^3.  The forward and the
+    one-off :meth:`Model.stress` (always skinless) both count it, as ASE does."""
+    atoms = Atoms("Ar", cell=[3.0, 3.0, 3.0], pbc=True)
+    ref = atoms.copy()
+    ref.calc = AseLJ(epsilon=AR_EPSILON, sigma=AR_SIGMA, rc=6.0)
+    want = ref.get_stress(voigt=False)
+    model = LennardJones(epsilon=AR_EPSILON, sigma=AR_SIGMA, cutoff=6.0, skin=skin)
+    batch = Batch.from_atoms([atoms], dtype=DT, validate=False)
+    out = model(batch)
+    scale = np.abs(want).max()  # a sum of ~100 pair terms of this size: rtol 1e-12
+    np.testing.assert_allclose(out["stress"][0].numpy(), want, rtol=0, atol=1e-12 * scale)
+    np.testing.assert_allclose(model.stress(batch)[0].numpy(), want, rtol=0, atol=1e-12 * scale)
+    assert abs(float(out["energy"][0]) - ref.get_potential_energy()) < 1e-12
