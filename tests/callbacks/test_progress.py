@@ -274,3 +274,18 @@ def test_a_resumed_run_counts_the_work_done_before_the_checkpoint(tmp_path: Path
     assert si_value(last["done"]) == pytest.approx(work, rel=5e-3)
     end = [m for m in lines if m.startswith("run end")][-1]
     assert f"6 systems, {int(res.converged.sum())} converged" in end
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(999, "999"), (999.6, "1k"), (1000, "1k"), (12345, "12.3k"), (999_499, "999k"),
+     (999_999, "1M"), (1e6, "1M"), (2.5e9, "2.5G"), (3e12, "3T"), (0.5, "0.5"),
+     (-1500, "-1.5k")],
+)  # fmt: skip
+def test_si_prefixes_start_at_their_factor(value: float, text: str) -> None:
+    """Three significant digits with the largest prefix the value is at least 1 of once
+    rounded to them (by hand: 1000 is "1k", not "1000"; 999 999 rounds to 1.00e6, "1M"
+    -- it read "1e+03k" -- while 999 499 is "999k")."""
+    from alchemi_lit.callbacks.progress import si
+
+    assert si(value) == text
