@@ -53,10 +53,12 @@ RATE_WINDOW_S = 10.0
 
 
 def si(value: float) -> str:
-    """``12345`` -> ``"12.3k"``: three significant digits and an SI prefix."""
+    """``12345`` -> ``"12.3k"``: three significant digits and an SI prefix (the largest
+    prefix the value is at least 1 of once rounded: 999 999 is ``"1M"``)."""
     for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g}{prefix}"
+        scaled = f"{value / factor:.3g}"
+        if abs(float(scaled)) >= 1:
+            return f"{scaled}{prefix}"
     return f"{value:.3g}" if value != int(value) else str(int(value))
 
 

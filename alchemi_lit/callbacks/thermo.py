@@ -59,7 +59,8 @@ class ThermoMonitor(Callback):
     (``T``: 3N degrees of freedom, what thermostats hold at their target;
     ``T_internal``: 3N - 3, about the centre of mass -- see the module docstring);
     ``monitor.system_ids`` lists the systems recorded.  Units: K, eV, GPa and Å^3.  The
-    history is reset at each run start.
+    history is reset at each run start, except in a run resumed from a checkpoint: it
+    goes on from the records the checkpoint holds.
     """
 
     def __init__(self, frequency: int = 10, final: bool = True) -> None:
@@ -67,11 +68,14 @@ class ThermoMonitor(Callback):
         self.final = bool(final)
         self._chunks: list[dict[str, np.ndarray]] = []
         self._flat: dict[str, np.ndarray] | None = None
+        self._restored = False  # loaded from a checkpoint: the run start keeps the records
 
     # ---------------------------------------------------------------- hooks
     def on_run_start(self, ctx: StepContext) -> None:
-        self._chunks = []
-        self._flat = None
+        if not self._restored:  # a resumed run goes on from the checkpoint's records
+            self._chunks = []
+            self._flat = None
+        self._restored = False
 
     def before_step(self, ctx: StepContext) -> None:
         b = ctx.batch
@@ -144,12 +148,18 @@ class ThermoMonitor(Callback):
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"records": {k: v.copy() for k, v in self._all().items()}}
+        # tensors, not NumPy arrays: checkpoints load with torch.load(weights_only=True)
+        return {"records": {k: torch.from_numpy(v.copy()) for k, v in self._all().items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         records = state.get("records")
-        self._chunks = [dict(records)] if records is not None else []
+        self._chunks = (
+            [{k: np.asarray(v.numpy() if torch.is_tensor(v) else v) for k, v in records.items()}]
+            if records is not None
+            else []
+        )
         self._flat = None
+        self._restored = True
 
 
 def internal_temperature(batch: Batch) -> torch.Tensor:

@@ -222,3 +222,29 @@ def test_a_non_finite_cell_alone_is_non_finite(monkeypatch, code_path):
     assert torch.equal(kept["cell_ref"][r], cell_ref) and torch.isfinite(kept["v"]).all()
     for sid in (0, 2):
         assert torch.equal(rows(res, sid), rows(clean, sid))
+
+
+def test_a_cell_written_in_place_with_nan_is_caught(code_path):
+    """NVE moves no cell, so the guard tests the cell only where a step replaced it or
+    wrote into it.  Here something writes NaN into system 1's cell in place after the
+    last force call: the cell is still the tensor the step started with, only its
+    version counter tells.  System 1 leaves quarantined, flagged as the cell (its last
+    finite state is gone: written in place), the others complete as without it."""
+    from alchemi_lit.callbacks import NaNGuard
+
+    def poison(ctx) -> None:
+        if ctx.step == 5:
+            ctx.batch.cell[int((ctx.batch.system_id == POISONED).nonzero())] = float("nan")
+
+    def simulate(*callbacks):
+        return Simulator(
+            model=PoisonedForces(None), stages=VelocityVerlet(dt=1.0, steps=6),
+            callbacks=[*callbacks, NaNGuard()], precision="64", sync_every=1,
+        ).run([argon(0), argon(1), argon(2)])  # fmt: skip
+
+    clean = simulate()
+    res = simulate(LambdaCallback(HookStageEnum.AFTER_COMPUTE, poison))
+    assert res.exit_reasons == ["completed", "non_finite", "completed"]
+    assert int(res.batch.nan_flags[res.batch.system_id == POISONED]) == NAN_CELL
+    for sid in (0, 2):
+        assert torch.equal(rows(res, sid), rows(clean, sid))

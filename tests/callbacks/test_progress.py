@@ -274,3 +274,61 @@ def test_a_resumed_run_counts_the_work_done_before_the_checkpoint(tmp_path: Path
     assert si_value(last["done"]) == pytest.approx(work, rel=5e-3)
     end = [m for m in lines if m.startswith("run end")][-1]
     assert f"6 systems, {int(res.converged.sum())} converged" in end
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(999, "999"), (999.6, "1k"), (1000, "1k"), (12345, "12.3k"), (999_499, "999k"),
+     (999_999, "1M"), (1e6, "1M"), (2.5e9, "2.5G"), (3e12, "3T"), (0.5, "0.5"),
+     (-1500, "-1.5k")],
+)  # fmt: skip
+def test_si_prefixes_start_at_their_factor(value: float, text: str) -> None:
+    """Three significant digits with the largest prefix the value is at least 1 of once
+    rounded to them (by hand: 1000 is "1k", not "1000"; 999 999 rounds to 1.00e6, "1M"
+    -- it read "1e+03k" -- while 999 499 is "999k")."""
+    from alchemi_lit.callbacks.progress import si
+
+    assert si(value) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0, "0:00:00"), (59.6, "0:01:00"), (3725, "1:02:05"), (90061, "25:01:01")]
+)
+def test_clock_is_hours_minutes_seconds(seconds: float, text: str) -> None:
+    """h:mm:ss of the rounded seconds (3725 s = 1 h 2 min 5 s; 90061 s = 25 h 1 min 1 s)."""
+    from alchemi_lit.callbacks.progress import clock
+
+    assert clock(seconds) == text
+
+
+class ScriptedClock:
+    """``perf_counter`` giving these times, one per reading (the bar reads it once per
+    update)."""
+
+    def __init__(self, *times: float) -> None:
+        self.times = list(times)
+
+    def perf_counter(self) -> float:
+        return self.times.pop(0)
+
+
+def test_the_rate_is_measured_over_at_least_the_last_ten_seconds(monkeypatch) -> None:
+    """One 4-atom system, an update every step, the clock at 0, 1, 2, 11, 12 s while the
+    work is 0, 4, 8, 12, 16 atom-steps.  The rate is taken from the newest update at
+    least RATE_WINDOW_S = 10 s old: 4/1, 8/2, then at 11 s from the update at 1 s:
+    (12 - 4)/(11 - 1) = 0.8, at 12 s from the one at 2 s: (16 - 8)/10 = 0.8 (by hand;
+    dropping every update older than 10 s would give (12 - 8)/9 = 0.444 at 11 s)."""
+    from ase.build import bulk
+
+    from alchemi_lit.callbacks import progress
+    from alchemi_lit.integrators import VelocityVerlet
+
+    monkeypatch.setattr(progress, "time", ScriptedClock(0.0, 1.0, 2.0, 11.0, 12.0, 13.0, 14.0))
+    out = io.StringIO()
+    bar = ProgressBar(frequency=1, console=Console(force_terminal=True, file=out, width=250))
+    Simulator(
+        model=LennardJones(0.0104, 3.40, 6.0), stages=VelocityVerlet(dt=1.0, steps=4),
+        callbacks=[bar], accelerator="cpu", sync_every=4,
+    ).run([bulk("Ar", "fcc", a=5.26, cubic=True)])  # fmt: skip
+    rates = [f["rate"] for f in frames(out.getvalue())]
+    assert rates[:5] == ["--", "4", "4", "0.8", "0.8"]
