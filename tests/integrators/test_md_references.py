@@ -1,12 +1,14 @@
-"""MD integrators against references where the broad trajectory tests of ``test_md`` and
-``test_npt`` look the same whichever way a detail goes: a plan of stages with different
-time steps, Berendsen's momentum removal with unequal masses and a drifting system,
-Nosé-Hoover chains of other Suzuki-Yoshida orders and their conserved energy, the
-barostats' ``exprel`` at 0 and their refusal of slabs.
+"""MD integrators and barostats against references where the broad trajectory tests of
+``test_md`` and ``test_npt`` look the same whichever way a detail goes: a plan of stages
+with different time steps, Berendsen's momentum removal with unequal masses and a
+drifting system, Nosé-Hoover chains of other Suzuki-Yoshida orders, the barostats'
+``exprel`` at 0, their pressure tensor with an unsymmetric stress and their refusal of
+slabs.
 
 References: ASE's ``VelocityVerlet``, ``NVTBerendsen`` and ``NoseHooverChainNVT``
-(trajectories in float64 to 1e-8 Å, as in ``test_md``), SciPy's ``exprel``, and
-analytic conditions (the Suzuki-Yoshida weights).  Systems are small and runs short.
+(trajectories in float64 to 1e-8 Å, as in ``test_md``), ASE's stress with the ideal-gas
+term, SciPy's ``exprel``, and analytic conditions (the Suzuki-Yoshida weights).  Systems
+are small and runs short.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ase import units
+from ase.md import nose_hoover_chain as ase_nhc
+from ase.md.nose_hoover_chain import NoseHooverChainNVT
 from ase.md.nvtberendsen import NVTBerendsen
 from ase.md.verlet import VelocityVerlet as AseVV
 from test_md import ase_lj, max_deviation, moving_argon, simulate
 
-from alchemi_lit.integrators import Berendsen, VelocityVerlet
+from alchemi_lit.integrators import Berendsen, NoseHooverChain, VelocityVerlet
+from alchemi_lit.integrators.formulas import SUZUKI_YOSHIDA
 
 
 def test_stages_with_different_time_steps_each_use_their_own(code_path) -> None:
@@ -59,3 +64,43 @@ def test_berendsen_momentum_removal_follows_ase_with_unequal_masses(fixcm: bool,
                        fixcm=fixcm)  # fmt: skip
     assert max_deviation(dyn, ref, rec.trajectory(0)) < 1e-8
     assert np.abs(ref.get_velocities() - res.to_atoms()[0].get_velocities()).max() < 1e-8
+
+
+def test_suzuki_yoshida_weights_meet_the_order_conditions() -> None:
+    """Yoshida's symmetric compositions (Phys. Lett. A 150, 262 (1990)): the weights
+    sum to 1 (consistency) and, for 3 and 5 stages, their cubes sum to 0 (the
+    third-order error cancels, giving fourth order); 5 stages are ``w, w, 1 - 4w, w,
+    w`` with ``w = 1/(4 - 4^(1/3))``."""
+    assert SUZUKI_YOSHIDA[1] == (1.0,)
+    for order in (3, 5):
+        w = np.array(SUZUKI_YOSHIDA[order])
+        assert len(w) == order
+        assert abs(w.sum() - 1.0) < 1e-14
+        assert abs((w**3).sum()) < 1e-14
+        assert np.array_equal(w, w[::-1])  # symmetric: time-reversible
+    w5 = 1.0 / (4.0 - 4.0 ** (1.0 / 3.0))
+    np.testing.assert_allclose(SUZUKI_YOSHIDA[5], [w5, w5, 1 - 4 * w5, w5, w5], rtol=1e-15)
+
+
+#: Yoshida's weights, written out here (not read from alchemi_lit) for ASE's chain
+YOSHIDA = {1: [1.0], 5: [1 / (4 - 4 ** (1 / 3))] * 2 + [1 - 4 / (4 - 4 ** (1 / 3))]
+           + [1 / (4 - 4 ** (1 / 3))] * 2}  # fmt: skip
+
+
+@pytest.mark.parametrize("order", [1, 5])
+def test_nose_hoover_chain_of_another_order_follows_ase_with_those_weights(
+    order: int, code_path, monkeypatch
+) -> None:
+    """``suzuki_yoshida=1`` and ``5`` against ASE's ``NoseHooverChainNVT`` with its
+    Suzuki-Yoshida weights replaced by those orders' (ASE only has 3, the only order the
+    other tests run), on the CPU kernels and on the accelerator's torch path."""
+    monkeypatch.setattr(ase_nhc, "FOURTH_ORDER_COEFFS", YOSHIDA[order])
+    atoms = moving_argon(1, temperature=40.0, seed=10)[0]
+    steps = 8
+    stage = NoseHooverChain(dt=5.0, temperature=80.0, tdamp=15.0, chain_length=2,
+                            suzuki_yoshida=order, steps=steps)  # fmt: skip
+    _, rec = simulate([atoms], stage)
+    ref = atoms.copy()
+    ref.calc = ase_lj()
+    dyn = NoseHooverChainNVT(ref, 5.0 * units.fs, 80.0, tdamp=15.0 * units.fs, tchain=2)
+    assert max_deviation(dyn, ref, rec.trajectory(0)) < 1e-8
