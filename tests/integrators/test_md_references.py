@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.special
+import torch
 from ase import units
 from ase.md import nose_hoover_chain as ase_nhc
 from ase.md.nose_hoover_chain import NoseHooverChainNVT
@@ -23,6 +25,7 @@ from ase.md.verlet import VelocityVerlet as AseVV
 from test_md import ase_lj, max_deviation, moving_argon, simulate
 
 from alchemi_lit.integrators import Berendsen, NoseHooverChain, VelocityVerlet
+from alchemi_lit.integrators.barostat import exprel
 from alchemi_lit.integrators.formulas import SUZUKI_YOSHIDA
 
 
@@ -104,3 +107,12 @@ def test_nose_hoover_chain_of_another_order_follows_ase_with_those_weights(
     ref.calc = ase_lj()
     dyn = NoseHooverChainNVT(ref, 5.0 * units.fs, 80.0, tdamp=15.0 * units.fs, tchain=2)
     assert max_deviation(dyn, ref, rec.trajectory(0)) < 1e-8
+
+
+def test_exprel_is_scipys_and_one_at_zero() -> None:
+    """``(e^x - 1)/x`` of MTK's exact flows against SciPy's ``exprel``, 0 included (a
+    cell momentum exactly at rest, as every barostat starts): the quotient is ill
+    conditioned near 0 only through ``expm1``'s own rounding, so 4 ulps."""
+    x = torch.tensor([0.0, -0.0, 1e-300, 1e-12, -3e-8, 0.25, -2.0, 7.5], dtype=torch.float64)
+    np.testing.assert_allclose(exprel(x).numpy(), scipy.special.exprel(x.numpy()), rtol=1e-15)
+    assert float(exprel(torch.zeros(1, dtype=torch.float64))[0]) == 1.0
