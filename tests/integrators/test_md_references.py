@@ -24,7 +24,8 @@ from ase.md.nvtberendsen import NVTBerendsen
 from ase.md.verlet import VelocityVerlet as AseVV
 from test_md import ase_lj, max_deviation, moving_argon, simulate
 
-from alchemi_lit.integrators import Berendsen, NoseHooverChain, VelocityVerlet
+from alchemi_lit.core.errors import ConfigError
+from alchemi_lit.integrators import MTKNPT, Berendsen, NoseHooverChain, VelocityVerlet
 from alchemi_lit.integrators.barostat import exprel
 from alchemi_lit.integrators.formulas import SUZUKI_YOSHIDA
 
@@ -116,3 +117,14 @@ def test_exprel_is_scipys_and_one_at_zero() -> None:
     x = torch.tensor([0.0, -0.0, 1e-300, 1e-12, -3e-8, 0.25, -2.0, 7.5], dtype=torch.float64)
     np.testing.assert_allclose(exprel(x).numpy(), scipy.special.exprel(x.numpy()), rtol=1e-15)
     assert float(exprel(torch.zeros(1, dtype=torch.float64))[0]) == 1.0
+
+
+def test_a_slab_is_refused_by_an_npt_stage() -> None:
+    """NPT needs a cell periodic in x, y and z: a slab periodic in x and y only, with a
+    cell of finite volume (vacuum above it), is refused with the reason, as a cluster
+    is (``test_npt``)."""
+    good, slab = moving_argon(2, seed=12)
+    slab.pbc = (True, True, False)
+    assert slab.get_volume() > 100.0
+    with pytest.raises(ConfigError, match="periodic in x, y and z"):
+        simulate([good, slab], MTKNPT(dt=2.0, temperature=60.0, steps=2))
