@@ -18,6 +18,7 @@ import pytest
 import scipy.special
 import torch
 from ase import units
+from ase.calculators.singlepoint import SinglePointCalculator
 from ase.md import nose_hoover_chain as ase_nhc
 from ase.md.nose_hoover_chain import NoseHooverChainNVT
 from ase.md.nvtberendsen import NVTBerendsen
@@ -25,8 +26,9 @@ from ase.md.verlet import VelocityVerlet as AseVV
 from test_md import ase_lj, max_deviation, moving_argon, simulate
 
 from alchemi_lit.core.errors import ConfigError
+from alchemi_lit.core.state import Batch
 from alchemi_lit.integrators import MTKNPT, Berendsen, NoseHooverChain, VelocityVerlet
-from alchemi_lit.integrators.barostat import exprel
+from alchemi_lit.integrators.barostat import exprel, instantaneous_pressure, pressure_tensor
 from alchemi_lit.integrators.formulas import SUZUKI_YOSHIDA
 
 
@@ -128,3 +130,25 @@ def test_a_slab_is_refused_by_an_npt_stage() -> None:
     assert slab.get_volume() > 100.0
     with pytest.raises(ConfigError, match="periodic in x, y and z"):
         simulate([good, slab], MTKNPT(dt=2.0, temperature=60.0, steps=2))
+
+
+def test_pressure_tensor_is_ases_with_an_unsymmetric_stress() -> None:
+    """The barostats' instantaneous pressure tensor is ASE's
+    ``-atoms.get_stress(voigt=False, include_ideal_gas=True)``: ASE stores a 3x3 stress
+    as its symmetric part (Voigt), so an unsymmetric model stress (autograd through a
+    general strain can give one) enters symmetrised; the ideal-gas term with two masses.
+    Every model in the other tests has a symmetric stress."""
+    atoms = moving_argon(1, temperature=80.0, seed=14)[0]
+    masses = atoms.get_masses()
+    masses[::3] = 4.0
+    atoms.set_masses(masses)
+    sigma = np.random.default_rng(15).normal(scale=1e-3, size=(3, 3))  # eV/Å^3
+    assert np.abs(sigma - sigma.T).max() > 1e-4
+    atoms.calc = SinglePointCalculator(atoms, stress=sigma)
+    expected = -atoms.get_stress(voigt=False, include_ideal_gas=True)
+    batch = Batch.from_atoms([atoms])
+    batch.stress = torch.from_numpy(sigma)[None]
+    # sums of 32 terms of similar size: a few ulps of the largest
+    np.testing.assert_allclose(pressure_tensor(batch)[0].numpy(), expected, rtol=0, atol=1e-17)
+    pressure = float(instantaneous_pressure(batch)[0])
+    assert abs(pressure - np.trace(expected) / 3.0) < 1e-17
