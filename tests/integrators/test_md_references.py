@@ -24,10 +24,13 @@ from ase.md.nose_hoover_chain import NoseHooverChainNVT
 from ase.md.nvtberendsen import NVTBerendsen
 from ase.md.verlet import VelocityVerlet as AseVV
 from test_md import ase_lj, max_deviation, moving_argon, simulate
+from test_npt import ase_lj as npt_ase_lj
+from test_npt import crescale_reference
+from test_npt import simulate as npt_simulate
 
 from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.core.state import Batch
-from alchemi_lit.integrators import MTKNPT, Berendsen, NoseHooverChain, VelocityVerlet
+from alchemi_lit.integrators import MTKNPT, Berendsen, CRescale, NoseHooverChain, VelocityVerlet
 from alchemi_lit.integrators.barostat import exprel, instantaneous_pressure, pressure_tensor
 from alchemi_lit.integrators.formulas import SUZUKI_YOSHIDA
 
@@ -152,3 +155,23 @@ def test_pressure_tensor_is_ases_with_an_unsymmetric_stress() -> None:
     np.testing.assert_allclose(pressure_tensor(batch)[0].numpy(), expected, rtol=0, atol=1e-17)
     pressure = float(instantaneous_pressure(batch)[0])
     assert abs(pressure - np.trace(expected) / 3.0) < 1e-17
+
+
+def test_crescale_per_system_compressibility_follows_the_reference() -> None:
+    """``compressibility`` one per system (indexed by ``system_id``, the systems in the
+    batch in reverse order): each system follows the authors' scheme (``test_npt``'s
+    transcription of SimpleMD) at its own.  The other C-rescale runs give one number."""
+    systems = moving_argon(2, temperature=60.0, seed=1)
+    betas, steps = [2.0, 0.5], 6
+    params = dict(temperature=80.0, taut=40.0, taup=200.0)
+    stage = CRescale(dt=5.0, pressure_gpa=0.1, compressibility=betas, steps=steps, **params)
+    _, rec = npt_simulate(systems, stage)
+    for k, atoms in enumerate(systems):
+        atoms = atoms.copy()
+        atoms.calc = npt_ase_lj()
+        ref = crescale_reference(atoms, k, steps, True, dt=5.0, pressure_gpa=0.1,
+                                 compressibility=betas[k], **params)  # fmt: skip
+        for t, (positions, cell) in enumerate(ref, start=1):
+            frame = rec.data[k][t]
+            assert np.abs(positions - frame["positions"]).max() < 1e-8, (k, t)
+            assert np.abs(cell - frame["cell"]).max() < 1e-8, (k, t)
