@@ -175,3 +175,20 @@ def test_crescale_per_system_compressibility_follows_the_reference() -> None:
             frame = rec.data[k][t]
             assert np.abs(positions - frame["positions"]).max() < 1e-8, (k, t)
             assert np.abs(cell - frame["cell"]).max() < 1e-8, (k, t)
+
+
+def test_berendsen_clamps_its_scaling_as_ase_far_from_the_target(code_path) -> None:
+    """Far from the target ASE's NVTBerendsen clamps the velocity scaling to [0.9, 1.1]:
+    with ``dt/taut = 1/2`` a cold system (~60 K, target 900 K: ``sqrt(1 + 14 / 2)`` ≈
+    2.8) heats by 1.1 and a hot one (target 2 K: ``sqrt(1 - 0.97 / 2)`` ≈ 0.72) cools by
+    0.9 per step; both bounds against ASE step for step, per-system targets.  The other
+    Berendsen runs stay near their targets, inside the bounds."""
+    systems = moving_argon(2, temperature=60.0, seed=16)
+    targets, steps = [900.0, 2.0], 4
+    stage = Berendsen(dt=5.0, temperature=targets, taut=10.0, steps=steps)
+    _, rec = simulate(systems, stage)
+    for k, atoms in enumerate(systems):
+        ref = atoms.copy()
+        ref.calc = ase_lj()
+        dyn = NVTBerendsen(ref, 5.0 * units.fs, temperature_K=targets[k], taut=10.0 * units.fs)
+        assert max_deviation(dyn, ref, rec.trajectory(k)) < 1e-8
