@@ -192,3 +192,22 @@ def test_berendsen_clamps_its_scaling_as_ase_far_from_the_target(code_path) -> N
         ref.calc = ase_lj()
         dyn = NVTBerendsen(ref, 5.0 * units.fs, temperature_K=targets[k], taut=10.0 * units.fs)
         assert max_deviation(dyn, ref, rec.trajectory(k)) < 1e-8
+
+
+def test_a_chain_of_another_length_in_the_next_stage_is_its_own() -> None:
+    """``NoseHooverChain(chain_length=3) + NoseHooverChain(chain_length=1)`` on one
+    batch: the second stage runs a chain of one from rest, as a fresh ASE
+    ``NoseHooverChainNVT(tchain=1)`` does after ASE's three steps with ``tchain=3``.
+    The chain's fields are named by its length, so the second stage cannot pick up
+    the first one's three members."""
+    atoms = moving_argon(1, temperature=40.0, seed=17)[0]
+    plan = NoseHooverChain(dt=5.0, temperature=80.0, tdamp=15.0, chain_length=3, steps=3)
+    plan = plan + NoseHooverChain(dt=5.0, temperature=80.0, tdamp=15.0, chain_length=1, steps=3)
+    _, rec = simulate([atoms], plan)
+    ours = rec.trajectory(0)
+    assert len(ours) == 6
+    ref = atoms.copy()
+    ref.calc = ase_lj()
+    for tchain, frames in ((3, ours[:3]), (1, ours[3:])):
+        dyn = NoseHooverChainNVT(ref, 5.0 * units.fs, 80.0, tdamp=15.0 * units.fs, tchain=tchain)
+        assert max_deviation(dyn, ref, frames) < 1e-8, tchain
