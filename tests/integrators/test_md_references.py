@@ -20,17 +20,25 @@ import torch
 from ase import units
 from ase.calculators.singlepoint import SinglePointCalculator
 from ase.md import nose_hoover_chain as ase_nhc
+from ase.md.bussi import Bussi as AseBussi
 from ase.md.nose_hoover_chain import NoseHooverChainNVT
 from ase.md.nvtberendsen import NVTBerendsen
 from ase.md.verlet import VelocityVerlet as AseVV
-from test_md import ase_lj, max_deviation, moving_argon, simulate
+from test_md import BussiNoise, ase_lj, max_deviation, moving_argon, simulate
 from test_npt import ase_lj as npt_ase_lj
 from test_npt import crescale_reference
 from test_npt import simulate as npt_simulate
 
 from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.core.state import Batch
-from alchemi_lit.integrators import MTKNPT, Berendsen, CRescale, NoseHooverChain, VelocityVerlet
+from alchemi_lit.integrators import (
+    MTKNPT,
+    Berendsen,
+    Bussi,
+    CRescale,
+    NoseHooverChain,
+    VelocityVerlet,
+)
 from alchemi_lit.integrators.barostat import exprel, instantaneous_pressure, pressure_tensor
 from alchemi_lit.integrators.formulas import SUZUKI_YOSHIDA
 from conftest import argon_bulk
@@ -229,3 +237,35 @@ def test_initial_velocities_follow_the_run_seed() -> None:
     first, again, other = start(1), start(1), start(2)
     assert np.array_equal(first, again)
     assert abs(np.corrcoef(first, other)[0, 1]) < 4.0 / np.sqrt(first.size)
+
+
+TAUS = [12.0, 40.0]  # fs, per system_id
+PER_SYSTEM_TIME_CONSTANTS = {
+    "berendsen": (
+        lambda: Berendsen(dt=5.0, temperature=120.0, taut=TAUS, steps=8),
+        lambda a, k: NVTBerendsen(a, 5.0 * units.fs, temperature_K=120.0, taut=TAUS[k] * units.fs),
+    ),
+    "bussi": (
+        lambda: Bussi(dt=5.0, temperature=120.0, taut=TAUS, steps=8),
+        lambda a, k: AseBussi(a, 5.0 * units.fs, 120.0, TAUS[k] * units.fs, rng=BussiNoise(a, k)),
+    ),
+    "nose_hoover_chain": (
+        lambda: NoseHooverChain(dt=5.0, temperature=120.0, tdamp=TAUS, steps=8),
+        lambda a, k: NoseHooverChainNVT(a, 5.0 * units.fs, 120.0, tdamp=TAUS[k] * units.fs),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(PER_SYSTEM_TIME_CONSTANTS))
+def test_a_time_constant_per_system_follows_ase_for_each(name: str, code_path) -> None:
+    """``taut``/``tdamp`` one per system (indexed by ``system_id``, the systems in the
+    batch in reverse order): each system follows ASE at its own, on both code paths.
+    The other thermostat runs give one time constant (Langevin's per-system friction is
+    in ``test_md``)."""
+    make, make_ase = PER_SYSTEM_TIME_CONSTANTS[name]
+    systems = moving_argon(2, temperature=50.0, seed=18)
+    _, rec = simulate(systems, make())
+    for k, atoms in enumerate(systems):
+        ref = atoms.copy()
+        ref.calc = ase_lj()
+        assert max_deviation(make_ase(ref, k), ref, rec.trajectory(k)) < 1e-8, k
