@@ -21,12 +21,13 @@ from ase import units
 from ase.calculators.singlepoint import SinglePointCalculator
 from ase.md import nose_hoover_chain as ase_nhc
 from ase.md.bussi import Bussi as AseBussi
-from ase.md.nose_hoover_chain import NoseHooverChainNVT
+from ase.md.langevinbaoab import LangevinBAOAB
+from ase.md.nose_hoover_chain import IsotropicMTKNPT, NoseHooverChainNVT
 from ase.md.nvtberendsen import NVTBerendsen
 from ase.md.verlet import VelocityVerlet as AseVV
 from test_md import BussiNoise, ase_lj, max_deviation, moving_argon, simulate
+from test_npt import BarostatNoise, crescale_reference
 from test_npt import ase_lj as npt_ase_lj
-from test_npt import crescale_reference
 from test_npt import simulate as npt_simulate
 
 from alchemi_lit.core.errors import ConfigError
@@ -37,6 +38,7 @@ from alchemi_lit.integrators import (
     Bussi,
     CRescale,
     NoseHooverChain,
+    NPTLangevin,
     VelocityVerlet,
 )
 from alchemi_lit.integrators.barostat import exprel, instantaneous_pressure, pressure_tensor
@@ -269,3 +271,63 @@ def test_a_time_constant_per_system_follows_ase_for_each(name: str, code_path) -
         ref = atoms.copy()
         ref.calc = ase_lj()
         assert max_deviation(make_ase(ref, k), ref, rec.trajectory(k)) < 1e-8, k
+
+
+NPT_STEPS = 6
+NPT_PER_SYSTEM = {
+    "mtk": (
+        lambda: MTKNPT(dt=5.0, temperature=80.0, pressure_gpa=0.1, tdamp=[30.0, 60.0],
+                       pdamp=[150.0, 400.0], steps=NPT_STEPS),
+        lambda a, k: IsotropicMTKNPT(a, 5.0 * units.fs, 80.0, 0.1 * units.GPa,
+                                     tdamp=[30.0, 60.0][k] * units.fs,
+                                     pdamp=[150.0, 400.0][k] * units.fs),
+    ),
+    "npt_langevin": (
+        lambda: NPTLangevin(dt=5.0, temperature=80.0, pressure_gpa=0.1, friction=[0.02, 0.05],
+                            pdamp=[150.0, 400.0], steps=NPT_STEPS),
+        lambda a, k: npt_langevin_reference(a, k, [50.0, 20.0][k], [150.0, 400.0][k]),
+    ),
+}  # fmt: skip
+
+
+def npt_langevin_reference(atoms, system_id: int, t_tau: float, p_tau: float):
+    """ASE's ``LangevinBAOAB`` with ``externalstress``, fed our keyed normals."""
+    dyn = LangevinBAOAB(atoms, 5.0 * units.fs, temperature_K=80.0,
+                        externalstress=-0.1 * units.GPa, hydrostatic=True,
+                        T_tau=t_tau * units.fs, P_tau=p_tau * units.fs, rng=0)  # fmt: skip
+    dyn.rng = BarostatNoise(atoms, system_id)
+    return dyn
+
+
+@pytest.mark.filterwarnings("ignore:Using heuristic P_mass:UserWarning")  # (ASE's note)
+@pytest.mark.parametrize("name", [*NPT_PER_SYSTEM, "crescale"])
+def test_barostat_time_constants_per_system_follow_the_reference(name: str) -> None:
+    """MTK's ``tdamp`` and ``pdamp``, NPTLangevin's ``friction`` and ``pdamp``, C-rescale's
+    ``taut`` and ``taup``, one per system (systems in reverse ``system_id`` order): each
+    system follows ASE's ``IsotropicMTKNPT``, ASE's ``LangevinBAOAB`` or the authors'
+    scheme (``test_npt``) at its own.  The other NPT runs give one of each."""
+    systems = moving_argon(2, temperature=60.0, seed=1)
+    if name == "crescale":
+        taut, taup = [20.0, 60.0], [150.0, 400.0]
+        stage = CRescale(dt=5.0, temperature=80.0, pressure_gpa=0.1, taut=taut, taup=taup,
+                         compressibility=2.0, steps=NPT_STEPS)  # fmt: skip
+    else:
+        stage = NPT_PER_SYSTEM[name][0]()
+    _, rec = npt_simulate(systems, stage)
+    for k, atoms in enumerate(systems):
+        ref = atoms.copy()
+        ref.calc = npt_ase_lj()
+        if name == "crescale":
+            frames = crescale_reference(ref, k, NPT_STEPS, True, dt=5.0, temperature=80.0,
+                                        pressure_gpa=0.1, compressibility=2.0, taut=taut[k],
+                                        taup=taup[k])  # fmt: skip
+        else:
+            dyn = NPT_PER_SYSTEM[name][1](ref, k)
+            frames = []
+            for _ in range(NPT_STEPS):
+                dyn.run(1)
+                frames.append((ref.positions.copy(), ref.cell.array.copy()))
+        for t, (positions, cell) in enumerate(frames, start=1):
+            frame = rec.data[k][t]
+            assert np.abs(positions - frame["positions"]).max() < 1e-8, (k, t)
+            assert np.abs(cell - frame["cell"]).max() < 1e-8, (k, t)
