@@ -1,14 +1,16 @@
 """MD integrators and barostats against references where the broad trajectory tests of
-``test_md`` and ``test_npt`` look the same whichever way a detail goes: a plan of stages
-with different time steps, Berendsen's momentum removal with unequal masses and a
-drifting system, Nosé-Hoover chains of other Suzuki-Yoshida orders, the barostats'
-``exprel`` at 0, their pressure tensor with an unsymmetric stress and their refusal of
-slabs.
+``test_md`` and ``test_npt`` look the same whichever way a detail goes: plans of stages
+with different time steps or chain lengths, Berendsen's momentum removal (unequal masses,
+a drifting system) and its clamped scaling far from the target, Nosé-Hoover chains of
+other Suzuki-Yoshida orders, time constants given per system, the run seed of the
+initial velocities, the barostats' ``exprel`` at 0, their pressure tensor with an
+unsymmetric stress and their refusal of slabs.
 
-References: ASE's ``VelocityVerlet``, ``NVTBerendsen`` and ``NoseHooverChainNVT``
-(trajectories in float64 to 1e-8 Å, as in ``test_md``), ASE's stress with the ideal-gas
-term, SciPy's ``exprel``, and analytic conditions (the Suzuki-Yoshida weights).  Systems
-are small and runs short.
+References: ASE's ``VelocityVerlet``, ``NVTBerendsen``, ``Bussi``, ``NoseHooverChainNVT``,
+``IsotropicMTKNPT`` and ``LangevinBAOAB`` (trajectories in float64 to 1e-8 Å, as in
+``test_md``; the stochastic ones fed our keyed normals), ``test_npt``'s transcription of
+the C-rescale authors' scheme, ASE's stress with the ideal-gas term, SciPy's ``exprel``,
+and analytic conditions (the Suzuki-Yoshida weights).  Systems are small, runs short.
 """
 
 from __future__ import annotations
