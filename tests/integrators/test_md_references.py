@@ -34,6 +34,7 @@ from test_npt import simulate as npt_simulate
 
 from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.core.state import Batch
+from alchemi_lit.core.units import kB
 from alchemi_lit.integrators import (
     MTKNPT,
     Berendsen,
@@ -42,6 +43,7 @@ from alchemi_lit.integrators import (
     NoseHooverChain,
     NPTLangevin,
     VelocityVerlet,
+    maxwell_boltzmann,
 )
 from alchemi_lit.integrators.barostat import exprel, instantaneous_pressure, pressure_tensor
 from alchemi_lit.integrators.formulas import SUZUKI_YOSHIDA
@@ -333,3 +335,20 @@ def test_barostat_time_constants_per_system_follow_the_reference(name: str) -> N
             frame = rec.data[k][t]
             assert np.abs(positions - frame["positions"]).max() < 1e-8, (k, t)
             assert np.abs(cell - frame["cell"]).max() < 1e-8, (k, t)
+
+
+def test_initial_velocities_of_a_float32_batch_are_float32() -> None:
+    """A float32 batch gets float32 Maxwell-Boltzmann velocities (a float64 draw would
+    leave float64 velocities in it: mixed precision from then on), the same draw as a
+    float64 batch's to float32 rounding.  Box-Muller's ``sqrt(-2 ln u)`` amplifies an
+    ulp of ``u`` near 1 to at most ``sqrt(eps/2)`` ≈ 2e-4 of a unit normal, so the two
+    agree to 3e-4 of each atom's spread ``sqrt(kT/m)``."""
+    draws = {}
+    for dtype in (torch.float32, torch.float64):
+        batch = Batch.from_atoms([argon_bulk(2)], dtype=dtype)
+        maxwell_boltzmann(batch, torch.ones(1, dtype=torch.bool), 300.0, seed=3)
+        draws[dtype] = batch.velocities
+    assert draws[torch.float32].dtype == torch.float32
+    spread = (kB * 300.0 / torch.from_numpy(argon_bulk(2).get_masses())).sqrt()[:, None]
+    error = (draws[torch.float32].double() - draws[torch.float64]).abs() / spread
+    assert float(error.max()) < 3e-4
