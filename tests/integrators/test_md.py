@@ -481,7 +481,9 @@ def test_md_stage_draws_velocities_only_for_systems_at_rest() -> None:
     assert 150.0 < out[1].get_temperature() < 450.0  # one 32-atom draw at 300 K
 
 
-def test_fixed_atoms_never_move_in_any_thermostat() -> None:
+def test_fixed_atoms_never_move_in_any_thermostat(code_path) -> None:
+    """On both code paths: the accelerator's builds the mask of moving atoms itself
+    (the CPU kernels test ``fixed`` per atom)."""
     for integrator in (
         Langevin(dt=5.0, temperature=100.0, steps=20),
         NoseHooverChain(dt=5.0, temperature=100.0, steps=20),
