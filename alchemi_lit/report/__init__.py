@@ -42,6 +42,7 @@ from ..core.state import (
     EXIT_COMPLETED,
     EXIT_CONVERGED,
     EXIT_MAX_STEPS,
+    EXIT_MODEL_ERROR,
     EXIT_QUARANTINED,
     EXIT_REASONS,
     EXIT_RUNNING,
@@ -188,7 +189,7 @@ def summarize(
         out.update(
             converged=int(np.asarray(arr["converged"], dtype=bool).sum()),
             completed=int((exit_code == EXIT_COMPLETED).sum()),
-            quarantined=int((exit_code == EXIT_QUARANTINED).sum()),
+            quarantined=int(np.isin(exit_code, (EXIT_QUARANTINED, EXIT_MODEL_ERROR)).sum()),
             exit_reasons=dict(sorted(reasons.items())),
             atoms=int(n_atoms.sum()),
             energy_per_atom={
