@@ -86,3 +86,35 @@ def test_a_system_the_model_failed_on_counts_as_quarantined(tmp_path: Path) -> N
     summary, text = run_report(store)
     assert summary["quarantined"] == 1 and summary["exit_reasons"]["model_error"] == 1
     assert re.search(r"quarantined\W+1\W", text)
+
+
+# ---------------------------------------------------------------------- stage labels
+def test_a_column_two_runs_filled_with_different_stages_names_both(tmp_path: Path) -> None:
+    """A FIRE run, then a Langevin run appended to its store: the one history column
+    holds FIRE exits in run 0's rows and Langevin exits in run 1's.  The report and
+    ``read_results(store).to_pandas()`` name it ``0:FIRE|0:Langevin`` alike, and each
+    run read alone keeps its own label.  (The report took the last run's label and the
+    table the first's: each mislabelled the other run's rows, and they disagreed.)"""
+    from alchemi_lit.data import SizeAwareSampler
+    from alchemi_lit.integrators import FIRE, Langevin
+    from alchemi_lit.sinks import read_results
+
+    data = argon_crystals(n_systems=2, repeat=1, seed=1)
+    lj = LennardJones(0.0104, 3.40, 6.0)
+    store = tmp_path / "two.zarr"
+    al.Simulator(model=lj, stages=FIRE(fmax=0.05, max_steps=5), sinks=[ZarrSink(store)]).run(
+        data[:1]
+    )
+    al.Simulator(
+        model=lj, stages=Langevin(dt=2.0, temperature=50.0, friction=0.02, steps=3),
+        sinks=[ZarrSink(store, mode="a")],
+    ).run(SizeAwareSampler(data[1:], max_atoms=40, system_ids=[1]))  # fmt: skip
+    summary, text = run_report(store)
+    assert [s["name"] for s in summary["stages"]] == ["0:FIRE|0:Langevin"]
+    assert "steps 0:FIRE|0:Langevin" in text and "last: stages 0:Langevin" in text
+    whole = read_results(store).to_pandas()
+    assert whole["exit_reason[0:FIRE|0:Langevin]"].tolist()[1] == "completed"
+    assert read_results(store, run=0).to_pandas()["exit_reason[0:FIRE]"].tolist() != []
+    assert read_results(store, run=1).to_pandas()["exit_reason[0:Langevin]"].tolist() == [
+        "completed"
+    ]
