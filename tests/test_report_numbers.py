@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 import zarr
+from ase.units import GPa
 from rich.console import Console
 
 import alchemi_lit as al
@@ -23,7 +25,7 @@ from alchemi_lit.data import argon_crystals
 from alchemi_lit.integrators import VelocityVerlet
 from alchemi_lit.io.results_store import SCHEMA
 from alchemi_lit.models import LennardJones
-from alchemi_lit.report import report, summary_table
+from alchemi_lit.report import report, summarize, summary_table
 from alchemi_lit.sinks import ZarrSink
 
 NAN = float("nan")
@@ -118,3 +120,118 @@ def test_a_column_two_runs_filled_with_different_stages_names_both(tmp_path: Pat
     assert read_results(store, run=1).to_pandas()["exit_reason[0:Langevin]"].tolist() == [
         "completed"
     ]
+
+
+# ---------------------------------------------------------------------- per-stage numbers
+#: five systems through FIRE then Langevin: 0 and 1 periodic crystals, 2 a cluster (no
+#: volume), 3 quarantined (non-finite, inf energy) in FIRE, 4 converged in FIRE and
+#: was quarantined in Langevin (a finite value in that column is not its exit energy:
+#: the report must skip it, as every system that did not leave a stage); the stress was
+#: computed in FIRE only (NaN in Langevin)
+HISTORY = {
+    "system_id": np.arange(5),
+    "n_atoms": np.array([4, 8, 2, 6, 3]),
+    "energy": np.array([-1.0, -3.2, -0.5, np.inf, -0.9]),
+    "converged": np.array([True, True, False, False, False]),
+    "exit_code": np.array([3, 3, 3, 4, 4]),
+    "total_steps": np.array([30, 25, 48, 10, 7]),
+    "stage_steps": np.array([[22, 8], [17, 8], [40, 8], [10, 0], [5, 2]]),
+    "stage_exit": np.array([[1, 3], [1, 3], [2, 3], [0, 0], [1, 0]]),
+    "stage_energy": np.array([[-1.1, -1.0], [-3.3, -3.2], [-0.6, -0.5], [NAN, NAN], [-0.8, -0.7]]),
+    "stage_volume": np.array([[40.0, 41.0], [90.0, 92.0], [NAN, NAN], [NAN, NAN], [NAN, NAN]]),
+    "stage_pressure": np.array([[1e-3, NAN], [-2e-3, NAN], [NAN, NAN], [NAN, NAN], [NAN, NAN]]),
+}
+NAMES = ["0:FIRE", "1:Langevin"]
+
+
+def spread(values: np.ndarray) -> dict[str, Any]:
+    """Population statistics of the finite values (the reference)."""
+    v = values[np.isfinite(values)]
+    return {"n": len(v), "mean": v.mean(), "std": v.std(ddof=0), "min": v.min(), "max": v.max()}
+
+
+def expected_stages() -> list[dict[str, Any]]:
+    """Per stage, by hand from HISTORY: the systems that left it (exit != running), their
+    energy and volume per atom, their pressure in GPa (ASE's unit), and the steps."""
+    h, out = HISTORY, []
+    for j in range(2):
+        left = h["stage_exit"][:, j] != 0
+        steps = h["stage_steps"][:, j]
+        out.append({
+            "steps": (steps.mean(), steps.max(), steps.sum()),
+            "energy_per_atom": spread(h["stage_energy"][left, j] / h["n_atoms"][left]),
+            "volume_per_atom": spread(h["stage_volume"][left, j] / h["n_atoms"][left]),
+            "pressure_gpa": h["stage_pressure"][left, j] / GPa,
+        })  # fmt: skip
+    return out
+
+
+def test_stage_statistics_are_numpy_statistics_of_the_stored_history() -> None:
+    """Mean, population std, min and max over the systems that left each stage, per atom
+    for energy and volume, in GPa for the pressure; steps per column; the final energy
+    per atom over the finite ones; converged from ``converged`` (a FIRE + Langevin run
+    exits ``completed``), quarantined and completed from the exit codes."""
+    summary = summarize(HISTORY, NAMES)
+    assert (summary["systems"], summary["atoms"]) == (5, 23)
+    assert (summary["converged"], summary["completed"], summary["quarantined"]) == (2, 3, 2)
+    assert summary["exit_reasons"] == {"completed": 3, "non_finite": 2}
+    epa = HISTORY["energy"][[0, 1, 2, 4]] / HISTORY["n_atoms"][[0, 1, 2, 4]]
+    assert summary["energy_per_atom"] == pytest.approx(
+        {"mean": epa.mean(), "min": epa.min(), "max": epa.max()}, rel=1e-12
+    )
+    assert summary["atom_steps"] == int((HISTORY["n_atoms"] * HISTORY["total_steps"]).sum())
+    for got, want, name in zip(summary["stages"], expected_stages(), NAMES):
+        assert got["name"] == name
+        assert (got["steps_mean"], got["steps_max"], got["steps_total"]) == want["steps"]
+        for key in ("energy_per_atom", "volume_per_atom"):
+            assert got[key] == pytest.approx(want[key], rel=1e-12), (name, key)
+    fire, langevin = summary["stages"]
+    assert fire["exits"] == {"converged": 3, "max_steps": 1, "running": 1}
+    assert fire["pressure_gpa"] == pytest.approx(spread(expected_stages()[0]["pressure_gpa"]))
+    # by hand: 1 eV/Å^3 = 1.6021766e-19 J / 1e-30 m^3 = 160.21766 GPa (ASE: CODATA 2014)
+    assert fire["pressure_gpa"]["max"] == pytest.approx(1e-3 * 160.21766, rel=1e-7)
+    assert langevin["pressure_gpa"]["n"] == 0  # no stress computed in Langevin
+
+
+def parse_spread(text: str, label: str, unit: str) -> dict[str, float]:
+    m = re.search(
+        rf"{re.escape(label)}\W+mean (\S+) {re.escape(unit)}, std (\S+) \(min (\S+), "
+        rf"max (\S+); (\d+) systems\)",
+        text,
+    )
+    assert m, f"no {label!r} row"
+    return dict(zip(("mean", "std", "min", "max", "n"), map(float, m.groups())))
+
+
+def test_the_printed_table_reads_back_as_the_stored_history() -> None:
+    """The table, parsed back, gives the NumPy statistics to its printed decimals (min
+    and max in their places); a stage without a computed stress says so."""
+    text = printed(summarize(HISTORY, NAMES))
+    assert re.search(r"converged\W+2 / 5\W", text) and re.search(r"quarantined\W+2\W", text)
+    for want, name in zip(expected_stages(), NAMES):
+        for key, label, unit, digits in (
+            ("energy_per_atom", "E/atom at exit", "eV", 6),
+            ("volume_per_atom", "V/atom at exit", "Å^3", 4),
+        ):
+            got = parse_spread(text, f"{label} {name}", unit)
+            for stat in ("mean", "std", "min", "max", "n"):
+                assert got[stat] == pytest.approx(want[key][stat], abs=0.51 * 10**-digits)
+    pressure = parse_spread(text, "P at exit 0:FIRE", "GPa")
+    assert (pressure["min"], pressure["max"]) == (round(-2e-3 / GPa, 4), round(1e-3 / GPa, 4))
+    assert re.search(r"P at exit 1:Langevin\W+stress not computed", text)
+
+
+def test_an_optimizer_stage_is_one_a_system_left_by_its_criterion_or_its_budget() -> None:
+    """A FIRE stage none of whose systems converged (all ran out of steps, one was
+    quarantined) is still an optimizer: the table says ``converged 0 / 3``, not
+    ``completed`` as for MD alone."""
+    systems = {
+        "energy": np.array([-1.0, -2.0, NAN]), "n_atoms": np.array([2, 4, 3]),
+        "converged": np.zeros(3, bool), "exit_code": np.array([2, 2, 4]),
+        "stage_steps": np.array([[9], [9], [3]]), "stage_exit": np.array([[2], [2], [0]]),
+    }  # fmt: skip
+    summary = summarize(systems, ["0:FIRE"])
+    assert summary["has_optimizer"] is True
+    assert re.search(r"converged\W+0 / 3\W", printed(summary))
+    md = {**systems, "exit_code": np.array([3, 3, 4]), "stage_exit": np.array([[3], [3], [0]])}
+    assert re.search(r"completed\W+2 / 3\W", printed(summarize(md, ["0:Langevin"])))
