@@ -26,6 +26,7 @@ from alchemi_lit.integrators import VelocityVerlet
 from alchemi_lit.io.results_store import SCHEMA
 from alchemi_lit.models import LennardJones
 from alchemi_lit.report import report, summarize, summary_table
+from alchemi_lit.report.runs import summarize_runs
 from alchemi_lit.sinks import ZarrSink
 
 NAN = float("nan")
@@ -235,3 +236,83 @@ def test_an_optimizer_stage_is_one_a_system_left_by_its_criterion_or_its_budget(
     assert re.search(r"converged\W+0 / 3\W", printed(summary))
     md = {**systems, "exit_code": np.array([3, 3, 4]), "stage_exit": np.array([[3], [3], [0]])}
     assert re.search(r"completed\W+2 / 3\W", printed(summarize(md, ["0:Langevin"])))
+
+
+# ---------------------------------------------------------------------- runs and totals
+def test_throughput_of_a_run_from_its_stats() -> None:
+    """The run's table (``alchemi-lit run``): atom-steps per second = sum of n_atoms *
+    total_steps over the wall time, systems per second = systems / wall time."""
+    stats = {"wall_time_s": 2.5, "steps": 48, "forward_calls": 50}
+    summary = summarize(HISTORY, NAMES, stats)
+    # 4*30 + 8*25 + 2*48 + 6*10 + 3*7 = 497 atom-steps
+    assert int((HISTORY["n_atoms"] * HISTORY["total_steps"]).sum()) == 497
+    assert summary["atom_steps_per_s"] == pytest.approx(497 / 2.5, rel=1e-15)
+    assert summary["systems_per_s"] == pytest.approx(5 / 2.5, rel=1e-15)
+    text = printed(summary)
+    assert re.search(r"throughput\W+199 atom-steps/s, 2 systems/s", text)
+    assert re.search(r"loop steps\W+48 \(50 forward calls\)", text)
+
+
+@pytest.mark.parametrize("n", [5, 7])
+def test_skipped_structures_name_five_then_count_the_rest(n: int) -> None:
+    """Five skipped structures are all named; of seven, five are named and '2 more'."""
+    skipped = [{"system_id": k, "reason": "no atoms"} for k in range(n)]
+    text = printed(summarize(HISTORY, NAMES, {"wall_time_s": 1.0, "skipped": skipped}))
+    row = re.search(r"skipped\W+(\d+) \(skip_invalid: (.*?)\)\s*│", text)
+    assert row and int(row.group(1)) == n
+    assert row.group(2).count("no atoms") == 5
+    assert ("2 more" in row.group(2)) == (n == 7) and "0 more" not in text
+
+
+#: three runs appended to one store (rows 0-1, 2-4, 5): run 1 resumed after an
+#: interruption (its time covers only the part after the restart), run 2 recorded no
+#: time; run 0's stats count systems its in-memory sink kept too (the store holds 2)
+RUNS = [
+    {"first_row": 0, "stage_names": NAMES, "stats": {"wall_time_s": 2.0, "systems": 7}},
+    {"first_row": 2, "stage_names": NAMES, "stats": {"wall_time_s": 3.0, "resumed": True}},
+    {"first_row": 5, "stage_names": NAMES, "model": "EMT", "plan": "Fused([0:FIRE])"},
+]
+
+
+def test_each_run_has_its_rows_and_the_totals_leave_out_untimed_time() -> None:
+    """Rows from ``first_row`` to the next run's; a run's systems are its rows; its
+    atom-steps the sum over them.  The throughput totals only runs with a time and not
+    resumed (run 0 here: 4*30 + 8*25 atom-steps in 2 s), the wall time all recorded
+    ones (5 s), with a note for the run without one."""
+    per_atom_step = HISTORY["n_atoms"] * HISTORY["total_steps"]
+    runs = summarize_runs(RUNS, HISTORY)
+    got = runs["runs"]
+    assert [r["rows"] for r in got] == [[0, 2], [2, 5], [5, 5]]
+    assert [r["systems"] for r in got] == [2, 3, 0]
+    assert [r["atom_steps"] for r in got] == [320, int(per_atom_step[2:5].sum()), 0]
+    assert got[0]["atom_steps_per_s"] == pytest.approx(320 / 2.0)
+    assert "atom_steps_per_s" not in got[1]  # resumed: part of its work is untimed
+    assert runs["wall_time_s"] == pytest.approx(5.0)
+    assert runs["atom_steps_per_s"] == pytest.approx(320 / 2.0)
+    assert runs["systems_per_s"] == pytest.approx(2 / 2.0)
+    assert runs["wall_time_note"] == "1 run(s) without a recorded time"
+
+
+def test_a_store_reports_its_committed_rows_and_its_last_run(tmp_path: Path) -> None:
+    """Rows written past the commit marker (an interrupted write) are not results; the
+    output line names the last run's stages and model."""
+    garbage = {k: np.concatenate([v, v[:2]]) for k, v in HISTORY.items()}
+    garbage["energy"][5:] = -1e3
+    runs = [{**RUNS[0], "model": "LennardJones"}, {**RUNS[1], "model": "EMT",
+            "stage_names": ["0:FIRE", "1:VelocityVerlet"]}]  # fmt: skip
+    store = write_store(tmp_path / "s.zarr", garbage, runs, committed=5)
+    summary, text = run_report(store)
+    assert summary["systems"] == 5 and summary["atoms"] == 23
+    assert summary["energy_per_atom"]["min"] == pytest.approx(-3.2 / 8)
+    assert summary["runs"][-1]["rows"] == [2, 5]
+    assert "last: stages 0:FIRE / 1:VelocityVerlet, model EMT" in text
+    assert [s["name"] for s in summary["stages"]] == ["0:FIRE", "1:Langevin|1:VelocityVerlet"]
+
+
+def test_labels_that_do_not_fit_the_columns_fall_back_to_the_plan(tmp_path: Path) -> None:
+    """A run whose recorded ``stage_names`` do not fit the history's width (an older or
+    hand-edited store) is labelled from its plan, as a store without them."""
+    run = {"first_row": 0, "stage_names": ["0:FIRE"],
+           "plan": "Fused([0:FIRE, 1:Langevin], entry=0, exit=2)"}  # fmt: skip
+    summary, _ = run_report(write_store(tmp_path / "s.zarr", HISTORY, [run]))
+    assert [s["name"] for s in summary["stages"]] == ["0:FIRE", "1:Langevin"]
