@@ -46,7 +46,8 @@ def write_store(
     for name, values in systems.items():
         group.create_array(f"systems/{name}", data=np.asarray(values))
     if info is not None:
-        group.create_array("systems/info", data=np.array(info, dtype=object).astype(str))
+        texts = group.create_array("systems/info", shape=(len(info),), dtype=str)  # as ZarrSink
+        texts[:] = np.array(info, dtype=object)
     group.attrs.update(schema=SCHEMA, n_systems=n if committed is None else committed,
                        n_atoms=int(np.sum(systems["n_atoms"])), runs=runs)  # fmt: skip
     return path
