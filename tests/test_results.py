@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import zarr
 from ase import Atoms
 from ase.build import bulk
 from ase.calculators.emt import EMT as AseEMT
@@ -291,3 +292,27 @@ def test_only_an_earlier_result_carries_its_step_count() -> None:
     restart = first[0].copy()
     del restart.info["steps"]  # to start the count anew
     assert al.Batch.from_atoms([restart]).total_steps.tolist() == [0]
+
+
+# ---------------------------------------------------------------------- stores of several runs
+def test_stats_of_a_store_several_runs_wrote_are_each_runs_own(tmp_path: Path) -> None:
+    """Read whole, a store two runs wrote has no single run's stats (``{}``: the numbers
+    of one run would pass for all the systems); read run by run, each has its own."""
+    store = tmp_path / "r.zarr"
+    for k, mode in enumerate(("w-", "a")):
+        sampler = SizeAwareSampler(argon(1), max_atoms=40, system_ids=[k])
+        al.Simulator(model=lj(), stages=relax(), sinks=[ZarrSink(store, mode=mode)]).run(sampler)
+    runs = zarr.open_group(str(store), mode="r").attrs["runs"]
+    assert read_results(store).stats == {} and len(read_results(store)) == 2
+    for k in (0, 1):
+        assert read_results(store, run=k).stats == runs[k]["stats"]
+        assert read_results(store, run=k).system_id.tolist() == [k]
+
+
+def test_results_holding_every_system_say_nothing_went_elsewhere(tmp_path: Path) -> None:
+    """The repr names the sinks the other systems went to only when there are others."""
+    res = al.Simulator(model=lj(), stages=relax()).run(argon(2))
+    sinks = [HostMemory(), ZarrSink(tmp_path / "r.zarr")]
+    assert "later sinks" not in repr(al.Results(res.batch, {"systems": 2}, sinks))
+    fewer = repr(al.Results(res.batch, {"systems": 3}, sinks))
+    assert "of 3; the other 1 went to later sinks in" in fewer and "r.zarr" in fewer
