@@ -317,3 +317,16 @@ def test_labels_that_do_not_fit_the_columns_fall_back_to_the_plan(tmp_path: Path
            "plan": "Fused([0:FIRE, 1:Langevin], entry=0, exit=2)"}  # fmt: skip
     summary, _ = run_report(write_store(tmp_path / "s.zarr", HISTORY, [run]))
     assert [s["name"] for s in summary["stages"]] == ["0:FIRE", "1:Langevin"]
+
+
+def test_the_printed_run_lines_and_totals(tmp_path: Path) -> None:
+    """One line per run: its systems (rows), wall time, throughput where it has one,
+    'resumed', its stages; then the total time with the untimed run noted and the
+    throughput of the rated run (320 atom-steps and 2 systems in 2 s)."""
+    _, text = run_report(write_store(tmp_path / "s.zarr", HISTORY, RUNS))
+    stages = "0:FIRE / 1:Langevin"
+    assert re.search(rf"run 0\W+2 systems, 2.00 s, 160 atom-steps/s \| {stages}", text)
+    assert re.search(rf"run 1\W+3 systems, 3.00 s, resumed \| {stages}", text)
+    assert re.search(rf"run 2\W+0 systems, wall time not recorded \| {stages}", text)
+    assert re.search(r"wall time\W+5.00 s in total \(1 run\(s\) without a recorded time\)", text)
+    assert re.search(r"throughput\W+160 atom-steps/s, 1 systems/s", text)

@@ -126,3 +126,26 @@ def test_a_frame_whose_write_was_cut_short_is_not_read(tmp_path: Path, figures: 
     assert [f.info["loop_step"] for f in read_trajectory(path, 0)] == steps[:-1]
     plots.plot_trajectory(path, tmp_path / "t.png")
     assert list(figures["t.png"].axes[1].get_lines()[0].get_xdata()) == steps[:-1]
+
+
+def test_trajectory_steps_are_each_systems_own(tmp_path: Path, figures: dict) -> None:
+    """Room for one system at a time: the second enters when the first has left, so
+    its frames come at later loop steps, but the plot's x axis (step of each system)
+    counts its own steps: never past the plan's 4, the last frame (the state it left
+    the plan in) at 4, for both systems."""
+    from alchemi_lit.data import SizeAwareSampler
+
+    path = tmp_path / "traj.zarr"
+    md = Langevin(dt=2.0, temperature=50.0, friction=0.05, steps=4)
+    sim = al.Simulator(model=EMT(), stages=md, callbacks=[TrajectoryWriter(path, every=2)])
+    sim.run(SizeAwareSampler([bulk("Cu", cubic=True), bulk("Ni", cubic=True)], max_atoms=4))
+    first, second = read_trajectory(path, 0), read_trajectory(path, 1)
+    assert second[0].info["loop_step"] > first[-1].info["loop_step"]  # one after the other
+    steps = [[f.info["step"] for f in frames] for frames in (first, second)]
+    for own, frames in zip(steps, (first, second)):
+        assert own == sorted(own) and own[0] >= 0 and own[-1] == 4 and frames[-1].info["final"]
+        gaps = {f.info["loop_step"] - f.info["step"] for f in frames}
+        assert len(gaps) == 1  # own steps advance with the loop's
+    plots.plot_trajectory(path, tmp_path / "t.png")
+    lines = figures["t.png"].axes[1].get_lines()
+    assert [list(line.get_xdata()) for line in lines] == steps
