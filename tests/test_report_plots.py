@@ -132,7 +132,7 @@ def test_trajectory_steps_are_each_systems_own(tmp_path: Path, figures: dict) ->
     """Room for one system at a time: the second enters when the first has left, so
     its frames come at later loop steps, but the plot's x axis (step of each system)
     counts its own steps: never past the plan's 4, the last frame (the state it left
-    the plan in) at 4, for both systems."""
+    the plan in) at 4, for both systems.  ``max_systems=1`` plots the first only."""
     from alchemi_lit.data import SizeAwareSampler
 
     path = tmp_path / "traj.zarr"
@@ -149,3 +149,6 @@ def test_trajectory_steps_are_each_systems_own(tmp_path: Path, figures: dict) ->
     plots.plot_trajectory(path, tmp_path / "t.png")
     lines = figures["t.png"].axes[1].get_lines()
     assert [list(line.get_xdata()) for line in lines] == steps
+    plots.plot_trajectory(path, tmp_path / "one.png", max_systems=1)  # the first system only
+    (line,) = figures["one.png"].axes[0].get_lines()
+    assert line.get_label() == "system 0" and list(line.get_xdata()) == steps[0]
