@@ -226,7 +226,7 @@ def test_the_printed_table_reads_back_as_the_stored_history() -> None:
 def test_an_optimizer_stage_is_one_a_system_left_by_its_criterion_or_its_budget() -> None:
     """A FIRE stage none of whose systems converged (all ran out of steps, one was
     quarantined) is still an optimizer: the table says ``converged 0 / 3``, not
-    ``completed`` as for MD alone."""
+    ``completed`` as for MD alone; so does a store without a stage history."""
     systems = {
         "energy": np.array([-1.0, -2.0, NAN]), "n_atoms": np.array([2, 4, 3]),
         "converged": np.zeros(3, bool), "exit_code": np.array([2, 2, 4]),
@@ -237,6 +237,10 @@ def test_an_optimizer_stage_is_one_a_system_left_by_its_criterion_or_its_budget(
     assert re.search(r"converged\W+0 / 3\W", printed(summary))
     md = {**systems, "exit_code": np.array([3, 3, 4]), "stage_exit": np.array([[3], [3], [0]])}
     assert re.search(r"completed\W+2 / 3\W", printed(summarize(md, ["0:Langevin"])))
+    # no stage history (an older store): which stages optimized is unknown, converged shown
+    older = {k: v for k, v in systems.items() if not k.startswith("stage_")}
+    assert summarize(older)["has_optimizer"] is True
+    assert re.search(r"converged\W+0 / 3\W", printed(summarize(older)))
 
 
 # ---------------------------------------------------------------------- runs and totals

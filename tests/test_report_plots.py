@@ -152,3 +152,20 @@ def test_trajectory_steps_are_each_systems_own(tmp_path: Path, figures: dict) ->
     plots.plot_trajectory(path, tmp_path / "one.png", max_systems=1)  # the first system only
     (line,) = figures["one.png"].axes[0].get_lines()
     assert line.get_label() == "system 0" and list(line.get_xdata()) == steps[0]
+
+
+def test_the_cli_report_plots_the_trajectory_it_is_given(tmp_path: Path) -> None:
+    """``alchemi-lit report STORE --plots DIR --trajectory TRAJ`` draws trajectory.png
+    (a store with no systems committed yet: no other plot)."""
+    from test_report_numbers import write_store
+
+    from alchemi_lit.cli import main
+
+    empty = {"system_id": np.zeros(0, int), "energy": np.zeros(0), "n_atoms": np.zeros(0, int)}
+    store = write_store(tmp_path / "s.zarr", empty, [])
+    traj = tmp_path / "traj.zarr"
+    md = Langevin(dt=2.0, temperature=50.0, friction=0.05, steps=2)
+    al.Simulator(model=EMT(), stages=md, callbacks=[TrajectoryWriter(traj)]).run([bulk("Cu")])
+    argv = ["report", str(store), "--plots", str(tmp_path / "p"), "--trajectory", str(traj)]
+    assert main(argv) == 0
+    assert [p.name for p in (tmp_path / "p").iterdir()] == ["trajectory.png"]

@@ -20,7 +20,7 @@ from ase.units import GPa
 
 import alchemi_lit as al
 from alchemi_lit import kernels
-from alchemi_lit.core.errors import StructureWarning
+from alchemi_lit.core.errors import ConfigError, StructureWarning
 from alchemi_lit.data import SizeAwareSampler, argon_crystals, read_structures
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.io.results import COLUMNS
@@ -297,7 +297,8 @@ def test_only_an_earlier_result_carries_its_step_count() -> None:
 # ---------------------------------------------------------------------- stores of several runs
 def test_stats_of_a_store_several_runs_wrote_are_each_runs_own(tmp_path: Path) -> None:
     """Read whole, a store two runs wrote has no single run's stats (``{}``: the numbers
-    of one run would pass for all the systems); read run by run, each has its own."""
+    of one run would pass for all the systems); read run by run, each has its own; a
+    run index past either end is refused by name."""
     store = tmp_path / "r.zarr"
     for k, mode in enumerate(("w-", "a")):
         sampler = SizeAwareSampler(argon(1), max_atoms=40, system_ids=[k])
@@ -307,6 +308,10 @@ def test_stats_of_a_store_several_runs_wrote_are_each_runs_own(tmp_path: Path) -
     for k in (0, 1):
         assert read_results(store, run=k).stats == runs[k]["stats"]
         assert read_results(store, run=k).system_id.tolist() == [k]
+    assert read_results(store, run=-2).system_id.tolist() == [0]
+    for run in (2, -3):  # no such run: said so, not an IndexError
+        with pytest.raises(ConfigError, match=rf"written by 2 run\(s\); run={run} does not exist"):
+            read_results(store, run=run)
 
 
 def test_results_holding_every_system_say_nothing_went_elsewhere(tmp_path: Path) -> None:
