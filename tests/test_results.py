@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import zarr
 from ase import Atoms
 from ase.build import bulk
 from ase.calculators.emt import EMT as AseEMT
@@ -19,7 +20,7 @@ from ase.units import GPa
 
 import alchemi_lit as al
 from alchemi_lit import kernels
-from alchemi_lit.core.errors import StructureWarning
+from alchemi_lit.core.errors import ConfigError, StructureWarning
 from alchemi_lit.data import SizeAwareSampler, argon_crystals, read_structures
 from alchemi_lit.integrators import FIRE, Langevin
 from alchemi_lit.io.results import COLUMNS
@@ -291,3 +292,72 @@ def test_only_an_earlier_result_carries_its_step_count() -> None:
     restart = first[0].copy()
     del restart.info["steps"]  # to start the count anew
     assert al.Batch.from_atoms([restart]).total_steps.tolist() == [0]
+
+
+# ---------------------------------------------------------------------- stores of several runs
+def test_stats_of_a_store_several_runs_wrote_are_each_runs_own(tmp_path: Path) -> None:
+    """Read whole, a store two runs wrote has no single run's stats (``{}``: the numbers
+    of one run would pass for all the systems); read run by run, each has its own; a
+    run index past either end is refused by name."""
+    store = tmp_path / "r.zarr"
+    for k, mode in enumerate(("w-", "a")):
+        sampler = SizeAwareSampler(argon(1), max_atoms=40, system_ids=[k])
+        al.Simulator(model=lj(), stages=relax(), sinks=[ZarrSink(store, mode=mode)]).run(sampler)
+    runs = zarr.open_group(str(store), mode="r").attrs["runs"]
+    assert read_results(store).stats == {} and len(read_results(store)) == 2
+    for k in (0, 1):
+        assert read_results(store, run=k).stats == runs[k]["stats"]
+        assert read_results(store, run=k).system_id.tolist() == [k]
+    assert read_results(store, run=-2).system_id.tolist() == [0]
+    for run in (2, -3):  # no such run: said so, not an IndexError
+        with pytest.raises(ConfigError, match=rf"written by 2 run\(s\); run={run} does not exist"):
+            read_results(store, run=run)
+
+
+def test_results_holding_every_system_say_nothing_went_elsewhere(tmp_path: Path) -> None:
+    """The repr names the sinks the other systems went to only when there are others."""
+    res = al.Simulator(model=lj(), stages=relax()).run(argon(2))
+    sinks = [HostMemory(), ZarrSink(tmp_path / "r.zarr")]
+    assert "later sinks" not in repr(al.Results(res.batch, {"systems": 2}, sinks))
+    fewer = repr(al.Results(res.batch, {"systems": 3}, sinks))
+    assert "of 3; the other 1 went to later sinks in" in fewer and "r.zarr" in fewer
+
+
+def test_per_stage_columns_are_each_stages_own(tmp_path: Path) -> None:
+    """Relax then MD: the FIRE columns of the table give what a relax-only run of the
+    same structures gives (steps, exit reason), the Langevin ones its 5 steps and
+    'completed'; the stage steps add up to the system's steps."""
+    data = argon(3)
+    data[2] = argon_crystals(n_systems=1, repeat=2, seed=9)[0]  # 32 atoms: converges later
+    fire = FIRE(fmax=0.05, max_steps=8)
+    table = al.Simulator(model=lj(), stages=fire + md(), seed=2).run(data).to_pandas()
+    alone = al.Simulator(model=lj(), stages=FIRE(fmax=0.05, max_steps=8)).run(data).to_pandas()
+    assert table["exit_reason[0:FIRE]"].tolist() == alone["exit_reason"].tolist()
+    assert set(alone["exit_reason"]) == {"converged", "max_steps"}
+    assert table["steps[0:FIRE]"].tolist() == alone["steps"].tolist()
+    assert table["exit_reason[1:Langevin]"].tolist() == ["completed"] * 3
+    assert table["steps[1:Langevin]"].tolist() == [5] * 3
+    assert (table["steps[0:FIRE]"] + table["steps[1:Langevin]"]).tolist() == table["steps"].tolist()
+
+
+class RaisesOnSystem1(LennardJones):
+    """Argon LJ that cannot evaluate any batch holding system 1."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0104, 3.40, 6.0)
+
+    def forward(self, batch, *args, **kwargs):  # type: ignore[override]
+        if bool((batch.system_id == 1).any()):
+            raise RuntimeError("descriptor undefined")
+        return super().forward(batch, *args, **kwargs)
+
+
+def test_a_quarantined_systems_info_keeps_its_own_keys_and_the_error(tmp_path: Path) -> None:
+    """Read back from a store, a system the model failed on has the error text and
+    still its input's info (its label)."""
+    store = tmp_path / "r.zarr"
+    al.Simulator(model=RaisesOnSystem1(), stages=relax(), sinks=[ZarrSink(store)]).run(argon())
+    failed = read_results(store)[1]
+    assert failed.info["exit_reason"] == "model_error"
+    assert "descriptor undefined" in failed.info["model_error"]
+    assert failed.info["label"] == "crystal 1"

@@ -140,8 +140,9 @@ class Results(Sequence[Any]):
         ``converged``, ``exit_reason``, ``source_file`` (the file the structure came
         from, else None); then, per stage of the plan, ``steps[NAME]``,
         ``exit_reason[NAME]`` and ``energy[NAME]`` (eV when it left the stage) with
-        ``NAME`` the stage label (``0:FIRE``).  Energies, forces and stress are NaN for
-        a system never evaluated.
+        ``NAME`` the stage label (``0:FIRE``; ``0:FIRE|0:Langevin`` for a column the runs
+        of a store read whole filled with different stages).  Energies, forces and
+        stress are NaN for a system never evaluated.
         """
         import pandas as pd
 

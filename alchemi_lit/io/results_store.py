@@ -22,6 +22,7 @@ store stays valid whatever happens to the process.  Writing is
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,15 +79,23 @@ def read_results(path: str | Path, run: int | None = None) -> Results:
         else 0
     )
     candidates = [chosen] if chosen else runs
-    names = next(
-        (
-            [str(n) for n in r["stage_names"]]
-            for r in candidates
-            if isinstance(r.get("stage_names"), list) and len(r["stage_names"]) == width
-        ),
-        None,
+    names = merged_stage_names(
+        r["stage_names"]
+        for r in candidates
+        if isinstance(r.get("stage_names"), list) and len(r["stage_names"]) == width
     )
     return Results(batch, stats, stage_names=names)
+
+
+def merged_stage_names(per_run: Iterable[Sequence[Any]]) -> list[str] | None:
+    """Labels of the stage-history columns of rows several runs wrote (each run's labels,
+    all of one width): a column every run names alike keeps its name; one they name
+    differently lists their names in run order, joined by ``|`` (``"0:FIRE|0:Langevin"``:
+    its rows left either stage).  None when no run names the columns."""
+    known = [[str(n) for n in names] for names in per_run]
+    if not known:
+        return None
+    return ["|".join(dict.fromkeys(column)) for column in zip(*known)]
 
 
 def read_store_batch(path: str | Path, run: int | None = None) -> Batch | None:

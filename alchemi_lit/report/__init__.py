@@ -13,7 +13,8 @@ min, max -- over the systems that left the stage (quarantined systems never leav
 theirs; volume and pressure over the periodic ones, the pressure where the run computed
 the stress).  Stage labels come from the ``stage_names``
 each run records in the store (``"code:Name"`` for fused plans, ``"column:Name"``
-across a pipeline's ranks); older stores fall back to parsing the stored plan.
+across a pipeline's ranks; a column the runs of a store named differently lists their
+names, ``"0:FIRE|0:Langevin"``); older stores fall back to parsing the stored plan.
 
 Wall time and throughput come from the ``stats`` the Simulator records in each run's
 entry of the store's ``runs`` attribute (API and CLI runs alike).  A store several runs
@@ -42,11 +43,13 @@ from ..core.state import (
     EXIT_COMPLETED,
     EXIT_CONVERGED,
     EXIT_MAX_STEPS,
+    EXIT_MODEL_ERROR,
     EXIT_QUARANTINED,
     EXIT_REASONS,
     EXIT_RUNNING,
 )
 from ..core.units import GPa
+from ..io.results_store import merged_stage_names
 from .bands import band_rows, bands_table, store_paths
 from .plots import make_plots, plot_band_paths
 from .plots import plot_trajectory as plot_trajectory  # public here too
@@ -188,7 +191,7 @@ def summarize(
         out.update(
             converged=int(np.asarray(arr["converged"], dtype=bool).sum()),
             completed=int((exit_code == EXIT_COMPLETED).sum()),
-            quarantined=int((exit_code == EXIT_QUARANTINED).sum()),
+            quarantined=int(np.isin(exit_code, (EXIT_QUARANTINED, EXIT_MODEL_ERROR)).sum()),
             exit_reasons=dict(sorted(reasons.items())),
             atoms=int(n_atoms.sum()),
             energy_per_atom={
@@ -358,10 +361,11 @@ def report(
     runs = read_store_runs(store)
     last = runs[-1] if runs else {}
     k = systems["stage_steps"].shape[1] if "stage_steps" in systems else 0
-    names = stage_names_of_run(last, k)
+    # the columns hold every run's stages: labelled as all the runs name them
+    names = merged_stage_names(stage_names_of_run(r, k) for r in runs) or []
     summary = summarize(systems, names)
     summary.update(summarize_runs(runs, systems))
-    plan = " / ".join(names) if names else last.get("plan", "?")
+    plan = " / ".join(stage_names_of_run(last, k)) if k else last.get("plan", "?")
     where = [f"{store} ({len(runs)} run(s); last: stages {plan}, model {last.get('model', '?')})"]
     if plots is not None:
         where.append(f"plots: {plots}")
