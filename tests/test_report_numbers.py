@@ -78,18 +78,23 @@ class RaisesOnSystem1(LennardJones):
 
 
 # ---------------------------------------------------------------------- quarantine
-def test_a_system_the_model_failed_on_counts_as_quarantined(tmp_path: Path) -> None:
+def test_a_system_the_model_failed_on_counts_as_quarantined(tmp_path: Path, log_messages) -> None:
     """A model error quarantines a system as non-finite values do (``failed_exit``): the
-    report counts both.  It counted only ``non_finite`` exits, so a store whose model
-    raised on a structure read ``quarantined 0`` next to ``model_error=1``."""
+    report and the Logger's run summary count both.  They counted only ``non_finite``
+    exits, so a run whose model raised on a structure read ``quarantined 0`` next to
+    ``model_error=1``."""
+    from alchemi_lit.callbacks import Logger
+
     store = tmp_path / "e.zarr"
     sim = al.Simulator(model=RaisesOnSystem1(), stages=VelocityVerlet(dt=1.0, steps=4),
-                       sinks=[ZarrSink(store)])  # fmt: skip
+                       sinks=[ZarrSink(store)], callbacks=[Logger(frequency=100)])  # fmt: skip
     assert sim.run(argon_crystals(n_systems=3, repeat=1, seed=1)).exit_reasons == [
         "completed", "model_error", "completed"]  # fmt: skip
     summary, text = run_report(store)
     assert summary["quarantined"] == 1 and summary["exit_reasons"]["model_error"] == 1
     assert re.search(r"quarantined\W+1\W", text)
+    logged = [m for _, m in log_messages if m.startswith("run end")][-1]
+    assert "1 quarantined" in logged and "model_error=1" in logged
 
 
 # ---------------------------------------------------------------------- stage labels

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from loguru import logger
 
-from ..core.state import EXIT_COMPLETED, EXIT_QUARANTINED, EXIT_REASONS, EXIT_RUNNING
+from ..core.fields import FAILED_EXITS
+from ..core.state import EXIT_COMPLETED, EXIT_REASONS, EXIT_RUNNING
 from ..core.tensor_ops import row_dot
 from ..core.units import GPa
 from ..engine.hooks import Callback, StepContext
@@ -218,7 +219,7 @@ class Logger(Callback):
         atom_steps = sum(r[2] for r in records)
         converged = sum(r[1] for r in records)
         completed = sum(r[0] == EXIT_COMPLETED for r in records)
-        quarantined = sum(r[0] == EXIT_QUARANTINED for r in records)
+        quarantined = sum(r[0] in FAILED_EXITS for r in records)  # NaNGuard or model errors
         running = sum(r[0] == EXIT_RUNNING for r in records)
         graduated = int(ctx.state.get("graduated_systems", 0))
         systems = max(len(records), graduated + b.num_systems)

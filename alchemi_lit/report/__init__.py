@@ -39,12 +39,11 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.fields import FAILED_EXITS
 from ..core.state import (
     EXIT_COMPLETED,
     EXIT_CONVERGED,
     EXIT_MAX_STEPS,
-    EXIT_MODEL_ERROR,
-    EXIT_QUARANTINED,
     EXIT_REASONS,
     EXIT_RUNNING,
 )
@@ -191,7 +190,7 @@ def summarize(
         out.update(
             converged=int(np.asarray(arr["converged"], dtype=bool).sum()),
             completed=int((exit_code == EXIT_COMPLETED).sum()),
-            quarantined=int(np.isin(exit_code, (EXIT_QUARANTINED, EXIT_MODEL_ERROR)).sum()),
+            quarantined=int(np.isin(exit_code, FAILED_EXITS).sum()),
             exit_reasons=dict(sorted(reasons.items())),
             atoms=int(n_atoms.sum()),
             energy_per_atom={
