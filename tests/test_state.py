@@ -1,8 +1,7 @@
-"""Batch: ASE round trip, input validation, select/concatenate, casts, kinetics."""
+"""Batch: ASE round trip, validation, select/concatenate, casts (kinetics: test_state_kinetics)."""
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 
 import numpy as np
@@ -16,7 +15,6 @@ from ase.md import velocitydistribution
 from alchemi_lit import Batch, StructureError
 from alchemi_lit.core.errors import StructureWarning
 from alchemi_lit.core.state import ATOM_FIELDS, EXIT_CONVERGED, EXIT_MAX_STEPS, SYSTEM_FIELDS
-from alchemi_lit.testing import accelerator_path
 from conftest import (
     cluster_argon,
     mixed_pbc_argon,
@@ -370,56 +368,6 @@ def test_core_fields_and_setattr_checks() -> None:
     assert g.shape == (8, 2) and g.dtype == torch.int64 and bool((g == 7).all())
     assert batch.ptr.tolist() == [0, 4, 8]
     assert batch.atom_mask(torch.tensor([False, True])).tolist() == [False] * 4 + [True] * 4
-
-
-# ---------------------------------------------------------------------- kinetics
-@pytest.mark.parametrize("accelerator", [False, True], ids=["cpu", "accelerator-path"])
-@pytest.mark.parametrize("constrained", [True, False], ids=["fixed-atoms", "no-constraints"])
-def test_temperature_and_kinetic_energy_match_ase(constrained: bool, accelerator: bool) -> None:
-    """Per system and for the free atoms alone, against ASE; a batch without any fixed
-    atom takes the CPU's shortcut (3 N degrees of freedom), the accelerator path never."""
-    structures = rich_structures(seed=4)
-    for k, atoms in enumerate(structures):
-        if not constrained:
-            del atoms.constraints
-        thermalize(atoms, temperature_K=300 + 100 * k, rng=rng_for(k))
-    batch = Batch.from_atoms(structures, dtype=DT)
-    free = ~batch.fixed
-    with accelerator_path() if accelerator else contextlib.nullcontext():
-        ke, temp, ke_free = batch.kinetic_energy(), batch.temperature(), batch.kinetic_energy(free)
-    for k, atoms in enumerate(structures):
-        assert float(ke[k]) == pytest.approx(atoms.get_kinetic_energy(), rel=1e-12)
-        assert float(temp[k]) == pytest.approx(atoms.get_temperature(), rel=1e-12)
-        moving = atoms[~np.isin(np.arange(len(atoms)), fixed_indices(atoms))]
-        assert float(ke_free[k]) == pytest.approx(moving.get_kinetic_energy(), rel=1e-12)
-
-
-def fixed_indices(atoms: Atoms) -> list[int]:
-    return [int(i) for c in atoms.constraints for i in c.index]
-
-
-@pytest.mark.parametrize("accelerator", [False, True], ids=["cpu", "accelerator-path"])
-def test_a_system_with_every_atom_fixed_has_zero_temperature(accelerator: bool) -> None:
-    """No degree of freedom and no kinetic energy: 0 K, not 0/0 (ASE divides by zero)."""
-    frozen = perturbed_argon(1, 1, 0.1, seed=9)[0]
-    frozen.set_constraint(FixAtoms(indices=range(len(frozen))))
-    moving = perturbed_argon(1, 1, 0.1, seed=10)[0]
-    thermalize(moving, temperature_K=500, rng=rng_for(10))
-    batch = Batch.from_atoms([frozen, moving], dtype=DT)
-    with accelerator_path() if accelerator else contextlib.nullcontext():
-        temp = batch.temperature()
-    assert batch.degrees_of_freedom().tolist() == [0.0, 3.0 * len(moving)]
-    assert float(temp[0]) == 0.0
-    assert float(temp[1]) == pytest.approx(moving.get_temperature(), rel=1e-12)
-
-
-def test_volume_of_a_left_handed_cell_is_positive_as_in_ase() -> None:
-    left = triclinic_argon(1, 0.05, 0.05, seed=11)
-    left.set_cell(left.cell.array[[1, 0, 2]], scale_atoms=False)  # det < 0
-    assert np.linalg.det(left.cell.array) < 0
-    batch = Batch.from_atoms([left, triclinic_argon(1, 0.05, 0.05, seed=12)], dtype=DT)
-    assert float(batch.volume[0]) == pytest.approx(left.get_volume(), rel=1e-12)
-    assert float(batch.volume[0]) > 0
 
 
 # ---------------------------------------------------------------------- results
