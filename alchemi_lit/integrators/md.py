@@ -65,10 +65,6 @@ class MDIntegrator(Integrator):
         time step (:func:`~.params.check_time_constant`)."""
         return check_time_constant(type(self).__name__, name, value, self.dt_fs)
 
-    def dt_tensor(self, batch: Batch) -> Param:
-        """The time step per system (:func:`~.ops.per_system`), in ASE's time unit."""
-        return ops.per_system(batch, self.dt)
-
 
 def describe(value: Param | None) -> str:
     """Short text for a parameter in a repr: a number, or ``per-system`` for tensors."""
