@@ -208,3 +208,85 @@ def test_missing_stress_is_named_with_the_fix() -> None:
         TorchSimModel(lj(stress=False), compute_stress=True)(batch)
     out = TorchSimModel(lj(stress=False))(batch)  # follows the model: no stress asked
     assert "stress" not in out
+
+
+def mixed_pbc_atoms() -> list:
+    """Two argon crystals around an argon cluster without a cell (two pbc patterns)."""
+    cluster = Icosahedron("Ar", 2, latticeconstant=5.26)
+    cluster.set_cell(np.zeros((3, 3)))
+    cluster.pbc = False
+    return [argon()[0], cluster, argon()[1]]
+
+
+def test_mixed_pbc_batch_in_reverse_id_order_keeps_each_systems_numbers() -> None:
+    """A mixed-pbc batch is split per pbc pattern and put back by *row*: with the rows in
+    reverse ``system_id`` order (as after a scheduler's reordering) every row's energy,
+    forces and stress are those TorchSim computes for that structure alone, and the
+    crystals keep their own (non-zero) stress -- only the cell-less cluster gets zero."""
+    atoms = mixed_pbc_atoms()
+    model = lj()
+    batch = Batch.from_atoms(atoms).select([2, 1, 0])  # rows hold system_id 2, 1, 0
+    assert batch.system_id.tolist() == [2, 1, 0]
+    out = TorchSimModel(model)(batch)
+    ptr = batch.ptr.tolist()
+    for row, sid in enumerate(batch.system_id.tolist()):
+        ref = own(model, [atoms[sid]])
+        torch.testing.assert_close(out["energy"][row], ref["energy"][0], rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            out["forces"][ptr[row] : ptr[row + 1]], ref["forces"], rtol=0, atol=1e-12
+        )
+        if atoms[sid].pbc.all():
+            assert float(ref["stress"][0].abs().max()) > 1e-5  # a non-trivial comparison
+            torch.testing.assert_close(out["stress"][row], ref["stress"][0], rtol=0, atol=1e-12)
+        else:
+            assert torch.equal(out["stress"][row], torch.zeros(3, 3, dtype=torch.float64))
+
+
+def test_to_sim_state_refuses_systems_of_different_pbc() -> None:
+    """A SimState has one pbc for all its systems: converting a crystal and a cell-less
+    cluster together must fail with the fix named, not silently give the cluster the
+    crystal's periodicity."""
+    with pytest.raises(ModelError, match="one pbc"):
+        to_sim_state(Batch.from_atoms(mixed_pbc_atoms()))
+
+
+def test_from_sim_state_of_a_cluster_is_not_periodic() -> None:
+    """TorchSim's state of a non-periodic cluster converts to a batch whose pbc is
+    (False, False, False), as ``Batch.from_atoms`` gives for the same ``ase.Atoms``."""
+    cluster = mixed_pbc_atoms()[1]
+    state = ts.initialize_state([cluster], device=torch.device("cpu"), dtype=torch.float64)
+    batch = from_sim_state(state)
+    assert torch.equal(batch.pbc, Batch.from_atoms([cluster]).pbc)
+    assert not bool(batch.pbc.any())
+
+
+def test_from_sim_state_velocities_are_momenta_over_masses() -> None:
+    """An MD state's momenta become velocities ``p / m``: the batch's kinetic energy per
+    system equals TorchSim's ``calc_kinetic_energy`` of the same momenta and masses
+    (both 1/2 sum p^2/m, in the same units)."""
+    from torch_sim.integrators import MDState
+
+    atoms = argon()
+    base = ts.initialize_state(atoms, device=torch.device("cpu"), dtype=torch.float64)
+    momenta = torch.randn(base.positions.shape, dtype=torch.float64,
+                          generator=torch.Generator().manual_seed(0))  # fmt: skip
+    state = MDState(
+        positions=base.positions, masses=base.masses, cell=base.cell, pbc=base.pbc,
+        atomic_numbers=base.atomic_numbers, system_idx=base.system_idx, momenta=momenta,
+        energy=torch.zeros(2, dtype=torch.float64), forces=torch.zeros_like(momenta),
+    )  # fmt: skip
+    batch = from_sim_state(state)
+    torch.testing.assert_close(batch.velocities * batch.masses.unsqueeze(-1), momenta)
+    ref = ts.quantities.calc_kinetic_energy(
+        masses=base.masses, momenta=momenta, system_idx=base.system_idx
+    )
+    torch.testing.assert_close(batch.kinetic_energy(), ref, rtol=1e-12, atol=0)
+
+
+def test_stress_asked_off_is_not_returned() -> None:
+    """``compute_stress=False`` in the call wins over the wrapper's default: no stress is
+    returned (so no stage pays for it), while the energy and forces are the model's."""
+    batch = Batch.from_atoms(argon())
+    out = TorchSimModel(lj(stress=True))(batch, compute_stress=False)
+    assert "stress" not in out
+    torch.testing.assert_close(out["energy"], own(lj(), argon())["energy"], rtol=0, atol=1e-12)
