@@ -352,3 +352,16 @@ def test_sevennet_with_cuda_graphs_runs_eagerly_with_one_warning() -> None:
     assert len([m for m in messages if "cuda_graphs" in m]) == 1
     assert torch.equal(runs[0].steps, runs[1].steps)
     torch.testing.assert_close(runs[1].batch.positions, runs[0].batch.positions, rtol=0, atol=1e-5)
+
+
+def test_supported_elements_are_the_checkpoints_species(model: SevenNet) -> None:
+    """``supported_elements`` holds atomic numbers (what ``check_batch`` compares with),
+    exactly the checkpoint's ``chemical_species`` converted by ASE -- not sevenn's type
+    indices 0..88, which would admit Z = 0 and refuse Ac-Pu -- and names are matched
+    case-insensitively ("SevenNet-0" is "sevennet-0")."""
+    from ase.data import atomic_numbers
+
+    species = load_checkpoint(checkpoint_path("sevennet-0"))["config"]["chemical_species"]
+    assert model.supported_elements == {atomic_numbers[s] for s in species}
+    assert 0 not in model.supported_elements and 94 in model.supported_elements
+    assert checkpoint_path("SevenNet-0") == checkpoint_path("sevennet-0")
