@@ -262,3 +262,19 @@ def test_bare_state_dict_loads_strictly_into_the_architecture(
     torch.save(partial, path)
     with pytest.raises(RuntimeError, match="Missing key"):
         MACE(model_path=str(path), random_init="small", seed=1)
+
+
+def test_random_init_follows_its_seed_and_leaves_the_global_rng_alone(model: MACE) -> None:
+    """``build_mace_mp`` is deterministic per seed *and* uses only a forked RNG: another
+    seed gives other weights (the seed is used), and the global torch RNG state is the
+    same before and after the build (the caller's random stream is not consumed)."""
+    from alchemi_lit_mace import build_mace_mp
+
+    with torch.random.fork_rng(devices=[]):  # a state no earlier build can have left
+        torch.manual_seed(12345)
+        before = torch.random.get_rng_state()
+        other = build_mace_mp("small", seed=1)
+        assert torch.equal(torch.random.get_rng_state(), before)
+    theirs, ours = dict(other.named_parameters()), dict(model.net.named_parameters())
+    name = next(k for k in ours if ours[k].numel() > 100)
+    assert not torch.equal(theirs[name].to(ours[name].dtype), ours[name])
