@@ -164,3 +164,23 @@ def test_fire_and_pipeline(model: CHGNet) -> None:
     e0 = model(Batch.from_atoms(atoms))["energy"]
     fused = check_pipeline_equals_fused(model, atoms)
     assert torch.all(fused.batch.energy < e0 - 1e-3), (e0, fused.batch.energy)
+
+
+def test_supported_elements_are_hydrogen_to_plutonium(model: CHGNet) -> None:
+    """CHGNet embeds element ``Z`` at row ``Z - 1`` of its 94-row embedding, so the
+    supported atomic numbers are 1..94 (H-Pu): Pu is accepted, Z = 0 is not."""
+    assert model.net.atom_embedding.embedding.num_embeddings == 94
+    assert model.supported_elements == frozenset(range(1, 95))
+
+
+def test_structure_without_angles_matches_chgnet_calculator(model: CHGNet, monkeypatch) -> None:
+    """bcc Li at a = 3.5 Å has no bond shorter than CHGNet's 3 Å bond-graph cutoff
+    (nearest neighbours at sqrt(3)/2 a = 3.03 Å), so its bond graph is empty: alone in a
+    batch it takes the no-angle branch, and must still equal the calculator (float64,
+    bounds of the parity test)."""
+    li = bulk("Li", "bcc", a=3.5, cubic=True)
+    out = model(Batch.from_atoms([li], dtype=torch.float64))
+    ((e, f, s),) = _reference([li], torch.float64, monkeypatch)
+    assert abs(float(out["energy"][0]) - e) / len(li) < 1e-6
+    np.testing.assert_allclose(out["forces"].double(), f, 0, 1e-5)
+    np.testing.assert_allclose(out["stress"][0].double(), s, 0, 1e-6)
