@@ -184,3 +184,27 @@ def test_structure_without_angles_matches_chgnet_calculator(model: CHGNet, monke
     assert abs(float(out["energy"][0]) - e) / len(li) < 1e-6
     np.testing.assert_allclose(out["forces"].double(), f, 0, 1e-5)
     np.testing.assert_allclose(out["stress"][0].double(), s, 0, 1e-6)
+
+
+def test_bond_graph_has_as_many_angles_as_chgnets_own(model: CHGNet, monkeypatch) -> None:
+    """The angles built here are CHGNet's bond graph: for each structure alone, as many
+    (ordered pairs of bonds shorter than the 3 Å bond cutoff around one atom) as CHGNet's
+    own ``CrystalGraphConverter`` puts in ``bond_graph`` for the pymatgen structure.
+    (Angles with a longer bond would add nothing to the energy, so only their number
+    shows them, and the cost: they grow with the square of the 6 Å neighbour count.)"""
+    import alchemi_lit_chgnet.model as plugin
+    from pymatgen.io.ase import AseAtomsAdaptor
+
+    counts: list[int] = []
+
+    def spy(*args):
+        first, second = pairs(*args)
+        counts.append(len(first))
+        return first, second
+
+    pairs = plugin._angle_pairs
+    monkeypatch.setattr(plugin, "_angle_pairs", spy)
+    for atoms in structures()[:2]:  # Si (4 bonds < 3 Å per atom), strained NaCl
+        model(Batch.from_atoms([atoms], dtype=torch.float64))
+        graph = model.net.graph_converter(AseAtomsAdaptor.get_structure(atoms))
+        assert counts[-1] == len(graph.bond_graph) > 0
