@@ -290,3 +290,42 @@ def test_stress_asked_off_is_not_returned() -> None:
     out = TorchSimModel(lj(stress=True))(batch, compute_stress=False)
     assert "stress" not in out
     torch.testing.assert_close(out["energy"], own(lj(), argon())["energy"], rtol=0, atol=1e-12)
+
+
+def test_slab_next_to_a_crystal_is_never_given_zeros() -> None:
+    """pbc patterns are whole rows: a slab (T, T, F) next to a crystal (T, T, T) is its own
+    pattern, not merged into "True"/"False" flags, so it is evaluated (TorchSim >= 0.4.1:
+    TorchSim's own numbers) or refused with the fix named (older TorchSim: one flag for
+    all axes) -- never left with a zero energy."""
+    from alchemi_lit_torchsim.model import _per_axis_pbc
+
+    slab = argon()[0].copy()
+    slab.pbc = (True, True, False)
+    atoms = [argon()[1], slab]
+    model = lj()
+    batch = Batch.from_atoms(atoms)
+    if not _per_axis_pbc():
+        with pytest.raises(ModelError, match="slab"):
+            TorchSimModel(model)(batch)
+        return
+    out = TorchSimModel(model)(batch)
+    for b, a in enumerate(atoms):
+        ref = own(model, [a])["energy"][0]
+        torch.testing.assert_close(out["energy"][b], ref, rtol=0, atol=1e-12)
+
+
+def test_float32_model_gets_a_float32_state_and_float64_results() -> None:
+    """A float32 TorchSim model is handed a float32 state (what its dtype says it takes:
+    a real MLIP's float32 weights would refuse or silently upcast float64 inputs) and its
+    results come back in the float64 batch's dtype."""
+    seen: list[torch.dtype] = []
+
+    class Spy(LennardJonesModel):
+        def forward(self, state, **kwargs):  # type: ignore[override]
+            seen.append(state.positions.dtype)
+            return super().forward(state, **kwargs)
+
+    spy = Spy(sigma=3.40, epsilon=0.0104, cutoff=6.0, dtype=torch.float32, compute_stress=True)
+    out = TorchSimModel(spy)(Batch.from_atoms(argon()))
+    assert seen == [torch.float32]
+    assert all(v.dtype == torch.float64 for v in out.values())
