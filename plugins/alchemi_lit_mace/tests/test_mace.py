@@ -278,3 +278,20 @@ def test_random_init_follows_its_seed_and_leaves_the_global_rng_alone(model: MAC
     theirs, ours = dict(other.named_parameters()), dict(model.net.named_parameters())
     name = next(k for k in ours if ours[k].numel() > 100)
     assert not torch.equal(theirs[name].to(ours[name].dtype), ours[name])
+
+
+def test_damaged_files_are_refused(model: MACE, tmp_path) -> None:
+    """A safe checkpoint missing one tensor is refused (strict load: the tensor would
+    otherwise keep its random initialisation), and a trusted pickle that holds no
+    module is named as such rather than returned as the "model"."""
+    path = tmp_path / "safe.pt"
+    save_checkpoint(model.net, path)
+    payload = torch.load(path, weights_only=True)
+    payload["state_dict"].pop(next(k for k in payload["state_dict"] if "weight" in k))
+    torch.save(payload, path)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        load_model(path)
+    other = tmp_path / "not_a_module.model"
+    torch.save({"x": torch.zeros(1), "f": np.random.default_rng}, other)  # needs unpickling
+    with pytest.raises(ValueError, match="not a MACE module"):
+        load_model(other, trust_pickle=True)
