@@ -208,3 +208,12 @@ def test_bond_graph_has_as_many_angles_as_chgnets_own(model: CHGNet, monkeypatch
         model(Batch.from_atoms([atoms], dtype=torch.float64))
         graph = model.net.graph_converter(AseAtomsAdaptor.get_structure(atoms))
         assert counts[-1] == len(graph.bond_graph) > 0
+
+
+def test_checkpoint_without_model_is_refused_with_the_format_named(tmp_path) -> None:
+    """A plain-data file that is not a CHGNet checkpoint (no ``model`` entry) fails with
+    the expected format named, not with a bare KeyError."""
+    bad = tmp_path / "other.pth.tar"
+    torch.save({"state_dict": {"w": torch.zeros(1)}}, bad)
+    with pytest.raises(RuntimeError, match="model/state_dict"):
+        load_network(str(bad))
