@@ -295,3 +295,23 @@ def test_damaged_files_are_refused(model: MACE, tmp_path) -> None:
     torch.save({"x": torch.zeros(1), "f": np.random.default_rng}, other)  # needs unpickling
     with pytest.raises(ValueError, match="not a MACE module"):
         load_model(other, trust_pickle=True)
+
+
+def test_network_sees_only_the_pairs_within_r_max(model: MACE) -> None:
+    """The Verlet list's skin pairs (r_max < r <= r_max + skin) are dropped before the
+    network: it gets exactly the directed edges ASE's ``neighbor_list`` finds within
+    r_max = 6 Å.  (MACE's envelope zeroes the skin pairs, so only this count -- and the
+    ~40 % of edge work they would cost -- shows whether they were dropped.)"""
+    from ase.neighborlist import neighbor_list
+
+    seen: list[int] = []
+    hook = model.net.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(args[0]["edge_index"].shape[1]),
+        with_kwargs=True,
+    )
+    try:
+        for atoms in structures()[:2]:
+            model(Batch.from_atoms([atoms], dtype=torch.float64))
+            assert seen[-1] == len(neighbor_list("i", atoms, 6.0)) > 0
+    finally:
+        hook.remove()
