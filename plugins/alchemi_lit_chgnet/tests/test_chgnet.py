@@ -217,3 +217,21 @@ def test_checkpoint_without_model_is_refused_with_the_format_named(tmp_path) -> 
     torch.save({"state_dict": {"w": torch.zeros(1)}}, bad)
     with pytest.raises(RuntimeError, match="model/state_dict"):
         load_network(str(bad))
+
+
+
+@pytest.mark.parametrize("a", [2.0, 3.0])
+def test_a_shell_at_exactly_a_cutoff_matches_the_calculator(model: CHGNet, monkeypatch, a) -> None:
+    """Simple-cubic Cu with a = 2 or 3 Å has a neighbour shell at exactly the 6 Å atom-graph
+    cutoff (and at a = 3, one at exactly the 3 Å bond-graph cutoff).  CHGNet's converter
+    (pymatgen's neighbour list) keeps pairs at r == cutoff, our adapter keeps r < cutoff:
+    the results must still agree, as CHGNet's smooth cutoffs vanish there (float64, the
+    parity test's bounds)."""
+    from ase import Atoms
+
+    cu = Atoms("Cu", cell=[a, a, a], pbc=True)
+    out = model(Batch.from_atoms([cu], dtype=torch.float64, validate=False))
+    ((e, f, s),) = _reference([cu], torch.float64, monkeypatch)
+    assert abs(float(out["energy"][0]) - e) < 1e-6
+    np.testing.assert_allclose(out["forces"].double(), f, 0, 1e-5)
+    np.testing.assert_allclose(out["stress"][0].double(), s, 0, 1e-6)
