@@ -15,10 +15,9 @@ How the graph is built (what CHGNet's converter and ``BatchedGraph.from_graphs``
   Pairs shorter than ``atom_graph_cutoff`` (6 Å) are CHGNet's undirected bonds; each
   gives two directed edges, ``i -> j`` and ``j -> i`` (``directed2undirected`` maps both
   to the bond).  Pairs between the cutoff and cutoff + skin are dropped before the
-  network, and must be: they are not bonds of CHGNet's graph, and although its radial
-  basis vanishes there the network does not ignore such an edge (keeping them fails the
-  parity test with CHGNet's calculator).  A pair at exactly the cutoff, which CHGNet's
-  converter keeps and this drops, contributes nothing (tested at r == 6 Å).
+  network: CHGNet's smooth cutoff makes their contribution exactly zero, but they would
+  cost edge work.  (Likewise a pair at exactly the cutoff, which CHGNet's converter
+  keeps and this drops: tested at r == 6 Å.)
 * **Bond features.**  The radial Bessel bases of the atom and bond graphs
   (``rbf_expansion_ag`` / ``_bg`` of CHGNet's ``BondEncoder``) of the bond lengths;
   CHGNet's bond vector of a directed edge is ``centre - neighbour``, i.e. ``-vec`` for
