@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ from ase.calculators.morse import MorsePotential as AseMorse
 
 from alchemi_lit import Batch
 from alchemi_lit.models import LennardJones, Morse
+from alchemi_lit.testing import accelerator_path
 from conftest import AR_EPSILON, AR_SIGMA, mixed_structures, perturbed_argon, strained
 
 DT = torch.float64
@@ -223,21 +226,26 @@ def test_a_pair_exactly_at_the_lj_cutoff_is_counted_as_in_ase() -> None:
     assert abs(float(out["energy"][0]) - ref.get_potential_energy()) < 1e-15
 
 
+@pytest.mark.parametrize("accelerator", [False, True], ids=["cpu", "accelerator-path"])
 @pytest.mark.parametrize("skin", [0.0, 0.5])
-def test_a_neighbour_shell_exactly_at_the_cutoff_counts_without_a_skin(skin: float) -> None:
+def test_a_neighbour_shell_exactly_at_the_cutoff_counts_without_a_skin(
+    skin: float, accelerator: bool
+) -> None:
     """Simple-cubic argon, a = 3 Å, rc = 6 Å: the second shell along the axes sits at
     exactly the cutoff, where the shifted LJ's force does not vanish.  With no skin the
     list (strictly within its radius, as ASE's ``neighbor_list``) would drop it: the
     stress came out -0.0603157 instead of ASE's -0.0600299 eV/Å^3.  The forward and the
-    one-off :meth:`Model.stress` (always skinless) both count it, as ASE does."""
+    one-off :meth:`Model.stress` (always skinless) both count it, as ASE does, on the
+    CPU's list and on the accelerator's batched cell list."""
     atoms = Atoms("Ar", cell=[3.0, 3.0, 3.0], pbc=True)
     ref = atoms.copy()
     ref.calc = AseLJ(epsilon=AR_EPSILON, sigma=AR_SIGMA, rc=6.0)
     want = ref.get_stress(voigt=False)
     model = LennardJones(epsilon=AR_EPSILON, sigma=AR_SIGMA, cutoff=6.0, skin=skin)
     batch = Batch.from_atoms([atoms], dtype=DT, validate=False)
-    out = model(batch)
+    with accelerator_path() if accelerator else contextlib.nullcontext():
+        out, stress = model(batch), model.stress(batch)
     scale = np.abs(want).max()  # a sum of ~100 pair terms of this size: rtol 1e-12
     np.testing.assert_allclose(out["stress"][0].numpy(), want, rtol=0, atol=1e-12 * scale)
-    np.testing.assert_allclose(model.stress(batch)[0].numpy(), want, rtol=0, atol=1e-12 * scale)
+    np.testing.assert_allclose(stress[0].numpy(), want, rtol=0, atol=1e-12 * scale)
     assert abs(float(out["energy"][0]) - ref.get_potential_energy()) < 1e-12
