@@ -153,11 +153,7 @@ class ThermoMonitor(Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         records = state.get("records")
-        self._chunks = (
-            [{k: np.asarray(v.numpy() if torch.is_tensor(v) else v) for k, v in records.items()}]
-            if records is not None
-            else []
-        )
+        self._chunks = [] if records is None else [{k: np.asarray(v) for k, v in records.items()}]
         self._flat = None
         self._restored = True
 

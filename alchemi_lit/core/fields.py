@@ -54,7 +54,8 @@ EXIT_REASONS = {
     EXIT_QUARANTINED: "non_finite",
     EXIT_MODEL_ERROR: "model_error",
 }
-#: Exits for a failure (non-finite values, a model error): quarantined, never converged.
+#: Exits for a failure (non-finite values, a model error): quarantined, never converged
+#: (on host records; ``engine.status.failed_exit`` is the per-step tensor test).
 FAILED_EXITS = (EXIT_QUARANTINED, EXIT_MODEL_ERROR)
 
 #: ``info`` key under which a system's other per-atom ``ase.Atoms.arrays``

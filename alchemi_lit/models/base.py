@@ -161,12 +161,12 @@ class Model(torch.nn.Module):
         return out
 
     def stress(self, batch: Batch) -> torch.Tensor:
-        """Stress of ``batch`` in a one-off evaluation, with a list of its own (no skin
-        beyond :func:`list_skin`'s):
-        the model's cached list is left alone.  The step loop does not call it (its
-        forwards compute the stress where a stage or ``Simulator(stress=True)`` asks;
-        graduates otherwise carry NaN stress); a model overriding :meth:`forward`
-        overrides this too (the ASE-calculator model, the TorchSim plugin)."""
+        """Stress of ``batch`` in a one-off evaluation, with a skinless list of its own
+        (:func:`list_skin`): the model's cached list is left alone.  The step loop does
+        not call it (its forwards compute the stress where a stage or
+        ``Simulator(stress=True)`` asks; graduates otherwise carry NaN stress); a model
+        overriding :meth:`forward` overrides this too (the ASE-calculator model, the
+        TorchSim plugin)."""
         edges = NeighborList(self.cutoff, list_skin(self.cutoff, 0.0))(batch)
         _, grad = self.energy_and_edge_gradient(batch, edges)  # eager: no recompilation
         return virial_stress(batch, edges, grad)
