@@ -160,6 +160,18 @@ def argon_bulk(repeat: int | Sequence[int] = 3, cubic: bool = True) -> Atoms:
     return atoms.repeat(repeat)
 
 
+def noisy_argon(
+    seed: int | None, repeat: int | Sequence[int] = 1, noise: float = 0.05
+) -> Atoms:
+    """Cubic fcc argon with positions moved by N(0, ``noise`` Å) from
+    ``np.random.default_rng(seed)`` (``seed=None``: the perfect crystal)."""
+    atoms = argon_bulk(repeat)
+    if seed is not None:
+        rng = np.random.default_rng(seed)
+        atoms.positions += rng.normal(scale=noise, size=atoms.positions.shape)
+    return atoms
+
+
 def perturbed_argon(
     n_systems: int = 1, repeat: int | Sequence[int] = 3, noise: float = 0.1, seed: int = 0
 ) -> list[Atoms]:

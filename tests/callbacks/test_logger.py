@@ -4,17 +4,17 @@ against a fake clock counted by hand."""
 from __future__ import annotations
 
 import re
+from functools import partial
 
 import numpy as np
 import pytest
 from ase import Atoms
-from ase.build import bulk
 
 from alchemi_lit import Simulator
 from alchemi_lit.callbacks import HookStageEnum, LambdaCallback, Logger, StepContext
 from alchemi_lit.integrators import FIRE, VelocityVerlet
 from alchemi_lit.models import LennardJones
-from conftest import AseLJ
+from conftest import AseLJ, noisy_argon
 
 REPORT = re.compile(
     r"step +(\d+) \| 0:FIRE=(\d+) (?:1:\w+=(\d+) )?exit=(\d+) \| finished (\d+)/3 \| "
@@ -23,12 +23,8 @@ REPORT = re.compile(
 )
 
 
-def argon(seed: int | None, repeat: int = 1) -> Atoms:
-    atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(repeat)
-    if seed is not None:
-        rng = np.random.default_rng(seed)
-        atoms.positions += rng.normal(scale=0.1, size=atoms.positions.shape)
-    return atoms
+#: argon moved by 0.1 Å: forces large enough to read in the reports
+argon = partial(noisy_argon, noise=0.1)
 
 
 def ase_states(ctx: StepContext, rows: list[int]) -> list[Atoms]:

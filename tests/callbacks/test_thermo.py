@@ -7,18 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ase.build import bulk
 
 from alchemi_lit import Simulator
 from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback, ThermoMonitor
 from alchemi_lit.integrators import VelocityVerlet
 from alchemi_lit.models import LennardJones
-
-
-def argon(seed: int, repeat: int = 1):
-    atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(repeat)
-    atoms.positions += np.random.default_rng(seed).normal(scale=0.05, size=atoms.positions.shape)
-    return atoms
+from conftest import noisy_argon
 
 
 class Crash(Exception):
@@ -41,7 +35,7 @@ def test_a_resumed_run_keeps_the_records_taken_before_its_checkpoint(tmp_path: P
             sync_every=2, precision="64", accelerator="cpu",
         )  # fmt: skip
         where = str(tmp_path / folder) if resume else None
-        sim.run([argon(0), argon(1)], resume=where)
+        sim.run([noisy_argon(0), noisy_argon(1)], resume=where)
         return monitor
 
     def crash(ctx) -> None:
@@ -74,7 +68,7 @@ def test_records_match_ase_with_the_stress_asked_for_and_fixed_atoms() -> None:
 
     from conftest import AseLJ
 
-    atoms = argon(3, repeat=2)
+    atoms = noisy_argon(3, repeat=2)
     atoms.set_constraint(FixAtoms(indices=[0]))
     momenta = np.random.default_rng(4).normal(scale=0.1, size=(32, 3))
     momenta[0] = 0.0
@@ -108,7 +102,7 @@ def test_steps_count_each_systems_steps_through_every_stage() -> None:
     Simulator(
         model=LennardJones(0.0104, 3.40, 6.0), stages=plan, callbacks=[monitor],
         precision="64", accelerator="cpu",
-    ).run([argon(0)])  # fmt: skip
+    ).run([noisy_argon(0)])  # fmt: skip
     series = monitor.series(0)
     assert series["loop_step"].tolist() == [0, 1, 2, 3, 4, 5, 6]
     assert series["steps"].tolist() == [0, 1, 2, 3, 4, 5, 6]
@@ -121,6 +115,6 @@ def test_without_final_only_every_frequency_steps_are_recorded() -> None:
     Simulator(
         model=LennardJones(0.0104, 3.40, 6.0), stages=VelocityVerlet(dt=1.0, steps=10),
         callbacks=[monitor], precision="64", accelerator="cpu",
-    ).run([argon(0), argon(1)])  # fmt: skip
+    ).run([noisy_argon(0), noisy_argon(1)])  # fmt: skip
     for sid in (0, 1):
         assert monitor.series(sid)["loop_step"].tolist() == [0, 4, 8]

@@ -9,23 +9,17 @@ from pathlib import Path
 import numpy as np
 import torch
 import zarr
-from ase.build import bulk
 
 from alchemi_lit import Batch, Simulator
 from alchemi_lit.callbacks import StepContext, TrajectoryWriter, read_trajectory
 from alchemi_lit.integrators import VelocityVerlet
 from alchemi_lit.models import LennardJones
-
-
-def argon(seed: int, repeat: int = 1):
-    atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(repeat)
-    atoms.positions += np.random.default_rng(seed).normal(scale=0.05, size=atoms.positions.shape)
-    return atoms
+from conftest import noisy_argon
 
 
 def sheared(seed: int):
     """An argon cell with a non-symmetric cell matrix (rows are lattice vectors, as ASE)."""
-    atoms = argon(seed)
+    atoms = noisy_argon(seed)
     cell = atoms.cell.array @ np.array([[1.0, 0.0, 0.0], [0.21, 1.0, 0.0], [0.07, -0.13, 1.0]])
     atoms.set_cell(cell, scale_atoms=True)
     return atoms
@@ -60,7 +54,7 @@ def test_frames_count_each_systems_steps_through_every_stage(tmp_path: Path) -> 
     again at 0 in the second stage)."""
     writer = TrajectoryWriter(tmp_path / "t.zarr", every=2, fields=("positions",))
     plan = VelocityVerlet(dt=1.0, steps=3, temperature=30.0) + VelocityVerlet(dt=1.0, steps=3)
-    simulate(plan, writer, [argon(0)])
+    simulate(plan, writer, [noisy_argon(0)])
     frames = read_trajectory(tmp_path / "t.zarr", 0)
     assert [f.info["loop_step"] for f in frames] == [0, 2, 4, 6]
     assert [f.info["step"] for f in frames] == [0, 2, 4, 6]
@@ -72,7 +66,7 @@ def test_without_write_final_only_every_steps_are_written(tmp_path: Path) -> Non
     no row for the finished state."""
     path = tmp_path / "t.zarr"
     writer = TrajectoryWriter(path, every=2, fields=("positions",), write_final=False)
-    simulate(VelocityVerlet(dt=1.0, steps=5), writer, [argon(0), argon(1)])
+    simulate(VelocityVerlet(dt=1.0, steps=5), writer, [noisy_argon(0), noisy_argon(1)])
     for sid in (0, 1):
         frames = read_trajectory(path, sid)
         assert [f.info["loop_step"] for f in frames] == [0, 2, 4]
@@ -89,7 +83,7 @@ def test_buffered_frames_reach_the_store_every_flush_every_frames(tmp_path: Path
     store to 2 and 4 frames (counted by hand)."""
     path = tmp_path / "t.zarr"
     writer = TrajectoryWriter(path, every=1, fields=("positions",), flush_every=2)
-    ctx = StepContext(batch=Batch.from_atoms([argon(0)], dtype=torch.float64))
+    ctx = StepContext(batch=Batch.from_atoms([noisy_argon(0)], dtype=torch.float64))
     writer.on_run_start(ctx)
     stored = []
     for ctx.step in range(4):
@@ -105,14 +99,14 @@ def test_a_buffer_of_max_buffer_atoms_is_flushed_at_once(tmp_path: Path) -> None
     path = tmp_path / "t.zarr"
     writer = TrajectoryWriter(path, every=1, fields=("positions",), flush_every=100)
     writer.max_buffer_atoms = 36
-    batch = Batch.from_atoms([argon(0), argon(1, repeat=2)], dtype=torch.float64)
+    batch = Batch.from_atoms([noisy_argon(0), noisy_argon(1, repeat=2)], dtype=torch.float64)
     ctx = StepContext(batch=batch)
     writer.on_run_start(ctx)
     writer.before_step(ctx)
     assert rows_in_store(path) == 1
     small = TrajectoryWriter(tmp_path / "s.zarr", every=1, fields=("positions",), flush_every=100)
     small.max_buffer_atoms = 36
-    ctx = StepContext(batch=Batch.from_atoms([argon(0)], dtype=torch.float64))
+    ctx = StepContext(batch=Batch.from_atoms([noisy_argon(0)], dtype=torch.float64))
     small.on_run_start(ctx)
     for ctx.step in range(8):  # 8 x 4 = 32 atom rows: below the limit
         small.before_step(ctx)
