@@ -1,6 +1,6 @@
 """Nudged-elastic-band test cases: the Au-on-Al(100) hop of ASE's NEB tutorial, and
 small adatom hops on fcc(100) slabs of several metals (EMT), for tests/integrators and
-tests/workflows."""
+tests/workflows; and H2 "bands" with given energies for the band summaries."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import warnings
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import torch
+from ase import Atoms
 from ase.build import add_adsorbate, fcc100
 from ase.calculators.emt import EMT as AseEMT
+from ase.calculators.singlepoint import SinglePointCalculator
 from ase.constraints import FixAtoms
 from ase.mep import NEB as AseNEB
 from ase.optimize import QuasiNewton
@@ -75,3 +78,15 @@ class PoisonAt(EMT):
             out["energy"] = out["energy"].clone()
             out["energy"][hit[0]] = float("nan")
         return out
+
+
+def h2_band(energies: list[float], steps: list[int] | None = None) -> list[Atoms]:
+    """H2 images stretched along x, each with its energy (zero forces) and step count
+    (default 0): a band's summary without running one."""
+    images = []
+    for k, (e, n) in enumerate(zip(energies, steps or [0] * len(energies))):
+        a = Atoms("H2", positions=[[0, 0, 0], [0.7 + 0.1 * k, 0, 0]])
+        a.calc = SinglePointCalculator(a, energy=e, forces=np.zeros((2, 3)))
+        a.info.update(steps=n, converged=True, exit_reason="converged")
+        images.append(a)
+    return images

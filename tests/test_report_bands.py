@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ase import Atoms
-from ase.calculators.singlepoint import SinglePointCalculator
 from ase.mep import NEB, NEBTools
+from neb_cases import h2_band
 from rich.console import Console
 from test_report_numbers import write_store
 
@@ -32,16 +31,6 @@ ENERGIES = {0: [0.0, 0.2, 0.5, 0.3, 0.9], 1: [0.4, 1.0, 1.0, 0.5, 0.1]}
 #: band is judged on its interior images), path 1's image 2 turned non-finite
 EXITS = {0: [2, 1, 1, 1, 2], 1: [1, 1, 4, 1, 1]}
 ORDER = [7, 0, 10, 3, 9, 1, 5, 4, 8, 2, 6]  # the store's rows: system ids as written
-
-
-def images(energies: list[float]) -> list[Atoms]:
-    """H2 images stretched along x with their energies (zero forces)."""
-    out = []
-    for k, e in enumerate(energies):
-        a = Atoms("H2", positions=[[0, 0, 0], [0.7 + 0.1 * k, 0, 0]])
-        a.calc = SinglePointCalculator(a, energy=e, forces=np.zeros((2, 3)))
-        out.append(a)
-    return out
 
 
 def band_store(tmp_path: Path) -> Path:
@@ -75,7 +64,7 @@ def test_band_rows_are_ase_barriers_of_each_path_in_id_order(tmp_path: Path) -> 
     rows = summary["bands"]
     assert [r["path_id"] for r in rows] == [0, 1]
     for row, energies in zip(rows, ENERGIES.values()):
-        band = images(energies)
+        band = h2_band(energies)
         forward, reaction = NEBTools(band).get_barrier(fit=False)
         neb = NEB(band, climb=True, method="improvedtangent")
         neb.get_forces()

@@ -5,25 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ase import Atoms
-from ase.calculators.singlepoint import SinglePointCalculator
 from ase.mep import NEB, NEBTools
+from neb_cases import h2_band
 
 from alchemi_lit.core.errors import StructureError
 from alchemi_lit.data.bands import check_band
 from alchemi_lit.io.bands import Band, highest_image
 from alchemi_lit.report.bands import band_rows
-
-
-def h2_band(energies: list[float], steps: list[int]) -> list[Atoms]:
-    """H2 images stretched along x, each with its energy (zero forces) and step count."""
-    images = []
-    for k, (e, n) in enumerate(zip(energies, steps)):
-        a = Atoms("H2", positions=[[0, 0, 0], [0.7 + 0.1 * k, 0, 0]])
-        a.calc = SinglePointCalculator(a, energy=e, forces=np.zeros((2, 3)))
-        a.info.update(steps=n, converged=True, exit_reason="converged")
-        images.append(a)
-    return images
 
 
 @pytest.mark.parametrize("energies", [[0, 1, 1, 0.5, 0], [0, 0.2, 0.9, 0.9, -0.1], [0, 3, 1, 2, 1]])
