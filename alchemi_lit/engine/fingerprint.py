@@ -110,17 +110,20 @@ def input_digest(data: Any) -> str:
             host.atomic_numbers.numpy(), host.positions.numpy(), host.cell.numpy(),
             host.pbc.numpy(),
         )  # fmt: skip
-    if isinstance(data, SizeAwareSampler):
-        items, ids = [data.dataset[int(k)] for k in range(len(data.dataset))], data.system_ids
+    if isinstance(data, SizeAwareSampler):  # streamed: a dataset is never all in memory
         atoms, systems, edges = data.requested_budget()  # "auto" (-2), not what it measured
         budget = np.asarray([-2 if atoms == "auto" else atoms, systems or -1, edges or -1])
-    else:
-        items = [data] if isinstance(data, Atoms) else data  # (never consume an iterator)
-        if not isinstance(items, (list, tuple)) or not items:
-            return "not structures"  # (refused when the run reads them, naming the fix)
-        if not all(isinstance(a, Atoms) for a in items):
-            return "not structures"  # (refused when the run reads them, naming the fix)
-        ids, budget = np.asarray(default_system_ids(items)), np.zeros(0)
+        order = np.argsort(data.system_ids, kind="stable")
+        parts = StructureHashes()
+        for k in order:
+            parts.add(data.dataset[int(k)])
+        return parts.digest(data.system_ids[order], budget, data.sizes[order])
+    items = [data] if isinstance(data, Atoms) else data  # (never consume an iterator)
+    if not isinstance(items, (list, tuple)) or not items:
+        return "not structures"  # (refused when the run reads them, naming the fix)
+    if not all(isinstance(a, Atoms) for a in items):
+        return "not structures"  # (refused when the run reads them, naming the fix)
+    ids, budget = np.asarray(default_system_ids(items)), np.zeros(0)
     order = np.argsort(np.asarray(ids), kind="stable")
     items = [items[k] for k in order]
     return structures_digest(
@@ -130,15 +133,44 @@ def input_digest(data: Any) -> str:
     )  # fmt: skip
 
 
+class StructureHashes:
+    """SHA-256 of the species, coordinates, cells and periodicity of structures fed one
+    at a time (or as whole arrays: hashing bytes in pieces equals hashing them at once),
+    each part in one dtype, so a dataset streamed through here digests as the same
+    structures in a Batch do."""
+
+    PARTS = (("numbers", np.int64), ("positions", np.float64), ("cells", np.float64),
+             ("pbc", bool))  # fmt: skip
+
+    def __init__(self) -> None:
+        self.hashes = [hashlib.sha256() for _ in self.PARTS]
+
+    def update(self, *arrays: np.ndarray) -> None:
+        """Feed the next numbers, positions, cells and pbc (in ``system_id`` order)."""
+        for h, (_, dtype), a in zip(self.hashes, self.PARTS, arrays):
+            h.update(np.ascontiguousarray(a, dtype=dtype).tobytes())
+
+    def add(self, atoms: Any) -> None:
+        """Feed one ``ase.Atoms``."""
+        self.update(atoms.numbers, atoms.positions, atoms.cell.array, atoms.pbc)
+
+    def digest(self, ids: np.ndarray, budget: np.ndarray, counts: np.ndarray) -> str:
+        """The digest of what was fed, with the ids, budget and atom counts."""
+        ints = [np.asarray(a, dtype=np.int64) for a in (ids, budget, counts)]
+        sub = [np.frombuffer(h.digest(), dtype=np.uint8) for h in self.hashes]
+        return digest_arrays([*ints, *sub])
+
+
 def structures_digest(
     ids: np.ndarray, budget: np.ndarray, counts: np.ndarray, numbers: np.ndarray,
     positions: np.ndarray, cells: np.ndarray, pbc: np.ndarray,
 ) -> str:  # fmt: skip
-    """:func:`digest_arrays` of structures in ``system_id`` order, each part in one dtype
-    (integers int64, coordinates float64) whatever container and precision held it."""
-    ints = [np.asarray(a, dtype=np.int64) for a in (ids, budget, counts, numbers)]
-    floats = [np.asarray(a, dtype=np.float64) for a in (positions, cells)]
-    return digest_arrays([*ints, *floats, np.asarray(pbc, dtype=bool)])
+    """The digest of structures in ``system_id`` order (:class:`StructureHashes`), each
+    part in one dtype (integers int64, coordinates float64) whatever container and
+    precision held it."""
+    parts = StructureHashes()
+    parts.update(numbers, positions, cells, pbc)
+    return parts.digest(ids, budget, counts)
 
 
 def stage_settings(stages: Sequence[Any]) -> list[dict[str, Any]]:

@@ -155,7 +155,7 @@ class DistributedStrategy(Strategy):
             )
         counted = [0] * len(sampler.dataset)
         if self.buffer.num_edges and radius is not None:
-            from ..data.sampler import _count_edges
+            from ..data.sampler_checks import count_edges as _count_edges
 
             for k in sampler.order:
                 pairs = counted[int(k)] = _count_edges(sampler.dataset[int(k)], radius)
