@@ -242,7 +242,7 @@ class Simulator:
         elif checkpoint is None:  # nothing to resume from: the stores say what is done
             data, earlier = continue_from_stores(
                 data, resume, self._stores(), self.fingerprint,
-                lambda: self.strategy.salvage_before_restart(self),
+                lambda: self.strategy.salvage_before_restart(self), self._keeps_results_in_memory(),
             )  # fmt: skip
         stores = self._stores()
         new = [s for s in stores if not s.path.exists()]
