@@ -1,13 +1,15 @@
 """The batch budget of a run that names none: never one batch of everything.
 
 One batch of all the structures of a campaign file is what ran a machine out of memory
-with no result kept (issue 46; DESIGN_NOTES: "A run without a budget is bounded").  A run without a budget therefore
-gets a :class:`~alchemi_lit.data.SizeAwareSampler` whose budget is measured where
-measuring is reliable -- ``max_atoms="auto"`` on a CUDA device with the single strategy
-(the caching allocator's peaks are exact) -- and bounded otherwise: on a CPU a batch
-past a few thousand atoms is no faster per atom (a model's ``cpu_batch_atoms`` where
-it states one), and the pipeline and replicas strategies cannot measure.  The choice
-is logged, so a user sees which it was and how to set their own.
+with no result kept (issue 46; DESIGN_NOTES: "A run without a budget is bounded").  A
+run without a budget therefore gets a :class:`~alchemi_lit.data.SizeAwareSampler`
+whose budget is measured where measuring is reliable -- ``max_atoms="auto"`` on a CUDA
+device with the single strategy (the caching allocator's peaks are exact; a model
+whose memory it cannot see falls back to the bounded budget) -- and bounded otherwise:
+on a CPU a batch past a few thousand atoms is no faster per atom (a model's
+``cpu_batch_atoms`` where it states one), and the pipeline and replicas strategies
+cannot measure.  The choice is logged, so a user sees which it was and how to set
+their own.
 """
 
 from __future__ import annotations
@@ -40,7 +42,11 @@ def default_budget_sampler(
     run in one batch.  Logs which it chose and how to choose otherwise."""
     sampler = SizeAwareSampler(dataset, "auto", system_ids=system_ids, shard=shard)
     how = "set data.sampler.max_atoms (CLI) or pass a SizeAwareSampler to choose"
+    largest = max(
+        [int(sampler.sizes.max())] + [int(sampler.sizes[a:b].sum()) for _, a, b in sampler.bands]
+    )
     if device_type == "cuda" and measurable:
+        sampler.fallback_atoms = max(BOUNDED_MAX_ATOMS, largest)  # (a model memory unseen)
         logger.info(
             f"no batch budget given: max_atoms='auto', measured on the device before the "
             f"run ({len(sampler)} structures, {int(sampler.sizes.sum())} atoms); {how}"
@@ -48,9 +54,6 @@ def default_budget_sampler(
         return sampler
     hint = cpu_batch_atoms if device_type == "cpu" and cpu_batch_atoms else None
     bound = hint or BOUNDED_MAX_ATOMS
-    largest = max(
-        [int(sampler.sizes.max())] + [int(sampler.sizes[a:b].sum()) for _, a, b in sampler.bands]
-    )
     chosen = max(bound, largest)
     why = (
         f"the model's cpu_batch_atoms={hint}"

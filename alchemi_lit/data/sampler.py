@@ -29,7 +29,7 @@ from .bands import check_band
 from .datasets import Subset
 from .memory import MemoryReader
 from .open_dataset import open_dataset
-from .sampler_checks import check_bands_fit, check_budgets, count_all_edges, validation_pass
+from .sampler_checks import check_arguments, check_bands_fit, count_all_edges, validation_pass
 from .scan import scan, sharded
 
 
@@ -87,14 +87,7 @@ class SizeAwareSampler:
     ) -> None:
         if isinstance(dataset, (str, Path)):
             dataset = open_dataset(dataset)
-        check_budgets(max_atoms, max_systems, max_edges, memory_fraction)
-        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-            raise ConfigError(
-                f"SizeAwareSampler: the dataset must be indexable (len() and [k]) or a path, "
-                f"got a {type(dataset).__name__}; wrap it in list(...)"
-            )
-        if len(dataset) == 0:
-            raise ConfigError("SizeAwareSampler: the dataset is empty")
+        check_arguments(dataset, max_atoms, max_systems, max_edges, memory_fraction)
         first = 0  # the global position of the first structure (a shard's own)
         #: which shard of the dataset this sampler runs (``(index, count)``), or None
         self.shard: tuple[int, int] | None = None
@@ -145,6 +138,9 @@ class SizeAwareSampler:
         self.memory_fraction = float(memory_fraction)
         self.memory_reader = memory_reader
         self._edge_cap = self.max_edges  # the caller's (a cap on a measured one)
+        #: the budget ``"auto"`` falls back to, with a warning, where the model's memory
+        #: cannot be seen (the default budget's); None: that is an error
+        self.fallback_atoms: int | None = None
         #: what ``max_atoms="auto"`` measured and chose (None until then, or without it)
         self.memory_fit: dict[str, Any] | None = None
         self.order = np.arange(n)
@@ -189,7 +185,7 @@ class SizeAwareSampler:
             self.sizes[keep], bands, self.skip_invalid, self.memory_fraction,
             self.memory_reader,
         )  # fmt: skip
-        sub.shard, sub.elements = self.shard, self.elements
+        sub.shard, sub.elements, sub.fallback_atoms = self.shard, self.elements, self.fallback_atoms
         return sub
 
     def with_budget(self, max_atoms: int | str) -> SizeAwareSampler:
@@ -201,7 +197,7 @@ class SizeAwareSampler:
             self.sizes, self.bands, self.skip_invalid, self.memory_fraction,
             self.memory_reader,
         )  # fmt: skip
-        sub.shard, sub.elements = self.shard, self.elements
+        sub.shard, sub.elements, sub.fallback_atoms = self.shard, self.elements, self.fallback_atoms
         return sub
 
     def requested_budget(self) -> tuple[int | str, int | None, int | None]:
@@ -292,7 +288,7 @@ class SizeAwareSampler:
     def _measure(self, cutoff: float | None, probe: Any) -> None:
         """``max_atoms="auto"``: probe, fit, set the budgets, log and keep the fit."""
         from .memory import default_reader
-        from .memory_budget import choose, measure
+        from .memory_budget import MemoryNotSeen, choose, measure
 
         rows = np.asarray(self.order, dtype=np.int64)
         if len(rows) == 0:  # every structure was left out: nothing will run
@@ -301,12 +297,19 @@ class SizeAwareSampler:
         if self.edges is None:
             self.edges = self._count_edges(cutoff, "max_atoms='auto'")
         reader = self.memory_reader or default_reader(probe.device)
-        probes = measure(
-            self.dataset, self.sizes, self.edges, rows, probe, reader, self.memory_fraction
-        )
-        found = choose(
-            probes, self.sizes, self.edges, rows, reader, self.memory_fraction, self._edge_cap
-        )
+        try:
+            probes = measure(
+                self.dataset, self.sizes, self.edges, rows, probe, reader, self.memory_fraction
+            )
+            found = choose(
+                probes, self.sizes, self.edges, rows, reader, self.memory_fraction, self._edge_cap
+            )
+        except MemoryNotSeen as exc:
+            if self.fallback_atoms is None:
+                raise
+            logger.warning(f"{exc}; the default budget instead: max_atoms={self.fallback_atoms}")
+            self.max_atoms = self.fallback_atoms
+            return
         logger.info(found.summary())
         # (edges stay counted even without an edge budget: a resume that measures an
         # edge budget then finds the checkpoint's in-flight edge count kept)

@@ -18,8 +18,18 @@ from .scan import SCAN_CHUNK
 VALIDATION_CHUNK = SCAN_CHUNK
 
 
-def check_budgets(max_atoms: Any, max_systems: Any, max_edges: Any, memory_fraction: float) -> None:
-    """The budgets are numbers >= 1 (``max_atoms`` or ``"auto"``), the fraction in (0, 1]."""
+def check_arguments(
+    dataset: Any, max_atoms: Any, max_systems: Any, max_edges: Any, memory_fraction: float
+) -> None:
+    """The dataset is a non-empty sequence, the budgets numbers >= 1 (``max_atoms`` or
+    ``"auto"``), the fraction in (0, 1]."""
+    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+        raise ConfigError(
+            f"SizeAwareSampler: the dataset must be indexable (len() and [k]) or a path, "
+            f"got a {type(dataset).__name__}; wrap it in list(...)"
+        )
+    if len(dataset) == 0:
+        raise ConfigError("SizeAwareSampler: the dataset is empty")
     if isinstance(max_atoms, str) and max_atoms != "auto":
         raise ConfigError(
             f"SizeAwareSampler: max_atoms must be a number >= 1 or 'auto', got {max_atoms!r}"

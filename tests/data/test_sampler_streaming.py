@@ -141,3 +141,25 @@ def test_the_default_budget_is_bounded_on_a_cpu_and_measured_on_cuda(cells: Path
     assert default_budget_sampler(cells, "cuda", measurable=False).max_atoms == BOUNDED_MAX_ATOMS
     big = [bulk("Cu", "fcc", a=3.6, cubic=True) * (4, 4, 4)]  # 256 atoms > the hint
     assert default_budget_sampler(big, "cpu", True, cpu_batch_atoms=128).max_atoms == 256
+
+
+def test_the_measured_default_falls_back_to_the_bound_where_memory_is_unseen() -> None:
+    """A model whose memory the reader cannot see (allocations outside PyTorch) stops an
+    explicit ``max_atoms="auto"`` with an error; the default budget runs bounded."""
+    from test_memory_budget import CUTOFF, SKIN, LawReader, MiB, Recording, cpu_probe
+
+    from alchemi_lit.data import mixed_argon
+
+    model = Recording()
+    reader = LawReader(model, 0.0, 0.0, 0.0, 64 * MiB)
+    reader.resolution = MiB
+    data = mixed_argon(n_systems=100, max_atoms=100)
+    sampler = default_budget_sampler(data, "cuda", measurable=True)
+    sampler.memory_reader = reader
+    rest = sampler.without({0})  # (a resume keeps the fallback)
+    sampler.bind(CUTOFF + SKIN, cpu_probe(model))
+    assert sampler.max_atoms == BOUNDED_MAX_ATOMS
+    assert rest.fallback_atoms == BOUNDED_MAX_ATOMS
+    explicit = SizeAwareSampler(data, max_atoms="auto", memory_reader=reader)
+    with pytest.raises(ConfigError, match="did not grow with the batch"):
+        explicit.bind(CUTOFF + SKIN, cpu_probe(model))
