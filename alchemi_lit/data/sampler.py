@@ -29,7 +29,13 @@ from .bands import check_band
 from .datasets import Subset
 from .memory import MemoryReader
 from .open_dataset import open_dataset
-from .sampler_checks import check_arguments, check_bands_fit, count_all_edges, validation_pass
+from .sampler_checks import (
+    check_arguments,
+    check_bands_fit,
+    count_all_edges,
+    skip_rows,
+    validation_pass,
+)
 from .scan import scan, sharded
 
 
@@ -106,6 +112,7 @@ class SizeAwareSampler:
         )  # fmt: skip
         #: the atomic numbers that occur in the dataset (read in the same pass)
         self.elements = found.elements
+        self._prechecked, self.content_hashes = found.bad, found.hashes
 
     def _setup(
         self, dataset: Sequence[Any], max_atoms: int | str, max_systems: int | None,
@@ -147,6 +154,9 @@ class SizeAwareSampler:
         self.position = 0
         self._passed = 0  # takes that passed the system at the head of the queue
         self._validated = False
+        self._prechecked = None  # validation failures found by the scan of this dataset
+        #: the structures' content hashes in dataset order (the scan's; None after a change)
+        self.content_hashes = None
         #: structures left out under ``skip_invalid``: ``{"index", "system_id", "reason"}``
         self.skipped: list[dict[str, Any]] = []
         too_big = np.flatnonzero(self.sizes > self.max_atoms) if not self.auto else []
@@ -179,25 +189,28 @@ class SizeAwareSampler:
         keep = np.flatnonzero(~np.isin(self.system_ids, np.fromiter(skip, np.int64)))
         new_pos = {int(k): j for j, k in enumerate(keep)}
         bands = [(p, new_pos[a], new_pos[a] + b - a) for p, a, b in self.bands if a in new_pos]
-        sub = SizeAwareSampler.__new__(SizeAwareSampler)
-        sub._setup(
-            Subset(self.dataset, keep), *self.requested_budget(), self.system_ids[keep],
-            self.sizes[keep], bands, self.skip_invalid, self.memory_fraction,
-            self.memory_reader,
-        )  # fmt: skip
-        sub.shard, sub.elements, sub.fallback_atoms = self.shard, self.elements, self.fallback_atoms
-        return sub
+        return self._derived(Subset(self.dataset, keep), self.requested_budget()[0], keep, bands)
 
     def with_budget(self, max_atoms: int | str) -> SizeAwareSampler:
         """A sampler of the same structures and facts with another ``max_atoms`` (no pass
         over the dataset)."""
+        return self._derived(self.dataset, max_atoms, None, self.bands)
+
+    def _derived(
+        self, dataset: Sequence[Any], max_atoms: int | str, rows: np.ndarray | None,
+        bands: list[tuple[int, int, int]],
+    ) -> SizeAwareSampler:  # fmt: skip
+        """A sampler of ``dataset`` (this one's ``rows``, or all of it) from these facts."""
         sub = SizeAwareSampler.__new__(SizeAwareSampler)
+        ids, sizes = (self.system_ids, self.sizes) if rows is None else (
+            self.system_ids[rows], self.sizes[rows])  # fmt: skip
         sub._setup(
-            self.dataset, max_atoms, self.max_systems, self._edge_cap, self.system_ids,
-            self.sizes, self.bands, self.skip_invalid, self.memory_fraction,
-            self.memory_reader,
+            dataset, max_atoms, self.max_systems, self._edge_cap, ids, sizes, bands,
+            self.skip_invalid, self.memory_fraction, self.memory_reader,
         )  # fmt: skip
         sub.shard, sub.elements, sub.fallback_atoms = self.shard, self.elements, self.fallback_atoms
+        if rows is None:  # the same dataset: its scan's checks and hashes hold
+            sub._prechecked, sub.content_hashes = self._prechecked, self.content_hashes
         return sub
 
     def requested_budget(self) -> tuple[int | str, int | None, int | None]:
@@ -227,7 +240,10 @@ class SizeAwareSampler:
         count = self.max_edges is not None
         if count and cutoff is None:
             raise ConfigError("SizeAwareSampler: max_edges needs the model cutoff to count edges")
-        bad, edges = validation_pass(self.dataset, cutoff if count else None)
+        if self._prechecked is None:
+            bad, edges = validation_pass(self.dataset, cutoff if count else None)
+        else:  # validated in the scan: only the edges are left to count
+            bad, edges = self._prechecked, count_all_edges(self.dataset, cutoff) if count else None
         if bad and not self.skip_invalid:
             listing = "; ".join(msg for _, msg in bad[:5])
             raise StructureError(
@@ -255,30 +271,7 @@ class SizeAwareSampler:
         self._check_bands_fit()
 
     def _skip(self, rows: list[tuple[int, str]]) -> None:
-        """Leave dataset rows out (``skip_invalid``) with a warning naming each and why;
-        the run's summary lists them (:attr:`skipped`)."""
-        if not rows:
-            return
-        for k, why in rows:
-            self.skipped.append({"index": k, "system_id": int(self.system_ids[k]), "reason": why})
-        listing = "; ".join(
-            f"system {k} (system_id {self.system_ids[k]}): {why}" for k, why in rows
-        )
-        logger.warning(f"skipping {len(rows)} invalid structure(s) (skip_invalid=True): {listing}")
-        skip = {k for k, _ in rows}
-        for p, start, stop in self.bands:  # a band with a skipped image goes whole
-            mates = [k for k in range(start, stop) if k not in skip]
-            if len(mates) < stop - start:
-                for k in mates:
-                    self.skipped.append(
-                        {
-                            "index": k,
-                            "system_id": int(self.system_ids[k]),
-                            "reason": f"in band path_id {p} with a skipped image",
-                        }
-                    )
-                skip.update(mates)
-        self.order = np.asarray([k for k in self.order if k not in skip], dtype=np.int64)
+        skip_rows(self, rows)
 
     def _count_edges(self, cutoff: float | None, why: str) -> np.ndarray:
         if cutoff is None:

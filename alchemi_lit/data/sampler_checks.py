@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from loguru import logger
 
 from ..core.batched_validation import validate_structures
 from ..core.errors import ConfigError, StructureError
@@ -100,3 +101,28 @@ def check_bands_fit(sampler: Any) -> None:
                     f"raise {what} to at least {need} or use fewer images",
                     start,
                 )
+
+
+def skip_rows(sampler: Any, rows: list[tuple[int, str]]) -> None:
+    """Leave dataset rows out of ``sampler`` (``skip_invalid``) with a warning naming
+    each and why; the run's summary lists them (its ``skipped``)."""
+    if not rows:
+        return
+    for k, why in rows:
+        sampler.skipped.append({"index": k, "system_id": int(sampler.system_ids[k]), "reason": why})
+    listing = "; ".join(f"system {k} (system_id {sampler.system_ids[k]}): {why}" for k, why in rows)
+    logger.warning(f"skipping {len(rows)} invalid structure(s) (skip_invalid=True): {listing}")
+    skip = {k for k, _ in rows}
+    for p, start, stop in sampler.bands:  # a band with a skipped image goes whole
+        mates = [k for k in range(start, stop) if k not in skip]
+        if len(mates) < stop - start:
+            for k in mates:
+                sampler.skipped.append(
+                    {
+                        "index": k,
+                        "system_id": int(sampler.system_ids[k]),
+                        "reason": f"in band path_id {p} with a skipped image",
+                    }
+                )
+            skip.update(mates)
+    sampler.order = np.asarray([k for k in sampler.order if k not in skip], dtype=np.int64)

@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from ..core.batched_validation import validate_structures
 from ..core.errors import ConfigError, StructureError
+from ..core.structure_hash import StructureHashes
 from .bands import path_of, runs_of_paths
 from .datasets import Subset, parse_shard, shard_range
 
@@ -30,17 +32,23 @@ class Scanned:
     """Per-structure facts of a dataset: ``sizes`` (atoms), ``ids`` (the system ids the
     structures carry in ``info["system_id"]`` when all carry distinct integers, else
     None), ``bands`` (``(path_id, start, stop)`` runs of consecutive band images) and
-    ``elements`` (the atomic numbers that occur, for a model's element check)."""
+    ``elements`` (the atomic numbers that occur, for a model's element check), the
+    structures that failed validation (``(index, message)``, checked in the same pass)
+    and the content ``hashes`` in dataset order (the run's input digest)."""
 
     sizes: np.ndarray
     ids: np.ndarray | None
     bands: list[tuple[int, int, int]]
     elements: set[int]
+    bad: list[tuple[int, str]]
+    hashes: StructureHashes
 
 
 def scan(dataset: Sequence[Any], owner: str) -> Scanned:
-    """Read every structure of ``dataset`` once, keeping only its :class:`Scanned` facts;
-    an item that is not an ``ase.Atoms`` is an error naming its index."""
+    """Read every structure of ``dataset`` once, ``SCAN_CHUNK`` at a time, keeping only
+    its :class:`Scanned` facts (validation failures are kept, not raised: the sampler
+    reports them when it is bound); an item that is not an ``ase.Atoms`` is an error
+    naming its index."""
     from ase import Atoms
 
     n = len(dataset)
@@ -49,9 +57,11 @@ def scan(dataset: Sequence[Any], owner: str) -> Scanned:
     carried = True  # every structure so far carries an integral info["system_id"]
     paths: list[tuple[int, int | None]] = []
     elements: set[int] = set()
+    bad: list[tuple[int, str]] = []
+    hashes = StructureHashes()
     for start in range(0, n, SCAN_CHUNK):
-        for k in range(start, min(start + SCAN_CHUNK, n)):
-            atoms = dataset[k]
+        chunk = [dataset[k] for k in range(start, min(start + SCAN_CHUNK, n))]
+        for k, atoms in enumerate(chunk, start):
             if not isinstance(atoms, Atoms):
                 raise StructureError(
                     f"{owner}: structure {k} is of type {type(atoms).__name__}, not ase.Atoms; "
@@ -69,8 +79,10 @@ def scan(dataset: Sequence[Any], owner: str) -> Scanned:
             p = path_of(atoms)
             if p is not None:
                 paths.append((k, p))
+            hashes.add(atoms)
+        validate_structures(chunk, [None] * len(chunk), first_index=start, errors=bad)
     unique = carried and n > 0 and len(np.unique(ids)) == n
-    return Scanned(sizes, ids if unique else None, runs_of_paths(paths), elements)
+    return Scanned(sizes, ids if unique else None, runs_of_paths(paths), elements, bad, hashes)
 
 
 def sharded(

@@ -11,7 +11,6 @@ loop, every pipeline rank and a results store all compare with the same function
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 
 from ..core.errors import ConfigError
+from ..core.structure_hash import StructureHashes, digest_arrays
 
 #: attributes set by the run itself rather than by the user's configuration (a class
 #: adds its own in ``fingerprint_ignore``; counters named ``num_*`` are left out too)
@@ -83,16 +83,6 @@ def _class_name(obj: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def digest_arrays(arrays: Sequence[np.ndarray]) -> str:
-    """SHA-256 (16 hex digits) of arrays' shapes, dtypes and bytes."""
-    h = hashlib.sha256()
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.view(np.uint8).tobytes() if a.size else b"")
-    return h.hexdigest()[:16]
-
-
 def input_digest(data: Any) -> str:
     """Digest of a run's input: the ids, species, coordinates, cells and periodicity of
     every structure (a Batch, ``ase.Atoms``, a list of them or a SizeAwareSampler),
@@ -114,9 +104,11 @@ def input_digest(data: Any) -> str:
         atoms, systems, edges = data.requested_budget()  # "auto" (-2), not what it measured
         budget = np.asarray([-2 if atoms == "auto" else atoms, systems or -1, edges or -1])
         order = np.argsort(data.system_ids, kind="stable")
-        parts = StructureHashes()
-        for k in order:
-            parts.add(data.dataset[int(k)])
+        parts = data.content_hashes  # (the scan's, in dataset order: used when that is id order)
+        if parts is None or np.any(np.diff(data.system_ids) <= 0):
+            parts = StructureHashes()
+            for k in order:
+                parts.add(data.dataset[int(k)])
         return parts.digest(data.system_ids[order], budget, data.sizes[order])
     items = [data] if isinstance(data, Atoms) else data  # (never consume an iterator)
     if not isinstance(items, (list, tuple)) or not items:
@@ -131,34 +123,6 @@ def input_digest(data: Any) -> str:
         np.concatenate([a.numbers for a in items]), np.concatenate([a.positions for a in items]),
         np.stack([a.cell.array for a in items]), np.stack([a.pbc for a in items]),
     )  # fmt: skip
-
-
-class StructureHashes:
-    """SHA-256 of the species, coordinates, cells and periodicity of structures fed one
-    at a time (or as whole arrays: hashing bytes in pieces equals hashing them at once),
-    each part in one dtype, so a dataset streamed through here digests as the same
-    structures in a Batch do."""
-
-    PARTS = (("numbers", np.int64), ("positions", np.float64), ("cells", np.float64),
-             ("pbc", bool))  # fmt: skip
-
-    def __init__(self) -> None:
-        self.hashes = [hashlib.sha256() for _ in self.PARTS]
-
-    def update(self, *arrays: np.ndarray) -> None:
-        """Feed the next numbers, positions, cells and pbc (in ``system_id`` order)."""
-        for h, (_, dtype), a in zip(self.hashes, self.PARTS, arrays):
-            h.update(np.ascontiguousarray(a, dtype=dtype).tobytes())
-
-    def add(self, atoms: Any) -> None:
-        """Feed one ``ase.Atoms``."""
-        self.update(atoms.numbers, atoms.positions, atoms.cell.array, atoms.pbc)
-
-    def digest(self, ids: np.ndarray, budget: np.ndarray, counts: np.ndarray) -> str:
-        """The digest of what was fed, with the ids, budget and atom counts."""
-        ints = [np.asarray(a, dtype=np.int64) for a in (ids, budget, counts)]
-        sub = [np.frombuffer(h.digest(), dtype=np.uint8) for h in self.hashes]
-        return digest_arrays([*ints, *sub])
 
 
 def structures_digest(
