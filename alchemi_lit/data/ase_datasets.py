@@ -55,11 +55,15 @@ class AseDbDataset(StructureDataset):
     (``.aselmdb``, the format of fairchem's datasets, through the ``ase-db-backends``
     package).  ``[k]`` is ``row.toatoms()`` (what ``ase.io.read`` gives) with the row's
     key-value pairs added to ``info`` (e.g. a ``path_id`` naming a band).  Only the row
-    ids are kept (8 bytes a row)."""
+    ids are kept (8 bytes a row), except for JSON, which ASE reads whole on every access:
+    its rows are read once and kept (a JSON database is no campaign format)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        if not self.path.is_file():  # (ase.db.connect would create an empty database)
+            raise StructureError(f"database {str(self.path)!r} does not exist; check the path")
         self._db: Any = None
+        self._rows: dict[int, Any] | None = None
         db = self._open()
         ids = getattr(db, "ids", None)  # (the LMDB backend keeps its ids)
         if ids is None:
@@ -77,14 +81,19 @@ class AseDbDataset(StructureDataset):
         return len(self.ids)
 
     def _read(self, k: int) -> Any:
-        row = self._open().get(id=int(self.ids[k]))
+        if self.path.suffix == ".json":  # ASE's JSON backend re-reads the file per row
+            if self._rows is None:  # (and holds it whole anyway): its rows, read once
+                self._rows = {row.id: row for row in self._open().select()}
+            row = self._rows[int(self.ids[k])]
+        else:
+            row = self._open().get(id=int(self.ids[k]))
         atoms = row.toatoms()
         for key, value in row.key_value_pairs.items():
             atoms.info.setdefault(key, value)
         return atoms
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_db": None}
+        return {**self.__dict__, "_db": None, "_rows": None}
 
 
 class FileFramesDataset(StructureDataset):

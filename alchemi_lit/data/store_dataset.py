@@ -18,12 +18,16 @@ BLOCK_ROWS = 512
 
 class StoreDataset(StructureDataset):
     """The committed systems of an alchemi_lit results store, one ``ase.Atoms`` each, in
-    the order the store holds them (the order they were written); each carries its
-    ``info["system_id"]`` (kept as the system's id by a new run) and ``info["steps"]``
-    (from which it counts on), as :func:`~alchemi_lit.data.read_structures` gives them.
+    ``system_id`` order; each carries its ``info["system_id"]`` (kept as the system's id
+    by a new run) and ``info["steps"]`` (from which it counts on), as
+    :func:`~alchemi_lit.data.read_structures` gives them (``index`` selects alike).
 
-    Only the system ids are kept; rows are read ``BLOCK_ROWS`` at a time and the last
-    block is kept for the next access."""
+    Only the system ids and their row order are kept; rows are read ``BLOCK_ROWS`` at
+    a time and the last ``KEPT_BLOCKS`` blocks are kept (a store's rows follow its
+    systems' graduation, close to id order, so reading in id order stays in them)."""
+
+    #: blocks of rows kept between accesses
+    KEPT_BLOCKS = 4
 
     def __init__(self, path: str | Path) -> None:
         from ..io.results_store import open_store, stored_system_ids
@@ -41,18 +45,22 @@ class StoreDataset(StructureDataset):
                 f"with read_results(path, run=k) and pass those structures"
             )
         self._errors = {int(k): v for k, v in dict(group.attrs.get("errors", {})).items()}
-        self._block: tuple[int, list[Any]] | None = None
+        self.rows = np.argsort(self.system_ids, kind="stable")  # dataset position -> row
+        self._blocks: dict[int, list[Any]] = {}  # (insertion order: oldest first)
 
     def __len__(self) -> int:
         return len(self.system_ids)
 
     def _read(self, k: int) -> Any:
-        b = k // BLOCK_ROWS
-        if self._block is None or self._block[0] != b:
-            self._block = (b, self._read_rows(b * BLOCK_ROWS, min((b + 1) * BLOCK_ROWS, len(self))))
         import copy
 
-        return copy.deepcopy(self._block[1][k - b * BLOCK_ROWS])
+        row = int(self.rows[k])
+        b = row // BLOCK_ROWS
+        if b not in self._blocks:
+            if len(self._blocks) >= self.KEPT_BLOCKS:
+                del self._blocks[next(iter(self._blocks))]
+            self._blocks[b] = self._read_rows(b * BLOCK_ROWS, min((b + 1) * BLOCK_ROWS, len(self)))
+        return copy.deepcopy(self._blocks[b][row - b * BLOCK_ROWS])
 
     def _read_rows(self, lo: int, hi: int) -> list[Any]:
         """Rows ``[lo, hi)`` as ``ase.Atoms``, in row order."""
@@ -86,7 +94,7 @@ class StoreDataset(StructureDataset):
         return [by_id[sid] for sid in ids]
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_block": None}
+        return {**self.__dict__, "_blocks": {}}
 
 
 def check_results_store(path: Path) -> None:
