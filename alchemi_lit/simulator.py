@@ -32,6 +32,7 @@ from .strategies.base import Strategy, create_strategy
 from .strategies.buffers import BufferConfig
 from .strategies.launch import StartMethod
 from .strategies.pipeline import CommMode
+from .strategies.run_input import run_input
 from .strategies.single import resolve_device
 
 Precision = Literal["64", "32", "64-true", "32-true"]
@@ -198,11 +199,12 @@ class Simulator:
     def run(self, data: Any, resume: str | os.PathLike[str] | bool | None = None) -> Results:
         """Run every system through the plan; results come back in ``system_id`` order.
 
-        ``data``: a Batch, ase.Atoms or list of them (all in one batch), a path that
-        :func:`~alchemi_lit.data.read_structures` reads (file, folder, pattern or
-        results store; all in one batch), or a
-        :class:`~alchemi_lit.data.SizeAwareSampler` (inflight batching: the batch is
-        refilled as systems finish).
+        ``data``: a Batch or ase.Atoms (one batch), a list of ase.Atoms (one batch, or
+        inflight batches of the default budget when larger), a path that
+        :func:`~alchemi_lit.data.open_dataset` streams (file, folder, pattern or results
+        store; the default budget, measured on CUDA, else bounded:
+        :mod:`~alchemi_lit.data.default_budget`), or a
+        :class:`~alchemi_lit.data.SizeAwareSampler` (inflight batching).
 
         ``resume`` continues an interrupted run with the same ``data`` and
         configuration: a checkpoint file or folder written by the
@@ -223,10 +225,7 @@ class Simulator:
         times) are recorded in the ``runs`` attribute of every results store it wrote.
         """
         started = time.time()
-        if isinstance(data, (str, os.PathLike)):  # a structure file, folder, pattern or store
-            from .data import read_structures
-
-            data = read_structures(data)
+        data = run_input(data, self.device, self.model, self.strategy)  # never one huge batch
         from .engine.fingerprint import input_digest, run_fingerprint
 
         self.fingerprint = run_fingerprint(
@@ -244,7 +243,7 @@ class Simulator:
         elif checkpoint is None:  # nothing to resume from: the stores say what is done
             data, earlier = continue_from_stores(
                 data, resume, self._stores(), self.fingerprint,
-                lambda: self.strategy.salvage_before_restart(self),
+                lambda: self.strategy.salvage_before_restart(self), self._keeps_results_in_memory(),
             )  # fmt: skip
         stores = self._stores()
         new = [s for s in stores if not s.path.exists()]

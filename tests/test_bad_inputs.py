@@ -758,20 +758,20 @@ CASES: list[Case] = [
     ),
     Case(
         "structure-file-unparsable",
-        r"could not read structures from .*unparsable\.extxyz.*"
-        r"pass format=",
+        r"unparsable\.extxyz' line 1: expected the atom count that starts a frame, found "
+        r"'this is not'.*pass format=",
         structures("unparsable.extxyz"),
         "data.structures",
     ),
     Case(
         "structure-file-empty",
-        r"could not read structures .*Empty file.*check the file",
+        r"empty\.extxyz' is an empty file: it contains no structures; check the file",
         structures("empty.extxyz"),
         "data.structures",
     ),
     Case(
         "structure-file-truncated",
-        r"Frame has 2 atoms, expected 4.*check the file",
+        r"the frame at line 1 \(4 atoms\) ends early .*check the file",
         structures("truncated.extxyz"),
         "data.structures",
     ),

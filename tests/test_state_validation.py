@@ -508,10 +508,10 @@ def test_validating_many_small_cells_together_names_the_same_first_failure() -> 
 def test_the_sampler_validates_in_chunks_and_names_each_invalid_structure(monkeypatch):
     """The sampler validates its dataset a chunk at a time (a lazy dataset is never all
     in memory); a structure in a later chunk is still named by its dataset index."""
-    import alchemi_lit.data.sampler as sampler_module
+    import alchemi_lit.data.scan as sampler_module
     from alchemi_lit.data import SizeAwareSampler
 
-    monkeypatch.setattr(sampler_module, "VALIDATION_CHUNK", 2)
+    monkeypatch.setattr(sampler_module, "SCAN_CHUNK", 2)
     good = Atoms("Cu", cell=np.eye(3) * 2.5, pbc=True)
     twice = Atoms("Cu2", positions=[[0, 0, 0], [0, 0, 2.5]], cell=np.eye(3) * 2.5, pbc=True)
     data = [good.copy(), good.copy(), good.copy(), twice, good.copy()]

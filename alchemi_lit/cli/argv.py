@@ -1,7 +1,8 @@
 """The command line of ``run`` / ``validate`` split into what each part is for.
 
 ``--config`` files and ``--key value`` overrides go to :mod:`.config` (applied in
-order); ``--resume [PATH]`` and ``--KEY.help [NAME]`` are alchemi-lit's own; help and
+order; ``--shard i/n`` is ``--data.shard i/n``); ``--resume [PATH]`` and
+``--KEY.help [NAME]`` are alchemi-lit's own; help and
 ``--print_config`` pass through to jsonargparse.  jsonargparse cannot take the rest
 itself: see :mod:`.config` for the keys it does not parse.
 """
@@ -53,6 +54,14 @@ def split_argv(args: list[str]) -> Request:
                 req.resume, i = args[i + 1], i + 1
             else:
                 req.resume = True
+            i += 1
+            continue
+        if name == "shard":  # --shard i/n: data.shard (checked where the data is built)
+            if not eq:
+                if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                    raise CLIError("shard", "expected INDEX/COUNT after --shard, such as 0/4")
+                value, i = args[i + 1], i + 1
+            req.overrides.append(("data.shard", value, False))
             i += 1
             continue
         if not eq:

@@ -26,8 +26,8 @@ class Built:
     """Everything a run needs."""
 
     sim: Any  # the Simulator
-    atoms: list[Any]
-    source: Any  # list of atoms, a Batch (data.first_id) or a SizeAwareSampler
+    structures: Any  # a list of ase.Atoms (a built-in set) or a dataset read on access
+    source: Any  # a SizeAwareSampler (the data.sampler section's, or the default budget's)
     data: dict[str, Any]
     output: dict[str, Any]
 
@@ -80,20 +80,22 @@ def build(
     """Everything a run needs, checked; ``resuming``: the stores hold this very run's
     results so far, so they are not refused for existing or holding its ids.
     ``simulator`` builds the Simulator from the config (:meth:`CLI.build_simulator`)."""
-    sim = simulator(resolved)
     data = resolved["data"]
-    atoms = _read_structures(data)
-    first = data.get("first_id")
-    ids = None if first is None else list(range(int(first), int(first) + len(atoms)))
-    source: Any = atoms
-    if ids is not None:
-        from ..core.state import Batch
+    shard = data.get("shard")
+    if shard is not None:
+        from ..data.datasets import parse_shard
 
         try:
-            source = Batch.from_atoms(atoms, system_ids=ids, dtype=sim.dtype)
+            parse_shard(shard)
         except Exception as exc:
-            raise CLIError("data.structures", one_line(str(exc))) from exc
+            raise CLIError("data.shard", one_line(str(exc))) from exc
+        shard_outputs(resolved, shard)
+    sim = simulator(resolved)
+    structures = _read_structures(data)
+    first = data.get("first_id")
+    ids = None if first is None else range(int(first), int(first) + len(structures))
     spec = data.get("sampler")
+    source: Any
     if spec:
         from ..data import SizeAwareSampler
 
@@ -109,18 +111,80 @@ def build(
             cls, prefix, args = SizeAwareSampler, "data.sampler", dict(spec)
             if ids is not None:
                 args["system_ids"] = ids
+        extra = {} if shard is None else {"shard": shard}
         try:
-            source = cls(atoms, **args)
+            source = cls(structures, **args, **extra)
         except Exception as exc:
-            raise CLIError(
-                key_for(exc, prefix, list(args), "data.sampler"), one_line(str(exc))
-            ) from exc
+            key = (
+                "data.shard"
+                if "shard" in str(exc)
+                else key_for(exc, prefix, list(args), "data.sampler")
+            )
+            raise CLIError(key, one_line(str(exc))) from exc
+    else:
+        source = _default_sampler(sim, structures, ids, shard)
     _check_sinks(sim, resolved, source, resuming)
-    return Built(sim, atoms, source, data, resolved.get("output") or {})
+    return Built(sim, structures, source, data, resolved.get("output") or {})
 
 
-def _read_structures(data: dict[str, Any]) -> list[Any]:
-    from ..data import BUILTIN_SETS, read_structures
+def _default_sampler(sim: Any, structures: Any, ids: Any, shard: str | None) -> Any:
+    """No data.sampler section: the default budget (measured on CUDA, else bounded)."""
+    from ..data.default_budget import default_budget_sampler
+    from ..models.base import cpu_batch_atoms
+    from ..strategies.distributed import DistributedStrategy
+
+    try:
+        return default_budget_sampler(
+            structures, sim.device.type, not isinstance(sim.strategy, DistributedStrategy),
+            cpu_batch_atoms(sim.model), system_ids=ids, shard=shard,
+        )  # fmt: skip
+    except Exception as exc:
+        key = "data.shard" if "shard" in str(exc) else "data.structures"
+        raise CLIError(key, one_line(str(exc))) from exc
+
+
+def shard_outputs(resolved: dict[str, Any], shard: str) -> None:
+    """Give every output a shard writes its own name: ``results.zarr`` ->
+    ``results.shard-0-of-4.zarr`` (ZarrSink stores, TrajectoryWriter stores, Checkpoint
+    folders, output.name), so the shards of a job array never write into one file and
+    each resumes on its own."""
+    from ..callbacks import Checkpoint, TrajectoryWriter
+    from ..data.datasets import parse_shard
+    from ..sinks import ZarrSink
+
+    index, count = parse_shard(shard)
+    tag = f".shard-{index}-of-{count}"
+    sim = resolved["simulator"]
+    fields = ((ZarrSink, "store"), (TrajectoryWriter, "path"), (Checkpoint, "dirpath"))
+    for key in ("sinks", "callbacks"):
+        for i, entry in enumerate(sim.get(key) or []):
+            if not (isinstance(entry, dict) and isinstance(entry.get("class_path"), str)):
+                continue
+            cls = import_class(entry["class_path"], f"simulator.{key}.{i}.class_path")
+            init = entry.setdefault("init_args", {}) or {}
+            entry["init_args"] = init
+            for base, name in fields:
+                if isinstance(cls, type) and issubclass(cls, base):
+                    default = "checkpoints" if base is Checkpoint else None
+                    value = init.get(name, default)
+                    if value is not None:
+                        init[name] = str(shard_path(value, tag))
+    out = resolved.get("output") or {}
+    if out.get("name"):
+        out["name"] = f"{out['name']}{tag}"
+
+
+def shard_path(path: str | Path, tag: str) -> Path:
+    """``path`` with ``tag`` before its suffix (``a/results.zarr`` -> ``a/results<tag>.zarr``;
+    no suffix: appended)."""
+    p = Path(path)
+    return p.with_name(f"{p.stem}{tag}{p.suffix}") if p.suffix else p.with_name(p.name + tag)
+
+
+def _read_structures(data: dict[str, Any]) -> Any:
+    """A built-in set (a list of ase.Atoms), or a structure file, folder, pattern or
+    store as a dataset read on access (:func:`~alchemi_lit.data.open_dataset`)."""
+    from ..data import BUILTIN_SETS, open_dataset
 
     spec = data["structures"]
     args = data.get("builtin_args") or {}
@@ -153,7 +217,7 @@ def _read_structures(data: dict[str, Any]) -> list[Any]:
                 one_line(str(exc)),
             ) from exc
     try:
-        atoms = read_structures(
+        atoms = open_dataset(
             spec, index=data.get("index") or ":", format=data.get("format"),
             partial_occupancy=data.get("partial_occupancy") or "error",
         )  # fmt: skip
@@ -226,57 +290,44 @@ def check_structures(built: Built, full: bool) -> dict[str, Any]:
     from ase.data import chemical_symbols
 
     from ..core.state import Batch
-    from ..data import SizeAwareSampler
 
-    sim, atoms = built.sim, built.atoms
+    sim, sampler = built.sim, built.source
     model = sim.model
     supported = getattr(model, "supported_elements", None)
-    elements: set[int] = set()
-    for k, a in enumerate(atoms):
-        z = set(np.unique(a.numbers).tolist())
-        if supported is not None and not z <= set(supported):
-            src = built.source
-            sid = (
-                int(src.system_ids[k])
-                if isinstance(src, SizeAwareSampler)
-                else int(src.system_id[k])
-                if isinstance(src, Batch)
-                else k
-            )
-            try:
-                model.check_batch(Batch.from_atoms([a], system_ids=[sid], validate=False))
-            except Exception as exc:
-                raise CLIError("data.structures", one_line(str(exc))) from exc
-        elements |= z
+    if supported is not None and not sampler.elements <= set(supported):
+        for k in range(len(sampler.dataset)):  # (only on the way to an error: name it)
+            a = sampler.dataset[k]
+            if not set(np.unique(a.numbers).tolist()) <= set(supported):
+                batch = Batch.from_atoms(
+                    [a], system_ids=[int(sampler.system_ids[k])], validate=False
+                )
+                try:
+                    model.check_batch(batch)
+                except Exception as exc:
+                    raise CLIError("data.structures", one_line(str(exc))) from exc
     if full:
         try:
-            if isinstance(built.source, SizeAwareSampler):
-                built.source.bind(model.cutoff + model.neighbors.skin)
-            else:
-                Batch.from_atoms(atoms, dtype=sim.dtype, validate=True)
+            sampler.bind(model.cutoff + model.neighbors.skin)
         except Exception as exc:
             key = "data.sampler" if "max_" in str(exc) else "data.structures"
             raise CLIError(key, one_line(str(exc))) from exc
     _check_transfer_buffer(built)
     return {
-        "systems": len(atoms),
-        "atoms": int(sum(len(a) for a in atoms)),
-        "elements": " ".join(chemical_symbols[z] for z in sorted(elements)),
+        "systems": len(sampler),
+        "atoms": int(sampler.sizes.sum()),
+        "elements": " ".join(chemical_symbols[z] for z in sorted(sampler.elements)),
     }
 
 
 def _check_transfer_buffer(built: Built) -> None:
     """Pipelines/replicas: every system must fit the transfer buffer (checked before any
     rank starts, so the error names the config key rather than failing in a launch)."""
-    from ..data import SizeAwareSampler
     from ..strategies.distributed import DistributedStrategy
 
     strategy = built.sim.strategy
-    if not isinstance(strategy, DistributedStrategy) or not built.atoms:
+    if not isinstance(strategy, DistributedStrategy):
         return
     sampler = built.source
-    if not isinstance(sampler, SizeAwareSampler):
-        sampler = SizeAwareSampler(built.atoms, max_atoms=max(sum(len(a) for a in built.atoms), 1))
     try:
         strategy.validate(sampler, built.sim.model.cutoff + built.sim.model.neighbors.skin)
     except Exception as exc:

@@ -229,6 +229,13 @@ def _check_data(conf: dict[str, Any]) -> None:
             f"expected a mapping of keyword arguments, got {data['builtin_args']!r}",
         )
     _check_sampler(data)
+    if data.get("shard") is not None:
+        from ..data.datasets import parse_shard
+
+        try:
+            parse_shard(data["shard"])
+        except Exception as exc:
+            raise CLIError("data.shard", str(exc)) from exc
     structures = data["structures"]
     if not structures.startswith(BUILTIN_PREFIX) and Path(structures).expanduser().exists():
         # absolute, so that the saved config re-runs from any working directory
@@ -255,10 +262,10 @@ def _check_sampler(data: dict[str, Any]) -> None:
         )
     if "class_path" in spec:
         data["sampler"] = resolve_component(
-            spec, "data.sampler", "sampler", _SAMPLER_BASE, given=("dataset",)
+            spec, "data.sampler", "sampler", _SAMPLER_BASE, given=("dataset", "shard")
         )
         return
     _check_keys(spec, SamplerConfig, "data.sampler")
     if spec.get("max_atoms") is None:
         raise CLIError("data.sampler.max_atoms", "required: the most atoms in flight at once")
-    check_init_args(SizeAwareSampler, spec, "data.sampler", given=("dataset",))
+    check_init_args(SizeAwareSampler, spec, "data.sampler", given=("dataset", "shard"))

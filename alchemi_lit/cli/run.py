@@ -77,8 +77,6 @@ def _print_validation(built: Built, facts: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..data import SizeAwareSampler
-
     sim = built.sim
     table = Table(
         title="alchemi-lit validate: OK, nothing was run", show_header=False, title_justify="left"
@@ -99,14 +97,14 @@ def _print_validation(built: Built, facts: dict[str, Any]) -> None:
         f"{facts['systems']} systems, {facts['atoms']} atoms, elements {facts['elements']}",
     )
     src = built.source
-    if isinstance(src, SizeAwareSampler):
-        budget = (
-            f"max_atoms {src.max_atoms}, max_systems {src.max_systems or '-'}, "
-            f"max_edges {src.max_edges or '-'}"
-        )
-        table.add_row("batching", f"inflight ({budget})")
-    else:
-        table.add_row("batching", "one batch of all systems")
+    budget = (
+        f"max_atoms {src.max_atoms}, max_systems {src.max_systems or '-'}, "
+        f"max_edges {src.max_edges or '-'}"
+    )
+    table.add_row("batching", f"inflight ({budget})")
+    if src.shard is not None:
+        ids = f"system_ids {int(src.system_ids.min())}-{int(src.system_ids.max())}"
+        table.add_row("shard", f"{src.shard[0]}/{src.shard[1]} ({len(src)} systems, {ids})")
     Console(width=console_width()).print(table)
 
 

@@ -55,8 +55,14 @@ class DataConfig:
         sampler: inflight batching: budgets for the built-in SizeAwareSampler
             (``{max_atoms: 20000, max_systems: 512, max_edges: null, skip_invalid: false}``)
             or a registered sampler (``{class_path: NAME, init_args: {...}}``, see
-            ``alchemi-lit plugins --kind sampler``); without it all structures run as one
-            batch.
+            ``alchemi-lit plugins --kind sampler``); without it the budget is measured
+            (``max_atoms: auto``) on a CUDA device with the single strategy, else bounded
+            (8192 atoms, or the model's CPU batch size), as the log says.
+        shard: ``i/n`` (``--shard i/n``): run only shard ``i`` of ``n``, the contiguous
+            structures ``[i*N//n, (i+1)*N//n)`` of the ``N``, keeping their global
+            ``system_id``; every store, trajectory and checkpoint folder gets
+            ``.shard-i-of-n`` before its suffix, so the shards of a job array never share
+            one.
     """
 
     structures: str
@@ -66,6 +72,7 @@ class DataConfig:
     partial_occupancy: Literal["error", "majority"] = "error"
     first_id: int | None = None
     sampler: dict[str, Any] | None = None
+    shard: str | None = None
 
 
 @dataclass

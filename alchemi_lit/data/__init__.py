@@ -1,7 +1,18 @@
-"""Structure input (ASE formats), built-in structure sets and samplers."""
+"""Structure input (ASE formats, read eagerly or streamed), built-in sets and samplers."""
 
 from .builtin import BUILTIN_SETS, argon_crystals, mixed_argon
+from .datasets import StructureDataset, Subset
 from .io import read_structures
+from .open_dataset import open_dataset
 from .sampler import SizeAwareSampler
 
-__all__ = ["BUILTIN_SETS", "SizeAwareSampler", "argon_crystals", "mixed_argon", "read_structures"]
+__all__ = [
+    "BUILTIN_SETS",
+    "SizeAwareSampler",
+    "StructureDataset",
+    "Subset",
+    "argon_crystals",
+    "mixed_argon",
+    "open_dataset",
+    "read_structures",
+]

@@ -9,7 +9,7 @@ model call, so a bad band is an error naming the band and the fix, not a crash m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,9 +36,14 @@ def path_of(atoms: Any) -> int | None:
 def band_runs(items: Sequence[Any]) -> list[tuple[int, int, int]]:
     """``(path_id, start, stop)`` of each band of ``items`` (dataset positions ``start:stop``),
     in order; a ``path_id`` seen again after another structure is an error."""
+    return runs_of_paths((k, path_of(atoms)) for k, atoms in enumerate(items))
+
+
+def runs_of_paths(paths: Iterable[tuple[int, int | None]]) -> list[tuple[int, int, int]]:
+    """:func:`band_runs` from ``(position, path_id)`` pairs in ascending position (a
+    streamed pass keeps these, not the structures)."""
     runs: list[tuple[int, int, int]] = []
-    for k, atoms in enumerate(items):
-        p = path_of(atoms)
+    for k, p in paths:
         if p is None:
             continue
         if runs and runs[-1][0] == p and runs[-1][2] == k:

@@ -153,18 +153,7 @@ def _read_file(p: Path, index: str | int | slice, format: str | None) -> list[An
     """All structures of one file ASE reads (see :func:`read_structures`)."""
     import ase.io
 
-    if format is not None:
-        from ase.io.formats import ioformats
-
-        if format not in ioformats:
-            import difflib
-
-            close = difflib.get_close_matches(str(format), sorted(ioformats), n=3)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise StructureError(
-                f"unknown structure file format {format!r}.{hint} `ase info --formats` lists "
-                f"them; leave format unset to guess it from the file name"
-            )
+    check_format(format)
     try:
         frames = ase.io.read(str(p), index=index, format=format)
     except (StopIteration, IndexError) as exc:
@@ -198,21 +187,29 @@ def _read_file(p: Path, index: str | int | slice, format: str | None) -> list[An
     return frames
 
 
+def check_format(format: str | None) -> None:
+    """``format`` is None or a format ASE knows, else an error with the closest names."""
+    if format is None:
+        return
+    from ase.io.formats import ioformats
+
+    if format not in ioformats:
+        import difflib
+
+        close = difflib.get_close_matches(str(format), sorted(ioformats), n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise StructureError(
+            f"unknown structure file format {format!r}.{hint} `ase info --formats` lists "
+            f"them; leave format unset to guess it from the file name"
+        )
+
+
 def _read_store(path: Path) -> list[Any]:
     """The final structures of an alchemi_lit results store."""
-    import zarr
+    from ..io.results_store import read_results
+    from .store_dataset import check_results_store
 
-    from ..io.results_store import SCHEMA, read_results
-    from ..io.trajectory_store import FORMAT as TRAJECTORY
-
-    attrs = zarr.open_group(str(path), mode="r").attrs
-    if attrs.get("schema") != SCHEMA:
-        what = "a trajectory store" if attrs.get("format") == TRAJECTORY else "a zarr store"
-        raise StructureError(
-            f"{str(path)!r} is {what}, not an alchemi_lit results store (ZarrSink); read "
-            f"structures from a results store or a file ASE reads (a trajectory's frames: "
-            f"alchemi_lit.callbacks.read_trajectory)"
-        )
+    check_results_store(path)
     return read_results(path).to_atoms()
 
 

@@ -41,6 +41,11 @@ COLLINEAR_SPREAD = 0.05
 SILENT_ATOMS = 4096
 
 
+class MemoryNotSeen(ConfigError):
+    """The model's memory did not grow with the probe batches: the reader cannot see it
+    (a model that allocates outside PyTorch), so nothing can be measured."""
+
+
 @dataclasses.dataclass
 class MemoryFit:
     """What ``max_atoms="auto"`` measured and chose; bytes throughout.  ``probes``:
@@ -219,7 +224,7 @@ def choose(
         )  # fmt: skip
     if b <= 0 and c <= 0:
         seen = ", ".join(f"{g / 2**20:.2f} MiB for {atoms} atoms" for atoms, _, g in probes)
-        raise ConfigError(
+        raise MemoryNotSeen(
             f"max_atoms='auto': the model's memory use did not grow with the batch past "
             f"{reader.resolution / 2**20:g} MiB on {reader.name} ({seen}): its memory is not "
             f"seen by this reader (a model that allocates outside PyTorch?), or too little is "

@@ -7,7 +7,9 @@ a bounded number of takes), so free room is used; the order depends only on the
 data, budgets and graduations, which keeps runs deterministic.  Every system is
 checked before the run starts -- a system larger than the budget, or an invalid
 structure, is an error naming its index then, not hours into a campaign (or, with
-``skip_invalid``, left out with a warning and listed in the run's summary).
+``skip_invalid``, left out with a warning and listed in the run's summary).  A dataset
+is read in streamed passes (its sizes, ids and bands, then the checks) and a take reads
+the atoms it hands out, so no list of the dataset's Atoms is ever held.
 ``max_atoms="auto"`` measures the budgets when the sampler is bound to the run's
 model (:mod:`alchemi_lit.data.memory_budget`).
 """
@@ -22,17 +24,19 @@ import numpy as np
 from loguru import logger
 
 from ..core.atoms_codec import integral_ids
-from ..core.batched_validation import validate_structures
 from ..core.errors import ConfigError, StructureError
-from ..core.geometry import count_pairs
-from ..core.state import default_system_ids, require_atoms
-from .bands import band_runs, check_band
-from .io import read_structures
+from .bands import check_band
+from .datasets import Subset
 from .memory import MemoryReader
-
-#: structures validated together (their small cells' closest pairs in one search each),
-#: few enough that a lazily read dataset is never all in memory
-VALIDATION_CHUNK = 4096
+from .open_dataset import open_dataset
+from .sampler_checks import (
+    check_arguments,
+    check_bands_fit,
+    count_all_edges,
+    skip_rows,
+    validation_pass,
+)
+from .scan import scan, sharded
 
 
 class SizeAwareSampler:
@@ -51,7 +55,9 @@ class SizeAwareSampler:
     batches: a band larger than the budget is an error before the run.
 
     Args:
-        dataset: a sequence of ``ase.Atoms`` or a path :func:`read_structures` reads.
+        dataset: a sequence of ``ase.Atoms`` (a list, or a dataset read on access) or a
+            path, streamed (:func:`~alchemi_lit.data.open_dataset`): the sampler keeps
+            each structure's size, id and band, and reads its atoms when a take needs them.
         max_atoms: most atoms in flight at once, or ``"auto"`` (measured).
         max_systems: most systems in flight at once (None: no limit).
         max_edges: most neighbour pairs in flight (None: no limit; with ``"auto"``, a
@@ -63,6 +69,9 @@ class SizeAwareSampler:
             run's summary list them, with why).
         memory_fraction: share of the free memory a full batch may take (``"auto"``).
         memory_reader: where memory is read (``"auto"``; default: the run's device).
+        shard: ``"i/n"`` or ``(i, n)``: only shard ``i`` of ``n``, the contiguous slice
+            :func:`~alchemi_lit.data.datasets.shard_range` (a job array's task); default
+            ids stay the dataset positions, so the shards' ids never collide.
     """
 
     #: how many systems that do not fit yet a refill may pass looking for ones that do
@@ -80,48 +89,53 @@ class SizeAwareSampler:
         skip_invalid: bool = False,
         memory_fraction: float = 0.8,
         memory_reader: MemoryReader | None = None,
+        shard: str | tuple[int, int] | None = None,
     ) -> None:
         if isinstance(dataset, (str, Path)):
-            dataset = read_structures(dataset)
+            dataset = open_dataset(dataset)
+        check_arguments(dataset, max_atoms, max_systems, max_edges, memory_fraction)
+        first = 0  # the global position of the first structure (a shard's own)
+        #: which shard of the dataset this sampler runs (``(index, count)``), or None
+        self.shard: tuple[int, int] | None = None
+        if shard is not None:
+            dataset, first, system_ids, self.shard = sharded(dataset, shard, system_ids)
+        found = scan(dataset, "SizeAwareSampler")
+        if system_ids is not None:
+            ids = np.asarray(integral_ids(system_ids), dtype=np.int64)
+        elif found.ids is not None:
+            ids = found.ids
+        else:
+            ids = np.arange(first, first + len(dataset), dtype=np.int64)
+        self._setup(
+            dataset, max_atoms, max_systems, max_edges, ids, found.sizes, found.bands,
+            skip_invalid, memory_fraction, memory_reader,
+        )  # fmt: skip
+        #: the atomic numbers that occur in the dataset (read in the same pass)
+        self.elements = found.elements
+        self._prechecked, self.content_hashes = found.bad, found.hashes
+
+    def _setup(
+        self, dataset: Sequence[Any], max_atoms: int | str, max_systems: int | None,
+        max_edges: int | None, ids: np.ndarray, sizes: np.ndarray,
+        bands: list[tuple[int, int, int]], skip_invalid: bool, memory_fraction: float,
+        memory_reader: MemoryReader | None,
+    ) -> None:  # fmt: skip
+        """The sampler of ``dataset`` from its per-structure facts (read once, by
+        :func:`~.scan.scan`, or kept from the sampler :meth:`without` came from)."""
+        n = len(dataset)
         self.dataset = dataset
         self.auto = isinstance(max_atoms, str)
-        if self.auto and max_atoms != "auto":
-            raise ConfigError(
-                f"SizeAwareSampler: max_atoms must be a number >= 1 or 'auto', got {max_atoms!r}"
-            )
-        if not self.auto and int(max_atoms) < 1:
-            raise ConfigError(f"SizeAwareSampler: max_atoms must be >= 1, got {max_atoms}")
-        if not 0.0 < float(memory_fraction) <= 1.0:
-            raise ConfigError(
-                f"SizeAwareSampler: memory_fraction must be in (0, 1], got {memory_fraction}: "
-                f"the share of the free memory a full batch may take (0.8: 80 %)"
-            )
-        if max_systems is not None and int(max_systems) < 1:
-            raise ConfigError(f"SizeAwareSampler: max_systems must be >= 1, got {max_systems}")
-        if max_edges is not None and int(max_edges) < 1:
-            raise ConfigError(f"SizeAwareSampler: max_edges must be >= 1, got {max_edges}")
         #: the atom budget; "auto" until measured (:meth:`bind` with a probe)
         self.max_atoms: int | str = "auto" if self.auto else int(max_atoms)
         self.max_systems = int(max_systems) if max_systems is not None else None
         self.max_edges = int(max_edges) if max_edges is not None else None
-        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-            raise ConfigError(
-                f"SizeAwareSampler: the dataset must be indexable (len() and [k]) or a path, "
-                f"got a {type(dataset).__name__}; wrap it in list(...)"
-            )
-        n = len(dataset)
-        if n == 0:
-            raise ConfigError("SizeAwareSampler: the dataset is empty")
-        items = [dataset[k] for k in range(n)]  # (read once: a dataset may load lazily)
-        require_atoms(items, "SizeAwareSampler")
-        ids = default_system_ids(items) if system_ids is None else integral_ids(system_ids)
-        if len(ids) != n or len(set(ids)) != n:
+        if len(ids) != n or len(np.unique(ids)) != n:
             raise ConfigError("SizeAwareSampler: system_ids must be unique, one per structure")
         self.system_ids = np.asarray(ids, dtype=np.int64)
-        self.sizes = np.asarray([len(a) for a in items], dtype=np.int64)
+        self.sizes = np.asarray(sizes, dtype=np.int64)
         #: bands as ``(path_id, start, stop)`` dataset positions; ``unit[k]``: how many
         #: structures are taken with structure k when it heads its unit (a band's first)
-        self.bands = band_runs(items)
+        self.bands = bands
         self.unit = np.ones(n, dtype=np.int64)
         for _, start, stop in self.bands:
             self.unit[start:stop] = 0
@@ -131,12 +145,18 @@ class SizeAwareSampler:
         self.memory_fraction = float(memory_fraction)
         self.memory_reader = memory_reader
         self._edge_cap = self.max_edges  # the caller's (a cap on a measured one)
+        #: the budget ``"auto"`` falls back to, with a warning, where the model's memory
+        #: cannot be seen (the default budget's); None: that is an error
+        self.fallback_atoms: int | None = None
         #: what ``max_atoms="auto"`` measured and chose (None until then, or without it)
         self.memory_fit: dict[str, Any] | None = None
         self.order = np.arange(n)
         self.position = 0
         self._passed = 0  # takes that passed the system at the head of the queue
         self._validated = False
+        self._prechecked = None  # validation failures found by the scan of this dataset
+        #: the structures' content hashes in dataset order (the scan's; None after a change)
+        self.content_hashes = None
         #: structures left out under ``skip_invalid``: ``{"index", "system_id", "reason"}``
         self.skipped: list[dict[str, Any]] = []
         too_big = np.flatnonzero(self.sizes > self.max_atoms) if not self.auto else []
@@ -154,26 +174,7 @@ class SizeAwareSampler:
         self._check_bands_fit()
 
     def _check_bands_fit(self) -> None:
-        """A band runs in one batch: refuse one larger than the budget (before the run)."""
-        queued = set(self.order.tolist())
-        for p, start, stop in self.bands:
-            if start not in queued:  # skipped (skip_invalid)
-                continue
-            atoms, count = int(self.sizes[start:stop].sum()), stop - start
-            edges = int(self.edges[start:stop].sum()) if self.edges is not None else 0
-            measured = None if self.max_atoms == "auto" else self.max_atoms
-            for what, need, limit in (
-                ("max_atoms", atoms, measured),
-                ("max_systems", count, self.max_systems),
-                ("max_edges", edges, self.max_edges if self.edges is not None else None),
-            ):
-                if limit is not None and need > int(limit):
-                    raise StructureError(
-                        f"band path_id {p} (structures {start}-{stop - 1}) needs {what}={need} "
-                        f"in one batch, more than {what}={limit}; a band is never split: "
-                        f"raise {what} to at least {need} or use fewer images",
-                        start,
-                    )
+        check_bands_fit(self)
 
     def __len__(self) -> int:
         return len(self.order)
@@ -185,12 +186,32 @@ class SizeAwareSampler:
         for _, start, stop in self.bands:  # a band is done when all its images are
             if not skip.issuperset(int(s) for s in self.system_ids[start:stop]):
                 skip.difference_update(int(s) for s in self.system_ids[start:stop])
-        keep = [k for k in range(len(self.dataset)) if int(self.system_ids[k]) not in skip]
-        return SizeAwareSampler(
-            [self.dataset[k] for k in keep], *self.requested_budget(),
-            system_ids=[int(self.system_ids[k]) for k in keep], skip_invalid=self.skip_invalid,
-            memory_fraction=self.memory_fraction, memory_reader=self.memory_reader,
+        keep = np.flatnonzero(~np.isin(self.system_ids, np.fromiter(skip, np.int64)))
+        new_pos = {int(k): j for j, k in enumerate(keep)}
+        bands = [(p, new_pos[a], new_pos[a] + b - a) for p, a, b in self.bands if a in new_pos]
+        return self._derived(Subset(self.dataset, keep), self.requested_budget()[0], keep, bands)
+
+    def with_budget(self, max_atoms: int | str) -> SizeAwareSampler:
+        """A sampler of the same structures and facts with another ``max_atoms`` (no pass
+        over the dataset)."""
+        return self._derived(self.dataset, max_atoms, None, self.bands)
+
+    def _derived(
+        self, dataset: Sequence[Any], max_atoms: int | str, rows: np.ndarray | None,
+        bands: list[tuple[int, int, int]],
+    ) -> SizeAwareSampler:  # fmt: skip
+        """A sampler of ``dataset`` (this one's ``rows``, or all of it) from these facts."""
+        sub = SizeAwareSampler.__new__(SizeAwareSampler)
+        ids, sizes = (self.system_ids, self.sizes) if rows is None else (
+            self.system_ids[rows], self.sizes[rows])  # fmt: skip
+        sub._setup(
+            dataset, max_atoms, self.max_systems, self._edge_cap, ids, sizes, bands,
+            self.skip_invalid, self.memory_fraction, self.memory_reader,
         )  # fmt: skip
+        sub.shard, sub.elements, sub.fallback_atoms = self.shard, self.elements, self.fallback_atoms
+        if rows is None:  # the same dataset: its scan's checks and hashes hold
+            sub._prechecked, sub.content_hashes = self._prechecked, self.content_hashes
+        return sub
 
     def requested_budget(self) -> tuple[int | str, int | None, int | None]:
         """(max_atoms, max_systems, max_edges) as given (``"auto"`` stays ``"auto"``)."""
@@ -216,11 +237,13 @@ class SizeAwareSampler:
             self._measure(cutoff, probe)
 
     def _validate(self, cutoff: float | None) -> None:
-        bad: list[tuple[int, str]] = []
-        for start in range(0, len(self.dataset), VALIDATION_CHUNK):
-            stop = min(start + VALIDATION_CHUNK, len(self.dataset))
-            chunk = [self.dataset[k] for k in range(start, stop)]
-            validate_structures(chunk, [None] * len(chunk), first_index=start, errors=bad)
+        count = self.max_edges is not None
+        if count and cutoff is None:
+            raise ConfigError("SizeAwareSampler: max_edges needs the model cutoff to count edges")
+        if self._prechecked is None:
+            bad, edges = validation_pass(self.dataset, cutoff if count else None)
+        else:  # validated in the scan: only the edges are left to count
+            bad, edges = self._prechecked, count_all_edges(self.dataset, cutoff) if count else None
         if bad and not self.skip_invalid:
             listing = "; ".join(msg for _, msg in bad[:5])
             raise StructureError(
@@ -230,8 +253,8 @@ class SizeAwareSampler:
             )
         queued = set(self.order.tolist())  # (an oversize one is out already)
         self._skip([(k, msg.removeprefix(f"system {k}: ")) for k, msg in bad if k in queued])
-        if self.max_edges is not None:
-            self.edges = self._count_edges(cutoff, "max_edges")
+        if count:
+            self.edges = edges
             too_many = [int(k) for k in self.order if self.edges[k] > self.max_edges]
             limit = f"neighbour pairs, more than max_edges={self.max_edges}"
             if too_many and self.skip_invalid:
@@ -248,40 +271,17 @@ class SizeAwareSampler:
         self._check_bands_fit()
 
     def _skip(self, rows: list[tuple[int, str]]) -> None:
-        """Leave dataset rows out (``skip_invalid``) with a warning naming each and why;
-        the run's summary lists them (:attr:`skipped`)."""
-        if not rows:
-            return
-        for k, why in rows:
-            self.skipped.append({"index": k, "system_id": int(self.system_ids[k]), "reason": why})
-        listing = "; ".join(
-            f"system {k} (system_id {self.system_ids[k]}): {why}" for k, why in rows
-        )
-        logger.warning(f"skipping {len(rows)} invalid structure(s) (skip_invalid=True): {listing}")
-        skip = {k for k, _ in rows}
-        for p, start, stop in self.bands:  # a band with a skipped image goes whole
-            mates = [k for k in range(start, stop) if k not in skip]
-            if len(mates) < stop - start:
-                for k in mates:
-                    self.skipped.append(
-                        {
-                            "index": k,
-                            "system_id": int(self.system_ids[k]),
-                            "reason": f"in band path_id {p} with a skipped image",
-                        }
-                    )
-                skip.update(mates)
-        self.order = np.asarray([k for k in self.order if k not in skip], dtype=np.int64)
+        skip_rows(self, rows)
 
     def _count_edges(self, cutoff: float | None, why: str) -> np.ndarray:
         if cutoff is None:
             raise ConfigError(f"SizeAwareSampler: {why} needs the model cutoff to count edges")
-        return np.asarray([_count_edges(self.dataset[k], cutoff) for k in range(len(self.dataset))])
+        return count_all_edges(self.dataset, cutoff)
 
     def _measure(self, cutoff: float | None, probe: Any) -> None:
         """``max_atoms="auto"``: probe, fit, set the budgets, log and keep the fit."""
         from .memory import default_reader
-        from .memory_budget import choose, measure
+        from .memory_budget import MemoryNotSeen, choose, measure
 
         rows = np.asarray(self.order, dtype=np.int64)
         if len(rows) == 0:  # every structure was left out: nothing will run
@@ -290,12 +290,19 @@ class SizeAwareSampler:
         if self.edges is None:
             self.edges = self._count_edges(cutoff, "max_atoms='auto'")
         reader = self.memory_reader or default_reader(probe.device)
-        probes = measure(
-            self.dataset, self.sizes, self.edges, rows, probe, reader, self.memory_fraction
-        )
-        found = choose(
-            probes, self.sizes, self.edges, rows, reader, self.memory_fraction, self._edge_cap
-        )
+        try:
+            probes = measure(
+                self.dataset, self.sizes, self.edges, rows, probe, reader, self.memory_fraction
+            )
+            found = choose(
+                probes, self.sizes, self.edges, rows, reader, self.memory_fraction, self._edge_cap
+            )
+        except MemoryNotSeen as exc:
+            if self.fallback_atoms is None:
+                raise
+            logger.warning(f"{exc}; the default budget instead: max_atoms={self.fallback_atoms}")
+            self.max_atoms = self.fallback_atoms
+            return
         logger.info(found.summary())
         # (edges stay counted even without an edge budget: a resume that measures an
         # edge budget then finds the checkpoint's in-flight edge count kept)
@@ -380,7 +387,3 @@ class SizeAwareSampler:
         self.order = np.asarray(state["order"], dtype=np.int64)
         self.position = int(state["position"])
         self._passed = int(state.get("passed", 0))
-
-
-def _count_edges(atoms: Any, cutoff: float) -> int:
-    return count_pairs(atoms.positions, atoms.cell.array, atoms.pbc, cutoff)

@@ -11,7 +11,6 @@ loop, every pipeline rank and a results store all compare with the same function
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 
 from ..core.errors import ConfigError
+from ..core.structure_hash import StructureHashes, digest_arrays
 
 #: attributes set by the run itself rather than by the user's configuration (a class
 #: adds its own in ``fingerprint_ignore``; counters named ``num_*`` are left out too)
@@ -83,16 +83,6 @@ def _class_name(obj: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def digest_arrays(arrays: Sequence[np.ndarray]) -> str:
-    """SHA-256 (16 hex digits) of arrays' shapes, dtypes and bytes."""
-    h = hashlib.sha256()
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.view(np.uint8).tobytes() if a.size else b"")
-    return h.hexdigest()[:16]
-
-
 def input_digest(data: Any) -> str:
     """Digest of a run's input: the ids, species, coordinates, cells and periodicity of
     every structure (a Batch, ``ase.Atoms``, a list of them or a SizeAwareSampler),
@@ -110,17 +100,22 @@ def input_digest(data: Any) -> str:
             host.atomic_numbers.numpy(), host.positions.numpy(), host.cell.numpy(),
             host.pbc.numpy(),
         )  # fmt: skip
-    if isinstance(data, SizeAwareSampler):
-        items, ids = [data.dataset[int(k)] for k in range(len(data.dataset))], data.system_ids
+    if isinstance(data, SizeAwareSampler):  # streamed: a dataset is never all in memory
         atoms, systems, edges = data.requested_budget()  # "auto" (-2), not what it measured
         budget = np.asarray([-2 if atoms == "auto" else atoms, systems or -1, edges or -1])
-    else:
-        items = [data] if isinstance(data, Atoms) else data  # (never consume an iterator)
-        if not isinstance(items, (list, tuple)) or not items:
-            return "not structures"  # (refused when the run reads them, naming the fix)
-        if not all(isinstance(a, Atoms) for a in items):
-            return "not structures"  # (refused when the run reads them, naming the fix)
-        ids, budget = np.asarray(default_system_ids(items)), np.zeros(0)
+        order = np.argsort(data.system_ids, kind="stable")
+        parts = data.content_hashes  # (the scan's, in dataset order: used when that is id order)
+        if parts is None or np.any(np.diff(data.system_ids) <= 0):
+            parts = StructureHashes()
+            for k in order:
+                parts.add(data.dataset[int(k)])
+        return parts.digest(data.system_ids[order], budget, data.sizes[order])
+    items = [data] if isinstance(data, Atoms) else data  # (never consume an iterator)
+    if not isinstance(items, (list, tuple)) or not items:
+        return "not structures"  # (refused when the run reads them, naming the fix)
+    if not all(isinstance(a, Atoms) for a in items):
+        return "not structures"  # (refused when the run reads them, naming the fix)
+    ids, budget = np.asarray(default_system_ids(items)), np.zeros(0)
     order = np.argsort(np.asarray(ids), kind="stable")
     items = [items[k] for k in order]
     return structures_digest(
@@ -134,11 +129,12 @@ def structures_digest(
     ids: np.ndarray, budget: np.ndarray, counts: np.ndarray, numbers: np.ndarray,
     positions: np.ndarray, cells: np.ndarray, pbc: np.ndarray,
 ) -> str:  # fmt: skip
-    """:func:`digest_arrays` of structures in ``system_id`` order, each part in one dtype
-    (integers int64, coordinates float64) whatever container and precision held it."""
-    ints = [np.asarray(a, dtype=np.int64) for a in (ids, budget, counts, numbers)]
-    floats = [np.asarray(a, dtype=np.float64) for a in (positions, cells)]
-    return digest_arrays([*ints, *floats, np.asarray(pbc, dtype=bool)])
+    """The digest of structures in ``system_id`` order (:class:`StructureHashes`), each
+    part in one dtype (integers int64, coordinates float64) whatever container and
+    precision held it."""
+    parts = StructureHashes()
+    parts.update(numbers, positions, cells, pbc)
+    return parts.digest(ids, budget, counts)
 
 
 def stage_settings(stages: Sequence[Any]) -> list[dict[str, Any]]:

@@ -44,11 +44,14 @@ def continue_from_stores(
     stores: Sequence[Any],
     fingerprint: dict[str, Any] | None,
     salvage: Callable[[], None],
+    read_back: bool = True,
 ) -> tuple[Any, Batch | None]:
     """A resume with no checkpoint: warn, then leave out the systems the results
     ``stores`` (ZarrSinks) already hold, after checking that the run that wrote them was
     this one; ``salvage`` first gathers what ranks left elsewhere.  Returns the data
-    still to run (None when nothing is left) and the stored results of the others."""
+    still to run (None when nothing is left) and the stored results of the others
+    (None without ``read_back``: a run whose Results read the stores needs no copy in
+    memory, which for a campaign's store would be all of it)."""
     where = "the Checkpoint callback's folder" if resume is True else repr(str(resume))
     salvage()
     stores = [s for s in stores if s.path.exists()]
@@ -66,7 +69,7 @@ def continue_from_stores(
     )
     if not done:
         return data, None
-    return without_systems(data, done), stored_results(stores, done)
+    return without_systems(data, done), stored_results(stores, done) if read_back else None
 
 
 def stored_results(stores: Sequence[Any], done: set[int]) -> Batch:

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from ..core.errors import ConfigError
 from ..core.state import Batch
+from ..data.datasets import Subset
 from ..data.sampler import SizeAwareSampler
 from ..engine.interrupt import RunInterrupted
 from ..integrators.stages import Fused, Pipeline
@@ -71,7 +72,7 @@ def shard(sampler: SizeAwareSampler, parts: int, index: int) -> SizeAwareSampler
     mine = [int(k) for k in sampler.order if owner[k] == index]
     sub = (
         SizeAwareSampler(
-            [sampler.dataset[k] for k in mine],
+            Subset(sampler.dataset, mine),  # (read on access: a rank holds no list)
             sampler.max_atoms,
             sampler.max_systems,
             sampler.max_edges,
@@ -155,7 +156,7 @@ class DistributedStrategy(Strategy):
             )
         counted = [0] * len(sampler.dataset)
         if self.buffer.num_edges and radius is not None:
-            from ..data.sampler import _count_edges
+            from ..data.sampler_checks import count_edges as _count_edges
 
             for k in sampler.order:
                 pairs = counted[int(k)] = _count_edges(sampler.dataset[int(k)], radius)

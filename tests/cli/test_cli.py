@@ -566,7 +566,7 @@ def test_sampler_budgets_in_a_config_reach_the_sampler() -> None:
     budgets = {"max_atoms": 64, "max_systems": 3, "max_edges": 999, "skip_invalid": True,
                "memory_fraction": 0.5}  # fmt: skip
     built = build(resolved_config(["--data.sampler", json.dumps(budgets)]))
-    expected = SizeAwareSampler(built.atoms, **budgets)
+    expected = SizeAwareSampler(built.structures, **budgets)
     assert isinstance(built.source, SizeAwareSampler)
     for name in budgets:
         assert getattr(built.source, name) == getattr(expected, name), name
