@@ -8,13 +8,13 @@ import signal
 import time
 
 import pytest
+from test_interrupt import _run, interrupt_script
 
 from alchemi_lit.engine import memory_watch
 from alchemi_lit.engine.hooks import Callback
 from alchemi_lit.engine.interrupt import RunInterrupted, current_signal
 from alchemi_lit.engine.memory_watch import ENV_FLOOR, MemoryWatch, memory_floor
 from alchemi_lit.sinks import ZarrSink
-from test_interrupt import _run, interrupt_script
 
 
 class MemoryRunsOut(Callback):
