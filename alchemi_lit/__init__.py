@@ -7,14 +7,10 @@ The public names are imported on first use (PEP 562): ``import alchemi_lit`` and
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import TYPE_CHECKING, Any
 
-from . import _moved
 from .core.errors import AlchemiError, ConfigError, ModelError, StructureError
 from .core.version import __version__
-
-_moved.install()  # old module paths (alchemi_lit.state, ...) keep working for one release
 
 if TYPE_CHECKING:
     from .core.state import Batch
@@ -57,9 +53,6 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        moved = _moved.old_attribute(sys.modules[__name__], name)
-        if moved is not None:  # an old module name: al.stages, al.hooks (one release)
-            return moved
         raise AttributeError(f"module 'alchemi_lit' has no attribute {name!r}")
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value  # later lookups skip this function

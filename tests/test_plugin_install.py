@@ -33,7 +33,7 @@ def test_installed_copy_is_this_checkouts(toy_plugin_site: Path) -> None:
 def test_fresh_interpreter_discovers_the_entry_point(toy_plugin_site: Path) -> None:
     code = """
 import json, sys
-from alchemi_lit import registry
+from alchemi_lit.core import registry
 e = registry.get("integrator", "ToyDamped")
 m = registry.get("model", "ToyHarmonic")
 print(json.dumps([e.source, m.source, sys.modules[e.cls.__module__].__file__]))

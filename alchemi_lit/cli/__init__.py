@@ -44,33 +44,8 @@ How a run / validate command line becomes a run (one module each):
 
 from __future__ import annotations
 
-from typing import Any
-
 from .app import CLI, main
 from .command import Command
 from .errors import EXIT_USAGE, CLIError
-from .run import is_main_rank
 
 __all__ = ["CLI", "EXIT_USAGE", "CLIError", "Command", "main"]
-
-# the names of the single-module ``alchemi_lit.cli`` (before 0.2) that other code used;
-# kept for one release
-_is_main_rank = is_main_rank
-
-
-def _split_argv(args: list[str]) -> Any:
-    from .argv import split_argv
-
-    return split_argv(args)
-
-
-def _parse(command: str, req: Any) -> tuple[Any, None, dict[str, Any]]:
-    """(parser, None, resolved config) of a run / validate request."""
-    cli = CLI()
-    return cli.config_parser(command), None, cli.parse(command, req)
-
-
-def _build(resolved: dict[str, Any], resuming: bool = False) -> Any:
-    from .build import build
-
-    return build(resolved, resuming)

@@ -371,7 +371,7 @@ def test_status_masks_follow_every_change_of_the_status_tensor() -> None:
     the kept masks."""
     from alchemi_lit.core.state import Batch
     from alchemi_lit.engine.hooks import HookDispatcher
-    from alchemi_lit.strategies.fused import FusedLoop
+    from alchemi_lit.engine.step import FusedLoop
 
     plan = FIRE() + Langevin(steps=5)
     loop = FusedLoop(LennardJones(epsilon=0.0104, sigma=3.4, cutoff=8.5), plan, HookDispatcher([]))

@@ -351,7 +351,9 @@ def test_per_system_values_must_cover_every_system_id(kwargs: dict) -> None:
 
 def test_yaml_config_builds_cell_filters(tmp_path) -> None:
     """``cell: {kind: ..., ...}`` and ``cell: frechet`` in a config, through jsonargparse."""
-    from alchemi_lit import cli
+    from alchemi_lit.cli import CLI
+    from alchemi_lit.cli.argv import split_argv
+    from alchemi_lit.cli.build import build
 
     (tmp_path / "run.yaml").write_text(
         "simulator:\n"
@@ -365,10 +367,8 @@ def test_yaml_config_builds_cell_filters(tmp_path) -> None:
         "               constant_volume: false, mask: [1, 1, 1, 0, 0, 0]}\n"
         "data: {structures: 'builtin:argon', builtin_args: {n_systems: 2, repeat: 2}}\n"
     )
-    _, _, resolved = cli._parse(
-        "validate", cli._split_argv(["--config", str(tmp_path / "run.yaml")])
-    )
-    first, second = cli._build(resolved).sim.plan.stages
+    resolved = CLI().parse("validate", split_argv(["--config", str(tmp_path / "run.yaml")]))
+    first, second = build(resolved).sim.plan.stages
     assert first.cell == CellFilter("frechet")
     assert second.cell == CellFilter("unit", scalar_pressure=0.001, mask=[1, 1, 1, 0, 0, 0])
 

@@ -115,7 +115,9 @@ def test_fused_lbfgs_with_cell_then_fire_matches_ase(second: str) -> None:
 
 
 def test_fire_with_cell_refuses_mass_weighting_and_builds_from_yaml(tmp_path) -> None:
-    from alchemi_lit import cli
+    from alchemi_lit.cli import CLI
+    from alchemi_lit.cli.argv import split_argv
+    from alchemi_lit.cli.build import build
 
     with pytest.raises(ConfigError, match=r"cell= needs mode='ase'"):
         FIRE(cell="frechet", mode="mass_weighted")
@@ -131,9 +133,7 @@ def test_fire_with_cell_refuses_mass_weighting_and_builds_from_yaml(tmp_path) ->
         "    - {class_path: FIRE2, init_args: {fmax: 0.01, cell: unit, use_abc: true}}\n"
         "data: {structures: 'builtin:argon', builtin_args: {n_systems: 2, repeat: 2}}\n"
     )
-    _, _, resolved = cli._parse(
-        "validate", cli._split_argv(["--config", str(tmp_path / "run.yaml")])
-    )
-    first, second = cli._build(resolved).sim.plan.stages
+    resolved = CLI().parse("validate", split_argv(["--config", str(tmp_path / "run.yaml")]))
+    first, second = build(resolved).sim.plan.stages
     assert first.cell == CellFilter("frechet", scalar_pressure=0.0) and first.fmax == 0.02
     assert second.cell == CellFilter("unit") and second.use_abc
