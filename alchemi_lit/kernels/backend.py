@@ -2,8 +2,8 @@
 (:mod:`alchemi_lit.integrators.ops`), of the keyed noise (:func:`alchemi_lit.core.random.
 atom_normals`), of the force criterion (:func:`alchemi_lit.integrators.convergence.
 largest_force_below`) and of the run sums into atoms and systems
-(:func:`alchemi_lit.core.segments.run_sums`), registered with :mod:`alchemi_lit.core.backends` when it first
-dispatches.
+(:func:`alchemi_lit.core.segments.run_sums`), registered with
+:mod:`alchemi_lit.core.backends` when it first dispatches.
 
 Each registration takes the inputs :func:`~alchemi_lit.kernels.usable` accepts (kernels
 enabled, numba importable, CPU tensors NumPy can view, not inside ``torch.compile``) and
