@@ -288,8 +288,9 @@ def overhead_and_syncs(atoms, md_atoms, repeats: int, gate) -> tuple[list[tuple]
     as the model call, which shows what this machine charges the same code for running
     after that long (on a shared VM, much: caches and predictors are cold again).
     """
-    from alchemi_lit.engine.hooks import HookDispatcher, StepContext
     from alchemi_lit.strategies.fused import FusedLoop
+
+    from alchemi_lit.engine.hooks import HookDispatcher, StepContext
 
     out, notes = [], []
     lj = lj_model()

@@ -110,6 +110,8 @@ def batch():
 
 def test_the_cpu_kernels_are_registered_for_every_primitive(monkeypatch, batch):
     pytest.importorskip("numba")
+    from alchemi_lit.core.segments import run_sums
+
     mask = torch.ones(2, dtype=torch.bool)
     stream = type("Stream", (), {"seed": 0, "compiled_kernels": False})()
     cases = {
@@ -122,6 +124,7 @@ def test_the_cpu_kernels_are_registered_for_every_primitive(monkeypatch, batch):
         ops.fire2_update: (batch, mask, torch.zeros(2, dtype=bool), torch.ones(2)),
         convergence.largest_force_below: (batch, 0.1),
         rng.atom_normals: ops.noise_keys(batch, 0, rng.PURPOSE_NOISE),
+        run_sums: (batch.forces, batch.n_atoms),
     }
     for primitive, args in cases.items():
         assert primitive.choose(*args) == "numba", primitive

@@ -6,9 +6,10 @@ coefficients back onto atoms.  Done with generic kernels, these small operations
 more than the arithmetic around them on CPU:
 
 * sums into systems must not depend on the systems around them (a screening result
-  may not depend on its batch mates), so on CPU they are ``segment_reduce`` sums, which
-  add each system's values one after another from zero: a system's bits are those of
-  its own values, whatever the processor.  (A sparse product with a matrix of ones was
+  may not depend on its batch mates), so on CPU they are run sums (:func:`run_sums`:
+  ``segment_reduce``, or the numba kernel that adds in the same order and is faster),
+  which add each system's values one after another from zero: a system's bits are those
+  of its own values, whatever the processor.  (A sparse product with a matrix of ones was
   faster, but MKL's AVX-512 kernels group its terms by their position in the whole
   array: DESIGN_NOTES.md, "Batch independence by construction".)  ``index_add_`` on CPU
   adds in index order too and is slower; on GPU it is as fast as anything and needs no
@@ -34,6 +35,7 @@ from collections.abc import Callable, Hashable
 import numpy as np
 import torch
 
+from .backends import primitive
 from .tensor_ops import host_reads_free, kept, numpy_viewable
 
 
@@ -59,7 +61,7 @@ class Segments:
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """Per-atom ``[N]`` or ``[N, k]`` values summed into systems ``[B]`` / ``[B, k]``."""
         if self.on_cpu and values.is_floating_point() and self.num_atoms:
-            return torch.segment_reduce(values, "sum", lengths=self._n_atoms, axis=0)
+            return run_sums(values, self._n_atoms)
         out = values.new_zeros((self.num_systems, *values.shape[1:]))
         return out.index_add_(0, self.system_idx, values)
 
@@ -70,7 +72,7 @@ class Segments:
         without the row sum in between.
         """
         if self.on_cpu and values.is_floating_point() and self.num_atoms:
-            return torch.segment_reduce(values.reshape(-1), "sum", lengths=self.xyz_lengths)
+            return run_sums(values.reshape(-1), self.xyz_lengths)
         flat = values.reshape(-1)
         return flat.new_zeros(self.num_systems).index_add_(0, self.xyz_index, flat)
 
@@ -169,10 +171,21 @@ class Segments:
 _MAX_DERIVED = 8
 
 
+@primitive
+def run_sums(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Sums of consecutive runs of ``values`` ``[P, ...]`` along dim 0, ``lengths[r]``
+    rows each, ``[R, ...]``: each run's values added one after another from zero, so a
+    run's sum is a function of its own values alone, whatever runs surround it (the
+    module docstring; the numba backend adds in the same order, to the same bits)."""
+    if values.shape[0] == 0:
+        return values.new_zeros((lengths.shape[0], *values.shape[1:]))
+    return torch.segment_reduce(values, "sum", lengths=lengths, axis=0)
+
+
 def _same_plain_dtype(tensors: tuple[torch.Tensor, ...]) -> bool:
     """True when the tensors share one dtype and NumPy can view each of them."""
     dtype = tensors[0].dtype
     return all(t.dtype == dtype and numpy_viewable(t) for t in tensors)
 
 
-__all__ = ["Segments"]
+__all__ = ["Segments", "run_sums"]

@@ -1,8 +1,9 @@
 """The numba kernels as a backend: faster implementations of the integrators' primitives
 (:mod:`alchemi_lit.integrators.ops`), of the keyed noise (:func:`alchemi_lit.core.random.
-atom_normals`) and of the force criterion (:func:`alchemi_lit.integrators.convergence.
-largest_force_below`), registered with :mod:`alchemi_lit.core.backends` when it first
-dispatches.
+atom_normals`), of the force criterion (:func:`alchemi_lit.integrators.convergence.
+largest_force_below`) and of the run sums into atoms and systems
+(:func:`alchemi_lit.core.segments.run_sums`), registered with
+:mod:`alchemi_lit.core.backends` when it first dispatches.
 
 Each registration takes the inputs :func:`~alchemi_lit.kernels.usable` accepts (kernels
 enabled, numba importable, CPU tensors NumPy can view, not inside ``torch.compile``) and
@@ -29,6 +30,7 @@ import torch
 
 from .. import kernels
 from ..core import random as rng
+from ..core import segments
 from ..core.state import Batch
 from ..core.tensor_ops import identity_key, same_key
 from ..integrators import convergence, ops
@@ -219,6 +221,18 @@ def atom_normals(
         system_idx.numpy(), local_index.numpy(), purpose, 2 * math.pi, ahead,
     )  # fmt: skip
     return rng.box_muller_block(torch.from_numpy(uniforms), dtype)
+
+
+def _run_sums_take(values: torch.Tensor, lengths: torch.Tensor) -> bool:
+    return values.is_floating_point() and values.dim() in (1, 2) and kernels.usable(values, lengths)
+
+
+@segments.run_sums.register(BACKEND, _run_sums_take)
+def run_sums(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    rows = values.numpy().reshape(len(values), -1)
+    out = np.zeros((len(lengths), rows.shape[1]), dtype=rows.dtype)
+    kernels.load("reductions").run_sums(rows, lengths.numpy(), out)
+    return torch.from_numpy(out).reshape(len(lengths), *values.shape[1:])
 
 
 @convergence.largest_force_below.register(BACKEND, lambda batch, fmax: kernels.usable(batch.forces))

@@ -10,6 +10,20 @@ from .cache import compiled
 
 
 @compiled
+def run_sums(v, counts, out):
+    """Sums of consecutive runs of ``v`` ``[P, k]`` rows (``counts[r]`` each) into ``out``
+    ``[R, k]`` (zeros, ``v``'s dtype): each run added row after row from zero, as
+    ``torch.segment_reduce`` adds -- the same bits (core.segments.run_sums)."""
+    e = 0
+    for r in range(counts.shape[0]):
+        for _ in range(counts[r]):
+            for c in range(v.shape[1]):
+                out[r, c] += v[e, c]
+            e += 1
+    return out
+
+
+@compiled
 def max_sq_norm_below(f, starts, counts, limit):
     """Whether each system's largest squared row norm ``max_i |f_i|^2`` is below
     ``limit`` ``[B]`` (a system without atoms is; a NaN row makes it False, as the

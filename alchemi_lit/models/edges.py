@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.segments import run_sums
+
 
 @dataclass
 class Edges:
@@ -21,8 +23,9 @@ class Edges:
 
     ``atom_counts``/``system_counts``/``j_flat`` are set by :class:`NeighborList` on
     CPU, where its edges are sorted by ``i`` (hence by system).  There the sum over each
-    atom's run of edges and each system's are ``segment_reduce`` sums (cheaper than
-    ``index_add_`` on CPU), the pull on atoms j a flat bincount: all three add their
+    atom's run of edges and each system's are run sums (:func:`~alchemi_lit.core.segments.
+    run_sums`: cheaper than ``index_add_`` on CPU), the pull on atoms j a flat bincount: all
+    three add their
     terms one after another in edge order, so a sum depends on its own terms alone --
     not on the edges of other systems around it (no BLAS product, whose blocking
     follows the whole array's shape: DESIGN_NOTES.md, "Batch independence by
@@ -52,14 +55,14 @@ class Edges:
     def system_sum(self, values: torch.Tensor, num_systems: int) -> torch.Tensor:
         """Sum per-edge ``values`` ``[P]`` or ``[P, k]`` into systems ``[B]`` / ``[B, k]``."""
         if self.system_counts is not None:
-            return torch.segment_reduce(values, "sum", lengths=self.system_counts, axis=0)
+            return run_sums(values, self.system_counts)
         out = values.new_zeros((num_systems, *values.shape[1:]))
         return out.index_add_(0, self.system, values)
 
     def forces(self, grad: torch.Tensor, num_atoms: int) -> torch.Tensor:
         """``F_i = sum_j dE/dvec_ij - sum_k dE/dvec_ki`` from the edge gradient ``[P, 3]``."""
         if self.atom_counts is not None and self.j_flat is not None:
-            out = torch.segment_reduce(grad, "sum", lengths=self.atom_counts, axis=0)
+            out = run_sums(grad, self.atom_counts)
             pulled = torch.bincount(self.j_flat, weights=grad.reshape(-1), minlength=3 * num_atoms)
             return out.sub_(pulled.view(num_atoms, 3))
         out = grad.new_zeros((num_atoms, 3))

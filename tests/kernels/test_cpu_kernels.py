@@ -541,3 +541,30 @@ def test_a_per_system_time_step_keeps_its_half_kick_constants(monkeypatch):
         backend.kick_drift(batch, mask, dt)
     assert len(made) == 1
     assert torch.equal(made[0], 0.5 * dt[batch.system_id])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("width", [0, 1, 3, 9])
+def test_run_sums_kernel_adds_in_segment_reduces_order_to_the_bit(dtype, width):
+    """The numba run sums are torch.segment_reduce's, bit for bit (both add a run's
+    values one after another from zero), with empty runs and 1-D or 2-D values; and a
+    run's sum is its own values' wherever the run sits (#41)."""
+    pytest.importorskip("numba")
+    from alchemi_lit.core.segments import run_sums
+
+    gen = torch.Generator().manual_seed(width)
+    lengths = torch.tensor([0, 7, 1, 0, 33, 130, 2])
+    shape = (int(lengths.sum()),) if width == 0 else (int(lengths.sum()), width)
+    values = (torch.randn(shape, generator=gen, dtype=torch.float64) * 1e3).to(dtype)
+    assert run_sums.choose(values, lengths) == "numba"
+    got = run_sums(values, lengths)
+    want = run_sums.reference(values, lengths)
+    assert got.dtype == dtype and torch.equal(got, want)
+    start = int(lengths[:5].sum())  # the 130-value run, alone
+    alone = run_sums(values[start : start + 130], torch.tensor([130]))
+    assert torch.equal(alone[0], got[5])
+    sequential = values[start : start + 130].unbind(0)
+    total = torch.zeros_like(sequential[0])
+    for v in sequential:
+        total = total + v
+    assert torch.equal(total, got[5])  # (one after another, from zero)
