@@ -66,6 +66,9 @@ def pages() -> dict[str, str]:
                 f"::: {module}",
                 "    options:",
                 "      show_root_heading: true",
+                # names of __all__ that griffe resolves to submodules (integrators.ops;
+                # workflows.eos, whose function shares its module's name) are rendered too
+                "      show_submodules: true",
                 "      members:",
                 members or "        []",
                 "",

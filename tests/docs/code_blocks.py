@@ -1,4 +1,4 @@
-"""Run the code blocks of README.md and docs/ with Sybil: the parsers and evaluators.
+"""Run the code blocks of README.md, CONTRIBUTING.md and docs/ with Sybil: the parsers and evaluators.
 
 Each page is one document: its Python blocks run in order in one namespace (a page
 reads as one session), its bash blocks in a shell, in the same working directory; a
@@ -34,8 +34,10 @@ BASH_TIMEOUT_S = 240
 
 
 def pages() -> list[Path]:
-    """README.md and every page under docs/ (the generated pages are built, not here)."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    """README.md, the root pages the site shows, and every page under docs/ (the
+    generated pages are built from the code, not written)."""
+    root = [ROOT / name for name in ("README.md", "CONTRIBUTING.md", "CHANGELOG.md")]
+    return [*root, *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def installed(name: str) -> bool:
