@@ -1,6 +1,7 @@
-"""The ``CLI`` class's hooks, as a user extends it: ``TrialCLI`` of docs/how-to/extend-cli.md (an option
-read by ``before_instantiate``, a ``count`` command) and a ``build_simulator`` that
-builds the Simulator in Python.  Inputs are tiny: 2 argon crystals of 32 atoms."""
+"""The ``CLI`` class's hooks, as a user extends it: ``TrialCLI`` of
+docs/how-to/extend-cli.md (an option read by ``before_instantiate``, a ``count``
+command) and a ``build_simulator`` that builds the Simulator in Python.  Inputs are tiny:
+2 argon crystals of 32 atoms."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run the code blocks of README.md, CONTRIBUTING.md and docs/ with Sybil: the parsers and evaluators.
+"""The parsers and evaluators that run the code blocks of README.md and docs/ (Sybil).
 
 Each page is one document: its Python blocks run in order in one namespace (a page
 reads as one session), its bash blocks in a shell, in the same working directory; a

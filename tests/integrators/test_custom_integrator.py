@@ -1,5 +1,5 @@
-"""The custom integrator of docs/tutorials/custom-integrator.md (the block marked ``<!-- example: custom-integrator -->``),
-run as written, against an independent reference.
+"""The custom integrator of docs/tutorials/custom-integrator.md (the block marked
+``<!-- example: custom-integrator -->``), run as written, against an independent reference.
 
 The reference is a plain NumPy loop over one structure at a time with ASE's own
 Lennard-Jones calculator: the same steepest-descent rule (halve the per-system step
