@@ -9,7 +9,10 @@ included, in the slow tier.
 
 from __future__ import annotations
 
+import re
 import shutil
+import sys
+import types
 from pathlib import Path
 from unittest import SkipTest
 
@@ -48,7 +51,12 @@ def run_page(path: Path, tmp_path: Path, monkeypatch, slow: bool) -> None:
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     monkeypatch.chdir(tmp_path)
     document = SYBIL.parse(path)
-    document.namespace.update(namespace(slow), __name__=f"docs_{path.stem}")
+    # the page's namespace is a module's, as a user's script or package would be: what
+    # it defines pickles (checkpoints, ranks), and its classes name their module
+    module = types.ModuleType("docs_page_" + re.sub(r"\W", "_", path.stem))
+    module.__dict__.update(document.namespace, **namespace(slow))
+    document.namespace = module.__dict__
+    monkeypatch.setitem(sys.modules, module.__name__, module)
     for example in document:
         try:
             example.evaluate()
