@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 
 from .callbacks.nan_guard import NaNGuard
+from .core.environment import numerics_environment, package_versions
 from .core.errors import ConfigError
 from .core.state import Batch
 from .engine import cuda_graph
@@ -366,12 +367,8 @@ class Simulator:
         return [f"{c}:{n}" for c, n in enumerate(names)]
 
     def run_info(self) -> dict[str, Any]:
-        """What produced the results: plan, model, settings and package versions."""
-        import ase
-        import numpy
-
-        from .core.version import __version__
-
+        """What produced the results: plan, model, settings, package versions and the
+        numerical libraries' code paths (:mod:`~alchemi_lit.core.environment`)."""
         return {
             "plan": repr(self.plan),
             "stage_names": self.stage_names(),
@@ -384,12 +381,8 @@ class Simulator:
             "stress": self.stress,
             "fingerprint": self.fingerprint,
             "config": self.config,
-            "versions": {
-                "alchemi_lit": __version__,
-                "torch": torch.__version__,
-                "ase": ase.__version__,
-                "numpy": numpy.__version__,
-            },
+            "environment": numerics_environment(),
+            "versions": package_versions(),
         }
 
 

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..core.environment import numerics_environment
 from .argv import split_argv
 from .build import Built, build, check_structures
 from .command import Command, console_width
@@ -169,6 +170,7 @@ def _run(built: Built, resolved: dict[str, Any], resume: str | bool | None = Non
     summary = summarize(systems, names, results.stats, _optimizer_flags(sim.plan, k))
     if sim.model.summary_note:  # a caveat such as ASECalculatorModel's slow path
         summary["model_note"] = sim.model.summary_note
+    summary["environment"] = numerics_environment()  # (comparing across machines: #41)
     thermo = _thermo_temperature(sim)
     if thermo is not None:
         summary["temperature_K"] = thermo

@@ -14,9 +14,12 @@ where reading is free, and run their fixed maximum elsewhere (no host sync).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
-from .tensor_ops import host_reads_free, may_be_set
+from .tensor_ops import host_reads_free, may_be_set, small_matmul
 
 #: ``|F - I|_1`` below which the log series is used without further square roots
 _LOG_RADIUS = 0.25
@@ -50,6 +53,23 @@ def solve(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve_ex(a, b).result
 
 
+def one_at_a_time(fn: Callable[..., Any], *args: torch.Tensor) -> Any:
+    """``fn(*args)`` over ``[G, ...]`` tensors, one matrix at a time on CPU; ``fn``
+    returns a tuple of ``[G, ...]`` tensors.
+
+    Why: LAPACK's eigensolver and torch's reductions over a matrix's rows pick their
+    blocking by the whole tensor's shape and memory, so a matrix's results changed in
+    their last bits with the matrices batched beside it (BFGS: with the number of
+    systems of its size in the batch; DESIGN_NOTES.md, "Batch independence by
+    construction").  One at a time, every call has the same shapes and fresh buffers
+    whatever the batch.  On accelerators: one batched call.
+    """
+    if args[0].device.type != "cpu" or len(args[0]) <= 1:
+        return fn(*args)
+    parts = [fn(*(a[k : k + 1].clone() for a in args)) for k in range(len(args[0]))]
+    return tuple(torch.cat(column) for column in zip(*parts))
+
+
 def _norm1(a: torch.Tensor) -> torch.Tensor:
     """Matrix 1-norm (largest column sum of magnitudes) of ``[..., 3, 3]``."""
     return a.abs().sum(-2).amax(-1)
@@ -63,7 +83,7 @@ def sqrtm(a: torch.Tensor) -> torch.Tensor:
     m, y = a, a
     for _ in range(_MAX_DB):
         m_inv = inverse(m)
-        y = y @ (eye + m_inv) * 0.5
+        y = small_matmul(y, eye + m_inv) * 0.5
         m = (eye + (m + m_inv) * 0.5) * 0.5
         if not may_be_set(_norm1(m - eye) > tol):
             break
@@ -85,9 +105,9 @@ def logm(a: torch.Tensor) -> torch.Tensor:
         x = torch.where(far[..., None, None], sqrtm(x), x)
         scale = torch.where(far, 2.0 * scale, scale)
     z = solve(x + eye, x - eye)  # (x - I)(x + I)^-1: they commute
-    z2, term, total = z @ z, z, z
+    z2, term, total = small_matmul(z, z), z, z
     for k in range(1, _LOG_TERMS):
-        term = term @ z2
+        term = small_matmul(term, z2)
         total = total + term / (2 * k + 1)
     return (2.0 * scale)[..., None, None] * total
 
@@ -104,10 +124,10 @@ def expm(a: torch.Tensor) -> torch.Tensor:
     eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device).expand_as(a)
     out = eye
     for k in range(_EXP_TERMS, 0, -1):  # Horner: I + x (I + x/2 (I + ...))
-        out = eye + (x @ out) / k
+        out = eye + small_matmul(x, out) / k
     rounds = int(squarings.max()) if host_reads_free(a) and len(a) else _MAX_SQUARINGS
     for i in range(rounds):
-        out = torch.where((i < squarings)[..., None, None], out @ out, out)
+        out = torch.where((i < squarings)[..., None, None], small_matmul(out, out), out)
     return out
 
 

@@ -5,10 +5,14 @@ power and norms, kinetic energies, centre-of-mass momenta) and spreads per-syste
 coefficients back onto atoms.  Done with generic kernels, these small operations cost
 more than the arithmetic around them on CPU:
 
-* ``index_add_`` and ``segment_reduce`` into systems are slow on CPU; a sparse CSR
-  matrix of ones (row b = the atoms of system b) times the values does the same sum
-  faster, for tens of thousands of values and for hundreds of thousands alike.  On
-  GPU ``index_add_`` is as fast as anything and needs no set-up, so it is kept there.
+* sums into systems must not depend on the systems around them (a screening result
+  may not depend on its batch mates), so on CPU they are ``segment_reduce`` sums, which
+  add each system's values one after another from zero: a system's bits are those of
+  its own values, whatever the processor.  (A sparse product with a matrix of ones was
+  faster, but MKL's AVX-512 kernels group its terms by their position in the whole
+  array: DESIGN_NOTES.md, "Batch independence by construction".)  ``index_add_`` on CPU
+  adds in index order too and is slower; on GPU it is as fast as anything and needs no
+  set-up, so it is kept there (atomic additions: see that section for what holds).
 * multiplying ``[N, 3]`` by a broadcast ``[N, 1]`` coefficient takes a slow
   broadcasting path on CPU, unlike an elementwise product of two ``[N, 3]`` tensors,
   so coefficients are gathered straight to ``[N, 3]`` (:meth:`to_xyz`): on CPU by
@@ -17,14 +21,14 @@ more than the arithmetic around them on CPU:
 
 (Figures in DESIGN_NOTES.md, "Per-system sums and broadcasts in the integrators".)
 
-The helpers are exact sums (no cumulative-sum tricks), so results agree with
-``index_add_`` to rounding.  A :class:`~alchemi_lit.core.state.Batch` keeps one instance
-per atom layout (``batch.segments``).
+The helpers are exact sums (no cumulative-sum tricks), in the same order as
+``index_add_`` on CPU, so both agree bit for bit.  A
+:class:`~alchemi_lit.core.state.Batch` keeps one instance per atom layout
+(``batch.segments``).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Hashable
 
 import numpy as np
@@ -44,7 +48,7 @@ class Segments:
         self._n_atoms = n_atoms
         self._xyz_idx: torch.Tensor | None = None
         self._xyz_counts: np.ndarray | None = None
-        self._csr: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        self._xyz_lengths: torch.Tensor | None = None
         self._xyz_of: tuple[torch.Tensor, int, torch.Tensor] | None = None
         self._derived: dict[Hashable, torch.Tensor] = {}
         self._local: torch.Tensor | None = None
@@ -54,8 +58,8 @@ class Segments:
     # ----------------------------------------------------------------- sums
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """Per-atom ``[N]`` or ``[N, k]`` values summed into systems ``[B]`` / ``[B, k]``."""
-        if self.on_cpu and values.is_floating_point():
-            return self._ones(1, values.dtype) @ values
+        if self.on_cpu and values.is_floating_point() and self.num_atoms:
+            return torch.segment_reduce(values, "sum", lengths=self._n_atoms, axis=0)
         out = values.new_zeros((self.num_systems, *values.shape[1:]))
         return out.index_add_(0, self.system_idx, values)
 
@@ -65,8 +69,8 @@ class Segments:
         ``sum_xyz(v * f)`` is the per-system dot product of two ``[N, 3]`` fields,
         without the row sum in between.
         """
-        if self.on_cpu and values.is_floating_point():
-            return self._ones(3, values.dtype) @ values.reshape(-1)
+        if self.on_cpu and values.is_floating_point() and self.num_atoms:
+            return torch.segment_reduce(values.reshape(-1), "sum", lengths=self.xyz_lengths)
         flat = values.reshape(-1)
         return flat.new_zeros(self.num_systems).index_add_(0, self.xyz_index, flat)
 
@@ -152,13 +156,13 @@ class Segments:
             self._xyz_idx = self.system_idx.repeat_interleave(3)
         return self._xyz_idx
 
-    # ------------------------------------------------------------ internals
-    def _ones(self, width: int, dtype: torch.dtype) -> torch.Tensor:
-        """CSR ``[B, width * N]`` of ones, row b covering system b's atoms (components)."""
-        key = (width, dtype)
-        if key not in self._csr:
-            self._csr[key] = ones_rows(self._n_atoms * width, dtype)
-        return self._csr[key]
+    @property
+    def xyz_lengths(self) -> torch.Tensor:
+        """Components per system (``3 n_atoms``) as a tensor: the runs of a flattened
+        ``[N, 3]`` field."""
+        if self._xyz_lengths is None:
+            self._xyz_lengths = self._n_atoms * 3
+        return self._xyz_lengths
 
 
 #: derived ``[N, 3]`` tensors kept per layout at most (a few per integrator in practice)
@@ -171,22 +175,4 @@ def _same_plain_dtype(tensors: tuple[torch.Tensor, ...]) -> bool:
     return all(t.dtype == dtype and numpy_viewable(t) for t in tensors)
 
 
-def ones_rows(counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Sparse CSR matrix ``[R, sum(counts)]`` of ones whose row r covers the r-th run
-    of ``counts[r]`` consecutive columns: ``ones_rows(c) @ x`` sums ``x`` in runs."""
-    size = int(counts.sum())
-    # int32 indices: with int64 ones the CPU kernel converts them on every call
-    index = torch.int32 if size < 2**31 else torch.int64
-    crow = torch.cat([counts.new_zeros(1, dtype=index), torch.cumsum(counts, 0, dtype=index)])
-    with warnings.catch_warnings():  # torch flags CSR as "beta" once per process
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(
-            crow,
-            torch.arange(size, dtype=index, device=counts.device),
-            torch.ones(size, dtype=dtype, device=counts.device),
-            size=(int(counts.shape[0]), size),
-            check_invariants=False,
-        )
-
-
-__all__ = ["Segments", "ones_rows"]
+__all__ = ["Segments"]

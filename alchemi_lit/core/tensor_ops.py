@@ -1,11 +1,12 @@
 """Small tensor kernels used in every step, written for speed on both CPU and GPU.
 
 Why a module for this: on CPU, torch's reduction over a length-3 last dimension
-(``(a * b).sum(-1)`` on ``[N, 3]``) takes a slow generic reduction path, while the
-same sum written as a matrix-vector product takes the optimised matrix one, and an MD
-step does several of these per atom or per edge (figures in DESIGN_NOTES.md, "Edge
-reductions").  On GPU both forms are equally fast, so the product form is used
-everywhere.
+(``(a * b).sum(-1)`` on ``[N, 3]``) takes a slow generic reduction path, and an MD step
+does several of these per atom or per edge (figures in DESIGN_NOTES.md, "Edge
+reductions").  Row sums are elementwise additions of the columns, in column order: as
+fast as a matrix-vector product, and unlike one (whose BLAS kernel blocks by the whole
+array's shape) a row's bits depend on that row alone, so on every processor a system's
+values do not depend on the rows of other systems around it.
 """
 
 from __future__ import annotations
@@ -28,8 +29,37 @@ def row_dot(a: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
 
 
 def row_sum(a: torch.Tensor) -> torch.Tensor:
-    """Row sums of an ``[N, k]`` tensor (see the module docstring for why not ``sum(-1)``)."""
-    return a @ a.new_ones(a.shape[-1])
+    """Row sums of an ``[N, k]`` tensor, column after column (module docstring: why not
+    ``sum(-1)`` nor a product with ones)."""
+    first, *rest = a.unbind(-1)
+    total = first.clone() if not rest else first + rest[0]
+    for column in rest[1:]:
+        total.add_(column)
+    return total
+
+
+def small_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` for ``[..., M, K]`` and ``[..., K, N]`` with a short ``K`` (3 x 3 cells,
+    an ``[n, 1, 3]`` row per atom), as elementwise products added term after term in
+    ``k`` order.
+
+    Why not ``@``: a batched product goes to a BLAS kernel chosen and blocked by the
+    whole batch's shape, so the bits of one system's product could change with the
+    number of systems around it (DESIGN_NOTES.md, "Batch independence by
+    construction"); here each output element is ``(a0 b0 + a1 b1) + a2 b2`` whatever
+    the batch.  Summing in the same order as vesin and ASE's loops, it also reproduces
+    their cell shifts bit for bit.
+    """
+    total = a[..., :, 0:1] * b[..., 0:1, :]
+    for k in range(1, a.shape[-1]):
+        total = total + a[..., :, k : k + 1] * b[..., k : k + 1, :]
+    return total
+
+
+def rows_times(rows: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
+    """``rows[n] @ matrices[n]`` for ``[n, K]`` rows and ``[n, K, N]`` matrices
+    (:func:`small_matmul`, one row each)."""
+    return small_matmul(rows.unsqueeze(-2), matrices).squeeze(-2)
 
 
 #: Whether reading a CPU tensor's values on the host is free (it is).  Tests set it to
@@ -153,7 +183,9 @@ __all__ = [
     "per_system",
     "row_dot",
     "row_sum",
+    "rows_times",
     "same_key",
+    "small_matmul",
 ]
 
 

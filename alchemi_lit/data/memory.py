@@ -108,7 +108,7 @@ class ProcessMemoryReader(MemoryReader):
         return _status("VmHWM") - self._base
 
     def available(self) -> int:
-        return min(_meminfo("MemAvailable"), _cgroup_room())
+        return host_memory_room()
 
     def release(self) -> None:
         malloc_trim()
@@ -146,6 +146,29 @@ def _meminfo(key: str) -> int:
         if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
     raise OSError(f"no {key} in /proc/meminfo")
+
+
+def host_memory_room() -> int:
+    """Bytes of host memory this process may still take: ``MemAvailable``, or less
+    under a container's limit (Linux; OSError elsewhere)."""
+    return min(_meminfo("MemAvailable"), _cgroup_room())
+
+
+def host_memory_total() -> int:
+    """Bytes of host memory this process may use at most: ``MemTotal``, or a container's
+    limit where lower (Linux; OSError elsewhere)."""
+    return min(_meminfo("MemTotal"), _cgroup_room() + _cgroup_used())
+
+
+def _cgroup_used() -> int:
+    """Bytes this container uses (0 without a cgroup memory controller)."""
+    root = Path("/sys/fs/cgroup")
+    for usage in ("memory.current", "memory/memory.usage_in_bytes"):
+        try:
+            return int((root / usage).read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return 0
 
 
 def _cgroup_room() -> int:

@@ -8,7 +8,10 @@ every run loop installs :class:`InterruptGuard`: the handler only notes the sign
 the loop stops after the current step, graduates what has finished, flushes every
 sink, writes a checkpoint when a Checkpoint callback is there, and raises
 :class:`RunInterrupted`, whose message says where the results are and how to go on.
-A second SIGINT (Ctrl-C pressed again) interrupts at once, as users expect.
+A second SIGINT (Ctrl-C pressed again) interrupts at once, as users expect.  While a
+guard is installed a :class:`~.memory_watch.MemoryWatch` sends the same SIGTERM when free
+memory runs out, before the kernel's out-of-memory killer would (a SIGKILL, which no
+handler sees).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from loguru import logger
+
+from .memory_watch import MemoryWatch
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -62,6 +67,7 @@ class InterruptGuard:
     def __init__(self) -> None:
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
+        self._watch: MemoryWatch | None = None
 
     def __enter__(self) -> InterruptGuard:
         outer = InterruptGuard._active
@@ -71,6 +77,7 @@ class InterruptGuard:
             for sig in SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._note)
             InterruptGuard._active = self
+            self._watch = MemoryWatch().start()  # (a SIGTERM before the OOM killer's SIGKILL)
         return self
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
@@ -90,6 +97,9 @@ class InterruptGuard:
     ) -> None:
         if InterruptGuard._active is not self:
             return
+        if self._watch is not None:  # (before the handlers go: its signal must find ours)
+            self._watch.stop()
+            self._watch = None
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous = {}

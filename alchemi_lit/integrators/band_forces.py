@@ -15,6 +15,8 @@ import itertools
 
 import torch
 
+from ..core.tensor_ops import small_matmul
+
 METHODS = ("aseneb", "improvedtangent", "spline")
 
 
@@ -32,10 +34,10 @@ def minimum_image(d: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor | None)
     flat = d.reshape(len(d), -1, 3)
     frac = torch.linalg.solve(full.transpose(-1, -2), flat.transpose(-1, -2)).transpose(-1, -2)
     frac = torch.where(periodic[:, None, :], frac - torch.floor(frac + 0.5), frac)
-    base = frac @ full
+    base = small_matmul(frac, full)
     shifts = torch.tensor(list(itertools.product((-1, 0, 1), repeat=3)), dtype=cell.dtype)
     shifts = shifts.to(cell.device)[None] * periodic[:, None, :]  # [G, 27, 3]
-    candidates = base[:, :, None, :] + (shifts @ full)[:, None, :, :]  # [G, M, 27, 3]
+    candidates = base[:, :, None, :] + small_matmul(shifts, full)[:, None, :, :]  # [G, M, 27, 3]
     best = (candidates * candidates).sum(-1).argmin(-1, keepdim=True)
     out = candidates.gather(2, best[..., None].expand(-1, -1, 1, 3)).squeeze(2)
     return out.reshape(shape)

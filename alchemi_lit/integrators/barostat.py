@@ -29,7 +29,7 @@ import torch
 
 from ..core.errors import ConfigError
 from ..core.state import Batch, system_name
-from ..core.tensor_ops import host_reads_free, may_be_set
+from ..core.tensor_ops import host_reads_free, may_be_set, rows_times, small_matmul
 from ..core.units import GPa, kB
 from . import ops
 from .md import MDIntegrator
@@ -186,7 +186,7 @@ def exprel(x: torch.Tensor) -> torch.Tensor:
 
 def symmetric_function(u: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """``U diag(values) U^T`` ``[B, 3, 3]`` from eigenvectors ``u`` and ``values [B, 3]``."""
-    return (u * values[:, None, :]) @ u.transpose(-1, -2)
+    return small_matmul(u * values[:, None, :], u.transpose(-1, -2))
 
 
 def eigen_rates(p: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -219,7 +219,7 @@ def flow_matrix(values: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
 
 def scaled_cell(cell: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     """``h @ m`` for a deformation ``m`` ``[B, 3, 3]``, or ``h m`` for a number ``[B]``."""
-    return cell * m[:, None, None] if m.dim() == 1 else cell @ m
+    return cell * m[:, None, None] if m.dim() == 1 else small_matmul(cell, m)
 
 
 def times(batch: Batch, rows: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
@@ -227,7 +227,7 @@ def times(batch: Batch, rows: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     (``rows @ m``) or a number ``[B]``."""
     if m.dim() == 1:
         return rows * batch.segments.to_xyz(m)[0]
-    return torch.bmm(rows.unsqueeze(1), m.index_select(0, batch.system_idx)).squeeze(1)
+    return rows_times(rows, m.index_select(0, batch.system_idx))
 
 
 def set_atoms(batch: Batch, mask: torch.Tensor, **rows: torch.Tensor) -> None:

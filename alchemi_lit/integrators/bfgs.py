@@ -25,6 +25,7 @@ import warnings
 import torch
 
 from ..core.errors import ConfigError
+from ..core.linalg import one_at_a_time
 from ..core.state import Batch, system_name
 from ..core.tensor_ops import may_be_set
 from .base import FieldSpec, _check_param
@@ -118,10 +119,7 @@ class BFGS(CellOptimizer):
             hess, r0, f0 = (group.pack(a, c) for a, c in zip(state, cells))
             hess = hess[..., : group.dim]
             moved = batch.step.index_select(0, group.sys) > 0
-            hess = _update(hess, x - r0, f0 - f, moved)  # gradient change (-f) - (-f0)
-            omega, vectors = torch.linalg.eigh(hess)
-            coef = (-f).unsqueeze(1) @ vectors  # ASE: -V ((g V) / |w|), g = -f
-            dx = -(vectors @ (coef.squeeze(1) / omega.abs()).unsqueeze(-1)).squeeze(-1)
+            hess, dx = one_at_a_time(_newton_step, hess, x - r0, f0 - f, moved, f)
             longest = (dx.reshape(len(dx), -1, 3) ** 2).sum(-1).amax(-1).sqrt()
             too_long = (longest >= self.maxstep)[:, None]
             dx = torch.where(too_long, dx * (self.maxstep / longest)[:, None], dx)
@@ -133,16 +131,20 @@ class BFGS(CellOptimizer):
             self.view.set_coordinates(batch, new_atoms, new_cell, mask)
 
 
-def _update(
-    hess: torch.Tensor, dx: torch.Tensor, dg: torch.Tensor, moved: torch.Tensor
-) -> torch.Tensor:
-    """ASE's BFGS update of ``[G, D, D]`` Hessians for steps ``dx`` with gradient changes
-    ``dg``, where ``moved`` and some coordinate moved by 1e-7 or more."""
+def _newton_step(
+    hess: torch.Tensor, dx: torch.Tensor, dg: torch.Tensor, moved: torch.Tensor, f: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ASE's update of ``[G, D, D]`` Hessians for steps ``dx`` and gradient changes ``dg``
+    (where ``moved`` and a coordinate moved by 1e-7), and its step ``-V ((g V) / |w|)``,
+    g = -f; one system at a time on CPU (``one_at_a_time``: a group's size follows its
+    batch mates)."""
     a = (dx * dg).sum(-1)[:, None, None]
     hdx = (hess @ dx.unsqueeze(-1)).squeeze(-1)
     b = (dx * hdx).sum(-1)[:, None, None]
     new = hess + (
         dg.unsqueeze(-1) * dg.unsqueeze(-2) / a - hdx.unsqueeze(-1) * hdx.unsqueeze(-2) / b
     )
-    update = moved & (dx.abs().amax(-1) >= 1e-7)
-    return torch.where(update[:, None, None], new, hess)
+    hess = torch.where((moved & (dx.abs().amax(-1) >= 1e-7))[:, None, None], new, hess)
+    omega, vectors = torch.linalg.eigh(hess)
+    coef = (-f).unsqueeze(1) @ vectors
+    return hess, -(vectors @ (coef.squeeze(1) / omega.abs()).unsqueeze(-1)).squeeze(-1)

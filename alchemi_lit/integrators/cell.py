@@ -39,7 +39,7 @@ import torch
 from ..core.errors import ConfigError
 from ..core.linalg import expm, expm_frechet_adjoint, inverse, logm, solve, voigt_mask
 from ..core.state import Batch, system_name
-from ..core.tensor_ops import identity_key, same_key
+from ..core.tensor_ops import identity_key, rows_times, same_key, small_matmul
 from ..core.units import GPa, bar
 from .base import FieldSpec
 from .params import check_pressure
@@ -214,12 +214,12 @@ class CellFilter:
         p = p[:, None, None] if isinstance(p, torch.Tensor) else p
         virial = -batch.volume[:, None, None] * (sigma + p * eye)
         if log_f is None:
-            virial = virial @ f_inv.transpose(-1, -2)  # ASE: solve(F, virial.T).T
+            virial = small_matmul(virial, f_inv.transpose(-1, -2))  # ASE: solve(F, virial.T).T
         virial = self._hydrostatic_and_mask(batch, virial, eye)
         if log_f is None:
             cell_force = _project_volume(batch, self.constant_volume, virial, eye)
         else:
-            grad = expm_frechet_adjoint(log_f, virial @ f_inv.transpose(-1, -2))
+            grad = expm_frechet_adjoint(log_f, small_matmul(virial, f_inv.transpose(-1, -2)))
             cell_force = _project_volume(batch, self.constant_volume, grad, eye)
         cell_force = cell_force / self.factor(batch)[:, None, None]
         cell_force = torch.where(active[:, None, None], cell_force, torch.zeros_like(cell_force))
@@ -259,7 +259,8 @@ class CellFilter:
         mask = self.mask3x3(batch)
         deform = deform if mask is None else deform * mask
         stretch = torch.where(active[:, None, None], eye + deform, eye.expand_as(deform))
-        new_cell = torch.where(active[:, None, None], batch.cell_ref @ stretch, batch.cell)
+        stretched = small_matmul(batch.cell_ref, stretch)
+        new_cell = torch.where(active[:, None, None], stretched, batch.cell)
         positions = _per_atom_product(batch, x_atoms, stretch)
         if batch.may_have_fixed_atoms():
             carried = solve(
@@ -290,8 +291,7 @@ def as_cell_filter(value: CellFilter | str | dict[str, Any] | None) -> CellFilte
 
 def _per_atom_product(batch: Batch, rows: torch.Tensor, per_system: torch.Tensor) -> torch.Tensor:
     """``rows[i] @ per_system[system of i]`` for ``[N, 3]`` rows and ``[B, 3, 3]`` matrices."""
-    m = per_system.index_select(0, batch.system_idx)
-    return torch.bmm(rows.unsqueeze(1), m).squeeze(1)
+    return rows_times(rows, per_system.index_select(0, batch.system_idx))
 
 
 def _per_system(value: Any, batch: Batch) -> Any:

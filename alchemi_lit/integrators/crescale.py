@@ -35,6 +35,7 @@ import torch
 from ..core import random as rng
 from ..core.linalg import expm, inverse
 from ..core.state import Batch
+from ..core.tensor_ops import small_matmul
 from ..core.units import GPa, fs
 from . import barostat as baro
 from . import formulas, ops
@@ -127,7 +128,7 @@ class CRescale(NPTIntegrator):
         xi = z[:, 2:11].reshape(-1, 3, 3)
         step = traceless(a) * dt[:, None, None] + (b * dt.sqrt())[:, None, None] * traceless(xi)
         r = expm(step)
-        r = torch.linalg.cholesky(r @ r.transpose(-1, -2))  # the same, without rotation
+        r = torch.linalg.cholesky(small_matmul(r, r.transpose(-1, -2)))  # without rotation
         d_lam = d_lam + half + spread * z[:, 1]
         return r * (((lam + d_lam) / lam) ** (2.0 / 3.0))[:, None, None]
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from ..core.state import Batch
+from ..core.tensor_ops import rows_times
 from .edges import canonical_order
 
 #: candidate pairs (i, j, shift) tested in one pass; beyond it the candidates go in
@@ -75,7 +76,7 @@ def batched_pairs(batch: Batch, radius: float, rows: torch.Tensor | None = None)
     order = canonical_order(i, j, ishift, batch.num_atoms)
     i, j, system, ishift = (x.index_select(0, order) for x in (i, j, system, ishift))
     cells = batch.cell.detach().index_select(0, system)
-    cart = torch.bmm(ishift.to(batch.dtype).unsqueeze(1), cells).squeeze(1)
+    cart = rows_times(ishift.to(batch.dtype), cells)
     return i, j, cart, system, ishift
 
 
@@ -98,7 +99,7 @@ class _Grid:
     ) -> None:
         frame = _frames(cell, pbc)
         inv = torch.linalg.inv_ex(frame)[0]
-        frac = torch.bmm(pos.unsqueeze(1), inv.index_select(0, system)).squeeze(1)
+        frac = rows_times(pos, inv.index_select(0, system))
         height = inv.norm(dim=1).reciprocal()  # distance between lattice planes, per axis
         periodic = pbc.index_select(0, system)
         wrap = torch.where(periodic, torch.floor(frac), torch.zeros_like(frac))

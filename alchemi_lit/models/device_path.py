@@ -39,7 +39,6 @@ class DevicePath:
     _ref_positions: Any
     _ref_cell: Any
     _shift_cell: Any
-    _csr: dict[Any, Any]
     _set_aids: Callable[[Batch], None]  # (NeighborList's methods)
     _reshift: Callable[[Batch], None]
 
@@ -89,7 +88,6 @@ class DevicePath:
         graph capture that failed, whose values were never filled in)."""
         self.skin_watch.forget_inverse()
         self._shift_key = None
-        self._csr = {}
 
     def ready_for_graph(self, batch: Batch) -> bool:
         """Whether the next call can be captured: the list is built for this batch by

@@ -19,15 +19,15 @@ class Edges:
     ``|vec| > cutoff`` are present and must be masked by the model (they are what
     makes the skin work).
 
-    ``atom_counts``/``system_counts``/``j_flat``/``atom_rows`` are set by
-    :class:`NeighborList` on CPU, where its edges are sorted by ``i`` (hence by system).
-    There the sum over each atom's run of edges is a product with a sparse CSR matrix of
-    ones (cheaper than ``segment_reduce``, itself cheaper than ``index_add_``, on CPU:
-    DESIGN_NOTES.md, "Edge reductions"), the pull on atoms j a flat bincount, and
-    per-system sums use ``segment_reduce``: it adds in order, so edges beyond the cutoff
-    (exact zeros) never change a sum, while the CSR product over a long row groups its
-    terms by position (tested: results do not depend on the list's history).  On GPU
-    they stay None and the reductions use ``index_add_`` (no host sync).
+    ``atom_counts``/``system_counts``/``j_flat`` are set by :class:`NeighborList` on
+    CPU, where its edges are sorted by ``i`` (hence by system).  There the sum over each
+    atom's run of edges and each system's are ``segment_reduce`` sums (cheaper than
+    ``index_add_`` on CPU), the pull on atoms j a flat bincount: all three add their
+    terms one after another in edge order, so a sum depends on its own terms alone --
+    not on the edges of other systems around it (no BLAS product, whose blocking
+    follows the whole array's shape: DESIGN_NOTES.md, "Batch independence by
+    construction"), nor on edges beyond the cutoff (exact zeros).  On GPU they stay None
+    and the reductions use ``index_add_`` (no host sync).
     """
 
     i: torch.Tensor
@@ -38,7 +38,6 @@ class Edges:
     atom_counts: torch.Tensor | None = None  # edges per atom i  [N]
     system_counts: torch.Tensor | None = None  # edges per system  [B]
     j_flat: torch.Tensor | None = None  # 3 j + (0, 1, 2)  [3 P]
-    atom_rows: torch.Tensor | None = None  # CSR [N, P]: the edges of each atom i
 
     def directed(self) -> Edges:
         """Both directions of every pair (for message-passing models)."""
@@ -60,10 +59,7 @@ class Edges:
     def forces(self, grad: torch.Tensor, num_atoms: int) -> torch.Tensor:
         """``F_i = sum_j dE/dvec_ij - sum_k dE/dvec_ki`` from the edge gradient ``[P, 3]``."""
         if self.atom_counts is not None and self.j_flat is not None:
-            if self.atom_rows is not None and grad.dtype == self.atom_rows.dtype:
-                out = self.atom_rows @ grad
-            else:
-                out = torch.segment_reduce(grad, "sum", lengths=self.atom_counts, axis=0)
+            out = torch.segment_reduce(grad, "sum", lengths=self.atom_counts, axis=0)
             pulled = torch.bincount(self.j_flat, weights=grad.reshape(-1), minlength=3 * num_atoms)
             return out.sub_(pulled.view(num_atoms, 3))
         out = grad.new_zeros((num_atoms, 3))

@@ -52,9 +52,8 @@ from typing import Any
 import torch
 
 from ..core.geometry import all_pairs_suit, count_pairs, molecule_pairs
-from ..core.segments import ones_rows
 from ..core.state import Batch
-from ..core.tensor_ops import host_reads_free, identity_key, may_be_set, row_dot
+from ..core.tensor_ops import host_reads_free, identity_key, may_be_set, row_dot, rows_times
 from .device_path import DevicePath
 from .edges import Edges
 from .pair_search import (
@@ -90,7 +89,6 @@ class NeighborList(DevicePath):
         self._i = self._j = self._system = self._shift = None  # type: ignore[assignment]
         self._ishift: torch.Tensor | None = None  # integer cell shifts, for the edge order
         self._aids: tuple[Any, Any, Any] = (None, None, None)  # see Edges
-        self._csr: dict[torch.dtype, tuple[Any]] = {}  # see _rows
         self._init_device_path()
 
     def reset(self) -> None:
@@ -105,9 +103,7 @@ class NeighborList(DevicePath):
         limit = torch.full_like(batch.energy, 0.5 * self.skin)
         if may_be_set(reshaped):  # (on CPU read; elsewhere always computed)
             strain, limit = self._strain(batch, reshaped)
-            reference = torch.bmm(
-                reference.unsqueeze(1), strain.index_select(0, batch.system_idx)
-            ).squeeze(1)
+            reference = rows_times(reference, strain.index_select(0, batch.system_idx))
         disp2 = row_dot(batch.positions - reference)
         max_disp2 = torch.zeros(batch.num_systems, dtype=disp2.dtype, device=disp2.device)
         max_disp2 = max_disp2.scatter_reduce(0, batch.system_idx, disp2, "amax", include_self=True)
@@ -146,7 +142,7 @@ class NeighborList(DevicePath):
         pos = batch.positions  # index_select and in-place ops: pos[j] - pos[i] is slower on CPU
         vec = pos.index_select(0, self._j).sub_(pos.index_select(0, self._i)).add_(self._shift)
         return Edges(
-            self._i, self._j, vec, self._system, self.cutoff, *self._aids, *self._rows(vec.dtype)
+            self._i, self._j, vec, self._system, self.cutoff, *self._aids
         )
 
     def _update_exactly(self, batch: Batch) -> None:
@@ -166,22 +162,11 @@ class NeighborList(DevicePath):
 
     def _reshift(self, batch: Batch) -> None:
         """Cartesian shifts of the kept edges in the current cells, computed as a build
-        computes them (``torch.bmm`` of the integer shift and the cell, bit for bit)."""
+        computes them (``rows_times`` of the integer shift and the cell, bit for bit)."""
         cell = batch.cell.detach()
-        self._shift = torch.bmm(
-            self._ishift.to(cell.dtype).unsqueeze(1), cell.index_select(0, self._system)
-        ).squeeze(1)
+        self._shift = rows_times(self._ishift.to(cell.dtype), cell.index_select(0, self._system))
         self._shift_cell = cell.clone()
         self._shift_key = identity_key((batch.cell,))
-
-    def _rows(self, dtype: torch.dtype) -> tuple[Any]:
-        """``Edges.atom_rows`` for the current aids (built once per list and dtype)."""
-        atom_counts = self._aids[0]
-        if atom_counts is None:
-            return (None,)
-        if dtype not in self._csr:
-            self._csr[dtype] = (ones_rows(atom_counts, dtype),)
-        return self._csr[dtype]
 
     def remap(self, old_ptr: torch.Tensor, old_rows: torch.Tensor, new_batch: Batch) -> None:
         """Carry the list over to ``new_batch`` after systems left or joined.
@@ -301,7 +286,6 @@ class NeighborList(DevicePath):
             )
             system_counts = torch.where(need, new_counts, system_counts)
             self._aids = (atom_counts, system_counts, merge(j_flat, flat3(j), 3))
-            self._csr = {}
         else:
             self._set_aids(batch)
 
@@ -314,11 +298,9 @@ class NeighborList(DevicePath):
         """Reduction aids of :class:`Edges` (CPU; edges are sorted by i here).  On an
         accelerator's path none: its reductions are index_add (a bincount with
         ``minlength`` sizes its output from a value it reads)."""
-        self._csr = {}
         if not host_reads_free(batch.positions):
             self._aids = (None, None, None)
             return
         atom_counts = torch.bincount(self._i, minlength=batch.num_atoms)
         system_counts = torch.bincount(self._system, minlength=batch.num_systems)
         self._aids = (atom_counts, system_counts, flat3(self._j))
-        self._rows(batch.dtype)  # (now, at a build or remap, rather than in the next call)

@@ -18,7 +18,7 @@ import torch
 
 from ..core.geometry import all_pairs_candidates, all_pairs_suit, count_pairs, molecule_pairs
 from ..core.state import Batch
-from ..core.tensor_ops import host_reads_free
+from ..core.tensor_ops import host_reads_free, rows_times
 from .cell_list import batched_pairs
 from .edges import canonical_order
 from .small_cells import canonical_system, small_cell_plan, small_cell_system
@@ -285,7 +285,7 @@ def build_rows_on_device(batch: Batch, rows: list[int], radius: float):
     )
     order = canonical_order(i, j, ishift, len(pos_all))
     i, j, system, ishift = i[order], j[order], system[order], ishift[order]
-    cart = torch.bmm(ishift.to(dtype).unsqueeze(1), cells[system]).squeeze(1)
+    cart = rows_times(ishift.to(dtype), cells[system])
     return i, j, cart, system, ishift
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..core.tensor_ops import kept, row_dot
+from ..core.tensor_ops import kept, row_dot, rows_times, small_matmul
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ def _measure(
         limit = torch.full((num_systems,), half_skin, dtype=pos.dtype, device=pos.device)
     else:
         m, limit = strain
-        affine = torch.bmm(ref_positions.unsqueeze(1), m.index_select(0, system)).squeeze(1)
+        affine = rows_times(ref_positions, m.index_select(0, system))
         u = pos - affine
     disp2 = row_dot(u)
     finite = torch.isfinite(pos).all(1)
@@ -306,8 +306,8 @@ def strain_limits(
     cell = cell.detach()
     reshaped = (cell != ref_cell).flatten(1).any(1)
     inv = reference_inverse(ref_cell) if ref_inverse is None else ref_inverse
-    m = torch.where(reshaped[:, None, None], torch.bmm(inv, cell), eye)
-    low = _smallest_eigenvalue(torch.bmm(m.transpose(1, 2), m))
+    m = torch.where(reshaped[:, None, None], small_matmul(inv, cell), eye)
+    low = _smallest_eigenvalue(small_matmul(m.transpose(1, 2), m))
     s_low = (low - 1e-8 * low.abs()).clamp_min(0).sqrt()
     limit = 0.5 * ((cutoff + skin) * s_low - cutoff)
     return m, torch.where(reshaped, limit, torch.full_like(limit, 0.5 * skin))

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..core.geometry import all_pairs_candidates
+from ..core.tensor_ops import rows_times
 
 #: glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), less
 #: a margin for the chunk header and alignment
@@ -175,7 +176,7 @@ def canonical_system(i: np.ndarray, j: np.ndarray, sh: np.ndarray, n: int, lo: i
     (i, j, shift) -- :func:`canonical_order`, in numpy -- as (i + lo, j + lo,
     cartesian shift, integer shift).
 
-    The cartesian shifts are ``torch.bmm(shift, cell)`` as before, computed once per
+    The cartesian shifts are ``rows_times(shift, cell)`` as before, computed once per
     distinct shift of the system (at most ``(2 span + 1)^3`` of them) and gathered.
     """
     i = i.astype(np.int64)
@@ -213,6 +214,7 @@ def canonical_system(i: np.ndarray, j: np.ndarray, sh: np.ndarray, n: int, lo: i
 
 
 def bmm_shift(ishift: np.ndarray, cell: torch.Tensor) -> np.ndarray:
-    """``ishift @ cell`` row by row, as ``torch.bmm`` computes it (bit for bit)."""
-    s = torch.from_numpy(ishift).to(cell.dtype).unsqueeze(1)
-    return torch.bmm(s, cell.expand(len(s), 3, 3)).squeeze(1).numpy()
+    """``ishift @ cell`` row by row, as every list builder computes it (bit for bit:
+    :func:`~alchemi_lit.core.tensor_ops.rows_times`)."""
+    s = torch.from_numpy(ishift).to(cell.dtype)
+    return rows_times(s, cell.expand(len(s), 3, 3)).numpy()

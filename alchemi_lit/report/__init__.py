@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.environment import describe as describe_environment
 from ..core.errors import ConfigError
 from ..core.fields import FAILED_EXITS
 from ..core.state import (
@@ -340,6 +341,8 @@ def summary_table(
         table.add_row("throughput", rate)
     if summary.get("model_note"):  # e.g. ASECalculatorModel's slow path
         table.add_row("model", escape(summary["model_note"]))
+    if summary.get("environment"):  # the libraries and code paths that did the arithmetic
+        table.add_row("numerics", escape(describe_environment(summary["environment"])))
     for line in where:
         table.add_row("output", escape(line))
     return table

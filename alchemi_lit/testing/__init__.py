@@ -10,14 +10,20 @@ an ``AssertionError`` naming the promise that is broken.
 ``StepProbe`` counts each step's aten operations and host reads (a GPU's syncs)
 (:mod:`.accelerator`).  ``emulated_cuda_graphs()`` runs ``Simulator(cuda_graphs=True)``
 on a CPU, everything but the graph itself (:mod:`.graphs`).
+``shape_sensitive_blas()`` makes every matrix product round by its shape, as a BLAS
+library's kernels may on another processor, so a value that depends on its batch mates
+shows on any machine; ``count_products()`` lists the products a computation makes
+(:mod:`.blas`).
 """
 
 from .accelerator import StepProbe, accelerator_path
+from .blas import count_products, shape_sensitive_blas
 from .graphs import emulated_cuda_graphs
 from .integrators import check_integrator
 from .models import check_model, check_pipeline_equals_fused
 
 __all__ = [
     "StepProbe", "accelerator_path", "check_integrator", "check_model",
-    "check_pipeline_equals_fused", "emulated_cuda_graphs",
+    "check_pipeline_equals_fused", "count_products", "emulated_cuda_graphs",
+    "shape_sensitive_blas",
 ]  # fmt: skip

@@ -109,6 +109,14 @@ def test_run_writes_store_config_summary_without_fabric(
     run = zarr.open_group(str(store), mode="r").attrs["runs"][-1]
     assert run["config"] == config
     assert run["summary"]["atom_steps_per_s"] > 0
+    # the numerics a comparison across machines needs (#41): printed, in summary and store
+    import torch
+
+    for env in (summary["environment"], run["environment"]):
+        assert env["torch"]["version"] == torch.__version__
+        assert env["torch"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+        assert env["numpy"]["version"] == np.__version__
+    assert f"ATen {torch.backends.cpu.get_cpu_capability()}" in " ".join(out.split())
 
 
 def test_summary_lists_what_skip_invalid_left_out(

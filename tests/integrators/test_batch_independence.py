@@ -3,14 +3,17 @@
 Random numbers are keyed by ``(seed, system_id, step, purpose, atom)``, integrator
 state lives in per-system fields and every update is masked, so system ``k`` run
 alone (``Batch.from_atoms(..., system_ids=[k])``) must follow the same trajectory as
-inside a batch of 16 others of different sizes -- to 1e-10 Å, step by step.
-Per-system parameters are indexed by ``system_id`` and must follow the system too.
+inside a batch of 16 others of different sizes -- to the bit, positions and energies,
+step by step: no product or reduction spans systems (#41; an energy that depended on
+its batch mates would move no atom).  Per-system parameters are indexed by
+``system_id`` and must follow the system too.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import alchemi_lit as al
 from alchemi_lit.core.state import Batch
@@ -47,9 +50,11 @@ class Trajectory(Callback):
             t = int(b.total_steps[row])
             if t not in self.frames:
                 lo, hi = b.ptr[row : row + 2].tolist()
-                self.frames[t] = b.positions[lo:hi].clone().numpy()
+                energy = b.energy[row].expand(1, 3)  # (stacked with the positions)
+                self.frames[t] = torch.cat([b.positions[lo:hi], energy]).clone().numpy()
 
     def stacked(self) -> np.ndarray:
+        """Positions and, as the last row, the energy, after each step."""
         return np.stack([self.frames[t] for t in sorted(self.frames)])
 
 
@@ -104,8 +109,8 @@ def test_alone_equals_in_batch(name: str) -> None:
     reversed_batch = run(systems[::-1], ids[::-1], STAGES[name](), TARGET)
     assert in_batch.shape[0] >= 20
     assert alone.shape == in_batch.shape == reversed_batch.shape
-    assert np.abs(alone - in_batch).max() < 1e-10
-    assert np.abs(reversed_batch - in_batch).max() < 1e-10
+    assert np.array_equal(alone, in_batch)
+    assert np.array_equal(reversed_batch, in_batch)
     assert np.abs(in_batch[-1] - in_batch[0]).max() > 1e-3  # it did move
 
 

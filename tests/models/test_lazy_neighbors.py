@@ -86,8 +86,9 @@ def test_a_long_md_run_keeps_the_list_exact_and_reads_the_host_in_few_calls(
     assert len(reading) < 0.1 * len(record.calls)
     steady = [ops for k, (ops, _) in enumerate(record.calls) if k not in reading]
     # a steady call: the check and the edge vectors (NaNGuard's restore, run on every
-    # step here, leaves an untouched cell the same tensor: no strain computed)
-    assert max(steady) < 60
+    # step here, leaves an untouched cell the same tensor: no strain computed; row sums
+    # are column additions, two operations where a product with ones was one: #41)
+    assert max(steady) < 62
 
 
 def _move(batch: Batch, step: torch.Tensor, row: int) -> None:
@@ -315,7 +316,7 @@ def test_a_refill_builds_only_the_new_systems_and_reads_no_history(
     builds = model.neighbors.num_builds
     with watch_calls(monkeypatch, NeighborList, "__call__", only=model.neighbors) as record:
         steps(kept, 3)
-    assert record.calls_with_reads == 0 and max(ops for ops, _ in record.calls) < 60, record.calls
+    assert record.calls_with_reads == 0 and max(ops for ops, _ in record.calls) < 62, record.calls
     joining = Batch.from_atoms([triclinic_argon(2, seed=6)], system_ids=[7], dtype=DT)
     merged = Batch.concatenate([kept, joining])
     model.neighbors.remap(kept.ptr, torch.tensor([0, 1, 2, -1]), merged)  # a refill

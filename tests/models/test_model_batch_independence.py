@@ -12,6 +12,8 @@ material alone whenever the run loop's timing changed when systems graduated.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -19,6 +21,7 @@ from ase.build import bulk
 
 from alchemi_lit.core.state import Batch
 from alchemi_lit.models import EMT, LennardJones, Morse
+from alchemi_lit.testing import accelerator_path, shape_sensitive_blas
 
 
 def neighbours() -> list:
@@ -55,7 +58,20 @@ def followed():
     ids=["EMT", "LJ", "LJ-smooth", "Morse"],
 )  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_a_system_gets_the_same_bits_in_any_batch(model, dtype):
+@pytest.mark.parametrize("blas", ["native", "shape-sensitive"])
+@pytest.mark.parametrize("code_path", ["cpu", "accelerator"])
+def test_a_system_gets_the_same_bits_in_any_batch(model, dtype, blas, code_path):
+    """Also with every matrix product rounding by its shape (as MKL's AVX-512 kernels
+    do on Intel processors: issue #41), on the CPU's path and the accelerator's."""
+    with contextlib.ExitStack() as stack:
+        if blas == "shape-sensitive":
+            stack.enter_context(shape_sensitive_blas())
+        if code_path == "accelerator":
+            stack.enter_context(accelerator_path())
+        same_bits_in_any_batch(model, dtype)
+
+
+def same_bits_in_any_batch(model, dtype):
     target, others = followed(), neighbours()
     ref = None
     for before in range(len(others) + 1):
