@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import records
 
 #: Argon fcc lattice constant (Å) and the Lennard-Jones parameters used throughout.
 ARGON_A = 5.26
@@ -87,8 +88,12 @@ def environment_line() -> str:
     return f"{platform.machine()} {platform.processor() or ''}".strip() + " | " + ", ".join(parts)
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Plain fixed-width table (left-aligned text, right-aligned numbers)."""
+def format_table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None
+) -> str:
+    """Plain fixed-width table (left-aligned text, right-aligned numbers), also kept as a
+    JSON record for the documentation (``records``: written when the script ends)."""
+    records.add(headers, rows, title)
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[k]) for r in cells) for k in range(len(headers))]
     numeric = [all(_is_number(r[k]) for r in cells[1:]) for k in range(len(headers))]

@@ -31,6 +31,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-/tmp/alchemi_gpu_properties}
 SITE=${SITE:-/tmp/alchemi_gpu_site}
+# the JSON records of the printed tables (bench/records.py) come back with $OUT
+export ALCHEMI_BENCH_RESULTS=${ALCHEMI_BENCH_RESULTS:-$OUT/records}
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-sevennet}
 MATERIALS=${MATERIALS:-20}

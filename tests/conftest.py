@@ -281,22 +281,30 @@ def mixed_structures(seed: int = 0) -> list[Atoms]:
     ]
 
 
-# ---------------------------------------------------------------------- README
-README = Path(__file__).resolve().parents[1] / "README.md"
-README_MARKER = re.compile(r"<!-- example: ([\w-]+) -->\n```python\n(.*?)```", re.S)
+# ------------------------------------------------------------ documented examples
+DOCS_ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_MARKER = re.compile(r"<!-- example: ([\w-]+) -->\n```python\n(.*?)```", re.S)
 
 
-def readme_blocks() -> dict[str, str]:
-    """README's marked Python examples: ``<!-- example: NAME -->`` on the line before
-    the fence; the tests run these blocks as written (no copies to drift)."""
-    return dict(README_MARKER.findall(README.read_text()))
+def doc_blocks() -> dict[str, str]:
+    """The marked Python examples of README.md and docs/: ``<!-- example: NAME -->`` on
+    the line before the fence; tests check what these blocks compute, run as written
+    (no copies to drift).  A name marks one block only."""
+    blocks: dict[str, str] = {}
+    for page in [DOCS_ROOT / "README.md", *sorted((DOCS_ROOT / "docs").rglob("*.md"))]:
+        for name, block in EXAMPLE_MARKER.findall(page.read_text()):
+            if name in blocks:
+                raise LookupError(f"two blocks are marked <!-- example: {name} --> ({page})")
+            blocks[name] = block
+    return blocks
 
 
-def readme_block(name: str) -> str:
-    blocks = readme_blocks()
+def doc_block(name: str) -> str:
+    """The block marked ``<!-- example: NAME -->`` in README.md or docs/."""
+    blocks = doc_blocks()
     if name not in blocks:
         raise LookupError(
-            f"README.md has no block marked <!-- example: {name} --> (marked: {sorted(blocks)})"
+            f"no page marks a block <!-- example: {name} --> (marked: {sorted(blocks)})"
         )
     return blocks[name]
 

@@ -1,6 +1,7 @@
-"""The ``CLI`` class's hooks, as a user extends it: README's ``TrialCLI`` (an option
-read by ``before_instantiate``, a ``count`` command) and a ``build_simulator`` that
-builds the Simulator in Python.  Inputs are tiny: 2 argon crystals of 32 atoms."""
+"""The ``CLI`` class's hooks, as a user extends it: ``TrialCLI`` of
+docs/how-to/extend-cli.md (an option read by ``before_instantiate``, a ``count``
+command) and a ``build_simulator`` that builds the Simulator in Python.  Inputs are tiny:
+2 argon crystals of 32 atoms."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import yaml
 from ase.io import read
 
 from alchemi_lit.cli import CLI, CLIError, main
-from conftest import readme_block
+from conftest import doc_block
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
@@ -22,9 +23,9 @@ COPPER = ROOT / "tests" / "bad_inputs" / "copper.extxyz"
 
 @pytest.fixture(scope="module")
 def trial_cli() -> type[CLI]:
-    """README's ``TrialCLI``, run from the README block itself (no copy to drift)."""
+    """The docs' ``TrialCLI``, run from the page's block itself (no copy to drift)."""
     namespace: dict[str, Any] = {"__name__": "readme_custom_cli"}
-    exec(compile(readme_block("custom-cli"), "README block custom-cli", "exec"), namespace)
+    exec(compile(doc_block("custom-cli"), "docs block custom-cli", "exec"), namespace)
     return namespace["TrialCLI"]
 
 

@@ -1,5 +1,5 @@
-"""The README's custom integrator (the block marked ``<!-- example: custom-integrator -->``),
-run as written, against an independent reference.
+"""The custom integrator of docs/tutorials/custom-integrator.md (the block marked
+``<!-- example: custom-integrator -->``), run as written, against an independent reference.
 
 The reference is a plain NumPy loop over one structure at a time with ASE's own
 Lennard-Jones calculator: the same steepest-descent rule (halve the per-system step
@@ -17,16 +17,16 @@ from ase.build import bulk
 from ase.calculators.lj import LennardJones as AseLennardJones
 
 from alchemi_lit.engine.hooks import Callback
-from conftest import readme_block
+from conftest import doc_block
 
-EXAMPLE = readme_block("custom-integrator")
+EXAMPLE = doc_block("custom-integrator")
 LJ = {"epsilon": 0.0104, "sigma": 3.40, "rc": 8.5}
 
 
 @pytest.fixture(scope="module")
 def example() -> dict:
     namespace: dict = {"__name__": "readme_custom_integrator"}
-    exec(compile(EXAMPLE, "README.md: custom-integrator", "exec"), namespace)
+    exec(compile(EXAMPLE, "docs: custom-integrator", "exec"), namespace)
     return namespace
 
 
@@ -75,7 +75,7 @@ def test_a_few_steps_follow_the_reference_exactly(example: dict) -> None:
 
 
 def test_relax_argon_converges_like_the_reference(example: dict) -> None:
-    """The README's ``relax_argon`` to fmax = 1e-3 eV/Å: every system converges, in the
+    """The tutorial's ``relax_argon`` to fmax = 1e-3 eV/Å: every system converges, in the
     reference's number of steps, at its positions; ASE confirms max |F| < fmax and a
     lower energy; velocities are zeroed on exit."""
     fmax = 1e-3
@@ -94,14 +94,14 @@ def test_relax_argon_converges_like_the_reference(example: dict) -> None:
 
 
 # ---------------------------------------------------------------------- OBABO (ops)
-MD_EXAMPLE = readme_block("custom-md")
+MD_EXAMPLE = doc_block("custom-md")
 SEED, DT, TEMPERATURE, FRICTION, MD_STEPS = 5, 4.0, 60.0, 0.02, 30
 
 
 @pytest.fixture(scope="module")
 def md_example() -> dict:
     namespace: dict = {"__name__": "readme_custom_md"}
-    exec(compile(MD_EXAMPLE, "README.md: custom-md", "exec"), namespace)
+    exec(compile(MD_EXAMPLE, "docs: custom-md", "exec"), namespace)
     return namespace
 
 
