@@ -1146,3 +1146,34 @@ def test_characters_beyond_the_bmp_are_accepted(tmp_path: Path) -> None:
     status, out, err = _cli(["run", "--config", str(path), "--print_config"])
     assert status == 0, err
     assert yaml.safe_load(out)["simulator"]["sinks"][0]["init_args"]["store"] == store
+
+
+def test_every_element_a_model_lacks_is_named_at_once_with_its_systems(tmp_path):
+    """A screen with Po, Rn and Fe in it (EMT covers none) names all three and every
+    structure holding them in one error -- it named the first and stopped (#42); past
+    the cap the rest are counted."""
+    from ase.io import write
+
+    from alchemi_lit.models.base import SHOWN_SYSTEMS
+
+    cu = bulk("Cu", "fcc", a=3.6)
+    po, rn, fe = bulk("Po", "sc", a=3.35), bulk("Rn", "fcc", a=6.0), bulk("Fe", "bcc", a=2.87)
+    structures = [cu, po, cu, rn, fe, po] + [fe.copy() for _ in range(SHOWN_SYSTEMS + 3)]
+    with pytest.raises(ModelError) as caught:
+        EMT().check_batch(Batch.from_atoms(structures, validate=False))
+    text = str(caught.value)
+    assert "Fe (Z=26) in systems 4, 6, 7, 8, 9, 10 and 4 more" in text
+    assert "Po (Z=84) in systems 1, 5;" in text and "Rn (Z=86) in system 3 (" in text
+    assert "(13 systems in all)" in text and "Remove those structures" in text
+    with pytest.raises(StructureError) as caught:
+        workflows.eos(structures[:6], EMT())
+    text = str(caught.value)
+    assert "structures 1, 5;" in text and "structure 3 (4 structures" in text and "structure 4;" in text
+    store = tmp_path / "in.extxyz"
+    write(str(store), structures[:6])
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(
+        f"simulator: {{model: {{class_path: EMT}}, stages: [{{class_path: FIRE}}]}}\n"
+        f"data: {{structures: {str(store)!r}}}\n"
+    )
+    assert main(["validate", "--config", str(cfg)]) != 0

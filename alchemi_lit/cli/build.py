@@ -289,22 +289,17 @@ def check_structures(built: Built, full: bool) -> dict[str, Any]:
     import numpy as np
     from ase.data import chemical_symbols
 
-    from ..core.state import Batch
+    from ..models.base import unsupported_elements
 
     sim, sampler = built.sim, built.source
     model = sim.model
     supported = getattr(model, "supported_elements", None)
     if supported is not None and not sampler.elements <= set(supported):
-        for k in range(len(sampler.dataset)):  # (only on the way to an error: name it)
-            a = sampler.dataset[k]
-            if not set(np.unique(a.numbers).tolist()) <= set(supported):
-                batch = Batch.from_atoms(
-                    [a], system_ids=[int(sampler.system_ids[k])], validate=False
-                )
-                try:
-                    model.check_batch(batch)
-                except Exception as exc:
-                    raise CLIError("data.structures", one_line(str(exc))) from exc
+        found: dict[int, list[int]] = {}  # (only on the way to an error: name them all)
+        for k in range(len(sampler.dataset)):
+            for z in set(np.unique(sampler.dataset[k].numbers).tolist()) - set(supported):
+                found.setdefault(z, []).append(int(sampler.system_ids[k]))
+        raise CLIError("data.structures", one_line(unsupported_elements(model, found)))
     if full:
         try:
             sampler.bind(model.cutoff + model.neighbors.skin)

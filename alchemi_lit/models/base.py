@@ -96,24 +96,21 @@ class Model(torch.nn.Module):
 
     # ------------------------------------------------------------ validation
     def check_batch(self, batch: Batch) -> None:
-        """Raise :class:`ModelError` naming the first system with an unsupported element."""
+        """Raise :class:`ModelError` naming every unsupported element and the systems
+        holding it (:func:`unsupported_elements`)."""
         if self.supported_elements is None:
             return
         allowed = torch.zeros(max(119, int(batch.atomic_numbers.max()) + 1), dtype=torch.bool)
         allowed[list(self.supported_elements)] = True
         bad = ~allowed.to(batch.device)[batch.atomic_numbers]
         if bool(bad.any()):
-            atom = int(bad.nonzero()[0])
-            row = int(batch.system_idx[atom])
-            from ase.data import chemical_symbols
-
-            z = int(batch.atomic_numbers[atom])
-            names = ", ".join(chemical_symbols[e] for e in sorted(self.supported_elements))
-            raise ModelError(
-                f"{type(self).__name__} cannot evaluate element {chemical_symbols[z]} (Z={z}) "
-                f"in system {int(batch.system_id[row])}; supported elements: {names}. "
-                f"Remove that structure or choose a model that covers it."
-            )
+            atoms = bad.nonzero().flatten()
+            ids = batch.system_id.index_select(0, batch.system_idx.index_select(0, atoms))
+            found: dict[int, list[int]] = {}
+            for z, sid in zip(batch.atomic_numbers[atoms].tolist(), ids.tolist()):
+                if sid not in found.setdefault(z, []):
+                    found[z].append(sid)
+            raise ModelError(unsupported_elements(self, found))
 
     # ------------------------------------------------------------ evaluation
     def energy(self, batch: Batch, edges: Edges) -> torch.Tensor:
@@ -170,6 +167,37 @@ class Model(torch.nn.Module):
         edges = NeighborList(self.cutoff, list_skin(self.cutoff, 0.0))(batch)
         _, grad = self.energy_and_edge_gradient(batch, edges)  # eager: no recompilation
         return virial_stress(batch, edges, grad)
+
+
+#: elements, and systems per element, an error names at most (then counts the rest)
+SHOWN_ELEMENTS, SHOWN_SYSTEMS = 8, 6
+
+
+def unsupported_elements(model: Any, found: dict[int, list[int]], noun: str = "system") -> str:
+    """The message for elements a model lacks: every element (``found``: atomic number ->
+    the ids of the systems, or ``noun``s, holding it) with its holders, capped with the
+    counts, so one try names them all -- a screen of hundreds of structures otherwise
+    learnt one missing element per run."""
+    from ase.data import chemical_symbols
+
+    def systems(ids: list[int]) -> str:
+        shown = ", ".join(str(i) for i in ids[:SHOWN_SYSTEMS])
+        more = f" and {len(ids) - SHOWN_SYSTEMS} more" if len(ids) > SHOWN_SYSTEMS else ""
+        return f"{noun}{'s' if len(ids) > 1 else ''} {shown}{more}"
+
+    zs = sorted(found)
+    parts = [f"{chemical_symbols[z]} (Z={z}) in {systems(found[z])}" for z in zs[:SHOWN_ELEMENTS]]
+    if len(zs) > SHOWN_ELEMENTS:
+        parts.append(f"{len(zs) - SHOWN_ELEMENTS} more elements")
+    n = len({i for ids in found.values() for i in ids})
+    supported = ", ".join(chemical_symbols[e] for e in sorted(model.supported_elements))
+    total = f" ({n} {noun}s in all)" if len(zs) > 1 else ""
+    those = "that structure" if n == 1 else "those structures"
+    return (
+        f"{type(model).__name__} cannot evaluate element{'s' if len(zs) > 1 else ''} "
+        f"{'; '.join(parts)}{total}; supported elements: {supported}. Remove {those} or "
+        f"choose a model that covers {'it' if n == 1 else 'them'}."
+    )
 
 
 def list_skin(cutoff: float, skin: float) -> float:

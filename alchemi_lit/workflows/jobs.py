@@ -23,7 +23,7 @@ from ..core.errors import ConfigError, StructureError
 from ..core.fields import EXIT_MAX_STEPS, EXIT_MODEL_ERROR, EXIT_QUARANTINED, MODEL_ERROR_KEY
 from ..integrators.base import Integrator
 from ..integrators.stages import Fused
-from ..models.base import Model, cpu_batch_atoms
+from ..models.base import Model, cpu_batch_atoms, unsupported_elements
 
 if TYPE_CHECKING:
     import torch
@@ -108,8 +108,6 @@ def check_materials(structures: Sequence[Any], model: Model, workflow: str) -> N
     """Refuse, before anything runs, what no job of a bulk property can use: a cell not
     periodic in x, y and z, a flat cell, an invalid structure (NaN, zero masses,
     coincident atoms), constraints, elements the model lacks."""
-    from ase.data import chemical_symbols
-
     from ..core.geometry import periodic_heights
     from ..core.validation import is_element, validate_atoms
 
@@ -120,6 +118,7 @@ def check_materials(structures: Sequence[Any], model: Model, workflow: str) -> N
         )
     cpu_batch_atoms(model)  # a plugin's bad batch size, before phonopy's set-up
     allowed = model.supported_elements
+    lacking: dict[int, list[int]] = {}  # element -> the structures holding it
     for i, atoms in enumerate(structures):
         known = bool(is_element(np.asarray(atoms.numbers)).all())  # (else validation says)
         name = f"{workflow}: structure {i} ({atoms.get_chemical_formula() if known else '?'})"
@@ -141,14 +140,13 @@ def check_materials(structures: Sequence[Any], model: Model, workflow: str) -> N
                 f"workflow strains or displaces every atom: del atoms.constraints",
                 i,
             )
-        if allowed is not None:
-            missing = sorted(set(atoms.numbers.tolist()) - set(allowed))
-            if missing:
-                raise StructureError(
-                    f"{name} holds {chemical_symbols[missing[0]]}, which "
-                    f"{type(model).__name__} does not cover; leave it out or use another model",
-                    i,
-                )
+        for z in set(atoms.numbers.tolist()) - set(allowed if allowed is not None else ()):
+            lacking.setdefault(z, []).append(i)  # (all of them named at once, below)
+    if lacking:
+        first = min(i for ids in lacking.values() for i in ids)
+        raise StructureError(
+            f"{workflow}: {unsupported_elements(model, lacking, 'structure')}", first
+        )
 
 
 def relax_plan(relax: Any, workflow: str, cell_allowed: Any = None) -> Integrator | Fused | None:
