@@ -16,10 +16,13 @@ def run_sums(v, counts, out):
     ``torch.segment_reduce`` adds -- the same bits (core.segments.run_sums)."""
     e = 0
     for r in range(counts.shape[0]):
-        for _ in range(counts[r]):
-            for c in range(v.shape[1]):
-                out[r, c] += v[e, c]
-            e += 1
+        n = counts[r]
+        for c in range(v.shape[1]):  # (a local sum per column: registers, not memory)
+            acc = out[r, c]  # (zero, of v's dtype: float32 adds in float32)
+            for q in range(e, e + n):
+                acc += v[q, c]
+            out[r, c] = acc
+        e += n
     return out
 
 
