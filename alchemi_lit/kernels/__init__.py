@@ -51,28 +51,22 @@ ENABLED = os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", 
 #: what the kernels compute with (float16 has no arithmetic in numba: torch path)
 _KERNEL_DTYPES = frozenset({torch.float64, torch.float32, torch.int64, torch.int32, torch.bool})
 
-#: A kernel runs on one core.  torch spreads an operation over its threads in chunks of
-#: 32 768 elements, so up to ~3 chunks (32 768 atoms x 3) a kernel beats or ties it
-#: whatever the thread count; beyond that only with at most two threads (a large FIRE
-#: update still runs faster compiled than in torch on two threads, so torch wins from
-#: ~3 threads on; DESIGN_NOTES.md, "Compiled CPU kernels").
-SERIAL_ELEMENTS = 3 * 32768
+# A kernel runs on one core; torch spreads an operation over its threads in chunks of
+# 32 768 elements, so past ~3 chunks with more than two threads torch is faster
+# (DESIGN_NOTES.md, "Compiled CPU kernels").  The kernels are used whatever the size
+# nonetheless: a choice by the batch's size would give a system the kernel's rounding in
+# one batch and torch's in a larger one -- its bits would follow its batch mates (#41).
+# A run without a budget stays under that size on a CPU (8 192 atoms).
 
 
 def usable(*tensors: torch.Tensor) -> bool:
     """Whether a compiled kernel may take these tensors: kernels enabled, numba
     importable, every tensor a CPU tensor NumPy can view (no autograd graph) of a dtype
-    the kernels compute with, small enough for one core against torch's threads
-    (:data:`SERIAL_ELEMENTS`), and not inside ``torch.compile`` (whose graph fuses the
-    torch path itself)."""
+    the kernels compute with, and not inside ``torch.compile`` (whose graph fuses the
+    torch path itself).  Never by size (the note above the function)."""
     if not ENABLED or torch.compiler.is_compiling() or not _numba_available():
         return False
-    largest = 0  # (a plain loop: this runs several times a step, right after the model)
-    for t in tensors:
-        if not numpy_viewable(t) or t.dtype not in _KERNEL_DTYPES:
-            return False
-        largest = max(largest, t.numel())
-    return largest <= SERIAL_ELEMENTS or torch.get_num_threads() <= 2
+    return all(numpy_viewable(t) and t.dtype in _KERNEL_DTYPES for t in tensors)
 
 
 @functools.cache

@@ -428,12 +428,11 @@ def test_when_the_torch_path_runs_instead(monkeypatch):
     assert kernels.ENABLED is True
     assert not kernels.usable(torch.zeros(3, requires_grad=True))
     assert not kernels.usable(torch.zeros(3, dtype=torch.float16))
-    # one core against torch's threads: large arrays go to torch when it has > 2 threads
-    big = torch.zeros(kernels.SERIAL_ELEMENTS + 1)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert kernels.usable(big)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
-    assert not kernels.usable(big) and kernels.usable(big[:-1])
+    # never by size or threads: a system's rounding must not follow its batch mates (#41)
+    big = torch.zeros(3 * 32768 + 1)
+    for threads in (1, 2, 8):
+        monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
+        assert kernels.usable(big) and kernels.usable(big[:3])
     monkeypatch.undo()
     assert kernels.usable(torch.zeros(3))
     constant = kernels.per_system(random_batch(torch.float32), 2.0)
