@@ -224,7 +224,10 @@ def atom_normals(
 
 
 def _run_sums_take(values: torch.Tensor, lengths: torch.Tensor) -> bool:
-    return values.is_floating_point() and values.dim() in (1, 2) and kernels.usable(values, lengths)
+    return (
+        values.is_floating_point() and values.dim() in (1, 2) and values.shape[0] > 0
+        and kernels.usable(values, lengths)
+    )  # fmt: skip
 
 
 @segments.run_sums.register(BACKEND, _run_sums_take)

@@ -567,3 +567,6 @@ def test_run_sums_kernel_adds_in_segment_reduces_order_to_the_bit(dtype, width):
     for v in sequential:
         total = total + v
     assert torch.equal(total, got[5])  # (one after another, from zero)
+    empty = values[:0]  # no values at all (every run empty): zeros, by the reference
+    assert torch.equal(run_sums(empty, torch.zeros(3, dtype=torch.int64)),
+                       torch.zeros((3, *values.shape[1:]), dtype=dtype))  # fmt: skip
