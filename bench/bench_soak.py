@@ -51,10 +51,10 @@ from alchemi_lit.sinks import ZarrSink
 
 
 class MemoryProbe(Callback):
-    """Record (elapsed s, step, systems graduated, RSS MiB) every ``frequency`` steps."""
+    """Record (elapsed s, step, systems graduated, RSS MiB) every ``every`` steps."""
 
-    def __init__(self, frequency: int) -> None:
-        super().__init__(frequency=frequency)
+    def __init__(self, every: int) -> None:
+        super().__init__(every=every)
         self.samples: list[tuple[float, int, int, float]] = []
         self.t0 = time.perf_counter()
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {environment_line()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="alchemi_soak_"))
     store = tmp / "soak.zarr"
-    probe = MemoryProbe(frequency=args.every * args.sync_every)
+    probe = MemoryProbe(every=args.every * args.sync_every)
     model = LennardJones(**ARGON_LJ, skin=1.0, compute_stress=False)
     stages = FIRE(fmax=0.05, max_steps=200) + Langevin(
         dt=2.0, temperature=60.0, friction=0.01, steps=args.md_steps

@@ -1,4 +1,4 @@
-"""Hook stages: order within a step, frequency gating, ON_CONVERGE, errors, one forward per step."""
+"""Hook stages: order within a step, every gating, ON_CONVERGE, errors, one forward per step."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def simulator(stages, callbacks, sync_every: int = 1, model=None) -> Simulator:
 class Recorder(Callback):
     """Records ``(hook name, ctx.step)`` for every hook, including run start and end."""
 
-    def __init__(self, frequency: int = 1) -> None:
-        super().__init__(frequency)
+    def __init__(self, every: int = 1) -> None:
+        super().__init__(every)
         self.calls: list[tuple[str, int]] = []
 
     def on_run_start(self, ctx: StepContext) -> None:
@@ -89,7 +89,7 @@ def test_every_stage_fires_in_documented_order() -> None:
 
 
 def test_frequency_gates_step_hooks_but_not_on_converge() -> None:
-    rec = Recorder(frequency=3)
+    rec = Recorder(every=3)
     simulator(VelocityVerlet(dt=1.0, steps=10), [rec], sync_every=2).run(argon(0.05, 0))
     for name in STEP_STAGES:
         assert rec.steps_of(name) == [0, 3, 6, 9], name
@@ -114,8 +114,8 @@ def test_on_converge_marks_exactly_the_converged_systems(sync_every: int) -> Non
         assert not bool((ctx.converged & ~ctx.exited).any())
         events.append((ctx.step, ids[ctx.converged].tolist(), ids[ctx.exited].tolist()))
 
-    # frequency 7 must not hide convergence events of bookkeepings at other steps
-    cb = LambdaCallback(H.ON_CONVERGE, on_converge, frequency=7)
+    # every 7 must not hide convergence events of bookkeepings at other steps
+    cb = LambdaCallback(H.ON_CONVERGE, on_converge, every=7)
     res = simulator(FIRE(fmax=2e-3, max_steps=25), [cb], sync_every).run(structures)
 
     converged_ids = res.system_id[res.converged].tolist()
@@ -138,13 +138,13 @@ def test_lambda_callback_runs_at_its_stage_and_frequency() -> None:
     def record(ctx: StepContext) -> None:
         seen.append((ctx.step, float(ctx.batch.energy[0])))
 
-    cb = LambdaCallback(H.AFTER_COMPUTE, record, frequency=2)
+    cb = LambdaCallback(H.AFTER_COMPUTE, record, every=2)
     assert cb.hook_stages() == [H.AFTER_COMPUTE]
     simulator(VelocityVerlet(dt=1.0, steps=5), [cb]).run(argon(0.05, 0))
     assert [s for s, _ in seen] == [0, 2, 4]
     assert all(np.isfinite(e) for _, e in seen)
-    with pytest.raises(ValueError, match="frequency"):
-        LambdaCallback(H.AFTER_STEP, record, frequency=0)
+    with pytest.raises(ValueError, match="every"):
+        LambdaCallback(H.AFTER_STEP, record, every=0)
     with pytest.raises(ValueError):
         LambdaCallback("not_a_stage", record)
 

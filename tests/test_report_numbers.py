@@ -87,7 +87,7 @@ def test_a_system_the_model_failed_on_counts_as_quarantined(tmp_path: Path, log_
 
     store = tmp_path / "e.zarr"
     sim = al.Simulator(model=RaisesOnSystem1(), stages=VelocityVerlet(dt=1.0, steps=4),
-                       sinks=[ZarrSink(store)], callbacks=[Logger(frequency=100)])  # fmt: skip
+                       sinks=[ZarrSink(store)], callbacks=[Logger(every=100)])  # fmt: skip
     assert sim.run(argon_crystals(n_systems=3, repeat=1, seed=1)).exit_reasons == [
         "completed", "model_error", "completed"]  # fmt: skip
     summary, text = run_report(store)

@@ -1,7 +1,7 @@
 """Checkpoint: save everything needed to continue a run, exactly.
 
 A checkpoint is taken at bookkeeping (every ``sync_every`` steps the batch is in a
-consistent state: graduates written, refills appended) when ``every_n_steps`` steps
+consistent state: graduates written, refills appended) when ``every`` steps
 or ``every_seconds`` seconds have passed, and when the run is stopped by SIGTERM or
 SIGINT (``on_signal``; the run loop catches those signals with or without this
 callback, see :mod:`alchemi_lit.engine.interrupt`).  It holds
@@ -53,7 +53,7 @@ class Checkpoint(Callback):
 
     Args:
         dirpath: folder of the checkpoint files (one per bookkeeping that wrote one).
-        every_n_steps: write one every this many steps (None: not by steps).
+        every: write one every this many steps (None: not by steps).
         every_seconds: write one when this many seconds of wall time have passed
             since the last (None: not by time).
         on_signal: write one when SIGTERM/SIGINT stops the run (finished systems are
@@ -65,14 +65,14 @@ class Checkpoint(Callback):
     def __init__(
         self,
         dirpath: str | os.PathLike[str] = "checkpoints",
-        every_n_steps: int | None = 1000,
+        every: int | None = 1000,
         every_seconds: float | None = None,
         on_signal: bool = True,
         keep: int = 2,
     ) -> None:
-        super().__init__(frequency=1)
-        if every_n_steps is not None and int(every_n_steps) < 1:
-            raise ConfigError(f"Checkpoint: every_n_steps must be >= 1, got {every_n_steps}")
+        super().__init__(every=1)
+        if every is not None and int(every) < 1:
+            raise ConfigError(f"Checkpoint: every must be >= 1, got {every}")
         if every_seconds is not None and float(every_seconds) <= 0:
             raise ConfigError(f"Checkpoint: every_seconds must be > 0, got {every_seconds}")
         if int(keep) < 2:
@@ -81,7 +81,7 @@ class Checkpoint(Callback):
                 f"from), got {keep}"
             )
         self.dirpath = Path(dirpath)
-        self.every_n_steps = None if every_n_steps is None else int(every_n_steps)
+        self.every_steps = None if every is None else int(every)
         self.every_seconds = None if every_seconds is None else float(every_seconds)
         self.on_signal = on_signal
         self.keep = int(keep)
@@ -124,7 +124,7 @@ class Checkpoint(Callback):
         on a signal)?"""
         if interrupted:
             return self.on_signal
-        if self.every_n_steps is not None and step - self._last_step >= self.every_n_steps:
+        if self.every_steps is not None and step - self._last_step >= self.every_steps:
             return True
         return (
             self.every_seconds is not None

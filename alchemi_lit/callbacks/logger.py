@@ -2,10 +2,10 @@
 
 Why a callback and not prints in the loop: the step loop never waits on the host.
 Reading energies or counts means a device -> host copy, so the logger gathers every
-statistic of a report into one small tensor and copies it once, every ``frequency``
+statistic of a report into one small tensor and copies it once, every ``every``
 steps; the steps in between cost nothing.
 
-A report (``AFTER_STEP``, every ``frequency`` steps) holds: the loop step, the
+A report (``AFTER_STEP``, every ``every`` steps) holds: the loop step, the
 number of systems per status code (one entry per stage, plus the exit code), the
 systems finished so far, mean/min/max energy per atom and the largest atomic
 force over the *active* systems (those inside a stage), and steps/s since the last
@@ -71,15 +71,15 @@ def npt_sums(ctx: StepContext, codes: list[int]) -> list[torch.Tensor]:
 
 
 class Logger(Callback):
-    """Log run progress every ``frequency`` steps and a summary at the end (see module doc).
+    """Log run progress every ``every`` steps and a summary at the end (see module doc).
 
     Args:
-        frequency: loop steps between two reports (>= 1).
+        every: loop steps between two reports (>= 1).
         level: loguru level name (``"INFO"``, ``"DEBUG"`` ...) or number of the messages.
     """
 
-    def __init__(self, frequency: int = 100, level: str | int = "INFO") -> None:
-        super().__init__(frequency)
+    def __init__(self, every: int = 100, level: str | int = "INFO") -> None:
+        super().__init__(every)
         if isinstance(level, bool) or not isinstance(level, (str, int)):
             raise TypeError(f"Logger: level must be a loguru level name or int, got {level!r}")
         if isinstance(level, str):

@@ -42,7 +42,7 @@ class NaNGuard(Callback):
     graph_safe = True  # (its accelerator branch is branch-free device work)
 
     def __init__(self) -> None:
-        super().__init__(frequency=1)
+        super().__init__(every=1)
         self._saved: tuple[torch.Tensor, ...] | None = None
         self._names: tuple[str, ...] = ()  # the system fields kept, after the atoms'
         self._versions: tuple[int, ...] = ()

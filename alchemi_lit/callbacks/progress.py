@@ -20,7 +20,7 @@ still relaxing), unconverged (budget spent) and quarantined -- each band counted
 by its first interior image, out of the run's bands where they are known.
 
 Why it is built like this: the step loop must never wait on the host, so the bar
-reads the batch every ``frequency`` steps in one small device -> host copy (plus one
+reads the batch every ``every`` steps in one small device -> host copy (plus one
 at each bookkeeping where systems leave the batch, to keep their atom-steps) and
 costs nothing in between.
 
@@ -72,7 +72,7 @@ class ProgressBar(Callback):
     """Rich progress bar of the run's atom-steps, rate and ETA (see module docstring).
 
     Args:
-        frequency: loop steps between two updates (>= 1).
+        every: loop steps between two updates (>= 1).
         enable: False turns the bar off.
         console: rich console to draw on (default: a new ``Console()`` on stdout); the
             bar is only shown when ``console.is_terminal``.
@@ -81,12 +81,12 @@ class ProgressBar(Callback):
 
     def __init__(
         self,
-        frequency: int = 10,
+        every: int = 10,
         enable: bool = True,
         console: Console | None = None,
         description: str = "run",
     ) -> None:
-        super().__init__(frequency)
+        super().__init__(every)
         if console is not None and not isinstance(console, Console):
             raise TypeError(
                 f"ProgressBar: console must be a rich.console.Console, got {type(console).__name__}"
@@ -134,7 +134,7 @@ class ProgressBar(Callback):
             redirect_stdout=console.file in (sys.stdout, sys.stderr),
             redirect_stderr=console.file in (sys.stdout, sys.stderr),
             transient=False,
-            auto_refresh=False,  # refreshed at our frequency: no timer thread
+            auto_refresh=False,  # refreshed at our every: no timer thread
         )
         self._task = progress.add_task(self.description, total=None, status="starting")
         progress.start()

@@ -2,14 +2,14 @@
 
 Why: checking an MD run (is energy conserved? did the thermostat reach its target?)
 needs per-system time series, but the step loop must not wait on the host.  The
-monitor copies four ``[B]`` tensors to the host every ``frequency`` steps and does
+monitor copies four ``[B]`` tensors to the host every ``every`` steps and does
 nothing in between.  No pandas: :meth:`ThermoMonitor.series` returns NumPy arrays.
 
 A record at loop step ``s`` (hook ``BEFORE_STEP``, so step 0 is the initial state)
 holds the state of every system inside a stage after ``s`` loop steps.  With
 ``final=True`` each system also gets a record of the state it left the plan in
 (written at the bookkeeping that sees it finish), so a series ends at the final
-step even when that is not a multiple of ``frequency``.
+step even when that is not a multiple of ``every``.
 
 ``steps`` in a series are the system's own step count (``batch.total_steps``,
 which equals the loop step for systems present from the start); ``loop_step`` is
@@ -51,7 +51,7 @@ class ThermoMonitor(Callback):
     where the stress is computed (see module docstring).
 
     Args:
-        frequency: loop steps between two records (>= 1).
+        every: loop steps between two records (>= 1).
         final: also record each system's state when it finishes the plan.
 
     After the run, ``monitor.series(system_id)`` gives ``{"steps", "loop_step", "T",
@@ -63,8 +63,8 @@ class ThermoMonitor(Callback):
     goes on from the records the checkpoint holds.
     """
 
-    def __init__(self, frequency: int = 10, final: bool = True) -> None:
-        super().__init__(frequency)
+    def __init__(self, every: int = 10, final: bool = True) -> None:
+        super().__init__(every)
         self.final = bool(final)
         self._chunks: list[dict[str, np.ndarray]] = []
         self._flat: dict[str, np.ndarray] | None = None
@@ -90,7 +90,7 @@ class ThermoMonitor(Callback):
 
     def _record(self, ctx: StepContext, rows: torch.Tensor) -> None:
         b = ctx.batch
-        idx = rows.nonzero().flatten()  # host sync, at our frequency only
+        idx = rows.nonzero().flatten()  # host sync, at our every only
         if idx.numel() == 0:
             return
         ints = torch.stack([b.system_id[idx], b.total_steps[idx]]).cpu().numpy()

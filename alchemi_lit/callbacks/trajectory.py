@@ -157,10 +157,6 @@ class TrajectoryWriter(Callback):
         self._run = 0
         self._check_target()
 
-    @property
-    def every(self) -> int:
-        return self.frequency
-
     # ---------------------------------------------------------------- store
     def _check_target(self) -> None:
         p = self.path

@@ -135,7 +135,7 @@ def _phonons(plt: Any, record: dict[str, Any], title: str) -> Any:
             ax.axvline(t, color="0.8", lw=0.5)
         ax.set_xlim(ticks[0], ticks[-1])
     ax.axhline(0.0, color="0.5", lw=0.5)
-    ax.set_ylabel("frequency (THz)")
+    ax.set_ylabel("every (THz)")
     ax.set_title(title)
     ax_dos.plot(dos["dos"], dos["frequency_THz"], color="C1", lw=1)
     ax_dos.set_xlabel("DOS")

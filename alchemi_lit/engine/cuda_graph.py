@@ -104,8 +104,8 @@ class GraphedSteps:
         # must recompute inside the graph) and, after a rebuild, gives the skin a history
         self._last_written: set[str] | None = None
         unsafe = [cb for cb in loop.hooks.callbacks if not cb.graph_safe and _per_step(cb)]
-        self._unsafe = [cb.frequency for cb in unsafe]
-        every_step = sorted(type(cb).__name__ for cb in unsafe if cb.frequency == 1)
+        self._unsafe = [cb.every for cb in unsafe]
+        every_step = sorted(type(cb).__name__ for cb in unsafe if cb.every == 1)
         if every_step:
             self._disable(
                 f"callback(s) {', '.join(every_step)} run at every step and are not "

@@ -1,4 +1,4 @@
-"""Hook stages, the Callback base class and frequency-gated dispatch.
+"""Hook stages, the Callback base class and dispatch every ``every`` loop steps.
 
 A step runs the stages in this order::
 
@@ -12,7 +12,7 @@ A step runs the stages in this order::
 plus ``on_run_start`` / ``on_run_end``.  A callback subscribes to a stage by
 overriding the method of that name (``after_step``, ``before_compute`` ...), as in
 Lightning; only overridden methods are ever called, so an unused hook costs nothing.
-``frequency`` gates calls on the loop step (``ctx.step % frequency == 0``); ON_CONVERGE
+``every`` gates calls on the loop step (``ctx.step % every == 0``); ON_CONVERGE
 is an event and always reaches its subscribers.
 
 Callbacks read the batch.  One that changes state (NaN quarantine, a bias force, a
@@ -141,10 +141,10 @@ class Callback:
     #: other callback's hook fires run eagerly.
     graph_safe: ClassVar[bool] = False
 
-    def __init__(self, frequency: int = 1) -> None:
-        if int(frequency) < 1:
-            raise ValueError(f"{type(self).__name__}: frequency must be >= 1, got {frequency}")
-        self.frequency = int(frequency)
+    def __init__(self, every: int = 1) -> None:
+        if int(every) < 1:
+            raise ValueError(f"{type(self).__name__}: every must be >= 1, got {every}")
+        self.every = int(every)
 
     def on_run_start(self, ctx: StepContext) -> None:
         """Called once before the first step (forces already computed)."""
@@ -186,9 +186,9 @@ class LambdaCallback(Callback):
     """A function as a callback on one stage: ``LambdaCallback(HookStageEnum.AFTER_STEP, fn)``."""
 
     def __init__(
-        self, stage: HookStageEnum, fn: Callable[[StepContext], None], frequency: int = 1
+        self, stage: HookStageEnum, fn: Callable[[StepContext], None], every: int = 1
     ) -> None:
-        super().__init__(frequency)
+        super().__init__(every)
         self.stage = HookStageEnum(stage)
         self.fn = fn
 
@@ -200,7 +200,7 @@ class LambdaCallback(Callback):
 
 
 class HookDispatcher:
-    """Calls the subscribed callbacks of a stage, in registration order, at their frequency."""
+    """Calls the subscribed callbacks of a stage, in registration order, every ``every`` steps."""
 
     def __init__(self, callbacks: Sequence[Callback]) -> None:
         self.callbacks = list(callbacks)
@@ -211,7 +211,7 @@ class HookDispatcher:
             if not isinstance(cb, Callback):
                 raise TypeError(f"callbacks must be Callback instances, got {type(cb).__name__}")
             for s in cb.hook_stages():
-                self._table[s].append((cb.frequency, cb.hook_method(s)))
+                self._table[s].append((cb.every, cb.hook_method(s)))
 
     def has(self, stage: HookStageEnum) -> bool:
         return bool(self._table[stage])

@@ -124,7 +124,7 @@ class RoundCheckpoints:
     """A rank's checkpoints: at the same exchange rounds on every rank (a consistent
     cut), when the rank finishes (``done.ckpt``) and when a signal stops it.
 
-    Rounds come from ``every_n_steps`` (every ``ceil(n / round_steps)`` rounds) and from
+    Rounds come from ``every`` (every ``ceil(n / round_steps)`` rounds) and from
     ``every_seconds``: a rank whose timer runs out asks for a round far enough ahead
     that the request, carried in every message header, reaches every rank first.
     """
@@ -133,7 +133,7 @@ class RoundCheckpoints:
         self, cp: Checkpoint, exchange: Exchange, folder: Path, sync_every: int, ranks: int
     ):
         self.cp, self.exchange, self.folder = cp, exchange, folder
-        self.every_rounds = -(-cp.every_n_steps // sync_every) if cp.every_n_steps else None
+        self.every_rounds = -(-cp.every_steps // sync_every) if cp.every_steps else None
         self.margin = 2 * ranks + 2  # rounds a request needs to reach every rank
         self.last_time = time.monotonic()
 

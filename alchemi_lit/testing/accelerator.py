@@ -95,7 +95,7 @@ class StepProbe(Callback):
     without blocking) do not count."""
 
     def __init__(self, keep_where: int = 20) -> None:
-        super().__init__(frequency=1)
+        super().__init__(every=1)
         self.active = False
         self.ops = 0
         self.reads = 0

@@ -141,7 +141,7 @@ def check_checkpoint_round_trip(
         if ctx.step == 7:
             raise Stop
 
-    cut = [Checkpoint(folder, every_n_steps=5), LambdaCallback(HookStageEnum.AFTER_STEP, stop)]
+    cut = [Checkpoint(folder, every=5), LambdaCallback(HookStageEnum.AFTER_STEP, stop)]
     with contextlib.suppress(Stop):
         _run(make(), model(), data, callbacks=cut, sync_every=5)
     resumed = Simulator(

@@ -86,7 +86,7 @@ class Snapshots:
 # ---------------------------------------------------------------------- Logger
 def test_logger_reports_stage_counts_and_summary(log_messages) -> None:
     plan = relax() + VelocityVerlet(dt=1.0, steps=5)
-    res = simulator(plan, [Logger(frequency=4)], sync_every=2).run(relax_structures())
+    res = simulator(plan, [Logger(every=4)], sync_every=2).run(relax_structures())
     messages = [m for level, m in log_messages if level == "INFO"]
     reports = [m for m in messages if m.startswith("step")]
     steps = res.stats["steps"]
@@ -106,11 +106,11 @@ def test_logger_reports_stage_counts_and_summary(log_messages) -> None:
 
 def test_logger_level_and_validation(log_messages) -> None:
     plan = Fused([VelocityVerlet(dt=1.0, steps=3)], codes=[4])  # custom status codes
-    simulator(plan, [Logger(frequency=1, level="DEBUG")]).run(argon(0.05, 0))
+    simulator(plan, [Logger(every=1, level="DEBUG")]).run(argon(0.05, 0))
     reports = [m for level, m in log_messages if level == "DEBUG" and m.startswith("step")]
     assert len(reports) == 3 and "4:VelocityVerlet=1 exit=0" in reports[0]
-    with pytest.raises(ValueError, match="frequency"):
-        Logger(frequency=0)
+    with pytest.raises(ValueError, match="every"):
+        Logger(every=0)
     with pytest.raises(ValueError, match="unknown loguru level"):
         Logger(level="LOUD")
     with pytest.raises(TypeError):
@@ -126,7 +126,7 @@ def test_logger_and_trajectory_see_quarantined_systems(log_messages, tmp_path: P
     sim = Simulator(
         model=PoisonedLJ(),
         stages=VelocityVerlet(dt=1.0, steps=12),
-        callbacks=[Logger(frequency=100), writer, on_exit],
+        callbacks=[Logger(every=100), writer, on_exit],
         sync_every=5,
         accelerator="cpu",
     )
@@ -145,7 +145,7 @@ def test_logger_and_trajectory_see_quarantined_systems(log_messages, tmp_path: P
 
 # ---------------------------------------------------------------------- ProgressBar
 def test_progress_bar_silent_without_tty(capsys) -> None:
-    bar = ProgressBar(frequency=1)  # pytest captures stdout: not a terminal
+    bar = ProgressBar(every=1)  # pytest captures stdout: not a terminal
     simulator(VelocityVerlet(dt=1.0, steps=3), [bar]).run(argon(0.05, 0))
     assert not bar.active
     captured = capsys.readouterr()
@@ -159,7 +159,7 @@ def test_progress_bar_silent_without_tty(capsys) -> None:
 
 def test_progress_bar_on_a_terminal() -> None:
     out = io.StringIO()
-    bar = ProgressBar(frequency=2, console=Console(force_terminal=True, file=out, width=120))
+    bar = ProgressBar(every=2, console=Console(force_terminal=True, file=out, width=120))
     started: list[bool] = []
     cb = LambdaCallback(H.AFTER_STEP, lambda ctx: started.append(bar.active))
     simulator(relax(), [bar, cb], sync_every=2).run(relax_structures())
@@ -167,14 +167,14 @@ def test_progress_bar_on_a_terminal() -> None:
     assert not bar.active  # stopped at run end
     text = out.getvalue()
     assert "3/3" in text and "steps/s" in text and "atom-steps/s" in text
-    with pytest.raises(ValueError, match="frequency"):
-        ProgressBar(frequency=0)
+    with pytest.raises(ValueError, match="every"):
+        ProgressBar(every=0)
     with pytest.raises(TypeError, match="Console"):
         ProgressBar(console=io.StringIO())  # type: ignore[arg-type]
 
 
 def test_progress_bar_stopped_when_the_run_fails() -> None:
-    bar = ProgressBar(frequency=1, console=Console(force_terminal=True, file=io.StringIO()))
+    bar = ProgressBar(every=1, console=Console(force_terminal=True, file=io.StringIO()))
 
     def explode(ctx: StepContext) -> None:
         if ctx.step == 2:
@@ -192,7 +192,7 @@ def test_trajectory_round_trip_with_changing_batch(tmp_path: Path) -> None:
     snaps = Snapshots()
     every = 3
     writer = TrajectoryWriter(path, every=every, fields=("positions", "energy", "forces"))
-    record = LambdaCallback(H.BEFORE_STEP, snaps, frequency=every)
+    record = LambdaCallback(H.BEFORE_STEP, snaps, every=every)
     res = simulator(relax(), [writer, record], sync_every=2).run(relax_structures())
     assert sorted(set(res.steps.tolist())) == sorted(res.steps.tolist())  # leave at different steps
     assert trajectory_system_ids(path).tolist() == [0, 1, 2]
@@ -348,8 +348,8 @@ def test_trajectory_argument_validation(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- ThermoMonitor
 def test_thermo_monitor_series_match_batch() -> None:
     snaps = Snapshots()
-    monitor = ThermoMonitor(frequency=4)
-    record = LambdaCallback(H.BEFORE_STEP, snaps, frequency=4)
+    monitor = ThermoMonitor(every=4)
+    record = LambdaCallback(H.BEFORE_STEP, snaps, every=4)
     plan = VelocityVerlet(dt=2.0, steps=14, temperature=60.0)
     structures = [argon(0.02, 0), argon(0.02, 1, (2, 1, 1))]
     simulator(plan, [monitor, record], sync_every=7).run(structures)
@@ -372,8 +372,8 @@ def test_thermo_monitor_series_match_batch() -> None:
         assert np.ptp(series["E_tot"]) < 0.02 * series["E_kin"][1:].mean()
     with pytest.raises(KeyError, match="no record of system 7"):
         monitor.series(7)
-    with pytest.raises(ValueError, match="frequency"):
-        ThermoMonitor(frequency=0)
+    with pytest.raises(ValueError, match="every"):
+        ThermoMonitor(every=0)
     flat = monitor.records()
     assert len(flat["T"]) == 10 and torch.is_tensor(flat["T"]) is False
 
@@ -405,7 +405,7 @@ def test_thermo_monitor_labels_both_temperatures() -> None:
     assert t[1] < drifting.get_temperature()  # the drift is not heat
     np.testing.assert_allclose(t[2], anchored.get_temperature(), rtol=1e-12)  # T itself
 
-    monitor = ThermoMonitor(frequency=3)  # NVE conserves the momentum: N/(N - 1) all along
+    monitor = ThermoMonitor(every=3)  # NVE conserves the momentum: N/(N - 1) all along
     simulator(VelocityVerlet(dt=2.0, steps=9, temperature=60.0), [monitor]).run([still])
     series = monitor.series(0)
     np.testing.assert_allclose(series["T_internal"], series["T"] * 32 / 31, rtol=1e-9)

@@ -24,7 +24,7 @@ def saved_steps(callback: Checkpoint) -> list[int]:
 
 
 def test_a_resumed_run_counts_every_n_steps_from_its_checkpoint(tmp_path: Path) -> None:
-    """every_n_steps=4, bookkeeping every 2 steps, a crash at step 9: the first run
+    """every=4, bookkeeping every 2 steps, a crash at step 9: the first run
     writes at 4 and 8; the resumed run starts at loop step 8, so its next checkpoints
     are due at 12 and 16 (by hand: 8 + 4, 8 + 8) -- not at its first bookkeeping (10),
     as counting from step 0 would make them."""
@@ -32,7 +32,7 @@ def test_a_resumed_run_counts_every_n_steps_from_its_checkpoint(tmp_path: Path) 
     atoms.positions += np.random.default_rng(0).normal(scale=0.05, size=(4, 3))
 
     def simulator(*extra) -> tuple[Simulator, Checkpoint]:
-        every = Checkpoint(tmp_path / "ckpt", every_n_steps=4, keep=10)
+        every = Checkpoint(tmp_path / "ckpt", every=4, keep=10)
         return Simulator(
             model=LennardJones(0.0104, 3.40, 6.0), stages=VelocityVerlet(dt=1.0, steps=18),
             callbacks=[every, *extra], sync_every=2, accelerator="cpu",
@@ -58,7 +58,7 @@ def test_every_seconds_counts_from_the_last_checkpoint(tmp_path: Path, monkeypat
 
     now = [100.0]
     monkeypatch.setattr(checkpoint.time, "monotonic", lambda: now[0])
-    timed = Checkpoint(tmp_path, every_n_steps=None, every_seconds=60.0)
+    timed = Checkpoint(tmp_path, every=None, every_seconds=60.0)
     now[0] = 150.0
     timed.mark_saved(5, tmp_path / "x.ckpt")
     now[0] = 200.0  # 100 s after the start, 50 s after the checkpoint

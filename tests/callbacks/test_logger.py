@@ -65,7 +65,7 @@ def test_reports_give_the_energies_forces_and_counts_of_the_active_systems(log_m
 
     Simulator(
         model=LennardJones(0.0104, 3.40, 6.0), stages=FIRE(fmax=1e-4, max_steps=6),
-        callbacks=[Logger(frequency=1), LambdaCallback(HookStageEnum.AFTER_STEP, reference)],
+        callbacks=[Logger(every=1), LambdaCallback(HookStageEnum.AFTER_STEP, reference)],
         sync_every=8, precision="64", accelerator="cpu",
     ).run([argon(None), argon(1), argon(2, repeat=(2, 1, 1))])  # fmt: skip
     reports = [REPORT.match(m) for _, m in log_messages if m.startswith("step")]
@@ -100,7 +100,7 @@ def test_rates_count_steps_and_atom_steps_by_a_fake_clock(log_messages, monkeypa
     monkeypatch.setattr(logger_module, "time", FakeClock())
     Simulator(
         model=LennardJones(0.0104, 3.40, 6.0), stages=VelocityVerlet(dt=1.0, steps=6),
-        callbacks=[Logger(frequency=2)], precision="64", accelerator="cpu",
+        callbacks=[Logger(every=2)], precision="64", accelerator="cpu",
     ).run([argon(1), argon(2, repeat=(2, 1, 1))])  # fmt: skip
     messages = [m for _, m in log_messages]
     rates = [m.rsplit("| ", 1)[1] for m in messages if m.startswith("step")]
@@ -133,7 +133,7 @@ def test_the_npt_means_are_over_the_systems_in_the_barostat_stage(log_messages):
     npt = NPTLangevin(dt=2.0, temperature=60.0, pressure_gpa=0.2, pdamp=200.0, steps=20)
     Simulator(
         model=LennardJones(0.0104, 3.40, 6.0), stages=FIRE(fmax=1e-4, max_steps=5) + npt,
-        callbacks=[Logger(frequency=1), LambdaCallback(HookStageEnum.AFTER_STEP, reference)],
+        callbacks=[Logger(every=1), LambdaCallback(HookStageEnum.AFTER_STEP, reference)],
         sync_every=8, precision="64", accelerator="cpu", seed=3,
     ).run([argon(None), argon(1), argon(2, repeat=(2, 1, 1))])  # fmt: skip
     reports = [REPORT.match(m) for _, m in log_messages if m.startswith("step")]

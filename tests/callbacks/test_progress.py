@@ -48,7 +48,7 @@ from alchemi_lit.models import LennardJones
 
 systems = argon_crystals(n_systems=2, repeat=2, noise=0.05)          # 2 x 32 atoms
 sim = al.Simulator(model=LennardJones(0.0104, 3.40, 6.0), stages=VelocityVerlet(dt=1.0, steps=60),
-                   callbacks=[ProgressBar(frequency=3)], accelerator="cpu", sync_every=10)
+                   callbacks=[ProgressBar(every=3)], accelerator="cpu", sync_every=10)
 sim.run(systems)
 """
 CHILD = MD_RUN + """
@@ -202,7 +202,7 @@ def test_budget_of_an_optimizer_plan_shrinks_and_ends_at_the_work_done() -> None
     upper bound '≤' from the start), an optimizer giving back the steps it did not
     need, and the last frame: exactly the atom-steps done."""
     out = io.StringIO()
-    bar = ProgressBar(frequency=2, console=Console(force_terminal=True, file=out, width=200))
+    bar = ProgressBar(every=2, console=Console(force_terminal=True, file=out, width=200))
     structures = argon_crystals(n_systems=6, repeat=2, noise=0.1)
     sim = Simulator(
         model=LennardJones(0.0104, 3.40, 6.0),
@@ -243,11 +243,11 @@ def test_a_resumed_run_counts_the_work_done_before_the_checkpoint(tmp_path: Path
 
     def sim(*extra) -> tuple[Simulator, io.StringIO]:
         out = io.StringIO()
-        bar = ProgressBar(frequency=2, console=Console(force_terminal=True, file=out, width=200))
+        bar = ProgressBar(every=2, console=Console(force_terminal=True, file=out, width=200))
         return Simulator(
             model=LennardJones(0.0104, 3.40, 6.0),
             stages=FIRE(fmax=0.02, max_steps=80),
-            callbacks=[Checkpoint(tmp_path / "ckpt", every_n_steps=4), bar, Logger(100), *extra],
+            callbacks=[Checkpoint(tmp_path / "ckpt", every=4), bar, Logger(100), *extra],
             sinks=[ZarrSink(tmp_path / "r.zarr", mode="w")],
             accelerator="cpu",
             sync_every=2,
@@ -325,7 +325,7 @@ def test_the_rate_is_measured_over_at_least_the_last_ten_seconds(monkeypatch) ->
 
     monkeypatch.setattr(progress, "time", ScriptedClock(0.0, 1.0, 2.0, 11.0, 12.0, 13.0, 14.0))
     out = io.StringIO()
-    bar = ProgressBar(frequency=1, console=Console(force_terminal=True, file=out, width=250))
+    bar = ProgressBar(every=1, console=Console(force_terminal=True, file=out, width=250))
     Simulator(
         model=LennardJones(0.0104, 3.40, 6.0), stages=VelocityVerlet(dt=1.0, steps=4),
         callbacks=[bar], accelerator="cpu", sync_every=4,

@@ -27,11 +27,11 @@ def test_a_resumed_run_keeps_the_records_taken_before_its_checkpoint(tmp_path: P
     resume; and the run start then cleared what a checkpoint had restored.)"""
 
     def run(folder: str, *extra, resume: bool = False) -> ThermoMonitor:
-        monitor = ThermoMonitor(frequency=2)
+        monitor = ThermoMonitor(every=2)
         sim = Simulator(
             model=LennardJones(0.0104, 3.40, 6.0),
             stages=VelocityVerlet(dt=2.0, steps=10, temperature=50.0),
-            callbacks=[monitor, Checkpoint(tmp_path / folder, every_n_steps=4), *extra],
+            callbacks=[monitor, Checkpoint(tmp_path / folder, every=4), *extra],
             sync_every=2, precision="64", accelerator="cpu",
         )  # fmt: skip
         where = str(tmp_path / folder) if resume else None
@@ -73,7 +73,7 @@ def test_records_match_ase_with_the_stress_asked_for_and_fixed_atoms() -> None:
     momenta = np.random.default_rng(4).normal(scale=0.1, size=(32, 3))
     momenta[0] = 0.0
     atoms.set_momenta(momenta)
-    monitor = ThermoMonitor(frequency=2)
+    monitor = ThermoMonitor(every=2)
     res = Simulator(
         model=LennardJones(0.0104, 3.40, 6.0), stages=VelocityVerlet(dt=2.0, steps=5),
         callbacks=[monitor], stress=True, precision="64", accelerator="cpu",
@@ -97,7 +97,7 @@ def test_steps_count_each_systems_steps_through_every_stage() -> None:
     """Two 3-step stages, a record every step: ``steps`` (the system's own count) and
     ``loop_step`` run 0..6 (by hand: 3 + 3 steps, plus the final state's record at 6),
     not back to 0 when the second stage starts (that is the stage's own counter)."""
-    monitor = ThermoMonitor(frequency=1)
+    monitor = ThermoMonitor(every=1)
     plan = VelocityVerlet(dt=1.0, steps=3, temperature=30.0) + VelocityVerlet(dt=1.0, steps=3)
     Simulator(
         model=LennardJones(0.0104, 3.40, 6.0), stages=plan, callbacks=[monitor],
@@ -111,7 +111,7 @@ def test_steps_count_each_systems_steps_through_every_stage() -> None:
 def test_without_final_only_every_frequency_steps_are_recorded() -> None:
     """``final=False``: 10 steps, a record every 4 -- loop steps 0, 4, 8 (by hand), no
     extra record of the finished state at step 10."""
-    monitor = ThermoMonitor(frequency=4, final=False)
+    monitor = ThermoMonitor(every=4, final=False)
     Simulator(
         model=LennardJones(0.0104, 3.40, 6.0), stages=VelocityVerlet(dt=1.0, steps=10),
         callbacks=[monitor], precision="64", accelerator="cpu",

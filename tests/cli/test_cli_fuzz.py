@@ -52,7 +52,7 @@ SEEDS: list[dict[str, Any]] = [
                 },
             ],
             "callbacks": [
-                {"class_path": "Logger", "init_args": {"frequency": 10}},
+                {"class_path": "Logger", "init_args": {"every": 10}},
                 {"class_path": "TrajectoryWriter", "init_args": {"path": "t.zarr", "every": 2}},
             ],
             "sinks": [{"class_path": "ZarrSink", "init_args": {"store": "r.zarr", "mode": "w"}}],

@@ -44,7 +44,7 @@ def make_sim(tmp: Path, extra=(), every: int = 20, plan=None) -> al.Simulator:
         stages=plan,
         sinks=[HostMemory(capacity=8), ZarrSink(tmp / "res.zarr", mode="w")],
         callbacks=[
-            Checkpoint(tmp / "ckpt", every_n_steps=every),
+            Checkpoint(tmp / "ckpt", every=every),
             TrajectoryWriter(tmp / "traj.zarr", every=7, overwrite=True),
             *extra,
         ],
@@ -175,7 +175,7 @@ simulator:
     - class_path: Langevin
       init_args: {{dt: 2.0, temperature: 80.0, friction: 0.02, steps: 100}}
   callbacks:
-    - {{class_path: Checkpoint, init_args: {{dirpath: {ckpt}, every_n_steps: 10}}}}
+    - {{class_path: Checkpoint, init_args: {{dirpath: {ckpt}, every: 10}}}}
   sinks:
     - {{class_path: ZarrSink, init_args: {{store: {store}, mode: w}}}}
   sync_every: 5
@@ -286,7 +286,7 @@ def test_the_auto_cadence_books_when_a_checkpoint_is_due(tmp_path):
     """With ``sync_every="auto"`` nothing finishes in a run of MD until its end, so only a
     due checkpoint makes the loop book: it is written at the step it is due, not at the
     next bookkeeping the cadence would make for itself (the run's end here)."""
-    every = Checkpoint(tmp_path / "ckpt", every_n_steps=3)
+    every = Checkpoint(tmp_path / "ckpt", every=3)
     sim = al.Simulator(
         model=LennardJones(0.0104, 3.40, 6.0), stages=Langevin(dt=2.0, temperature=80.0, steps=10),
         callbacks=[every], sync_every="auto",
@@ -304,7 +304,7 @@ def test_a_resume_admits_at_once_what_the_checkpoints_bookkeeping_admitted(tmp_p
     def sim(folder: str) -> al.Simulator:
         return al.Simulator(
             model=LennardJones(0.0104, 3.40, 6.0), stages=FIRE(fmax=0.1, max_steps=20),
-            callbacks=[Checkpoint(tmp_path / folder, every_n_steps=1, keep=100)],
+            callbacks=[Checkpoint(tmp_path / folder, every=1, keep=100)],
             sinks=[HostMemory()], sync_every=2,
         )  # fmt: skip
 
@@ -322,14 +322,14 @@ def test_a_resume_admits_at_once_what_the_checkpoints_bookkeeping_admitted(tmp_p
 
 
 def test_when_a_checkpoint_is_due(tmp_path, monkeypatch):
-    """A signal writes one unless on_signal=False; otherwise every_n_steps steps or
+    """A signal writes one unless on_signal=False; otherwise every steps or
     every_seconds seconds after the last one (a fake clock)."""
     from alchemi_lit.callbacks import checkpoint
 
     now = [100.0]
     monkeypatch.setattr(checkpoint.time, "monotonic", lambda: now[0])
-    assert Checkpoint(tmp_path, every_n_steps=None).due(3, interrupted=True)
-    quiet = Checkpoint(tmp_path, every_n_steps=10, every_seconds=60.0, on_signal=False)
+    assert Checkpoint(tmp_path, every=None).due(3, interrupted=True)
+    quiet = Checkpoint(tmp_path, every=10, every_seconds=60.0, on_signal=False)
     assert not quiet.due(3, interrupted=True)
     quiet.mark_saved(20, tmp_path / "x.ckpt")
     assert not quiet.due(29) and quiet.due(30)

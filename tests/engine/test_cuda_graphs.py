@@ -100,7 +100,7 @@ class EveryThird(Callback):
     """Not graph-safe: its steps must run eagerly, and see the batch as it is."""
 
     def __init__(self):
-        super().__init__(frequency=3)
+        super().__init__(every=3)
         self.seen = []
 
     def after_step(self, ctx):

@@ -47,7 +47,7 @@ def make(
 ) -> al.Simulator:
     callbacks = []
     if checkpoint:
-        callbacks.append(Checkpoint(tmp / "ckpt", every_n_steps=every))
+        callbacks.append(Checkpoint(tmp / "ckpt", every=every))
     if crash_at is not None:
 
         def boom(ctx):

@@ -178,7 +178,7 @@ def test_resume_mid_cell_relaxation_is_bit_identical(tmp_path: Path) -> None:
     def make(where, extra=()):
         return al.Simulator(
             model=lj(), stages=cell_relax(fmax=1e-3, max_steps=40) + md(),
-            callbacks=[Checkpoint(where, every_n_steps=6), *extra], precision="64",
+            callbacks=[Checkpoint(where, every=6), *extra], precision="64",
         )  # fmt: skip
 
     def sampler():

@@ -444,9 +444,9 @@ def test_kill_and_resume_mid_npt_is_bit_for_bit(tmp_path) -> None:
     where = str(tmp_path / "ckpt")
     with pytest.raises(RuntimeError, match="killed"):
         killer = LambdaCallback(HookStageEnum.AFTER_STEP, crash)
-        run(plan(), crystals(), callbacks=[Checkpoint(where, every_n_steps=10), killer])
+        run(plan(), crystals(), callbacks=[Checkpoint(where, every=10), killer])
     sim = al.Simulator(model=lj_model(), stages=plan(), precision="64", seed=6, sync_every=4,
-                       callbacks=[Checkpoint(where, every_n_steps=10)])  # fmt: skip
+                       callbacks=[Checkpoint(where, every=10)])  # fmt: skip
     assert_same_results(reference, sim.run(crystals(), resume=where))
 
 
@@ -485,14 +485,14 @@ def test_thermo_monitor_and_logger_report_pressure_and_volume(capsys) -> None:
 
     from alchemi_lit.callbacks import Logger, ThermoMonitor
 
-    nvt, both = ThermoMonitor(frequency=5), ThermoMonitor(frequency=5)
+    nvt, both = ThermoMonitor(every=5), ThermoMonitor(every=5)
     run(Langevin(dt=5.0, temperature=60.0, steps=10), crystals()[:2], callbacks=[nvt])
     assert np.isnan(nvt.series(0)["P"]).all()  # no stress computed: no pressure
     assert np.isfinite(nvt.series(0)["V"]).all()
     sink = logger.add(lambda m: print(m, end=""), level="INFO")
     try:
         plan = Langevin(dt=5.0, temperature=60.0, steps=10) + npt()
-        res = run(plan, crystals()[:2], callbacks=[both, Logger(frequency=40)])
+        res = run(plan, crystals()[:2], callbacks=[both, Logger(every=40)])
     finally:
         logger.remove(sink)
     assert "NPT P " in capsys.readouterr().out

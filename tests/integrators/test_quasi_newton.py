@@ -290,7 +290,7 @@ def test_resume_from_checkpoint_is_bit_identical(tmp_path) -> None:
             model=MODELS["lj"][2](),
             stages=BFGS(fmax=1e-3, max_steps=30, cell="frechet")
             + LBFGS(fmax=1e-4, max_steps=20, cell="unit"),
-            callbacks=[Checkpoint(where, every_n_steps=7), *extra],
+            callbacks=[Checkpoint(where, every=7), *extra],
             precision="64",
         )  # fmt: skip
 

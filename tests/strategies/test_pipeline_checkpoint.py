@@ -47,7 +47,7 @@ def make(
         sync_every=5,
         timeout=30,
         sinks=[ZarrSink(tmp / "res.zarr", mode="w")],
-        callbacks=[checkpoint or Checkpoint(tmp / "ckpt", every_n_steps=10), *extra],
+        callbacks=[checkpoint or Checkpoint(tmp / "ckpt", every=10), *extra],
     )
 
 
@@ -139,7 +139,7 @@ def test_time_scheduled_checkpoints_fall_on_the_same_round_on_every_rank(
             raise Crash("crash on rank 1")
 
     cut = tmp_path / "cut"
-    timed = Checkpoint(cut / "ckpt", every_n_steps=None, every_seconds=0.2, keep=50)
+    timed = Checkpoint(cut / "ckpt", every=None, every_seconds=0.2, keep=50)
     with pytest.raises(PipelineError):
         make(
             cut, "async_recv", [LambdaCallback(HookStageEnum.AFTER_STEP, slow_then_boom)],
@@ -169,7 +169,7 @@ simulator:
   timeout: 30
   buffer: {{num_systems: 4, num_atoms: 200}}
   callbacks:
-    - {{class_path: Checkpoint, init_args: {{dirpath: {ckpt}, every_n_steps: 10}}}}
+    - {{class_path: Checkpoint, init_args: {{dirpath: {ckpt}, every: 10}}}}
   sinks:
     - {{class_path: ZarrSink, init_args: {{store: {store}, mode: w}}}}
   sync_every: 5

@@ -195,7 +195,7 @@ def test_relax_then_band_across_ranks_resumes_mid_band_bit_for_bit(tmp_path):
             model=EMT(), stages=plan, precision="64", seed=0, sync_every=4, devices=2,
             start_method="fork", timeout=30.0, buffer=BufferConfig(num_systems=8, num_atoms=40),
             sinks=[ZarrSink(folder / "res.zarr", mode="w")],
-            callbacks=[Checkpoint(folder / "ckpt", every_n_steps=4), *extra],
+            callbacks=[Checkpoint(folder / "ckpt", every=4), *extra],
         )  # fmt: skip
 
     sim(tmp_path / "full").run(SizeAwareSampler(data, max_atoms=40))

@@ -39,7 +39,7 @@ def neb_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[al.Results, str, 
     folder = tmp_path_factory.mktemp("neb_report")
     data = label_bands([make_band(*hop(m, a, d), n, "linear") for m, a, d, n in CASES])
     out = io.StringIO()
-    bar = ProgressBar(frequency=1, console=Console(force_terminal=True, file=out, width=300))
+    bar = ProgressBar(every=1, console=Console(force_terminal=True, file=out, width=300))
     stages = FIRE(fmax=0.05, max_steps=10) + FIRE(fmax=0.2, max_steps=15, band=NEB())
     sim = al.Simulator(model=PoisonAt(POISONED, 15), stages=stages, precision="64",
                        callbacks=[bar], sinks=[ZarrSink(folder / "neb.zarr", mode="w")],

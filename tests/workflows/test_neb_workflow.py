@@ -178,7 +178,7 @@ class Crash(Exception):
 @pytest.mark.parametrize("crash_step", [7, 16])
 def test_killed_mid_band_and_resumed_is_bit_identical(tmp_path, crash_step):
     def sim(extra=()):
-        return neb_sim(callbacks=[Checkpoint(tmp_path / "ckpt", every_n_steps=5), *extra])
+        return neb_sim(callbacks=[Checkpoint(tmp_path / "ckpt", every=5), *extra])
 
     def boom(ctx):
         if ctx.step == crash_step:

@@ -144,7 +144,7 @@ def test_a_killed_workflow_resumes_and_loses_nothing(tmp_path, checkpoints):
     reference = workflows.elastic(materials, EMT(), **kw).to_pandas()
 
     def callbacks(extra):
-        saved = [Checkpoint(tmp_path / "ckpt", every_n_steps=5)] if checkpoints else []
+        saved = [Checkpoint(tmp_path / "ckpt", every=5)] if checkpoints else []
         return [*saved, *extra]
 
     store = tmp_path / "elastic.zarr"
