@@ -294,7 +294,29 @@ class DistributedStrategy(Strategy):
         sources = self.pipeline.sources()
         my_sampler = shard(sampler, len(sources), sources.index(rank)) if rank in sources else None
         sinks_ranks = self.pipeline.sinks()
-        sim.sinks = rank_sinks(sim.sinks, rank, len(sinks_ranks) > 1, keep=resume is not None)
+        requested = sim.sinks
+        # the rank's own copies; the requested sinks come back after the run, so the
+        # Results and the caller (the CLI's summary) of rank 0 -- the launching process
+        # itself under popen, torchrun and SLURM -- see the merged store, not a part
+        sim.sinks = rank_sinks(requested, rank, len(sinks_ranks) > 1, keep=resume is not None)
+        try:
+            return self._run_worker(sim, sampler, rank, my_sampler, device, comm_device, resume)
+        finally:
+            sim.sinks = requested
+
+    def _run_worker(
+        self,
+        sim: Simulator,
+        sampler: SizeAwareSampler,
+        rank: int,
+        my_sampler: SizeAwareSampler | None,
+        device: torch.device,
+        comm_device: torch.device,
+        resume: str | None,
+    ) -> Any:
+        """Run this rank's worker over its sinks, gather every rank's outcome on every
+        rank and merge the per-rank stores (rank 0)."""
+        sinks_ranks = self.pipeline.sinks()
         worker = PipelineWorker(
             sim,
             self.pipeline,
