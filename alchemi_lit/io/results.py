@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..core.state import EXIT_REASONS, Batch
+from .results_store import StoreRows
 
 #: The columns of :meth:`Results.to_pandas` before the per-stage ones, in order.
 COLUMNS = (
@@ -54,6 +55,7 @@ class Results(Sequence[Any]):
         stats: dict[str, Any] | None = None,
         sinks: Sequence[Any] = (),
         stage_names: Sequence[str] | None = None,
+        store: StoreRows | None = None,
     ) -> None:
         if batch is not None and batch.num_systems:
             order = torch.argsort(batch.system_id.cpu(), stable=True).to(batch.device)
@@ -68,6 +70,13 @@ class Results(Sequence[Any]):
         # the rows of the store's latest run, pinned now (later runs may append more)
         pin = batch is None
         self._runs = [getattr(s, "latest_run", lambda: None)() if pin else None for s in sinks]
+        #: the store rows these results read lazily (None: in memory, or another sink)
+        self._store = store
+        if pin and store is None:
+            self._store = next(
+                (StoreRows(s.path, r) for s, r in zip(self.sinks, self._runs) if r is not None),
+                None,
+            )
 
     @classmethod
     def from_sinks(
@@ -87,7 +96,9 @@ class Results(Sequence[Any]):
     def batch(self) -> Batch | None:
         """All result systems as one Batch (read from a sink on first access if needed);
         None when there are none."""
-        if self._batch is None:
+        if self._batch is None and self._store is not None:
+            self._batch = self._store.read_batch()
+        elif self._batch is None:
             for sink, run in zip(self.sinks, self._runs):
                 try:
                     b = sink.read_batch() if run is None else sink.read_batch(run=run)
@@ -100,6 +111,9 @@ class Results(Sequence[Any]):
 
     # ------------------------------------------------------------ a sequence of Atoms
     def __len__(self) -> int:
+        """The number of systems (read from a store's commit marker: nothing loaded)."""
+        if self._batch is None and self._store is not None:
+            return len(self._store)
         return 0 if self.batch is None else self.batch.num_systems
 
     @overload
@@ -125,12 +139,39 @@ class Results(Sequence[Any]):
         return self._atoms
 
     def to_atoms(self) -> list[Any]:
-        """A new list of ``ase.Atoms`` (see :meth:`Batch.to_atoms`), in ``system_id`` order."""
+        """A new list of ``ase.Atoms`` (see :meth:`Batch.to_atoms`), in ``system_id`` order;
+        all at once -- for a store of millions of systems, :meth:`iter_atoms`."""
         return [] if self.batch is None else self.batch.to_atoms(results=True)
 
+    def iter_atoms(self, chunk_systems: int = 4096) -> Iterator[Any]:
+        """The systems as ``ase.Atoms``, made ``chunk_systems`` at a time: memory bounded
+        by one chunk.  Results read from a store that are not loaded yet come in the
+        store's row order (each Atoms' ``info["system_id"]`` names it; sorting millions
+        would mean loading them); otherwise in ``system_id`` order."""
+        for batch in self._chunks(chunk_systems):
+            yield from batch.to_atoms(results=True)
+
+    def _chunks(self, chunk_systems: int) -> Iterator[Batch]:
+        """The systems a chunk at a time: from the store when not loaded, else slices
+        of the batch."""
+        if int(chunk_systems) < 1:
+            raise ValueError(f"chunk_systems must be >= 1, got {chunk_systems!r}")
+        if self._batch is None and self._store is not None:
+            yield from self._store.batches(int(chunk_systems))
+            return
+        batch = self.batch
+        for start in range(0, 0 if batch is None else batch.num_systems, int(chunk_systems)):
+            stop = min(start + int(chunk_systems), batch.num_systems)
+            yield batch.select(torch.arange(start, stop, device=batch.device))
+
     # ------------------------------------------------------------ tables and files
-    def to_pandas(self) -> Any:
+    def to_pandas(self, columns: Sequence[str] | None = None, chunk_systems: int = 4096) -> Any:
         """One row per system, in ``system_id`` order: a ``pandas.DataFrame``.
+
+        ``columns``: only these (any of the names below), e.g. ``["system_id",
+        "energy"]`` for a store of millions of systems.  Results read from a store that
+        are not loaded yet are tabulated ``chunk_systems`` at a time, so memory holds the
+        table and one chunk, never every system's atoms.
 
         Columns (:data:`COLUMNS`): ``system_id``, ``formula`` (ASE's Hill formula),
         ``n_atoms``, ``energy`` (eV), ``energy_per_atom``, ``fmax`` (eV/Å: the largest
@@ -146,7 +187,17 @@ class Results(Sequence[Any]):
         """
         import pandas as pd
 
-        return pd.DataFrame(_table(self.batch, self.stage_names))
+        wanted = None if columns is None else [str(c) for c in columns]
+        if self._batch is None and self._store is not None and len(self._store):
+            parts = [
+                pd.DataFrame(_pick(_table(b, self.stage_names), wanted))
+                for b in self._chunks(chunk_systems)
+            ]
+            table = pd.concat(parts, ignore_index=True)
+            if "system_id" not in table:
+                return table  # (the store's row order: no id to sort by)
+            return table.sort_values("system_id", kind="stable", ignore_index=True)
+        return pd.DataFrame(_pick(_table(self.batch, self.stage_names), wanted))
 
     def bands(self) -> Any:
         """The run's nudged elastic bands (:class:`~alchemi_lit.io.bands.BandResults`):
@@ -284,6 +335,17 @@ def _table(batch: Batch | None, stage_names: Sequence[str] | None) -> dict[str, 
             if "stage_energy" in s:
                 table[f"energy[{name}]"] = s["stage_energy"][:, j].astype(np.float64)
     return table
+
+
+def _pick(table: dict[str, Any], columns: list[str] | None) -> dict[str, Any]:
+    """The ``columns`` of ``table`` in that order (all when None); an unknown name is
+    refused, listing the known ones."""
+    if columns is None:
+        return table
+    unknown = [c for c in columns if c not in table]
+    if unknown:
+        raise ValueError(f"unknown Results column(s) {unknown}; the columns are {list(table)}")
+    return {c: table[c] for c in columns}
 
 
 def _reasons(codes: np.ndarray) -> list[str]:

@@ -22,7 +22,7 @@ store stays valid whatever happens to the process.  Writing is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +60,11 @@ SCHEMA = "alchemi_lit.io.results/1"
 
 def read_results(path: str | Path, run: int | None = None) -> Results:
     """The committed systems of a results store as :class:`~alchemi_lit.io.results.Results`
-    (``system_id`` order; empty when nothing is committed yet).
+    (``system_id`` order; empty when nothing is committed yet), read lazily: ``len``,
+    :meth:`~alchemi_lit.io.results.Results.to_pandas` (``columns=``) and
+    :meth:`~alchemi_lit.io.results.Results.iter_atoms` go through the store a chunk at a
+    time, so a store of millions of systems is never loaded whole unless ``.batch`` or
+    ``to_atoms()`` asks for it.
 
     ``run``: only the systems the ``run``-th run that wrote the store added (0 = the
     first; negative counts from the last).  ``stats`` are the statistics that run
@@ -68,23 +72,66 @@ def read_results(path: str | Path, run: int | None = None) -> Results:
     """
     from .results import Results
 
-    group = open_store(path)
-    runs = list(group.attrs.get("runs", []))
-    batch = read_store_batch(path, run=run)
+    rows = StoreRows(path, run)
+    rows.refuse_repeated_ids()
+    runs = list(rows.group.attrs.get("runs", []))
     chosen = runs[run] if run is not None else (runs[0] if len(runs) == 1 else None)
     stats = dict(chosen.get("stats") or {}) if chosen else {}
-    width = (
-        int(batch.stage_steps.shape[1])
-        if batch is not None and batch.has_field("stage_steps")
-        else 0
-    )
+    width = rows.stage_columns() if len(rows) else 0
     candidates = [chosen] if chosen else runs
     names = merged_stage_names(
         r["stage_names"]
         for r in candidates
         if isinstance(r.get("stage_names"), list) and len(r["stage_names"]) == width
     )
-    return Results(batch, stats, stage_names=names)
+    return Results(None, stats, stage_names=names, store=rows)
+
+
+class StoreRows:
+    """The committed rows of a store (or of one of its runs) that a lazy
+    :class:`~alchemi_lit.io.results.Results` reads: their count from the commit
+    marker, their systems a chunk at a time, or all at once.  The rows are fixed when
+    this is made: systems a later run appends are not among them."""
+
+    def __init__(self, path: str | Path, run: int | None = None) -> None:
+        self.path, self.run = Path(path), run
+        self.group = open_store(path)
+        n_sys = int(self.group.attrs.get("n_systems", 0))
+        self.rows = _run_rows(self.group, run, n_sys, path) if run is not None else (0, n_sys)
+
+    def __len__(self) -> int:
+        return max(0, self.rows[1] - self.rows[0])
+
+    def refuse_repeated_ids(self) -> None:
+        """A clear error for rows that hold a ``system_id`` twice (runs that appended to
+        the store numbered their systems alike): read them one run at a time."""
+        lo, hi = self.rows
+        if hi <= lo:
+            return
+        ids = np.asarray(self.group["systems/system_id"][lo:hi])
+        if len(np.unique(ids)) != len(ids):
+            raise ConfigError(
+                f"results store {str(self.path)!r} holds some system_id(s) more than once "
+                f"(runs that appended to it numbered their systems alike); read one run at a "
+                f"time with read_results(path, run=k) / ZarrSink(path).read(run=k)"
+            )
+
+    def stage_columns(self) -> int:
+        """Width of the stage history (0 without one)."""
+        key = "systems/stage_steps"
+        return int(self.group[key].shape[1]) if key in self.group else 0
+
+    def batches(self, chunk_systems: int = 4096) -> Iterator[Batch]:
+        """The rows as Batches of at most ``chunk_systems`` systems, in row order."""
+        return iter_store_batches(self.path, chunk_systems, rows=self.rows)
+
+    def read_batch(self) -> Batch | None:
+        """Every row as one Batch in ``system_id`` order (None without rows)."""
+        if not len(self):
+            return None
+        self.refuse_repeated_ids()
+        batch = read_rows(self.group, *self.rows)
+        return batch.select(torch.argsort(batch.system_id, stable=True))
 
 
 def merged_stage_names(per_run: Iterable[Sequence[Any]]) -> list[str] | None:
@@ -101,18 +148,14 @@ def merged_stage_names(per_run: Iterable[Sequence[Any]]) -> list[str] | None:
 def read_store_batch(path: str | Path, run: int | None = None) -> Batch | None:
     """The committed systems of a results store as one Batch (``system_id`` order), None
     when there are none; ``run`` as in :func:`read_results`."""
-    group = open_store(path)
-    n_sys, n_atoms = int(group.attrs.get("n_systems", 0)), int(group.attrs.get("n_atoms", 0))
-    lo, hi = _run_rows(group, run, n_sys, path) if run is not None else (0, n_sys)
-    if hi <= lo:
-        return None
+    return StoreRows(path, run).read_batch()
+
+
+def read_rows(group: Any, lo: int, hi: int) -> Batch:
+    """Committed system rows ``[lo, hi)`` of an open store as one Batch, in row order
+    (the atoms of those systems only: the span their offsets cover)."""
+    n_atoms = int(group.attrs.get("n_atoms", 0))
     ids = np.asarray(group["systems/system_id"][lo:hi])
-    if len(np.unique(ids)) != len(ids):
-        raise ConfigError(
-            f"results store {str(path)!r} holds some system_id(s) more than once (runs that "
-            f"appended to it numbered their systems alike); read one run at a time with "
-            f"read_results(path, run=k) / ZarrSink(path).read(run=k)"
-        )
     system = {
         k: torch.from_numpy(np.asarray(group[f"systems/{k}"][lo:hi]))
         for k in SYSTEM_COLUMNS
@@ -123,8 +166,10 @@ def read_store_batch(path: str | Path, run: int | None = None) -> Batch | None:
     # systems are stored in write order; gather their atoms (from the span they cover)
     first, end = int(offsets.min()), min(int((offsets + counts).max()), n_atoms)
     atom = {k: torch.from_numpy(np.asarray(group[f"atoms/{k}"][first:end])) for k in ATOM_COLUMNS}
-    index = np.concatenate([np.arange(o, o + c) for o, c in zip(offsets - first, counts)])
-    atom = {k: v[torch.as_tensor(index, dtype=torch.long)] for k, v in atom.items()}
+    packed = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    if end - first != int(counts.sum()) or not np.array_equal(offsets - first, packed):
+        index = np.concatenate([np.arange(o, o + c) for o, c in zip(offsets - first, counts)])
+        atom = {k: v[torch.as_tensor(index, dtype=torch.long)] for k, v in atom.items()}
     atom["system_idx"] = torch.repeat_interleave(torch.arange(hi - lo), system["n_atoms"])
     info: dict[int, dict[str, Any]] = {}
     if "systems/info" in group:  # stores written before info was kept have none
@@ -132,12 +177,32 @@ def read_store_batch(path: str | Path, run: int | None = None) -> Batch | None:
         for sid, text in zip(ids.tolist(), texts):
             if text:
                 info[int(sid)] = info_from_json(str(text))
-    wanted = set(ids.tolist())  # (the per-row info holds the error text too, where kept)
-    for k, v in dict(group.attrs.get("errors", {})).items():
-        if int(k) in wanted:
-            info.setdefault(int(k), {}).setdefault(MODEL_ERROR_KEY, v)
-    batch = Batch(atom, system, info)
-    return batch.select(torch.argsort(batch.system_id, stable=True))
+    errors = dict(group.attrs.get("errors", {}))
+    if errors:  # (the per-row info holds the error text too, where kept)
+        for sid in ids.tolist():
+            if str(sid) in errors:
+                info.setdefault(int(sid), {}).setdefault(MODEL_ERROR_KEY, errors[str(sid)])
+    return Batch(atom, system, info)
+
+
+def iter_store_batches(
+    path: str | Path, chunk_systems: int = 4096, rows: tuple[int, int] | None = None
+) -> Iterator[Batch]:
+    """The committed systems of a store, ``chunk_systems`` at a time, in row order (not
+    sorted by ``system_id``): memory bounded by one chunk whatever the store's size.
+    ``rows``: only rows ``[first, end)``."""
+    if int(chunk_systems) < 1:
+        raise ConfigError(f"chunk_systems must be >= 1, got {chunk_systems!r}")
+    group = open_store(path)
+    n_sys = int(group.attrs.get("n_systems", 0))
+    lo, hi = (0, n_sys) if rows is None else (max(0, rows[0]), min(rows[1], n_sys))
+    for start in range(lo, hi, int(chunk_systems)):
+        yield read_rows(group, start, min(start + int(chunk_systems), hi))
+
+
+def store_size(path: str | Path) -> int:
+    """How many systems a store has committed (read from its commit marker only)."""
+    return int(open_store(path).attrs.get("n_systems", 0))
 
 
 def stored_system_ids(path: str | Path) -> np.ndarray:

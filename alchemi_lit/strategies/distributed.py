@@ -253,7 +253,9 @@ class DistributedStrategy(Strategy):
                 str(p) for p in s.path.parent.glob(f"{s.path.stem}.rank*{s.path.suffix}")
             )
             if parts:
-                merge_parts(sim, s.path, s.mode, parts, remove=True, continuing=s.path.exists())
+                merge_parts(
+                    sim, s.path, s.mode, parts, remove=True, continuing=s.path.exists(), like=s
+                )
 
     def _salvage(self, sim: Simulator) -> str:
         """After a failed run with several writing ranks, merge what each committed to its
@@ -272,7 +274,7 @@ class DistributedStrategy(Strategy):
             if not isinstance(s, ZarrSink):
                 continue
             parts = [str(part_path(s.path, r)) for r in sink_ranks]
-            n = merge_parts(sim, s.path, s.mode, parts, remove=not resumable)
+            n = merge_parts(sim, s.path, s.mode, parts, remove=not resumable, like=s)
             notes.append(f"the {n} systems finished before the failure were merged into {s.path}")
         return "; ".join(notes)
 
