@@ -6,6 +6,7 @@ One answer wherever results come from: ``Simulator.run``, ``sink.read()`` and
 
 from __future__ import annotations
 
+import gc
 import numbers
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -150,6 +151,9 @@ class Results(Sequence[Any]):
         would mean loading them); otherwise in ``system_id`` order."""
         for batch in self._chunks(chunk_systems):
             yield from batch.to_atoms(results=True)
+            # each Atoms and its calculator reference each other: free the chunk's now,
+            # not when a full collection comes round (young generations: cheap)
+            gc.collect(1)
 
     def _chunks(self, chunk_systems: int) -> Iterator[Batch]:
         """The systems a chunk at a time: from the store when not loaded, else slices
@@ -190,10 +194,9 @@ class Results(Sequence[Any]):
         wanted = None if columns is None else [str(c) for c in columns]
         if self._batch is None and self._store is not None and len(self._store):
             parts = [
-                pd.DataFrame(_pick(_table(b, self.stage_names), wanted))
-                for b in self._chunks(chunk_systems)
+                _pick(_table(b, self.stage_names), wanted) for b in self._chunks(chunk_systems)
             ]
-            table = pd.concat(parts, ignore_index=True)
+            table = pd.DataFrame({k: _join([p[k] for p in parts]) for k in parts[0]})
             if "system_id" not in table:
                 return table  # (the store's row order: no id to sort by)
             return table.sort_values("system_id", kind="stable", ignore_index=True)
@@ -346,6 +349,13 @@ def _pick(table: dict[str, Any], columns: list[str] | None) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown Results column(s) {unknown}; the columns are {list(table)}")
     return {c: table[c] for c in columns}
+
+
+def _join(pieces: list[Any]) -> Any:
+    """One column from its chunks (arrays concatenated, lists chained)."""
+    if isinstance(pieces[0], np.ndarray):
+        return np.concatenate(pieces)
+    return [v for piece in pieces for v in piece]
 
 
 def _reasons(codes: np.ndarray) -> list[str]:
