@@ -115,10 +115,12 @@ def merge_stores(
 
 
 def _check_inputs(out: Path, inputs: Sequence[str | Path]) -> list[Path]:
-    """The inputs as paths: existing results stores, the output not among them."""
+    """The inputs as paths (each once): existing results stores, the output not among
+    them."""
     if not inputs:
         raise ConfigError("merge: no input stores given; name the stores to merge")
-    paths = [Path(p) for p in inputs]
+    named = {Path(p).resolve(): Path(p) for p in reversed(inputs)}  # each once, first name
+    paths = [named[k] for k in dict.fromkeys(Path(p).resolve() for p in inputs)]
     for p in paths:
         group = open_store(p)  # (a missing one is named)
         if group.attrs.get("schema") != SCHEMA:
