@@ -35,6 +35,7 @@ from .buffers import BufferConfig, check_info_fits
 from .launch import StartMethod, launch, rank_device
 from .pipeline import INTERRUPTED, CommMode, HistoryLayout, PipelineError, PipelineWorker
 from .rank_stores import merge_parts, merge_stores, part_path, rank_sinks, results_from, to_numpy
+from .shares import rank_totals, shard
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
@@ -54,34 +55,6 @@ def _buffer_config(buffer: BufferConfig | Mapping[str, int] | None) -> BufferCon
     if not isinstance(buffer, BufferConfig):
         raise ConfigError(f"buffer must be a BufferConfig, got {type(buffer).__name__}")
     return buffer
-
-
-def shard(sampler: SizeAwareSampler, parts: int, index: int) -> SizeAwareSampler:
-    """A disjoint shard of ``sampler``'s systems, balanced by atom count (greedy); the
-    images of a band (:mod:`~alchemi_lit.data.bands`) go to one shard together."""
-    loads = [0] * parts
-    owner = np.empty(len(sampler.dataset), dtype=np.int64)
-    heads = np.flatnonzero(sampler.unit > 0)  # a system, or the first image of a band
-    units = [slice(int(k), int(k + sampler.unit[k])) for k in heads]
-    unit_atoms = np.asarray([int(sampler.sizes[u].sum()) for u in units])
-    for j in np.argsort(-unit_atoms, kind="stable"):
-        p = int(np.argmin(loads))
-        owner[units[j]] = p
-        loads[p] += int(unit_atoms[j])
-    mine = [int(k) for k in sampler.order if owner[k] == index]
-    sub = (
-        SizeAwareSampler(
-            [sampler.dataset[k] for k in mine],
-            sampler.max_atoms,
-            sampler.max_systems,
-            sampler.max_edges,
-            system_ids=[int(sampler.system_ids[k]) for k in mine],
-            skip_invalid=sampler.skip_invalid,
-        )
-        if mine
-        else None
-    )
-    return sub
 
 
 class DistributedStrategy(Strategy):
@@ -335,6 +308,10 @@ class DistributedStrategy(Strategy):
             timeout_s=self.timeout_s,
             resume=resume,
         )
+        known = rank_totals(self.pipeline, sampler).get(rank)
+        worker.context["ranks"] = self.pipeline.num_ranks
+        if known is not None:  # the systems that pass through this rank: its bar's total
+            worker.context.update(total_systems=known[0], total_atoms=known[1])
         result = worker.run()
         memory = [b for b in result["sinks"].in_memory] + list(result["sinks"].overflow)
         payload = {
