@@ -199,3 +199,33 @@ def test_interactive_slurm_jobs_and_torchrun_inside_srun(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     ext = external_launch()  # torchrun inside a srun task: torchrun's ranks
     assert (ext.launcher, ext.rank, ext.world_size, ext.num_nodes) == ("torchrun", 1, 4, 2)
+
+
+@pytest.mark.slow
+def test_cli_replicas_summary_names_the_merged_store(tmp_path):
+    """``alchemi-lit run`` of the shipped replicas config, Fabric re-running the console
+    script for rank 1: the summary names the merged store, never a per-rank part, and
+    counts every rank's systems."""
+    import json
+    import shutil
+
+    exe = Path(sys.executable).parent / "alchemi-lit"
+    exe = exe if exe.exists() else Path(shutil.which("alchemi-lit") or "alchemi-lit")
+    store = tmp_path / "replicas.zarr"
+    cmd = [
+        str(exe), "run", "--config", str(ROOT / "configs" / "replicas.yaml"),
+        "--simulator.sinks.0.init_args.store", str(store),
+        "--data.builtin_args.n_systems", "12", "--data.builtin_args.max_atoms", "40",
+        "--simulator.stages.0.init_args.max_steps", "20",
+        "--simulator.stages.1.init_args.steps", "5", "--simulator.timeout", "60",
+    ]  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert ".rank" not in proc.stdout, proc.stdout
+    assert "replicas.zarr (ZarrSink" in proc.stdout.replace("\n", "")
+    summary = json.loads((tmp_path / "replicas.summary.json").read_text())
+    assert summary["systems"] == 12
+    assert sorted(read_results(store).system_id.tolist()) == list(range(12))
+    assert not list(tmp_path.glob("replicas.rank*"))
