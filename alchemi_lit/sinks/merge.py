@@ -37,13 +37,8 @@ from loguru import logger
 
 from ..core.errors import ConfigError
 from ..core.state import Batch
-from ..io.results_store import (
-    SCHEMA,
-    iter_store_batches,
-    open_store,
-    read_rows,
-    stored_system_ids,
-)
+from ..io.results_store import stored_system_ids
+from ..io.store_reader import SCHEMA, iter_store_batches, open_store, read_rows
 from .base import id_list
 from .zarr import ZarrSink
 
