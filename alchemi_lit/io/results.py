@@ -265,11 +265,16 @@ class Results(Sequence[Any]):
         return torch.zeros(0, dtype=empty) if self.batch is None else self.batch.system[name]
 
     def __repr__(self) -> str:
-        if self.batch is None:
+        lazy = self._batch is None and self._store is not None and len(self._store) > 0
+        if not lazy and self.batch is None:
             return f"Results(systems=0, stats={self.stats})"
+        if lazy:  # two columns of the store, not every system (print of a large store)
+            converged = int(self._store.column("converged").sum())
+            steps = int(self._store.column("total_steps").sum(dtype="int64"))
+        else:
+            converged, steps = int(self.converged.sum()), int(self.steps.sum())
         return (
-            f"Results(systems={len(self)}{self._elsewhere()}, "
-            f"converged={int(self.converged.sum())}, steps={int(self.steps.sum())})"
+            f"Results(systems={len(self)}{self._elsewhere()}, converged={converged}, steps={steps})"
         )
 
     def _elsewhere(self) -> str:

@@ -66,6 +66,10 @@ class StoreRows:
                 f"time with read_results(path, run=k) / ZarrSink(path).read(run=k)"
             )
 
+    def column(self, name: str) -> np.ndarray:
+        """One per-system array of the rows (``systems/NAME``), nothing else read."""
+        return np.asarray(self.group[f"systems/{name}"][self.rows[0] : self.rows[1]])
+
     def stage_columns(self) -> int:
         """Width of the stage history (0 without one)."""
         key = "systems/stage_steps"

@@ -111,6 +111,9 @@ def test_len_reads_no_systems(store):
     n, peak = traced_peak(lambda: len(results))
     assert n == N
     assert peak < 100_000  # bytes: the ids alone would be 160 kB, the atoms ~15 MB
+    text, peak = traced_peak(lambda: repr(results))  # print(results): two columns read
+    assert text == f"Results(systems={N}, converged=0, steps=0)"
+    assert peak < 1_000_000
     assert results._batch is None  # nothing was loaded
 
 
