@@ -96,12 +96,15 @@ class Logger(Callback):
         # system_id -> (exit_code, converged, atom_steps) of systems that finished
         self._finished: dict[int, tuple[int, bool, int]] = {}
         self._restored = False  # loaded from a checkpoint: the run start keeps _finished
+        self._prefix = ""  # "rank r/n | " in a multi-rank run: every rank logs
 
     def _log(self, message: str) -> None:
-        logger.log(self.level, message)
+        logger.log(self.level, self._prefix + message)
 
     # ---------------------------------------------------------------- hooks
     def on_run_start(self, ctx: StepContext) -> None:
+        ranks = ctx.state.get("ranks")
+        self._prefix = "" if ctx.rank is None else f"rank {ctx.rank}/{ranks or '?'} | "
         self._t0 = time.perf_counter()
         self._last = (ctx.step, self._t0)
         if not self._restored:  # a resumed run keeps the systems finished before

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ..core.state import Batch
@@ -70,6 +71,12 @@ def clock(seconds: float) -> str:
 
 class ProgressBar(Callback):
     """Rich progress bar of the run's atom-steps, rate and ETA (see module docstring).
+
+    In a multi-rank run (pipeline, replicas) every rank runs its own loop and only rank
+    0 draws, labelled ``[rank 0 of N]``: its totals are the systems that pass through
+    it -- its replica's share of the data (shares are balanced by atom count, so its
+    ETA is the run's), or all of them on a pipeline's first rank.  The run's summary
+    counts every rank's systems.
 
     Args:
         every: loop steps between two updates (>= 1).
@@ -118,8 +125,8 @@ class ProgressBar(Callback):
             self._left_batch, self._left_bands = [0, 0, 0], [0, 0, 0]
         self._restored = False
         console = self.console if self.console is not None else Console()
-        if not self._enabled(console):
-            return
+        if not self._enabled(console) or ctx.rank not in (None, 0):
+            return  # (one bar on a terminal: rank 0's -- see the class docstring)
         self._remaining_of = self._budget_table(ctx)
         self._optimizing = any(getattr(s, "is_optimizer", False) for s in ctx.stages)
         self._bands = any(getattr(s, "band", None) is not None for s in ctx.stages)
@@ -136,7 +143,9 @@ class ProgressBar(Callback):
             transient=False,
             auto_refresh=False,  # refreshed at our every: no timer thread
         )
-        self._task = progress.add_task(self.description, total=None, status="starting")
+        where = "" if ctx.rank is None else f" [rank 0 of {ctx.state.get('ranks', '?')}]"
+        label = escape(self.description + where)  # (the column reads rich markup)
+        self._task = progress.add_task(label, total=None, status="starting")
         progress.start()
         self._progress = progress
         self._history = deque()

@@ -37,6 +37,7 @@ class CLI:
     def subcommands(self) -> dict[str, Command]:
         """Command name -> :class:`Command`.  Extend it to add commands:
         ``return {**super().subcommands(), "mine": MyCommand()}``."""
+        from .merge import MergeCommand
         from .plugins import PluginsCommand
         from .report import ReportCommand
         from .run import RunCommand
@@ -47,6 +48,7 @@ class CLI:
             "validate": RunCommand(validate=True),
             "plugins": PluginsCommand(),
             "report": ReportCommand(),
+            "merge": MergeCommand(),
             **{name: WorkflowCommand(name) for name in ("eos", "elastic", "phonons")},
         }
 

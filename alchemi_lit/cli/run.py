@@ -5,7 +5,6 @@ way; ``run`` then runs it, writes the resolved config and summary and prints the
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -219,11 +218,9 @@ def _write_output(path: Path, text: str, built: Built) -> None:
 
 def is_main_rank() -> bool:
     """False in the extra processes of a multi-rank launch (Fabric, torchrun, SLURM)."""
-    for var in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
-        value = os.environ.get(var)
-        if value is not None and value.strip().isdigit():
-            return int(value) == 0
-    return True
+    from ..strategies.launch import process_rank
+
+    return process_rank() == 0
 
 
 def _store_rows(sink: Any) -> int:

@@ -6,31 +6,18 @@ One answer wherever results come from: ``Simulator.run``, ``sink.read()`` and
 
 from __future__ import annotations
 
+import gc
 import numbers
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
-import numpy as np
 import torch
 
 from ..core.state import EXIT_REASONS, Batch
-
-#: The columns of :meth:`Results.to_pandas` before the per-stage ones, in order.
-COLUMNS = (
-    "system_id",
-    "formula",
-    "n_atoms",
-    "energy",
-    "energy_per_atom",
-    "fmax",
-    "volume",
-    "pressure",
-    "steps",
-    "converged",
-    "exit_reason",
-    "source_file",
-)
+from .results_table import COLUMNS as COLUMNS  # (public here too: the table's columns)
+from .results_table import join, pick, table_of
+from .store_reader import StoreRows
 
 
 class Results(Sequence[Any]):
@@ -54,6 +41,7 @@ class Results(Sequence[Any]):
         stats: dict[str, Any] | None = None,
         sinks: Sequence[Any] = (),
         stage_names: Sequence[str] | None = None,
+        store: StoreRows | None = None,
     ) -> None:
         if batch is not None and batch.num_systems:
             order = torch.argsort(batch.system_id.cpu(), stable=True).to(batch.device)
@@ -68,6 +56,13 @@ class Results(Sequence[Any]):
         # the rows of the store's latest run, pinned now (later runs may append more)
         pin = batch is None
         self._runs = [getattr(s, "latest_run", lambda: None)() if pin else None for s in sinks]
+        #: the store rows these results read lazily (None: in memory, or another sink)
+        self._store = store
+        if pin and store is None:
+            self._store = next(
+                (StoreRows(s.path, r) for s, r in zip(self.sinks, self._runs) if r is not None),
+                None,
+            )
 
     @classmethod
     def from_sinks(
@@ -87,7 +82,9 @@ class Results(Sequence[Any]):
     def batch(self) -> Batch | None:
         """All result systems as one Batch (read from a sink on first access if needed);
         None when there are none."""
-        if self._batch is None:
+        if self._batch is None and self._store is not None:
+            self._batch = self._store.read_batch()
+        elif self._batch is None:
             for sink, run in zip(self.sinks, self._runs):
                 try:
                     b = sink.read_batch() if run is None else sink.read_batch(run=run)
@@ -100,6 +97,9 @@ class Results(Sequence[Any]):
 
     # ------------------------------------------------------------ a sequence of Atoms
     def __len__(self) -> int:
+        """The number of systems (read from a store's commit marker: nothing loaded)."""
+        if self._batch is None and self._store is not None:
+            return len(self._store)
         return 0 if self.batch is None else self.batch.num_systems
 
     @overload
@@ -125,12 +125,42 @@ class Results(Sequence[Any]):
         return self._atoms
 
     def to_atoms(self) -> list[Any]:
-        """A new list of ``ase.Atoms`` (see :meth:`Batch.to_atoms`), in ``system_id`` order."""
+        """A new list of ``ase.Atoms`` (see :meth:`Batch.to_atoms`), in ``system_id`` order;
+        all at once -- for a store of millions of systems, :meth:`iter_atoms`."""
         return [] if self.batch is None else self.batch.to_atoms(results=True)
 
+    def iter_atoms(self, chunk_systems: int = 4096) -> Iterator[Any]:
+        """The systems as ``ase.Atoms``, made ``chunk_systems`` at a time: memory bounded
+        by one chunk.  Results read from a store that are not loaded yet come in the
+        store's row order (each Atoms' ``info["system_id"]`` names it; sorting millions
+        would mean loading them); otherwise in ``system_id`` order."""
+        for batch in self._chunks(chunk_systems):
+            yield from batch.to_atoms(results=True)
+            # each Atoms and its calculator reference each other: free the chunk's now,
+            # not when a full collection comes round (young generations: cheap)
+            gc.collect(1)
+
+    def _chunks(self, chunk_systems: int) -> Iterator[Batch]:
+        """The systems a chunk at a time: from the store when not loaded, else slices
+        of the batch."""
+        if int(chunk_systems) < 1:
+            raise ValueError(f"chunk_systems must be >= 1, got {chunk_systems!r}")
+        if self._batch is None and self._store is not None:
+            yield from self._store.batches(int(chunk_systems))
+            return
+        batch = self.batch
+        for start in range(0, 0 if batch is None else batch.num_systems, int(chunk_systems)):
+            stop = min(start + int(chunk_systems), batch.num_systems)
+            yield batch.select(torch.arange(start, stop, device=batch.device))
+
     # ------------------------------------------------------------ tables and files
-    def to_pandas(self) -> Any:
+    def to_pandas(self, columns: Sequence[str] | None = None, chunk_systems: int = 4096) -> Any:
         """One row per system, in ``system_id`` order: a ``pandas.DataFrame``.
+
+        ``columns``: only these (any of the names below), e.g. ``["system_id",
+        "energy"]`` for a store of millions of systems.  Results read from a store that
+        are not loaded yet are tabulated ``chunk_systems`` at a time, so memory holds the
+        table and one chunk, never every system's atoms.
 
         Columns (:data:`COLUMNS`): ``system_id``, ``formula`` (ASE's Hill formula),
         ``n_atoms``, ``energy`` (eV), ``energy_per_atom``, ``fmax`` (eV/Å: the largest
@@ -146,7 +176,16 @@ class Results(Sequence[Any]):
         """
         import pandas as pd
 
-        return pd.DataFrame(_table(self.batch, self.stage_names))
+        wanted = None if columns is None else [str(c) for c in columns]
+        if self._batch is None and self._store is not None and len(self._store):
+            parts = [
+                pick(table_of(b, self.stage_names), wanted) for b in self._chunks(chunk_systems)
+            ]
+            table = pd.DataFrame({k: join([p[k] for p in parts]) for k in parts[0]})
+            if "system_id" not in table:
+                return table  # (the store's row order: no id to sort by)
+            return table.sort_values("system_id", kind="stable", ignore_index=True)
+        return pd.DataFrame(pick(table_of(self.batch, self.stage_names), wanted))
 
     def bands(self) -> Any:
         """The run's nudged elastic bands (:class:`~alchemi_lit.io.bands.BandResults`):
@@ -226,11 +265,16 @@ class Results(Sequence[Any]):
         return torch.zeros(0, dtype=empty) if self.batch is None else self.batch.system[name]
 
     def __repr__(self) -> str:
-        if self.batch is None:
+        lazy = self._batch is None and self._store is not None and len(self._store) > 0
+        if not lazy and self.batch is None:
             return f"Results(systems=0, stats={self.stats})"
+        if lazy:  # two columns of the store, not every system (print of a large store)
+            converged = int(self._store.column("converged").sum())
+            steps = int(self._store.column("total_steps").sum(dtype="int64"))
+        else:
+            converged, steps = int(self.converged.sum()), int(self.steps.sum())
         return (
-            f"Results(systems={len(self)}{self._elsewhere()}, "
-            f"converged={int(self.converged.sum())}, steps={int(self.steps.sum())})"
+            f"Results(systems={len(self)}{self._elsewhere()}, converged={converged}, steps={steps})"
         )
 
     def _elsewhere(self) -> str:
@@ -242,82 +286,3 @@ class Results(Sequence[Any]):
         stores = [str(s.path) for s in self.sinks if hasattr(s, "path")]
         where = f" in {', '.join(stores)}" if stores else ""
         return f" of {int(total)}; the other {int(total) - len(self)} went to later sinks{where}"
-
-
-def _table(batch: Batch | None, stage_names: Sequence[str] | None) -> dict[str, Any]:
-    """The columns of :meth:`Results.to_pandas`, from the batch's tensors."""
-    from ase.units import GPa
-
-    if batch is None:
-        return {name: [] for name in COLUMNS}
-    b = batch.to(device="cpu")
-    s = {k: v.numpy() for k, v in b.system.items()}
-    energy = s["energy"].astype(np.float64)
-    evaluated = np.isfinite(energy)
-    n_atoms = s["n_atoms"]
-    periodic = s["pbc"].all(axis=1)
-    stress = s["stress"].astype(np.float64)
-    volume = np.abs(np.linalg.det(s["cell"].astype(np.float64)))
-    pressure = -np.trace(stress, axis1=1, axis2=2) / 3.0 / GPa
-    table: dict[str, Any] = {
-        "system_id": s["system_id"],
-        "formula": _formulas(b),
-        "n_atoms": n_atoms,
-        "energy": energy,
-        "energy_per_atom": energy / n_atoms,
-        "fmax": np.where(evaluated, _fmax(b), np.nan),
-        "volume": np.where(periodic, volume, np.nan),
-        "pressure": np.where(periodic & evaluated, pressure, np.nan),
-        "steps": s["total_steps"],
-        "converged": s["converged"],
-        "exit_reason": _reasons(s["exit_code"]),
-        "source_file": [b.info.get(int(i), {}).get("source_file") for i in s["system_id"]],
-    }
-    if "stage_steps" in s:
-        k = s["stage_steps"].shape[1]
-        names = stage_names if stage_names and len(stage_names) == k else None
-        for j in range(k):
-            name = names[j] if names else f"stage {j}"
-            table[f"steps[{name}]"] = s["stage_steps"][:, j]
-            if "stage_exit" in s:
-                table[f"exit_reason[{name}]"] = _reasons(s["stage_exit"][:, j])
-            if "stage_energy" in s:
-                table[f"energy[{name}]"] = s["stage_energy"][:, j].astype(np.float64)
-    return table
-
-
-def _reasons(codes: np.ndarray) -> list[str]:
-    return [EXIT_REASONS.get(int(c), "unknown") for c in codes.tolist()]
-
-
-def _fmax(batch: Batch) -> np.ndarray:
-    """Largest force norm on a free atom, per system (0 with every atom fixed)."""
-    norm = torch.linalg.vector_norm(batch.forces.to(torch.float64), dim=-1)
-    norm = norm.masked_fill(batch.fixed, 0.0)
-    out = torch.zeros(batch.num_systems, dtype=torch.float64)
-    return out.scatter_reduce(0, batch.system_idx, norm, "amax").numpy()
-
-
-def _formulas(batch: Batch) -> list[str]:
-    """ASE's Hill formula of each system (``Atoms.get_chemical_formula()``), made once
-    per distinct composition."""
-    from ase.data import chemical_symbols
-    from ase.formula import Formula
-
-    z = batch.atomic_numbers.numpy()
-    row = batch.system_idx.numpy()
-    pairs, counts = np.unique(row * 256 + z, return_counts=True)  # (system, element) counts
-    ends = np.searchsorted(pairs // 256, np.arange(batch.num_systems), side="right")
-    made: dict[tuple[int, ...], str] = {}
-    out, start = [], 0
-    for end in ends.tolist():
-        key = (*(pairs[start:end] % 256).tolist(), *counts[start:end].tolist())
-        if key not in made:
-            composition = {
-                chemical_symbols[int(e)]: int(n)
-                for e, n in zip(pairs[start:end] % 256, counts[start:end])
-            }
-            made[key] = Formula.from_dict(composition).format("hill")
-        out.append(made[key])
-        start = end
-    return out

@@ -17,7 +17,8 @@ Layout (zarr v3, one store for all systems; ragged per-atom data kept flat)::
 Rows beyond ``attrs["n_systems"]`` / ``attrs["n_atoms"]`` are uncommitted (a write
 interrupted mid-way); readers ignore them and the next write overwrites them, so a
 store stays valid whatever happens to the process.  Writing is
-:class:`~alchemi_lit.sinks.ZarrSink`'s job; this module only reads.
+:class:`~alchemi_lit.sinks.ZarrSink`'s job; this module only reads (the row readers
+are in :mod:`.store_reader`, which :mod:`.results` uses without this module).
 """
 
 from __future__ import annotations
@@ -27,40 +28,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from ..core.errors import ConfigError
-from ..core.info_codec import info_from_json
-from ..core.state import MODEL_ERROR_KEY, Batch
+from .store_reader import ATOM_COLUMNS as ATOM_COLUMNS  # (public here, with the layout)
+from .store_reader import SCHEMA as SCHEMA
+from .store_reader import SYSTEM_COLUMNS as SYSTEM_COLUMNS
+from .store_reader import StoreRows, open_store
+from .store_reader import iter_store_batches as iter_store_batches
+from .store_reader import read_rows as read_rows
 
 if TYPE_CHECKING:
+    from ..core.state import Batch
     from .results import Results
-
-ATOM_COLUMNS = ("positions", "forces", "velocities", "masses", "atomic_numbers", "tags", "fixed")
-SYSTEM_COLUMNS = (
-    "system_id",
-    "energy",
-    "stress",
-    "cell",
-    "pbc",
-    "n_atoms",
-    "status",
-    "total_steps",
-    "converged",
-    "exit_code",
-    "stage_steps",
-    "stage_exit",
-    "stage_energy",
-    "stage_volume",
-    "stage_pressure",
-    "nan_flags",
-)
-SCHEMA = "alchemi_lit.io.results/1"
 
 
 def read_results(path: str | Path, run: int | None = None) -> Results:
     """The committed systems of a results store as :class:`~alchemi_lit.io.results.Results`
-    (``system_id`` order; empty when nothing is committed yet).
+    (``system_id`` order; empty when nothing is committed yet), read lazily: ``len``,
+    :meth:`~alchemi_lit.io.results.Results.to_pandas` (``columns=``) and
+    :meth:`~alchemi_lit.io.results.Results.iter_atoms` go through the store a chunk at a
+    time, so a store of millions of systems is never loaded whole unless ``.batch`` or
+    ``to_atoms()`` asks for it.
 
     ``run``: only the systems the ``run``-th run that wrote the store added (0 = the
     first; negative counts from the last).  ``stats`` are the statistics that run
@@ -68,23 +55,19 @@ def read_results(path: str | Path, run: int | None = None) -> Results:
     """
     from .results import Results
 
-    group = open_store(path)
-    runs = list(group.attrs.get("runs", []))
-    batch = read_store_batch(path, run=run)
+    rows = StoreRows(path, run)
+    rows.refuse_repeated_ids()
+    runs = list(rows.group.attrs.get("runs", []))
     chosen = runs[run] if run is not None else (runs[0] if len(runs) == 1 else None)
     stats = dict(chosen.get("stats") or {}) if chosen else {}
-    width = (
-        int(batch.stage_steps.shape[1])
-        if batch is not None and batch.has_field("stage_steps")
-        else 0
-    )
+    width = rows.stage_columns() if len(rows) else 0
     candidates = [chosen] if chosen else runs
     names = merged_stage_names(
         r["stage_names"]
         for r in candidates
         if isinstance(r.get("stage_names"), list) and len(r["stage_names"]) == width
     )
-    return Results(batch, stats, stage_names=names)
+    return Results(None, stats, stage_names=names, store=rows)
 
 
 def merged_stage_names(per_run: Iterable[Sequence[Any]]) -> list[str] | None:
@@ -101,43 +84,7 @@ def merged_stage_names(per_run: Iterable[Sequence[Any]]) -> list[str] | None:
 def read_store_batch(path: str | Path, run: int | None = None) -> Batch | None:
     """The committed systems of a results store as one Batch (``system_id`` order), None
     when there are none; ``run`` as in :func:`read_results`."""
-    group = open_store(path)
-    n_sys, n_atoms = int(group.attrs.get("n_systems", 0)), int(group.attrs.get("n_atoms", 0))
-    lo, hi = _run_rows(group, run, n_sys, path) if run is not None else (0, n_sys)
-    if hi <= lo:
-        return None
-    ids = np.asarray(group["systems/system_id"][lo:hi])
-    if len(np.unique(ids)) != len(ids):
-        raise ConfigError(
-            f"results store {str(path)!r} holds some system_id(s) more than once (runs that "
-            f"appended to it numbered their systems alike); read one run at a time with "
-            f"read_results(path, run=k) / ZarrSink(path).read(run=k)"
-        )
-    system = {
-        k: torch.from_numpy(np.asarray(group[f"systems/{k}"][lo:hi]))
-        for k in SYSTEM_COLUMNS
-        if f"systems/{k}" in group
-    }
-    offsets = np.asarray(group["systems/atom_offset"][lo:hi])
-    counts = system["n_atoms"].numpy()
-    # systems are stored in write order; gather their atoms (from the span they cover)
-    first, end = int(offsets.min()), min(int((offsets + counts).max()), n_atoms)
-    atom = {k: torch.from_numpy(np.asarray(group[f"atoms/{k}"][first:end])) for k in ATOM_COLUMNS}
-    index = np.concatenate([np.arange(o, o + c) for o, c in zip(offsets - first, counts)])
-    atom = {k: v[torch.as_tensor(index, dtype=torch.long)] for k, v in atom.items()}
-    atom["system_idx"] = torch.repeat_interleave(torch.arange(hi - lo), system["n_atoms"])
-    info: dict[int, dict[str, Any]] = {}
-    if "systems/info" in group:  # stores written before info was kept have none
-        texts = np.asarray(group["systems/info"][lo:hi]).tolist()
-        for sid, text in zip(ids.tolist(), texts):
-            if text:
-                info[int(sid)] = info_from_json(str(text))
-    wanted = set(ids.tolist())  # (the per-row info holds the error text too, where kept)
-    for k, v in dict(group.attrs.get("errors", {})).items():
-        if int(k) in wanted:
-            info.setdefault(int(k), {}).setdefault(MODEL_ERROR_KEY, v)
-    batch = Batch(atom, system, info)
-    return batch.select(torch.argsort(batch.system_id, stable=True))
+    return StoreRows(path, run).read_batch()
 
 
 def stored_system_ids(path: str | Path) -> np.ndarray:
@@ -147,31 +94,3 @@ def stored_system_ids(path: str | Path) -> np.ndarray:
     if n_sys == 0 or "systems/system_id" not in group:
         return np.zeros(0, dtype=np.int64)
     return np.asarray(group["systems/system_id"][:n_sys])
-
-
-def open_store(path: str | Path) -> Any:
-    """The zarr group of an existing store, read-only (a missing one is named)."""
-    import zarr
-
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"results store {str(p)!r} does not exist")
-    return zarr.open_group(str(p), mode="r")
-
-
-def _run_rows(group: Any, run: int, n_sys: int, path: str | Path) -> tuple[int, int]:
-    """Rows ``[first, end)`` the ``run``-th run wrote (from the ``runs`` attribute)."""
-    starts = [r.get("first_row") for r in group.attrs.get("runs", [])]
-    if not -len(starts) <= run < len(starts):
-        raise ConfigError(
-            f"results store {str(path)!r} was written by {len(starts)} run(s); run={run} "
-            f"does not exist (0 is the first, -1 the last)"
-        )
-    k = run % len(starts)
-    ends = [*starts[1:], n_sys]
-    if starts[k] is None or ends[k] is None:
-        raise ConfigError(
-            f"results store {str(path)!r} does not record where run {run} starts (written "
-            f"by an older version); read it whole with run=None"
-        )
-    return int(starts[k]), min(int(ends[k]), n_sys)

@@ -30,7 +30,6 @@ optional ``plots`` extra), imported only when plots are asked for.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,7 +38,6 @@ from typing import Any
 import numpy as np
 
 from ..core.environment import describe as describe_environment
-from ..core.errors import ConfigError
 from ..core.fields import FAILED_EXITS
 from ..core.state import (
     EXIT_COMPLETED,
@@ -54,83 +52,15 @@ from .bands import band_rows, bands_table, store_paths
 from .plots import make_plots, plot_band_paths
 from .plots import plot_trajectory as plot_trajectory  # public here too
 from .plots import trajectory_series as trajectory_series
+from .reading import SUMMARY_COLUMNS as SUMMARY_COLUMNS  # (public here too, as before)
+from .reading import read_store_runs as read_store_runs
+from .reading import read_store_systems as read_store_systems
+from .reading import stage_names_from_plan as stage_names_from_plan
+from .reading import stage_names_of_run as stage_names_of_run
 from .runs import fmt_run, summarize_runs
 
-#: Per-system arrays a summary uses (others are ignored).
-SUMMARY_COLUMNS = (
-    "system_id",
-    "energy",
-    "n_atoms",
-    "converged",
-    "exit_code",
-    "total_steps",
-    "stage_steps",
-    "stage_exit",
-    "stage_energy",
-    "stage_volume",
-    "stage_pressure",
-)
 
-
-# ---------------------------------------------------------------------- reading
-def stage_names_from_plan(plan: str | None, k: int) -> list[str]:
-    """Stage labels (``"0:FIRE"``) from a stored plan repr; ``stage i`` if unknown.
-
-    For stores written before runs recorded ``stage_names``.  A fused plan's labels
-    carry its status codes; a pipeline's ranks each number their codes from 0, so its
-    labels are history columns (replicas repeat the base plan: its first ``k`` stages).
-    """
-    found = re.findall(r"(\d+):(\w+)", plan or "")
-    if (plan or "").startswith("Pipeline(") and k and found and len(found) % k == 0:
-        return [f"{c}:{n}" for c, (_, n) in enumerate(found[:k])]
-    if len(found) == k:
-        return [f"{c}:{n}" for c, n in found]
-    return [f"stage {i}" for i in range(k)]
-
-
-def stage_names_of_run(run: Mapping[str, Any], k: int) -> list[str]:
-    """Labels of the ``k`` history columns of a stored run (its ``stage_names``, else
-    parsed from its plan)."""
-    names = run.get("stage_names")
-    if isinstance(names, list) and len(names) == k:
-        return [str(n) for n in names]
-    return stage_names_from_plan(run.get("plan"), k)
-
-
-def read_store_systems(path: str | Path, start: int = 0) -> dict[str, np.ndarray]:
-    """Committed per-system rows ``start:`` of a results store (only the summary columns)."""
-    import zarr
-
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"results store {str(p)!r} does not exist; check the path")
-    try:
-        group = zarr.open_group(str(p), mode="r")
-    except Exception as exc:  # not a zarr store at all
-        raise ConfigError(
-            f"{str(p)!r} is not a zarr results store ({type(exc).__name__}: {exc})"
-        ) from exc
-    if not str(group.attrs.get("schema", "")).startswith("alchemi_lit.io.results"):
-        raise ConfigError(
-            f"{str(p)!r} is not an alchemi_lit results store (schema "
-            f"{group.attrs.get('schema')!r}); pass the store a ZarrSink wrote"
-        )
-    n = int(group.attrs.get("n_systems", 0))
-    out: dict[str, np.ndarray] = {}
-    for name in SUMMARY_COLUMNS:
-        key = f"systems/{name}"
-        if n > start and key in group:
-            out[name] = np.asarray(group[key][start:n])
-    return out
-
-
-def read_store_runs(path: str | Path) -> list[dict[str, Any]]:
-    """The ``runs`` attribute of a results store: one entry per run that wrote to it."""
-    import zarr
-
-    return list(zarr.open_group(str(path), mode="r").attrs.get("runs", []))
-
-
+# ---------------------------------------------------------------------- summary
 def _spread(values: np.ndarray) -> dict[str, Any]:
     """Count, mean, standard deviation, min and max of finite ``values`` (None if none)."""
     v = values[np.isfinite(values)]
@@ -145,7 +75,6 @@ def _spread(values: np.ndarray) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------------- summary
 def optimizer_stages(systems: Mapping[str, Any]) -> list[bool] | None:
     """Which history columns are optimizer stages, read from how systems left them: an
     optimizer's exits are ``converged`` / ``max_steps``, an MD stage's ``completed``
@@ -349,6 +278,27 @@ def summary_table(
 
 
 # ---------------------------------------------------------------------- command
+def store_summary(
+    store: str | Path,
+    systems: Mapping[str, np.ndarray] | None = None,
+    runs: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The summary of every system a store holds and of each run that wrote it (the
+    ``summary.json`` of a merged campaign; ``report`` prints it).  ``systems``, ``runs``:
+    what :func:`read_store_systems` / :func:`read_store_runs` give, if already read."""
+    systems = read_store_systems(store) if systems is None else systems
+    runs = read_store_runs(store) if runs is None else runs
+    summary = summarize(systems, _labels(systems, runs)[1])
+    summary.update(summarize_runs(runs, systems))
+    return summary
+
+
+def _labels(systems: Mapping[str, np.ndarray], runs: Sequence[Any]) -> tuple[int, list[str]]:
+    """(history columns, their labels): every run's stages, as all the runs name them."""
+    k = systems["stage_steps"].shape[1] if "stage_steps" in systems else 0
+    return k, merged_stage_names(stage_names_of_run(r, k) for r in runs) or []
+
+
 def report(
     store: str | Path,
     plots: str | Path | None = None,
@@ -362,11 +312,8 @@ def report(
     systems = read_store_systems(store)
     runs = read_store_runs(store)
     last = runs[-1] if runs else {}
-    k = systems["stage_steps"].shape[1] if "stage_steps" in systems else 0
-    # the columns hold every run's stages: labelled as all the runs name them
-    names = merged_stage_names(stage_names_of_run(r, k) for r in runs) or []
-    summary = summarize(systems, names)
-    summary.update(summarize_runs(runs, systems))
+    k, names = _labels(systems, runs)
+    summary = store_summary(store, systems, runs)
     plan = " / ".join(stage_names_of_run(last, k)) if k else last.get("plan", "?")
     where = [f"{store} ({len(runs)} run(s); last: stages {plan}, model {last.get('model', '?')})"]
     if plots is not None:

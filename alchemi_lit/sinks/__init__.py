@@ -11,7 +11,8 @@ results are never dropped.
 
 ZarrSink writes a results store (layout: :mod:`alchemi_lit.io.results_store`, which
 also reads it back: :func:`read_results`).  ``read()`` of any sink gives
-:class:`~alchemi_lit.io.results.Results`.
+:class:`~alchemi_lit.io.results.Results`.  :func:`merge_stores` joins stores (the
+shards of a job array) into one, each system once (:mod:`.merge`).
 """
 
 from ..io.results_store import (
@@ -24,10 +25,11 @@ from ..io.results_store import (
 )
 from .base import HostMemory, Sink, SinkFlushError, id_list
 from .chain import SinkChain
+from .merge import merge_stores
 from .zarr import ZarrSink, record_run_stats
 
 __all__ = [  # (the store's layout and readers live in results_store; importable from here)
     "ATOM_COLUMNS", "SCHEMA", "SYSTEM_COLUMNS", "HostMemory", "Sink", "SinkChain",
-    "SinkFlushError", "ZarrSink", "id_list", "read_results", "read_store_batch",
+    "SinkFlushError", "ZarrSink", "id_list", "merge_stores", "read_results", "read_store_batch",
     "record_run_stats", "stored_system_ids",
 ]  # fmt: skip

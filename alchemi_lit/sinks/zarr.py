@@ -47,6 +47,14 @@ class ZarrSink(Sink):
     writing each bookkeeping's few graduates at once dominated a long streamed run
     (figures in BENCHMARKS.md, "Soak").  If a flush fails, every buffered system goes on
     to the next sink (nothing is lost); ``flush_every=1`` writes through.
+
+    Each array is stored in chunks of at least 1024 rows (the first write's size if
+    larger), so appending costs memory of one flush whatever the store holds.
+    ``shards``: chunks per file (zarr v3 sharding) for arrays this sink creates -- a
+    store of millions of systems then has a few files per array instead of one per chunk
+    (cluster file systems count inodes); each flush rewrites the shard file it lands in,
+    so the default (None, one file per chunk) suits live runs and sharding suits stores
+    written in large pieces (:func:`~alchemi_lit.sinks.merge_stores` shards its output).
     """
 
     def __init__(
@@ -55,6 +63,7 @@ class ZarrSink(Sink):
         mode: Literal["w-", "a", "w"] = "w-",
         flush_every: int = 2048,
         flush_seconds: float = 30.0,
+        shards: int | None = None,
     ) -> None:
         if mode not in ("w-", "a", "w"):
             raise ConfigError(f"ZarrSink mode must be 'w-', 'a' or 'w', got {mode!r}")
@@ -63,8 +72,14 @@ class ZarrSink(Sink):
                 f"ZarrSink needs flush_every >= 1 and flush_seconds >= 0, got {flush_every!r}, "
                 f"{flush_seconds!r}"
             )
+        if shards is not None and (isinstance(shards, bool) or int(shards) < 1):
+            raise ConfigError(
+                f"ZarrSink shards is the number of chunks per file: an integer >= 1 or None, "
+                f"got {shards!r}"
+            )
         self.path = Path(store)
         self.mode = mode
+        self.shards = None if shards is None else int(shards)
         self.flush_every, self.flush_seconds = int(flush_every), float(flush_seconds)
         self._group = None
         self._created = False  # this sink made the store: its later runs append
@@ -189,8 +204,7 @@ class ZarrSink(Sink):
         # commit marker last: readers never see half-written systems
         group.attrs.update(n_systems=n_sys0 + host.num_systems, n_atoms=n_atom0 + host.num_atoms)
 
-    @staticmethod
-    def _put(group: Any, name: str, data: np.ndarray, start: int) -> None:
+    def _put(self, group: Any, name: str, data: np.ndarray, start: int) -> None:
         if data.dtype == np.float32 or data.dtype == np.float64:
             data = data.astype(np.float64, copy=False)
         end = start + len(data)
@@ -208,6 +222,8 @@ class ZarrSink(Sink):
             dtype = str if data.dtype == object else data.dtype  # object: JSON strings
             # rows of earlier runs that lacked this column read as NaN, not as 0 eV
             fill = {"fill_value": np.nan} if data.dtype == np.float64 else {}
+            if self.shards is not None:  # a shard holds whole chunks
+                fill["shards"] = (chunk[0] * self.shards, *chunk[1:])
             arr = group.create_array(
                 name, shape=(end, *data.shape[1:]), dtype=dtype, chunks=chunk, **fill
             )

@@ -24,7 +24,6 @@ import torch.distributed as dist
 
 from ..core.errors import ConfigError
 from ..core.state import Batch
-from ..data.datasets import Subset
 from ..data.sampler import SizeAwareSampler
 from ..engine.interrupt import RunInterrupted
 from ..integrators.stages import Fused, Pipeline
@@ -36,6 +35,7 @@ from .buffers import BufferConfig, check_info_fits
 from .launch import StartMethod, launch, rank_device
 from .pipeline import INTERRUPTED, CommMode, HistoryLayout, PipelineError, PipelineWorker
 from .rank_stores import merge_parts, merge_stores, part_path, rank_sinks, results_from, to_numpy
+from .shares import rank_totals, shard
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
@@ -55,34 +55,6 @@ def _buffer_config(buffer: BufferConfig | Mapping[str, int] | None) -> BufferCon
     if not isinstance(buffer, BufferConfig):
         raise ConfigError(f"buffer must be a BufferConfig, got {type(buffer).__name__}")
     return buffer
-
-
-def shard(sampler: SizeAwareSampler, parts: int, index: int) -> SizeAwareSampler:
-    """A disjoint shard of ``sampler``'s systems, balanced by atom count (greedy); the
-    images of a band (:mod:`~alchemi_lit.data.bands`) go to one shard together."""
-    loads = [0] * parts
-    owner = np.empty(len(sampler.dataset), dtype=np.int64)
-    heads = np.flatnonzero(sampler.unit > 0)  # a system, or the first image of a band
-    units = [slice(int(k), int(k + sampler.unit[k])) for k in heads]
-    unit_atoms = np.asarray([int(sampler.sizes[u].sum()) for u in units])
-    for j in np.argsort(-unit_atoms, kind="stable"):
-        p = int(np.argmin(loads))
-        owner[units[j]] = p
-        loads[p] += int(unit_atoms[j])
-    mine = [int(k) for k in sampler.order if owner[k] == index]
-    sub = (
-        SizeAwareSampler(
-            Subset(sampler.dataset, mine),  # (read on access: a rank holds no list)
-            sampler.max_atoms,
-            sampler.max_systems,
-            sampler.max_edges,
-            system_ids=[int(sampler.system_ids[k]) for k in mine],
-            skip_invalid=sampler.skip_invalid,
-        )
-        if mine
-        else None
-    )
-    return sub
 
 
 class DistributedStrategy(Strategy):
@@ -254,7 +226,9 @@ class DistributedStrategy(Strategy):
                 str(p) for p in s.path.parent.glob(f"{s.path.stem}.rank*{s.path.suffix}")
             )
             if parts:
-                merge_parts(sim, s.path, s.mode, parts, remove=True, continuing=s.path.exists())
+                merge_parts(
+                    sim, s.path, s.mode, parts, remove=True, continuing=s.path.exists(), like=s
+                )
 
     def _salvage(self, sim: Simulator) -> str:
         """After a failed run with several writing ranks, merge what each committed to its
@@ -273,7 +247,7 @@ class DistributedStrategy(Strategy):
             if not isinstance(s, ZarrSink):
                 continue
             parts = [str(part_path(s.path, r)) for r in sink_ranks]
-            n = merge_parts(sim, s.path, s.mode, parts, remove=not resumable)
+            n = merge_parts(sim, s.path, s.mode, parts, remove=not resumable, like=s)
             notes.append(f"the {n} systems finished before the failure were merged into {s.path}")
         return "; ".join(notes)
 
@@ -295,7 +269,29 @@ class DistributedStrategy(Strategy):
         sources = self.pipeline.sources()
         my_sampler = shard(sampler, len(sources), sources.index(rank)) if rank in sources else None
         sinks_ranks = self.pipeline.sinks()
-        sim.sinks = rank_sinks(sim.sinks, rank, len(sinks_ranks) > 1, keep=resume is not None)
+        requested = sim.sinks
+        # the rank's own copies; the requested sinks come back after the run, so the
+        # Results and the caller (the CLI's summary) of rank 0 -- the launching process
+        # itself under popen, torchrun and SLURM -- see the merged store, not a part
+        sim.sinks = rank_sinks(requested, rank, len(sinks_ranks) > 1, keep=resume is not None)
+        try:
+            return self._run_worker(sim, sampler, rank, my_sampler, device, comm_device, resume)
+        finally:
+            sim.sinks = requested
+
+    def _run_worker(
+        self,
+        sim: Simulator,
+        sampler: SizeAwareSampler,
+        rank: int,
+        my_sampler: SizeAwareSampler | None,
+        device: torch.device,
+        comm_device: torch.device,
+        resume: str | None,
+    ) -> Any:
+        """Run this rank's worker over its sinks, gather every rank's outcome on every
+        rank and merge the per-rank stores (rank 0)."""
+        sinks_ranks = self.pipeline.sinks()
         worker = PipelineWorker(
             sim,
             self.pipeline,
@@ -312,6 +308,10 @@ class DistributedStrategy(Strategy):
             timeout_s=self.timeout_s,
             resume=resume,
         )
+        known = rank_totals(self.pipeline, sampler).get(rank)
+        worker.context["ranks"] = self.pipeline.num_ranks
+        if known is not None:  # the systems that pass through this rank: its bar's total
+            worker.context.update(total_systems=known[0], total_atoms=known[1])
         result = worker.run()
         memory = [b for b in result["sinks"].in_memory] + list(result["sinks"].overflow)
         payload = {

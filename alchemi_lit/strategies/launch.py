@@ -1,12 +1,13 @@
 """Process launch through Lightning Fabric (imported lazily: it costs seconds).
 
 ``python script.py``: Fabric starts the other ranks (re-running the command line, or
-forking with ``start_method="fork"``).  Under ``torchrun``/SLURM Fabric detects the
-launcher and starts nothing.  Inside an already initialised process group we run
-directly.  Fabric only launches processes and creates the process group; devices are
-ours: rank r uses ``cuda:(local_rank % n_gpus)`` or the CPU, and the backend is NCCL
-only when every rank has its own GPU -- otherwise gloo, with CUDA buffers staged
-through pinned host memory (NCCL refuses two ranks on one GPU).
+forking with ``start_method="fork"``).  Under ``torchrun`` or SLURM's ``srun``, on one
+node or several, every rank is started by the launcher and Fabric starts nothing
+(:mod:`.launchers` reads which ranks this process is).  Inside an already initialised
+process group we run directly.  Fabric only launches processes and creates the process
+group; devices are ours: rank r uses ``cuda:(local_rank % n_gpus)`` or the CPU, and
+the backend is NCCL only when every rank has its own GPU -- otherwise gloo, with CUDA
+buffers staged through pinned host memory (NCCL refuses two ranks on one GPU).
 
 Failures of forked/spawned ranks: a rank that raises records its exception in the
 hand-off folder and exits *cleanly*, so the launcher does not kill the other ranks
@@ -34,30 +35,34 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .launchers import external_launch
+
 StartMethod = Literal["popen", "fork", "spawn"]
 
 
 def _under_launcher() -> bool:
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
+    """Whether torchrun or srun started this process (:mod:`.launchers`)."""
+    return external_launch() is not None
 
 
 def is_first_process() -> bool:
     """True in the one process that prepares a run's files: the only one, or rank 0
     where a launcher (torchrun, SLURM) starts every rank with the user's script."""
-    return not _under_launcher() or os.environ["RANK"] == "0"
+    ext = external_launch()
+    return ext is None or ext.rank == 0
 
 
 def process_rank() -> int:
     """This process's global rank: the process group's when one is up, else what the
-    launcher that started it set (torchrun's ``RANK``, Fabric's ``LOCAL_RANK`` on one
-    node, SLURM's ``SLURM_PROCID``); 0 for a plain single process."""
+    launcher that started it set (torchrun's ``RANK``, SLURM's ``SLURM_PROCID``, Fabric's
+    ``LOCAL_RANK`` for the ranks it starts on one node); 0 for a plain single process."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
-    for var in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
-        value = os.environ.get(var, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
+    ext = external_launch()
+    if ext is not None:
+        return ext.rank
+    value = os.environ.get("LOCAL_RANK", "").strip()
+    return int(value) if value.isdigit() else 0
 
 
 def choose_backend(accelerator: str, world_size: int, local_world: int) -> tuple[str, str]:
@@ -100,15 +105,12 @@ def launch(
     from lightning_fabric import Fabric
     from lightning_fabric.strategies import DDPStrategy
 
-    if _under_launcher():
-        launched = int(os.environ["WORLD_SIZE"])
-        if launched != world_size:
-            raise ValueError(
-                f"the plan needs {world_size} ranks but {launched} were launched "
-                f"(WORLD_SIZE={launched}); launch with --nproc_per_node matching the plan"
-            )
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-        num_nodes = max(1, world_size // local_world)
+    ext = external_launch()
+    plugins = []
+    if ext is not None:  # torchrun or srun started every rank (one node or several)
+        ext.refuse_world(world_size)
+        local_world, num_nodes = ext.local_world_size, ext.num_nodes
+        plugins.append(ext.cluster_environment())
     else:
         local_world, num_nodes = world_size, 1
     fabric_acc, backend = choose_backend(accelerator, world_size, local_world)
@@ -118,10 +120,14 @@ def launch(
         start_method=start_method,
     )
     fabric = Fabric(
-        accelerator=fabric_acc, devices=local_world, num_nodes=num_nodes, strategy=strategy
+        accelerator=fabric_acc,
+        devices=local_world,
+        num_nodes=num_nodes,
+        strategy=strategy,
+        plugins=plugins or None,
     )
 
-    spawned = start_method in ("fork", "spawn") and not _under_launcher()
+    spawned = start_method in ("fork", "spawn") and ext is None
     handoff = tempfile.mkdtemp(prefix="alchemi_lit_") if spawned else None
 
     def entry(fabric_: Any) -> Any:

@@ -191,6 +191,7 @@ class PipelineWorker:
         stage-history columns of each rank (default: one set per rank); ``timeout_s``: how
         long a failing rank waits for its neighbours to take its abort message."""
         self.sim, self.pipeline, self.rank = sim, pipeline, rank
+        self.context: dict[str, Any] = {}  # more of the callbacks' run context (totals)
         self.plan: Fused = pipeline.stages[rank]
         self.sampler, self.buffer, self.capacity = sampler, buffer, capacity
         self.mode: CommMode = "sync" if synchronized else comm_mode
@@ -277,7 +278,7 @@ class PipelineWorker:
         transport = _RoundTransport(self.exchange, self.round_steps)
         self.run_loop = RunLoop(
             self.loop, self.hooks, self.io, delivery, transport, policy, self.sync_every,
-            self.sim, context={"rank": self.rank},
+            self.sim, context={"rank": self.rank, **self.context},
         )  # fmt: skip
 
     # ================================================================ run

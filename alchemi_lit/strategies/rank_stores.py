@@ -1,7 +1,9 @@
 """What the ranks of a distributed run write and hand back, and how it is gathered.
 
 Several sink ranks each write their own part of a results store (one writer per
-store); rank 0 merges the parts into the store the user named, each system once.
+store); rank 0 merges the parts into the store the user named, each system once,
+streaming them a chunk at a time (:func:`~alchemi_lit.sinks.merge.copy_rows`, as
+``alchemi-lit merge`` does for the stores of a job array).
 In-memory results travel back to rank 0 as NumPy arrays.
 """
 
@@ -16,6 +18,7 @@ import torch
 from ..core.state import Batch
 from ..io.results import Results
 from ..sinks import HostMemory, ZarrSink
+from ..sinks.merge import copy_rows
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
@@ -38,7 +41,10 @@ def rank_sinks(
             part = part_path(s.path, rank)
             if part.exists() and not keep:  # on resume the part holds committed results
                 shutil.rmtree(part)
-            z = ZarrSink(part, mode="w")
+            z = ZarrSink(
+                part, mode="w", flush_every=s.flush_every, flush_seconds=s.flush_seconds,
+                shards=s.shards,
+            )  # fmt: skip
             z.final_path, z.final_mode = s.path, s.mode
             z.final_continuing = s.continuing
             out.append(z)
@@ -64,8 +70,9 @@ def merge_stores(sim: Simulator, gathered: list[Any], several_writers: bool) -> 
             }
         )
         merge_parts(
-            sim, s.final_path, s.final_mode, parts, remove=True, continuing=s.final_continuing
-        )
+            sim, s.final_path, s.final_mode, parts, remove=True, continuing=s.final_continuing,
+            like=s,
+        )  # fmt: skip
 
 
 def merge_parts(
@@ -75,23 +82,25 @@ def merge_parts(
     parts: list[str],
     remove: bool,
     continuing: bool = False,
+    like: ZarrSink | None = None,
 ) -> int:
-    """Write the committed systems of the per-rank ``parts`` into one store at
-    ``final_path`` (``system_id`` order; ``continuing``: append to the run the store
-    holds, see ZarrSink.continue_run); returns how many systems were merged."""
-    batches = [
-        b for p in parts if Path(p).exists() for b in [ZarrSink(p).read_batch()] if b is not None
-    ]
-    final = ZarrSink(final_path, mode=mode)
+    """Stream the committed systems of the per-rank ``parts`` into one store at
+    ``final_path``, as one run (``continuing``: append to the run the store holds, see
+    ZarrSink.continue_run); returns how many systems were merged.  ``like``: the sink
+    the user configured (its flush and shard settings).  The copy is
+    :func:`~alchemi_lit.sinks.merge.copy_rows`, the one ``alchemi-lit merge`` uses:
+    a chunk at a time, so the merge's memory does not grow with the run."""
+    final = ZarrSink(final_path, mode=mode, shards=None if like is None else like.shards)
     if continuing:
         final.continue_run()
     final.open(sim.run_info())
     n = 0
-    if batches:
-        merged = Batch.concatenate(batches)
-        final.write(merged.select(torch.argsort(merged.system_id, stable=True)))
-        n = merged.num_systems
-    final.close()
+    try:
+        for p in parts:
+            if Path(p).exists():
+                n += copy_rows(p, final)
+    finally:
+        final.close()
     if remove:
         for p in parts:
             shutil.rmtree(p, ignore_errors=True)

@@ -95,6 +95,17 @@ def test_shards_together_equal_one_run_and_resume_on_their_own(tmp_path: Path) -
     assert main(["run", "--config", str(cfg), "--shard", "1/3", "--resume"]) == 0
     again = read_results(shard_store(store, 1, 3)).batch
     assert again.system_id.tolist() == list(range(13, 26))
+    # shard + merge equals one run (#46): every system once, the same bits; a second
+    # merge of the same shards changes nothing
+    merged = tmp_path / "merged.zarr"
+    shards = [str(shard_store(store, i, 3)) for i in range(3)]
+    for _ in range(2):
+        assert main(["merge", str(merged), *shards]) == 0
+        got = read_results(merged).batch
+        order = np.argsort(got.system_id.numpy(), kind="stable")
+        assert got.system_id.numpy()[order].tolist() == list(range(40))
+        np.testing.assert_array_equal(got.system["energy"].numpy()[order],
+                                      whole.system["energy"].numpy())  # fmt: skip
 
 
 @pytest.mark.parametrize(

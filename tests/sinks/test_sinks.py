@@ -314,7 +314,7 @@ def test_a_flush_failing_midway_leaves_the_store_as_it_was(tmp_path):
         def _put(self, group, name, data, start):  # (after atoms/* and systems/system_id)
             if self.fail and name == "systems/energy":
                 raise OSError(28, "No space left on device")
-            ZarrSink._put(group, name, data, start)
+            super()._put(group, name, data, start)
 
     store = tmp_path / "r.zarr"
     sink = FailsAtEnergy(store, flush_every=1)
