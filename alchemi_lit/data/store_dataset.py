@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..core.errors import StructureError
 from .datasets import StructureDataset
@@ -30,11 +29,10 @@ class StoreDataset(StructureDataset):
     KEPT_BLOCKS = 4
 
     def __init__(self, path: str | Path) -> None:
-        from ..io.results_store import open_store, stored_system_ids
+        from ..io.results_store import stored_system_ids
 
         self.path = Path(path)
         check_results_store(self.path)
-        group = open_store(self.path)
         self.system_ids = stored_system_ids(self.path)
         if len(self.system_ids) == 0:
             raise StructureError(f"{self.name()} contains no structures (no committed system)")
@@ -44,7 +42,6 @@ class StoreDataset(StructureDataset):
                 f"that appended to it numbered their systems alike); read one run at a time "
                 f"with read_results(path, run=k) and pass those structures"
             )
-        self._errors = {int(k): v for k, v in dict(group.attrs.get("errors", {})).items()}
         self.rows = np.argsort(self.system_ids, kind="stable")  # dataset position -> row
         self._blocks: dict[int, list[Any]] = {}  # (insertion order: oldest first)
 
@@ -63,34 +60,13 @@ class StoreDataset(StructureDataset):
         return copy.deepcopy(self._blocks[b][row - b * BLOCK_ROWS])
 
     def _read_rows(self, lo: int, hi: int) -> list[Any]:
-        """Rows ``[lo, hi)`` as ``ase.Atoms``, in row order."""
-        from ..core.info_codec import info_from_json
-        from ..core.state import MODEL_ERROR_KEY, Batch
-        from ..io.results_store import ATOM_COLUMNS, SYSTEM_COLUMNS, open_store
+        """Rows ``[lo, hi)`` as ``ase.Atoms``, in row order (the store reader's rows)."""
+        from ..io.results_store import open_store
+        from ..io.store_reader import read_rows
 
-        group = open_store(self.path)
-        system = {
-            c: torch.from_numpy(np.asarray(group[f"systems/{c}"][lo:hi]))
-            for c in SYSTEM_COLUMNS
-            if f"systems/{c}" in group
-        }
-        offsets = np.asarray(group["systems/atom_offset"][lo:hi])
-        counts = system["n_atoms"].numpy()
-        first, end = int(offsets.min()), int((offsets + counts).max())
-        atom = {c: np.asarray(group[f"atoms/{c}"][first:end]) for c in ATOM_COLUMNS}
-        index = np.concatenate([np.arange(o, o + c) for o, c in zip(offsets - first, counts)])
-        atom_t = {c: torch.from_numpy(v[index]) for c, v in atom.items()}
-        atom_t["system_idx"] = torch.repeat_interleave(torch.arange(hi - lo), system["n_atoms"])
         ids = self.system_ids[lo:hi].tolist()
-        info: dict[int, dict[str, Any]] = {}
-        if "systems/info" in group:
-            for sid, text in zip(ids, np.asarray(group["systems/info"][lo:hi]).tolist()):
-                if text:
-                    info[int(sid)] = info_from_json(str(text))
-        for sid in ids:
-            if sid in self._errors:
-                info.setdefault(sid, {}).setdefault(MODEL_ERROR_KEY, self._errors[sid])
-        by_id = {a.info["system_id"]: a for a in Batch(atom_t, system, info).to_atoms()}
+        atoms = read_rows(open_store(self.path), lo, hi).to_atoms()  # (in system_id order)
+        by_id = {a.info["system_id"]: a for a in atoms}
         return [by_id[sid] for sid in ids]
 
     def __getstate__(self) -> dict[str, Any]:
