@@ -172,6 +172,19 @@ def noisy_argon(
     return atoms
 
 
+def copper_cells(n: int, seed: int = 1) -> list[Atoms]:
+    """``n`` cubic 4-atom fcc Cu cells with Gaussian noise (σ = 0.03 Å): many tiny EMT
+    systems, for campaign-scale tests."""
+    base = bulk("Cu", "fcc", a=3.6, cubic=True)
+    rng = rng_for(seed)
+    out = []
+    for _ in range(n):
+        atoms = base.copy()
+        atoms.positions += rng.normal(scale=0.03, size=atoms.positions.shape)
+        out.append(atoms)
+    return out
+
+
 def perturbed_argon(
     n_systems: int = 1, repeat: int | Sequence[int] = 3, noise: float = 0.1, seed: int = 0
 ) -> list[Atoms]:

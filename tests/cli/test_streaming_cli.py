@@ -11,23 +11,16 @@ import ase.io
 import numpy as np
 import pytest
 import yaml
-from ase.build import bulk
 from loguru import logger
 
 from alchemi_lit.cli import main
 from alchemi_lit.data.default_budget import BOUNDED_MAX_ATOMS
 from alchemi_lit.sinks import read_results
+from conftest import copper_cells
 
 
 def write_cells(path: Path, n: int) -> None:
-    base = bulk("Cu", "fcc", a=3.6, cubic=True)
-    rng = np.random.default_rng(1)
-    frames = []
-    for _ in range(n):
-        a = base.copy()
-        a.positions += rng.normal(scale=0.03, size=a.positions.shape)
-        frames.append(a)
-    ase.io.write(path, frames, format="extxyz")
+    ase.io.write(path, copper_cells(n, seed=1), format="extxyz")
 
 
 def config(tmp: Path, structures: Path, store: Path, steps: int = 2) -> Path:

@@ -9,7 +9,6 @@ from pathlib import Path
 import ase.io
 import numpy as np
 import torch
-from ase.build import bulk
 
 from alchemi_lit import Simulator
 from alchemi_lit.data import SizeAwareSampler
@@ -19,19 +18,13 @@ from alchemi_lit.models import EMT
 from alchemi_lit.strategies.distributed import ReplicasStrategy
 from alchemi_lit.strategies.run_input import run_input
 from alchemi_lit.strategies.single import SingleDeviceStrategy
+from conftest import copper_cells
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
 def cells(n: int) -> list:
-    base = bulk("Cu", "fcc", a=3.6, cubic=True)
-    rng = np.random.default_rng(2)
-    out = []
-    for _ in range(n):
-        a = base.copy()
-        a.positions += rng.normal(scale=0.03, size=a.positions.shape)
-        out.append(a)
-    return out
+    return copper_cells(n, seed=2)
 
 
 def test_a_list_larger_than_the_bound_goes_in_bounded_batches() -> None:
