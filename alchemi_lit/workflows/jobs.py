@@ -140,7 +140,7 @@ def check_materials(structures: Sequence[Any], model: Model, workflow: str) -> N
                 f"workflow strains or displaces every atom: del atoms.constraints",
                 i,
             )
-        for z in set(atoms.numbers.tolist()) - set(allowed if allowed is not None else ()):
+        for z in set(atoms.numbers.tolist()) - set(allowed) if allowed is not None else ():
             lacking.setdefault(z, []).append(i)  # (all of them named at once, below)
     if lacking:
         first = min(i for ids in lacking.values() for i in ids)

@@ -168,17 +168,18 @@ def test_float32_runs_close_to_float64(structures: list[Atoms]) -> None:
     assert torch.allclose(out32["energy"].double(), e64, atol=1e-3)
 
 
-def test_a_forward_rejects_the_first_system_with_an_unsupported_element() -> None:
+def test_a_forward_names_every_system_with_an_unsupported_element() -> None:
     """A model's first call checks the batch (an MLIP fed an element it was not trained
-    on would return numbers, silently wrong): EMT has no Fe parameters, so ``model(batch)``
-    raises before evaluating, naming the first offending system by its id and element
-    (systems 1 and 2 hold Fe and Zn, system 0 is fine)."""
+    on would return numbers, silently wrong): EMT has no Fe or Zn parameters, so
+    ``model(batch)`` raises before evaluating, naming every offending system by its id
+    and element at once (#42; systems 1 and 2 hold Fe and Zn, system 0 is fine)."""
     ok = bulk("Al")
     iron, zinc = bulk("Cu", cubic=True), bulk("Cu", cubic=True)
     iron.numbers[1] = atomic_numbers["Fe"]
     zinc.numbers[3] = atomic_numbers["Zn"]
     batch = Batch.from_atoms([ok, iron, zinc])
-    with pytest.raises(ModelError, match=r"element Fe \(Z=26\) in system 1;"):
+    both = r"elements Fe \(Z=26\) in system 1; Zn \(Z=30\) in system 2 "
+    with pytest.raises(ModelError, match=both):
         EMT()(batch)
 
 
