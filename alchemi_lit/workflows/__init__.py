@@ -3,7 +3,8 @@ material in one batched run.
 
 Nudged elastic bands (:mod:`.neb`: bands built with ASE's interpolation; results per
 band in :mod:`.bands`) and materials properties, each a small module (``eos``,
-``elastic``, ``phonons``, ``qha``; ``vibrations`` for molecules and adsorbates) over a shared job runner (:mod:`.jobs`) and per-material table
+``elastic``, ``phonons``, ``qha``; ``vibrations`` for molecules and adsorbates) over
+a shared job runner (:mod:`.jobs`) and per-material table
 (:mod:`.base`).
 """
 

@@ -131,7 +131,7 @@ def quasi_harmonic(
     import phonopy
 
     lowest = []
-    for k, (ph, f) in enumerate(zip(phs, forces)):
+    for ph, f in zip(phs, forces):
         ph.forces = np.asarray(f)
         ph.produce_force_constants(show_drift=False)
         ph.run_mesh(mesh)

@@ -140,7 +140,7 @@ def qha(
         phonopy_calls, "quasi_harmonic", calls, n_workers, [sum(costs[i * nv:(i + 1) * nv])
                                                            for i in todo])))  # fmt: skip
     values, errors = [], []
-    for i, atoms in enumerate(materials):
+    for i in range(len(materials)):
         ks = run.of(i)
         record: dict[str, Any] = {
             "supercell_matrix": matrices[i], "strains": strains.tolist(),
@@ -167,8 +167,7 @@ def _check(n_volumes: Any, max_strain: Any, eos: str, distance: Any, tolerance: 
     """The parameters refused before anything runs; the temperatures as an array."""
     if int(n_volumes) < 5:
         raise ConfigError(
-            f"qha: n_volumes must be >= 5 (phonopy's F(V) fits have 4 parameters), got "
-            f"{n_volumes}"
+            f"qha: n_volumes must be >= 5 (phonopy's F(V) fits have 4 parameters), got {n_volumes}"
         )
     if not 0.002 <= float(max_strain) <= 0.1:
         raise ConfigError(

@@ -64,9 +64,7 @@ def check_parameters(delta: float, nfree: int, temperatures: Any, pressures: Any
         raise ConfigError(f"vibrations: pressures are in Pa and must be > 0, got {p.tolist()}")
 
 
-def check_systems(
-    structures: Sequence[Any], model: Model, indices: list[Any]
-) -> list[np.ndarray]:
+def check_systems(structures: Sequence[Any], model: Model, indices: list[Any]) -> list[np.ndarray]:
     """Refuse before the run what ASE's ``Vibrations`` could not use, naming the system:
     fewer than 2 atoms (nothing to vibrate), a bad ``indices`` (out of range, repeated,
     empty), zero masses on vibrated atoms, an invalid structure, elements the model lacks.
@@ -94,9 +92,7 @@ def check_systems(
             raise StructureError(f"vibrations: {exc}", i) from exc
         chosen = np.arange(len(atoms)) if sel is None else np.asarray(sel, dtype=np.int64)
         if chosen.ndim != 1 or chosen.size == 0 or len(set(chosen.tolist())) != chosen.size:
-            raise ConfigError(
-                f"{name}: indices must be distinct atom indices, got {sel!r}"
-            )
+            raise ConfigError(f"{name}: indices must be distinct atom indices, got {sel!r}")
         if chosen.min() < -len(atoms) or chosen.max() >= len(atoms):
             raise ConfigError(f"{name}: indices {sel!r} out of range for {len(atoms)} atoms")
         chosen = chosen % len(atoms)

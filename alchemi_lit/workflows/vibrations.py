@@ -21,6 +21,9 @@ from .base import MaterialResults
 from .jobs import Job, as_structures, relax_plan, run_jobs
 from .thermo import THERMO_COLUMNS, thermo_rows
 
+#: every job's ``info``
+_INFO = {"workflow": "vibrations"}
+
 
 class VibrationResults(MaterialResults):
     """Per system: ``energy_eV`` and ``max_force_eV_A`` at the reference geometry,
@@ -184,7 +187,7 @@ def vibrations(
     if hessian == "analytic":
         steps = [s[:1] for s in steps]  # the reference geometry only
     jobs = [
-        Job(i, f"{i}:{_name(s)}", setup.displaced(systems[i], *s, delta, {"workflow": "vibrations"}))
+        Job(i, f"{i}:{_name(s)}", setup.displaced(systems[i], *s, delta, _INFO))
         for i in range(n) if i not in unrelaxed for s in steps[i]
     ]  # fmt: skip
     run = run_jobs(jobs, model, None, "vibrations", max_atoms, max_systems, resume, simulator)
@@ -220,7 +223,7 @@ def vibrations(
         )
     settings = {"delta": float(delta), "nfree": int(nfree), "hessian": hessian,
                 "temperatures": temps, "pressures": press,
-                "thermo": [list(o[:2]) + [o[2], o[3]] for o in options],
+                "thermo": [list(o) for o in options],
                 "relax": repr(plan) if plan is not None else None}  # fmt: skip
     return VibrationResults(systems, values, errors, run, settings)
 
@@ -314,7 +317,7 @@ def _relaxed(
 ) -> tuple[list[Any], dict[int, str]]:  # fmt: skip
     """Every structure relaxed in one batched run, and why a structure whose relaxation
     did not converge gets no vibrations (the others go on)."""
-    jobs = [Job(i, f"{i}:relax", setup.displaced(a, 0, 0, 0, 0.0, {"workflow": "vibrations"}))
+    jobs = [Job(i, f"{i}:relax", setup.displaced(a, 0, 0, 0, 0.0, _INFO))
             for i, a in enumerate(systems)]  # fmt: skip
     opts = {k: v for k, v in simulator.items() if k not in ("sinks",)}
     run = run_jobs(jobs, model, plan, "vibrations (relax)", max_atoms, max_systems, None, opts)
@@ -324,7 +327,7 @@ def _relaxed(
     out, start = [], 0
     for atoms in systems:
         relaxed = atoms.copy()
-        relaxed.positions = positions[start:start + len(atoms)]
+        relaxed.positions = positions[start : start + len(atoms)]
         start += len(atoms)
         out.append(relaxed)
     return out, failed
