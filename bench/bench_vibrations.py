@@ -4,7 +4,7 @@ against ASE's ``Vibrations`` + ``IdealGasThermo``, one molecule at a time, same 
 Run (from the repository root)::
 
     python bench/bench_vibrations.py                    # EMT, 100 molecules
-    python bench/bench_vibrations.py --model sevennet   # SevenNet-0 (its plugin / its ASE calculator)
+    python bench/bench_vibrations.py --model sevennet   # SevenNet-0 (plugin vs its ASE calculator)
     python bench/bench_vibrations.py --quick            # smoke run: 5 molecules, seconds
     python bench/bench_vibrations.py --nfree 4 --repeats 3
 

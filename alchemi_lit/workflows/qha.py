@@ -104,6 +104,13 @@ def qha(
         :class:`QHAResults`.
     """
     require_phonopy(False)
+    import phonopy
+
+    if not hasattr(phonopy, "run_qha"):
+        raise ConfigError(
+            f"qha: needs phonopy.run_qha, which phonopy {phonopy.__version__} lacks: "
+            f"pip install -U phonopy"
+        )
     temps = _check(n_volumes, max_strain, eos, distance, imaginary_tolerance, temperatures)
     materials = as_structures(structures, "qha")
     check_materials(materials, model, "qha")

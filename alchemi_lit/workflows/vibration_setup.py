@@ -181,8 +181,15 @@ def is_linear(atoms: Any, tolerance: float = 1e-3) -> bool:
 def symmetry_number(atoms: Any) -> int:
     """The rotational symmetry number of a molecule (pymatgen's ``PointGroupAnalyzer``:
     the order of its proper-rotation subgroup), what ``IdealGasThermo`` needs."""
-    from pymatgen.io.ase import AseAtomsAdaptor
-    from pymatgen.symmetry.analyzer import PointGroupAnalyzer
+    try:
+        from pymatgen.io.ase import AseAtomsAdaptor
+        from pymatgen.symmetry.analyzer import PointGroupAnalyzer
+    except ImportError as exc:
+        raise ConfigError(
+            f"vibrations: symmetry_number='auto' needs pymatgen, which is not installed "
+            f"({atoms.get_chemical_formula()}): pip install 'alchemi_lit[vibrations]', or "
+            f"give symmetry_number (2 for H2O, 3 for NH3, 12 for CH4 ...)"
+        ) from exc
 
     mol = AseAtomsAdaptor.get_molecule(atoms)
     return int(PointGroupAnalyzer(mol).get_rotational_symmetry_number())
