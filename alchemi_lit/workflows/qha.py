@@ -92,9 +92,9 @@ def qha(
             ``1 + linspace(-max_strain, max_strain, n_volumes)`` (0.02: volumes
             within about ± 6 %, bracketing the thermal expansion of most solids).
         eos: phonopy's F(V) form: ``vinet``, ``murnaghan`` or ``birch_murnaghan``.
-        supercell, min_width, distance, primitive_matrix, symprec, mesh,
-            imaginary_tolerance, workers: as :func:`~.phonons.phonons` (one supercell
-            matrix per material, the same at every volume).
+        supercell: as :func:`~.phonons.phonons`, as are ``min_width``, ``distance``,
+            ``primitive_matrix``, ``symprec``, ``mesh``, ``imaginary_tolerance`` and
+            ``workers`` (one supercell matrix per material, the same at every volume).
         temperatures: K, ascending and evenly spaced from low T (phonopy differentiates
             along them; the last one is consumed by its finite differences); 300 K is
             interpolated for the table.
