@@ -155,8 +155,10 @@ def vibrations(
         temperatures: K; pressures: Pa (an ideal gas's entropy and G depend on it).
         ignore_imaginary: pass ASE's ``ignore_imag_modes`` (else a system with an
             imaginary true vibration gets no thermochemistry, and the reason).
-        relax: relax every structure first (one batched run): ``True`` (FIRE to 0.01
-            eV/Å) or optimizers; the displacements start from the relaxed geometries.
+        relax: relax every structure first (one batched run, without the ``sinks`` and
+            ``callbacks`` given, which are the displacement run's): ``True`` (FIRE to
+            0.01 eV/Å) or optimizers; the displacements start from the relaxed
+            geometries; a structure whose relaxation does not converge gets its reason.
         force_warning: eV/Å; a warning names the systems whose largest force on a
             vibrated atom at the reference geometry exceeds it (not a minimum: the
             harmonic analysis mixes in the force; relax=True).
@@ -181,8 +183,11 @@ def vibrations(
 
         require_twice_differentiable(model)
     unrelaxed: dict[int, str] = {}
+    relaxation = None
     if plan is not None:
-        systems, unrelaxed = _relaxed(systems, model, plan, max_atoms, max_systems, simulator)
+        systems, unrelaxed, relaxation = _relaxed(
+            systems, model, plan, max_atoms, max_systems, simulator
+        )
     steps = [setup.displacements(sel, nfree) for sel in chosen]
     if hessian == "analytic":
         steps = [s[:1] for s in steps]  # the reference geometry only
@@ -190,7 +195,10 @@ def vibrations(
         Job(i, f"{i}:{_name(s)}", setup.displaced(systems[i], *s, delta, _INFO))
         for i in range(n) if i not in unrelaxed for s in steps[i]
     ]  # fmt: skip
-    run = run_jobs(jobs, model, None, "vibrations", max_atoms, max_systems, resume, simulator)
+    if jobs:
+        run = run_jobs(jobs, model, None, "vibrations", max_atoms, max_systems, resume, simulator)
+    else:  # every relaxation failed: the relax run is all there is (each named below)
+        run = relaxation
     analytic = _analytic(systems, model, chosen, run, simulator) if hessian == "analytic" else {}
     temps = np.asarray(temperatures, dtype=np.float64).ravel().tolist()
     press = np.asarray(pressures, dtype=np.float64).ravel().tolist()
@@ -314,12 +322,14 @@ def _thermo_options(
 def _relaxed(
     systems: list[Any], model: Model, plan: Any, max_atoms: Any, max_systems: Any,
     simulator: dict[str, Any],
-) -> tuple[list[Any], dict[int, str]]:  # fmt: skip
-    """Every structure relaxed in one batched run, and why a structure whose relaxation
-    did not converge gets no vibrations (the others go on)."""
+) -> tuple[list[Any], dict[int, str], Any]:  # fmt: skip
+    """Every structure relaxed in one batched run, why a structure whose relaxation did
+    not converge gets no vibrations (the others go on), and the run's ``JobRun``."""
     jobs = [Job(i, f"{i}:relax", setup.displaced(a, 0, 0, 0, 0.0, _INFO))
             for i, a in enumerate(systems)]  # fmt: skip
-    opts = {k: v for k, v in simulator.items() if k not in ("sinks",)}
+    # the user's sinks and callbacks (a ZarrSink, a Checkpoint) are the displacement
+    # run's: a second run writing to them would clash with its store and checkpoints
+    opts = {k: v for k, v in simulator.items() if k not in ("sinks", "callbacks")}
     run = run_jobs(jobs, model, plan, "vibrations (relax)", max_atoms, max_systems, None, opts)
     failed = {i: f"relax={plan!r}: {run.failure(i)}" for i in range(len(systems))
               if run.failure(i) is not None}  # fmt: skip
@@ -330,7 +340,7 @@ def _relaxed(
         relaxed.positions = positions[start : start + len(atoms)]
         start += len(atoms)
         out.append(relaxed)
-    return out, failed
+    return out, failed, run
 
 
 def _analytic(

@@ -155,3 +155,15 @@ def test_unrelaxed_reference_warns():
     finally:
         logger.remove(sink)
     assert any("exceed 0.05 eV/Å" in s and "H2O" in s for s in seen)
+
+
+def test_auto_thermo_options_and_an_unconverged_relaxation_named():
+    from alchemi_lit.integrators import FIRE
+
+    mols = [molecule("CO2"), molecule("CH4")]
+    res = workflows.vibrations(mols, EMT(), relax=FIRE(fmax=1e-6, max_steps=2), temperatures=[300])
+    # pymatgen's point groups: D_inf_h CO2 (sigma 2, linear), T_d CH4 (sigma 12)
+    assert res.settings["thermo"] == [["ideal_gas", "linear", 2, 0.0],
+                                      ["ideal_gas", "nonlinear", 12, 0.0]]  # fmt: skip
+    assert all("did not converge" in e for e in res.errors)  # named, nothing run for them
+    assert [j.label for j in res.jobs.jobs] == ["0:relax", "1:relax"]  # no displacements
