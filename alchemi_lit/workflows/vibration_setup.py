@@ -182,7 +182,7 @@ def symmetry_number(atoms: Any) -> int:
     """The rotational symmetry number of a molecule (pymatgen's ``PointGroupAnalyzer``:
     the order of its proper-rotation subgroup), what ``IdealGasThermo`` needs."""
     try:
-        from pymatgen.io.ase import AseAtomsAdaptor
+        from pymatgen.core import Molecule
         from pymatgen.symmetry.analyzer import PointGroupAnalyzer
     except ImportError as exc:
         raise ConfigError(
@@ -191,5 +191,7 @@ def symmetry_number(atoms: Any) -> int:
             f"give symmetry_number (2 for H2O, 3 for NH3, 12 for CH4 ...)"
         ) from exc
 
-    mol = AseAtomsAdaptor.get_molecule(atoms)
+    # species and positions only: the point group does not depend on the spin, and
+    # pymatgen's adaptor refuses a radical whose atoms carry no magnetic moments
+    mol = Molecule(atoms.get_chemical_symbols(), atoms.positions)
     return int(PointGroupAnalyzer(mol).get_rotational_symmetry_number())

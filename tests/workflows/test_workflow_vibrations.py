@@ -158,12 +158,17 @@ def test_unrelaxed_reference_warns():
 
 
 def test_auto_thermo_options_and_an_unconverged_relaxation_named():
+    from ase import Atoms
+
     from alchemi_lit.integrators import FIRE
 
-    mols = [molecule("CO2"), molecule("CH4")]
-    res = workflows.vibrations(mols, EMT(), relax=FIRE(fmax=1e-6, max_steps=2), temperatures=[300])
-    # pymatgen's point groups: D_inf_h CO2 (sigma 2, linear), T_d CH4 (sigma 12)
+    ch3o = molecule("CH3O")  # a radical, without the magnetic moments g2 gives it
+    mols = [molecule("CO2"), molecule("CH4"), Atoms(ch3o.numbers, ch3o.positions)]
+    res = workflows.vibrations(mols, EMT(), relax=FIRE(fmax=1e-6, max_steps=2), spin={2: 0.5},
+                               temperatures=[300])  # fmt: skip
+    # pymatgen's point groups: D_inf_h CO2 (sigma 2, linear), T_d CH4 (12), C_3v CH3O (3)
     assert res.settings["thermo"] == [["ideal_gas", "linear", 2, 0.0],
-                                      ["ideal_gas", "nonlinear", 12, 0.0]]  # fmt: skip
+                                      ["ideal_gas", "nonlinear", 12, 0.0],
+                                      ["ideal_gas", "nonlinear", 3, 0.5]]  # fmt: skip
     assert all("did not converge" in e for e in res.errors)  # named, nothing run for them
-    assert [j.label for j in res.jobs.jobs] == ["0:relax", "1:relax"]  # no displacements
+    assert [j.label for j in res.jobs.jobs] == ["0:relax", "1:relax", "2:relax"]  # no more
