@@ -58,6 +58,14 @@ def test_frequencies_match_ase_vibrations(computed, tmp_path):
         assert table["zpe_eV"][i] == pytest.approx(vib.get_zero_point_energy(), abs=1e-6)
         assert table["max_force_eV_A"][i] < 0.0105  # relaxed first (FIRE to 0.01 eV/Å)
     assert table["n_modes"].tolist() == [9, 12, 15, 3]
+    modes = res.frequency_table()
+    assert len(modes) == table["n_modes"].sum()
+    from ase.units import invcm
+
+    real = modes[~modes["imaginary"]]
+    np.testing.assert_allclose(real["energy_meV"], real["frequency_cm1"] * invcm * 1000, rtol=1e-12)
+    assert (modes[modes["imaginary"]]["frequency_cm1"] < 0).all()  # imaginary: negative
+    np.testing.assert_allclose(res.energies_meV(0), res.frequencies(0) * invcm * 1000, rtol=1e-12)
     w, m = np.linalg.eigvalsh(res.mass_weighted_hessian(0)), res.normal_modes(0)
     assert m.shape == (9, 3, 3) and np.all(np.diff(w) >= 0)
 
