@@ -214,11 +214,16 @@ class ProgressBar(Callback):
         ]
         if self._bands:
             counts += self._band_counts(b, torch.ones_like(status, dtype=torch.bool), exit_code)
+        if b.has_field("mc_attempts"):  # a Monte Carlo chain's acceptance, systems in flight
+            counts += [b.mc_accepted.sum(), b.mc_attempts.sum()]
         return torch.stack(counts).tolist()
 
     def _update(self, ctx: StepContext, steps_done: int) -> None:
         assert self._progress is not None and self._task is not None
-        done_b, left_b, atoms_b, systems_b, finished_b, *bands = self._batch_counts(ctx)
+        counts = self._batch_counts(ctx)
+        mc = ctx.batch.has_field("mc_attempts") and len(counts) > (10 if self._bands else 5)
+        accepted, attempts = counts[-2:] if mc else (0, 0)
+        done_b, left_b, atoms_b, systems_b, finished_b, *bands = counts[:-2] if mc else counts
         gone_work, gone_atoms, gone_systems = self._left_batch
         done = gone_work + int(done_b)
         total_systems = ctx.state.get("total_systems")
@@ -248,6 +253,7 @@ class ProgressBar(Callback):
             f"{si(done)}/{mark}{si(done + left)} atom-steps",
             f"{finished}/{total_systems if total_systems is not None else '?'} systems",
             *([self._band_text(ctx, bands)] if bands else []),
+            *([f"MC acceptance {accepted / attempts:.1%}"] if attempts else []),
             f"{si(rate)} atom-steps/s ({steps_rate:.0f} steps/s)" if rate else "-- atom-steps/s",
             f"ETA {'≤' if mark == '≤' else ''}{clock(left / rate)}" if rate and left else "ETA --",
         ]
