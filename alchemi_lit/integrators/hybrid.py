@@ -82,3 +82,6 @@ class Hybrid(Integrator):
         super().compile()
         self.md.compile()
         self.mc.compile()
+
+
+__all__ = ["Hybrid"]

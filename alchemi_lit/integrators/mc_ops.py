@@ -194,3 +194,10 @@ def record_counts(batch: Batch, mask: torch.Tensor, numbers: torch.Tensor) -> No
     counts = count(batch, one_hot(species_index(batch, numbers), len(numbers)))
     counts = torch.where(mask.unsqueeze(-1), counts.to(torch.float64), 0.0)
     batch.mc_count_sum = batch.mc_count_sum + counts
+
+
+__all__ = [
+    "SAVED", "STATISTICS", "count", "declare_statistics", "draws", "keep_kinetic_energy",
+    "metropolis", "one_hot", "pick", "record", "record_counts", "reset_statistics",
+    "restore", "save", "set_species", "species_index", "species_numbers", "table",
+]  # fmt: skip
