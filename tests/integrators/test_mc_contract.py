@@ -19,7 +19,7 @@ from alchemi_lit.callbacks import Checkpoint
 from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.core.state import Batch
 from alchemi_lit.engine.hooks import HookStageEnum, LambdaCallback
-from alchemi_lit.integrators import Hybrid, Langevin, SemiGrandMC, SwapMC
+from alchemi_lit.integrators import FIRE, Hybrid, Langevin, SemiGrandMC, SwapMC
 from alchemi_lit.models import EMT, LennardJones
 from alchemi_lit.testing import accelerator_path, check_integrator, emulated_cuda_graphs
 
@@ -198,3 +198,20 @@ def test_bad_input_is_refused_before_the_run_naming_the_system():
         Hybrid(Langevin(steps=4), SwapMC(["Cu", "Au"]), every=0)
     with pytest.raises(ConfigError, match="temperature"):
         run(SwapMC(["Cu", "Au"], temperature=[900.0]), alloys(2))
+
+
+@pytest.mark.slow
+def test_a_pipeline_rank_runs_the_chain_as_the_fused_plan_does():
+    """``FIRE | SwapMC`` on two forked ranks equals ``FIRE + SwapMC`` in one process:
+    a system carries its chain's state and statistics to the rank that runs it."""
+    data = alloys()
+
+    def plan(join: str):
+        relax, mc = FIRE(fmax=0.1, max_steps=6), PLANS["swap"]()
+        return relax + mc if join == "+" else relax | mc
+
+    kw = dict(precision="64", seed=3, sync_every=2)
+    fused = al.Simulator(EMT(), plan("+"), **kw).run(data).batch
+    piped = al.Simulator(EMT(), plan("|"), devices=2, strategy="pipeline",
+                         start_method="fork", timeout=120, **kw).run(data).batch  # fmt: skip
+    same(piped, fused, "pipeline")
