@@ -22,6 +22,7 @@ from ..core.errors import ConfigError
 from ..core.state import Batch
 from ..core.tensor_ops import on_device
 from ..core.units import kB
+from ..io.store_reader import MC_COLUMNS
 from .base import FieldSpec
 
 #: what a stage keeps to put a rejected proposal back (stage-private: dropped at the end)
@@ -158,10 +159,8 @@ def declare_statistics(batch: Batch, owner: str, numbers: torch.Tensor, kinds: s
         batch.ensure_field("mc_count_sum", "system", (m,), torch.float64, 0.0)
 
 
-#: the statistics of :func:`declare_statistics` (those a batch has)
-STATISTICS = ("mc_attempts", "mc_accepted", "mc_energy_sum", "mc_energy_sq_sum",
-              "mc_pair_attempts", "mc_pair_accepted", "mc_species_attempts",
-              "mc_species_accepted", "mc_count_sum")  # fmt: skip
+#: the statistics of :func:`declare_statistics` (those a batch has), the store's columns
+STATISTICS = MC_COLUMNS
 
 
 def reset_statistics(batch: Batch, mask: torch.Tensor, numbers: torch.Tensor) -> None:

@@ -34,6 +34,14 @@ SYSTEM_COLUMNS = (
     "stage_pressure",
     "nan_flags",
 )
+#: a Monte Carlo stage's chain statistics (:mod:`alchemi_lit.integrators.mc_ops`), kept
+#: with the other system columns where a run has them
+MC_COLUMNS = (
+    "mc_attempts", "mc_accepted", "mc_energy_sum", "mc_energy_sq_sum", "mc_species",
+    "mc_pair_attempts", "mc_pair_accepted", "mc_species_attempts", "mc_species_accepted",
+    "mc_count_sum",
+)  # fmt: skip
+SYSTEM_COLUMNS = SYSTEM_COLUMNS + MC_COLUMNS
 SCHEMA = "alchemi_lit.io.results/1"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from ase.build import bulk
@@ -21,6 +22,7 @@ from alchemi_lit.core.state import Batch
 from alchemi_lit.engine.hooks import HookStageEnum, LambdaCallback
 from alchemi_lit.integrators import FIRE, Hybrid, Langevin, SemiGrandMC, SwapMC
 from alchemi_lit.models import EMT, LennardJones
+from alchemi_lit.sinks import ZarrSink, read_results
 from alchemi_lit.testing import accelerator_path, check_integrator, emulated_cuda_graphs
 
 FIELDS = ("atomic_numbers", "masses", "positions", "velocities", "forces", "energy",
@@ -165,9 +167,12 @@ def test_accelerator_path_and_replayed_graphs_equal_the_cpu_steps(name):
     same(graphed, eager, "graph replays")
 
 
-def test_results_table_has_the_chain_statistics():
-    results = run(PLANS["swap"](), alloys(2))
+def test_results_table_has_the_chain_statistics(tmp_path):
+    """In memory and read back from the results store alike."""
+    store = tmp_path / "mc.zarr"
+    results = run(PLANS["swap"](), alloys(2), sinks=[ZarrSink(store, mode="w")])
     table = results.to_pandas()
+    pd.testing.assert_frame_equal(read_results(store).to_pandas(), table, check_dtype=False)
     for column in ("mc_attempts", "mc_acceptance", "mc_energy_mean", "mc_accepted[Cu-Au]"):
         assert column in table, column
     b = results.batch
