@@ -203,6 +203,9 @@ def test_bad_input_is_refused_before_the_run_naming_the_system():
         Hybrid(Langevin(steps=4), SwapMC(["Cu", "Au"]), every=0)
     with pytest.raises(ConfigError, match="temperature"):
         run(SwapMC(["Cu", "Au"], temperature=[900.0]), alloys(2))
+    inner = Hybrid(Langevin(temperature=[900.0], steps=4), SwapMC(["Cu", "Au"]), every=2)
+    with pytest.raises(ConfigError, match="Langevin: temperature has 1 value"):
+        run(inner, alloys(2))
 
 
 @pytest.mark.slow
