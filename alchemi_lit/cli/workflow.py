@@ -88,7 +88,7 @@ class WorkflowCommand(Command):
         conf = check_config(conf)
         if workflow is not None:
             conf["workflow"] = workflow
-        return parse_config(parser, conf, req.passthrough)
+        return parse_config(parser, conf, req.passthrough, {"workflow": self.function()})
 
     def execute(self, cli: CLI, cfg: Any) -> int:
         req, resolved = cfg
