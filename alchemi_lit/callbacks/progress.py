@@ -233,11 +233,17 @@ class ProgressBar(Callback):
         ]
         if self._bands:
             counts += self._band_counts(b, torch.ones_like(status, dtype=torch.bool), exit_code)
+        if b.has_field("mc_attempts"):  # a Monte Carlo chain's acceptance, systems in flight
+            counts += [b.mc_accepted.sum(), b.mc_attempts.sum()]
         return torch.stack(counts).tolist()
 
-    def _counts(self, ctx: StepContext) -> tuple[RankCounts, list[int]]:
-        """This loop's counts (what it posts for rank 0), and its band counts."""
-        done_b, left_b, atoms_b, systems_b, finished_b, *bands = self._batch_counts(ctx)
+    def _counts(self, ctx: StepContext) -> tuple[RankCounts, list[int], tuple[int, int]]:
+        """This loop's counts (what it posts for rank 0), its band counts and its Monte
+        Carlo chains' ``(accepted, attempts)`` (systems in flight)."""
+        counts = self._batch_counts(ctx)
+        mc = ctx.batch.has_field("mc_attempts") and len(counts) > (10 if self._bands else 5)
+        chains = (int(counts[-2]), int(counts[-1])) if mc else (0, 0)
+        done_b, left_b, atoms_b, systems_b, finished_b, *bands = counts[:-2] if mc else counts
         gone_work, gone_atoms, gone_systems = self._left_batch
         done = gone_work + int(done_b)
         total_systems = ctx.state.get("total_systems")
@@ -253,7 +259,7 @@ class ProgressBar(Callback):
         left = int(left_b) + round(unseen_atoms * self._entry_budget())
         estimated = bool(unseen and total_atoms is None)
         finished = gone_systems + int(finished_b)
-        return RankCounts(done, left, finished, total_systems, estimated), bands
+        return RankCounts(done, left, finished, total_systems, estimated), bands, chains
 
     def _entry_budget(self) -> int:
         return int(self._remaining_of.max()) if self._remaining_of is not None else 0
@@ -282,7 +288,7 @@ class ProgressBar(Callback):
 
     def _update(self, ctx: StepContext, steps_done: int) -> None:
         assert self._progress is not None and self._task is not None
-        own, bands = self._counts(ctx)
+        own, bands, (accepted, attempts) = self._counts(ctx)
         counts, running = self._with_other_ranks(ctx, own)
         done, left, finished, total_systems = (
             counts.done, counts.left, counts.finished, counts.total_systems
@@ -300,6 +306,7 @@ class ProgressBar(Callback):
             f"{si(done)}/{mark}{si(done + left)} atom-steps",
             f"{finished}/{total_systems if total_systems is not None else '?'} systems",
             *([self._band_text(ctx, bands)] if bands else []),
+            *([f"MC acceptance {accepted / attempts:.1%}"] if attempts else []),
             f"{si(rate)} atom-steps/s ({steps_rate:.0f} steps/s)" if rate else "-- atom-steps/s",
             f"ETA {'≤' if mark == '≤' else ''}{clock(left / rate)}" if rate and left else "ETA --",
             *([f"{running} other replica(s) running"] if running else []),

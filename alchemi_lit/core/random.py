@@ -36,6 +36,8 @@ PURPOSE_VELOCITY_INIT = 2
 PURPOSE_THERMOSTAT = 3
 #: a barostat's per-system noise (the cell's, not the atoms')
 PURPOSE_BAROSTAT = 4
+#: a Monte Carlo move's per-system draws (which atoms, which species, accept or not)
+PURPOSE_MC = 5
 
 
 def philox4x32(
@@ -107,6 +109,22 @@ def atom_normals(
     c3 = torch.full_like(c0, purpose & _MASK32)
     k0, k1 = k0.index_select(0, system_idx), k1.index_select(0, system_idx)
     return box_muller(*philox4x32(c0, c1, c2, c3, k0, k1), dtype)
+
+
+def system_uniforms(
+    seed: int, system_id: torch.Tensor, step: torch.Tensor, purpose: int
+) -> torch.Tensor:
+    """Four uniforms on (0, 1) per system ``[B, 4]`` (float64), keyed by ``(seed,
+    system_id, step, purpose)`` like :func:`atom_normals`: a Monte Carlo move's choices
+    are the same for a system alone, in any batch, after a resume.  The counter's first
+    word is ``2**32 - 1``, an atom index no system reaches, so these never coincide with
+    an atom's draws of the same key."""
+    k0 = (system_id ^ (seed & _MASK32)) & _MASK32
+    k1 = ((system_id >> 32) ^ ((seed >> 32) & _MASK32) ^ 0x5BD1E995) & _MASK32
+    c0 = torch.full_like(step, _MASK32)
+    c3 = torch.full_like(step, purpose & _MASK32)
+    words = philox4x32(c0, step & _MASK32, (step >> 32) & _MASK32, c3, k0, k1)
+    return torch.stack([_uniform(w) for w in words], dim=-1)
 
 
 def box_muller(
