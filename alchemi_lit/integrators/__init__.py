@@ -22,6 +22,7 @@ from .nose_hoover import NoseHooverChain
 from .npt_langevin import NPTLangevin
 from .ops import maxwell_boltzmann
 from .params import as_param, check_count, check_param, check_positive, check_range
+from .schedule import Ramp
 from .verlet import VelocityVerlet
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "MDIntegrator",
     "NPTLangevin",
     "NoseHooverChain",
+    "Ramp",
     "VelocityVerlet",
     "as_param",
     "check_count",

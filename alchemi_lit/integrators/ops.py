@@ -31,6 +31,7 @@ from ..core.units import kB
 from . import formulas
 from .noise import NoiseStream, noise_keys, noise_source, normals
 from .params import Param
+from .schedule import Ramp
 
 
 # ------------------------------------------------------------------ selection
@@ -57,7 +58,10 @@ def masked(moving: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) ->
 
 
 def per_system(batch: Batch, value: Param) -> Param:
-    """A parameter as a Python number, or a ``[B]`` tensor gathered by ``system_id``."""
+    """A parameter as a Python number, or a ``[B]`` tensor gathered by ``system_id``
+    (a :class:`~.schedule.Ramp`: its value at each system's step in the stage)."""
+    if isinstance(value, Ramp):
+        return value.values(batch)
     if isinstance(value, torch.Tensor):
         return on_device(value, batch.device, batch.dtype)[batch.system_id]
     return value

@@ -37,6 +37,7 @@ from ..integrators import convergence, ops
 from ..integrators.formulas import SUZUKI_YOSHIDA
 from ..integrators.noise import NoiseStream
 from ..integrators.params import Param
+from ..integrators.schedule import Ramp
 
 T = TypeVar("T")
 BACKEND = "numba"
@@ -49,7 +50,11 @@ _kept: dict[str, list[tuple[list[Any], Any]]] = {}
 def kept(batch: Batch, name: str, params: Sequence[Any], make: Callable[[], T]) -> T:
     """``make()``, kept under ``name`` while the batch layout (``segments``, ``system_id``),
     its masses and fixed atoms, and ``params`` stay the same (tensors by identity and
-    version, numbers by value); the last :data:`KEEP` of each ``name``."""
+    version, numbers by value); the last :data:`KEEP` of each ``name``.  Never kept
+    with a :class:`~alchemi_lit.integrators.schedule.Ramp` among ``params``: its value
+    changes every step."""
+    if any(isinstance(p, Ramp) for p in params):
+        return make()
     atom = batch.atom  # (the stores themselves: a step reads this right after the model)
     key = identity_key(
         (batch.segments, batch.system["system_id"], atom["masses"], atom["fixed"], *params)
