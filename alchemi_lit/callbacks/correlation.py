@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.errors import ConfigError
 from ..core.correlation import fit_weights, vdos
+from ..core.errors import ConfigError
 from ..core.units import fs
 from ..engine.hooks import StepContext
 from .observables import Observable, stage_time_step
@@ -200,8 +200,8 @@ class VACF(_Windows):
         out, mean, err = self._common(sums)
         curve = out.pop("curve")
         frequency, density = vdos(curve, float(sums["dt"]))
-        return {**out, "vacf": curve, "frequency": frequency, "vdos": density,
-                "D_green_kubo": np.float64(mean), "D_green_kubo_error": np.float64(err)}  # fmt: skip
+        gk = {"D_green_kubo": np.float64(mean), "D_green_kubo_error": np.float64(err)}
+        return {**out, "vacf": curve, "frequency": frequency, "vdos": density, **gk}
 
 
 __all__ = ["MSD", "VACF"]

@@ -75,8 +75,10 @@ class RDF(Observable):
     def accumulate(self, ctx: StepContext, rows: torch.Tensor) -> None:
         b = ctx.batch
         pairs, weights = self._pairs(ctx)
-        g = core_rdf.rdf_frame(b.positions, b.cell, b.pbc, b.system_idx, b.atomic_numbers,
-                               b.n_atoms, pairs, weights, self.rmax, self.nbins, self.pairs)  # fmt: skip
+        g = core_rdf.rdf_frame(
+            b.positions, b.cell, b.pbc, b.system_idx, b.atomic_numbers, b.n_atoms, pairs,
+            weights, self.rmax, self.nbins, self.pairs,
+        )  # fmt: skip
         fits = core_rdf.cell_fits(b.cell, b.pbc, self.rmax)
         add = rows & fits
         g_sum, samples = self.field("g"), self.field("samples")

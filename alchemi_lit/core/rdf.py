@@ -132,7 +132,8 @@ def element_counts(
     for a, c in partials:
         for z, out in ((a, centres), (c, others)):
             hit = (numbers == z).to(dtype)
-            out.append(torch.zeros(b, dtype=dtype, device=numbers.device).index_add_(0, system, hit))
+            zeros = torch.zeros(b, dtype=dtype, device=numbers.device)
+            out.append(zeros.index_add_(0, system, hit))
     return torch.stack(centres, -1), torch.stack(others, -1)
 
 
@@ -143,7 +144,7 @@ def element_pairs(spec: Sequence[Sequence[int | str]]) -> list[tuple[int, int]]:
     out = []
     for pair in spec:
         if isinstance(pair, str) or len(pair) != 2:
-            raise ValueError(f"RDF element pairs are (a, b) pairs such as ('Si', 'O'), got {pair!r}")
+            raise ValueError(f"RDF element pairs are (a, b) pairs like ('Si', 'O'), got {pair!r}")
         try:
             a, b = symbols2numbers(list(pair))
         except (KeyError, ValueError) as exc:

@@ -72,7 +72,8 @@ class NPTIntegrator(MDIntegrator):
         self.isotropic = isotropic
 
     def __repr__(self) -> str:
-        p = self.pressure / GPa if isinstance(self.pressure, float) else describe(self.pressure * (1 / GPa))
+        p = self.pressure
+        p = p / GPa if isinstance(p, float) else describe(p * (1 / GPa))
         kind = "isotropic" if self.isotropic else "full cell"
         return f"{type(self).__name__}(dt={self.dt_fs}, P={p} GPa, {kind}, steps={self.steps})"
 

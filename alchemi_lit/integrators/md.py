@@ -12,15 +12,16 @@ from ..core.units import fs
 from . import ops
 from .base import Integrator
 from .ops import maxwell_boltzmann
-from .schedule import Ramp, bind_steps
 from .params import TIME_STEP, Param, check_param, check_temperature, check_time_constant
+from .schedule import Ramp, bind_steps
 
 
 class MDIntegrator(Integrator):
     """Base of molecular-dynamics integrators: time step, step count, temperature.
 
-    ``steps`` is the stage's length.  ``temperature`` may be a :class:`~.schedule.Ramp`
-    (over the stage's ``steps`` unless it gives its own).  With a ``temperature``, a system entering the
+    ``steps`` is the stage's length; ``temperature`` may be a :class:`~.schedule.Ramp`
+    (over the stage's ``steps`` unless it gives its own).  With a ``temperature``, a
+    system entering the
     stage with all-zero velocities gets Maxwell-Boltzmann velocities at that
     temperature (zero total momentum), drawn from its own random stream; systems that
     arrive moving keep their velocities.
