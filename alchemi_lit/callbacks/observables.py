@@ -122,7 +122,10 @@ class Observable(Callback, metaclass=abc.ABCMeta):
         return inside & (b.step >= self.skip) if self.skip else inside
 
     def before_step(self, ctx: StepContext) -> None:
-        if ctx.batch.num_systems:
+        b = ctx.batch
+        if b.num_systems:
+            if self.field("samples") not in b.system and self.field("n") not in b.system:
+                self.declare(ctx)  # a batch made anew at a refill: its systems start at 0
             self.accumulate(ctx, self.sampled(ctx))
 
     def on_converge(self, ctx: StepContext) -> None:
