@@ -198,8 +198,7 @@ def test_the_accelerator_path_reads_nothing_and_graphs_replay_the_same(tmp_path:
         cbs = [RDF(rmax=4.5, nbins=10, every=1), MSD(window=4, every=1),
                VACF(window=4, every=1), BlockAverages(("energy",), every=1)]  # fmt: skip
         probe = StepProbe()  # (not graph_safe: only in the eager run)
-        sim = Simulator(model=EinsteinCrystal(k=0.1, a=2.65),
-                        stages=Langevin(dt=5.0, temperature=80.0, steps=12),
+        sim = Simulator(model=lj(), stages=Langevin(dt=5.0, temperature=80.0, steps=12),
                         callbacks=[*cbs, *([] if graphs else [probe])], sync_every=6,
                         precision="64", accelerator="cpu", cuda_graphs=graphs)  # fmt: skip
         with probe:
