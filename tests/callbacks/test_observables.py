@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from ase import Atoms
 from ase.build import bulk
 from ase.geometry.rdf import get_rdf
@@ -190,26 +189,32 @@ def test_alone_in_a_batch_inflight_and_resumed_the_bits_are_the_same(tmp_path: P
         assert_same(whole, resumed, sid)
 
 
-def test_the_accelerator_path_reads_nothing_and_graphs_replay_the_same(tmp_path: Path) -> None:
-    """Under accelerator_path() a step with every observable sampling (every=1) reads
-    nothing on the host outside bookkeeping, and emulated CUDA graphs give the eager
-    bits."""
-    def run(graphs: bool):
-        cbs = [RDF(rmax=4.5, nbins=10, every=1), MSD(window=4, every=1),
-               VACF(window=4, every=1), BlockAverages(("energy",), every=1)]  # fmt: skip
-        probe = StepProbe()  # (not graph_safe: only in the eager run)
-        sim = Simulator(model=lj(), stages=Langevin(dt=5.0, temperature=80.0, steps=12),
-                        callbacks=[*cbs, *([] if graphs else [probe])], sync_every=6,
-                        precision="64", accelerator="cpu", cuda_graphs=graphs)  # fmt: skip
-        with probe:
-            sim.run([argon(0, 2), argon(1, 2)])
-        return cbs, probe
+def accelerated(graphs: bool, probe: StepProbe | None = None, steps: int = 12) -> list:
+    cbs = [RDF(rmax=4.5, nbins=10, every=1), MSD(window=4, every=1),
+           VACF(window=4, every=1), BlockAverages(("energy",), every=1)]  # fmt: skip
+    sim = Simulator(model=lj(), stages=Langevin(dt=5.0, temperature=80.0, steps=steps),
+                    callbacks=[*cbs, *([probe] if probe else [])], sync_every=6,
+                    precision="64", accelerator="cpu", cuda_graphs=graphs)  # fmt: skip
+    sim.run([argon(0, 2), argon(1, 2)])
+    return cbs
 
+
+def test_on_the_accelerator_path_a_sample_reads_nothing_on_the_host() -> None:
+    """Under accelerator_path() steps where every observable samples (every=1) read
+    nothing on the host outside bookkeeping (which reads the finished systems' sums)."""
+    probe = StepProbe()
+    with accelerator_path(), probe:
+        accelerated(False, probe, steps=6)
+    assert probe.share_without_reads() >= 0.5, probe.where
+
+
+def test_emulated_cuda_graphs_replay_the_observables_bit_for_bit() -> None:
+    """With every=1 the observables are graph_safe: captured with the step, their
+    replays give the eager bits."""
     with accelerator_path():
-        eager, probe = run(False)
-        assert probe.share_without_reads() >= 0.5, probe.where
+        eager = accelerated(False)
         with emulated_cuda_graphs() as backends:
-            graphed, _ = run(True)
-        assert sum(b.captures for b in backends) >= 1
+            graphed = accelerated(True)
+    assert sum(b.captures for b in backends) >= 1
     for sid in (0, 1):
         assert_same(eager, graphed, sid)
