@@ -4,6 +4,7 @@ The plugin contract is :class:`Integrator` (:mod:`.base`; MD methods: :class:`MD
 the steps integrators are made of are in :mod:`.ops`, parameter checks in :mod:`.params`.
 """
 
+from ..core.schedule import Ramp
 from . import ops
 from .base import FieldSpec, Integrator
 from .berendsen import Berendsen
@@ -22,7 +23,6 @@ from .nose_hoover import NoseHooverChain
 from .npt_langevin import NPTLangevin
 from .ops import maxwell_boltzmann
 from .params import as_param, check_count, check_param, check_positive, check_range
-from .schedule import Ramp
 from .verlet import VelocityVerlet
 
 __all__ = [

@@ -28,13 +28,13 @@ from typing import ClassVar
 import torch
 
 from ..core.errors import ConfigError
+from ..core.schedule import bind_steps
 from ..core.state import Batch, system_name
 from ..core.tensor_ops import host_reads_free, may_be_set, rows_times, small_matmul
 from ..core.units import GPa, kB
 from . import ops
 from .md import MDIntegrator, describe
 from .params import Param, check_pressure
-from .schedule import bind_steps
 
 
 def external_pressure(owner: str, pressure_gpa: Param | None, pressure_bar: Param | None) -> Param:

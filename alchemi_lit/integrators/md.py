@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import torch
 
+from ..core.schedule import Ramp, bind_steps
 from ..core.state import Batch
 from ..core.tensor_ops import row_sum
 from ..core.units import fs
@@ -13,14 +14,14 @@ from . import ops
 from .base import Integrator
 from .ops import maxwell_boltzmann
 from .params import TIME_STEP, Param, check_param, check_temperature, check_time_constant
-from .schedule import Ramp, bind_steps
 
 
 class MDIntegrator(Integrator):
     """Base of molecular-dynamics integrators: time step, step count, temperature.
 
-    ``steps`` is the stage's length; ``temperature`` may be a :class:`~.schedule.Ramp`
-    (over the stage's ``steps`` unless it gives its own).  With a ``temperature``, a
+    ``steps`` is the stage's length; ``temperature`` may be a
+    :class:`~alchemi_lit.core.schedule.Ramp` (over the stage's ``steps`` unless it gives
+    its own).  With a ``temperature``, a
     system entering the
     stage with all-zero velocities gets Maxwell-Boltzmann velocities at that
     temperature (zero total momentum), drawn from its own random stream; systems that

@@ -25,13 +25,13 @@ import torch
 
 from ..core import random as rng
 from ..core.backends import primitive
+from ..core.schedule import Ramp
 from ..core.state import Batch
 from ..core.tensor_ops import all_set, host_reads_free, on_device
 from ..core.units import kB
 from . import formulas
 from .noise import NoiseStream, noise_keys, noise_source, normals
 from .params import Param
-from .schedule import Ramp
 
 
 # ------------------------------------------------------------------ selection
@@ -59,7 +59,7 @@ def masked(moving: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) ->
 
 def per_system(batch: Batch, value: Param) -> Param:
     """A parameter as a Python number, or a ``[B]`` tensor gathered by ``system_id``
-    (a :class:`~.schedule.Ramp`: its value at each system's step in the stage)."""
+    (a :class:`~alchemi_lit.core.schedule.Ramp`: its value at each system's step in the stage)."""
     if isinstance(value, Ramp):
         return value.values(batch)
     if isinstance(value, torch.Tensor):

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..core.errors import ConfigError, UnitWarning
+from ..core.schedule import Ramp
 from ..core.units import GPa, bar
 
 Param = float | torch.Tensor
@@ -73,8 +74,6 @@ def as_param(
 ) -> Param:
     """A number or tensor as it is, a list/tuple as a float64 tensor (per-system values
     indexed by ``system_id``); text (``"300K"``) is a :class:`ConfigError` naming the fix."""
-    from .schedule import Ramp
-
     if isinstance(value, Ramp):
         return value
     if isinstance(value, Mapping):  # YAML's spelling of a ramp

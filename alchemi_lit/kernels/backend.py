@@ -31,13 +31,13 @@ import torch
 from .. import kernels
 from ..core import random as rng
 from ..core import segments
+from ..core.schedule import Ramp
 from ..core.state import Batch
 from ..core.tensor_ops import identity_key, same_key
 from ..integrators import convergence, ops
 from ..integrators.formulas import SUZUKI_YOSHIDA
 from ..integrators.noise import NoiseStream
 from ..integrators.params import Param
-from ..integrators.schedule import Ramp
 
 T = TypeVar("T")
 BACKEND = "numba"
@@ -51,7 +51,7 @@ def kept(batch: Batch, name: str, params: Sequence[Any], make: Callable[[], T]) 
     """``make()``, kept under ``name`` while the batch layout (``segments``, ``system_id``),
     its masses and fixed atoms, and ``params`` stay the same (tensors by identity and
     version, numbers by value); the last :data:`KEEP` of each ``name``.  Never kept
-    with a :class:`~alchemi_lit.integrators.schedule.Ramp` among ``params``: its value
+    with a :class:`~alchemi_lit.core.schedule.Ramp` among ``params``: its value
     changes every step."""
     if any(isinstance(p, Ramp) for p in params):
         return make()

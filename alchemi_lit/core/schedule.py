@@ -1,10 +1,10 @@
 """Ramps of a thermostat's temperature or a barostat's pressure over a stage.
 
 Why one object for every thermostat and barostat: each of them reads its targets through
-:func:`~.ops.per_system` (a number, or a tensor indexed by ``system_id``), so a
-:class:`Ramp` given in their place is evaluated there, per system, from the system's own
-step in the stage (``batch.step``, reset to 0 when it enters the stage).  Nothing in the
-integrators changes, the same spelling works everywhere::
+:func:`alchemi_lit.integrators.ops.per_system` (a number, or a tensor indexed by
+``system_id``), so a :class:`Ramp` given in their place is evaluated there, per system,
+from the system's own step in the stage (``batch.step``, reset to 0 when it enters the
+stage).  Nothing in the integrators changes, the same spelling works everywhere::
 
     Langevin(temperature=Ramp(300, 1000))                       # linear over the stage
     NoseHoover(temperature=Ramp(1000, 300, shape="cosine"))      # cosine annealing
@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
-from ..core.errors import ConfigError
-from ..core.tensor_ops import on_device
+from .errors import ConfigError
+from .tensor_ops import on_device
 
 SHAPES = ("linear", "cosine", "step")
 
@@ -64,8 +64,6 @@ class Ramp:
         shape: str = "linear",
         levels: int | None = None,
     ) -> None:
-        from .params import as_param
-
         if shape not in SHAPES:
             raise ConfigError(f"Ramp: shape must be one of {SHAPES}, got {shape!r}")
         if shape == "step":
@@ -77,9 +75,9 @@ class Ramp:
                 )
         elif levels is not None:
             raise ConfigError(f"Ramp: levels is for shape='step' only, got shape={shape!r}")
-        self.start, self.stop = as_param(start, "start", "Ramp"), as_param(stop, "stop", "Ramp")
+        self.start, self.stop = _value(start, "start"), _value(stop, "stop")
         if steps is not None:
-            steps = as_param(steps, "steps", "Ramp")
+            steps = _value(steps, "steps")
             if not bool((torch.as_tensor(steps) > 0).all()):
                 raise ConfigError(f"Ramp: steps must be > 0 (stage steps), got {steps!r}")
         self.steps = steps
@@ -161,6 +159,22 @@ class Ramp:
         steps = "stage" if self.steps is None else show(self.steps)
         return (f"Ramp({show(self.start)} -> {show(self.stop)}, steps={steps}, "
                 f"shape={self.shape!r}{extra})")  # fmt: skip
+
+
+def _value(value: Any, name: str) -> float | torch.Tensor:
+    """A number, or one per ``system_id`` (a list or tensor) as a float64 tensor."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value
+    ):
+        return torch.as_tensor(value, dtype=torch.float64)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    raise ConfigError(
+        f"Ramp: {name} must be a number or a list of numbers (one per system_id), got "
+        f"{value!r}"
+    )
 
 
 def bind_steps(value: Any, steps: int) -> Any:
