@@ -16,8 +16,9 @@ from alchemi_lit.report.observables import plot_observables
 
 def run(callbacks, n: int = 1) -> None:
     atoms = bulk("Ar", "fcc", a=5.3, cubic=True).repeat(2)
+    stage = Langevin(dt=4.0, temperature=60.0, steps=12)
     sim = Simulator(model=LennardJones(0.0104, 3.40, 6.0), callbacks=callbacks,
-                    precision="64", stages=Langevin(dt=4.0, temperature=60.0, steps=12))  # fmt: skip
+                    precision="64", stages=stage)  # fmt: skip
     sim.run([atoms.copy() for _ in range(n)])
 
 
