@@ -218,3 +218,13 @@ def test_emulated_cuda_graphs_replay_the_observables_bit_for_bit() -> None:
     assert sum(b.captures for b in backends) >= 1
     for sid in (0, 1):
         assert_same(eager, graphed, sid)
+
+
+def test_each_shard_of_a_job_array_writes_its_own_observables_store() -> None:
+    """--shard i/n renames an observable's store as it renames sinks and trajectories."""
+    from alchemi_lit.cli.build import shard_outputs
+
+    entry = {"class_path": "alchemi_lit.callbacks.RDF",
+             "init_args": {"rmax": 5.0, "path": "out/obs.zarr"}}  # fmt: skip
+    shard_outputs({"simulator": {"callbacks": [entry]}}, "1/4")
+    assert entry["init_args"]["path"] == str(Path("out/obs.shard-1-of-4.zarr"))
