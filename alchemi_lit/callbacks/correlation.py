@@ -35,6 +35,7 @@ import torch
 
 from ..core.correlation import fit_weights, vdos
 from ..core.errors import ConfigError
+from ..core.tensor_ops import kept
 from ..core.units import fs
 from ..engine.hooks import StepContext
 from .observables import Observable, stage_time_step
@@ -49,6 +50,8 @@ class _Windows(Observable):
             raise ConfigError(f"{type(self).__name__}: window must be an int >= 3 (samples), "
                               f"got {window!r}")  # fmt: skip
         self.window = int(window)
+        self._free: tuple[Any, ...] | None = None
+        self._dt: tuple[Any, ...] | None = None
 
     def meta(self) -> dict[str, Any]:
         return {**super().meta(), "window": self.window}
@@ -74,10 +77,17 @@ class _Windows(Observable):
         """``[B]`` one window's estimate from its curve ``[B, W]`` and lag ``dt`` (fs)."""
 
     def free_mean(self, ctx: StepContext, per_atom: torch.Tensor) -> torch.Tensor:
-        """``[B]`` the mean of ``per_atom`` ``[N]`` over each system's free atoms."""
+        """``[B]`` the mean of ``per_atom`` ``[N]`` over each system's free atoms (the
+        free-atom weights and counts kept while the layout's ``fixed`` field is)."""
         b = ctx.batch
-        free = (~b.fixed).to(per_atom.dtype)
-        return b.segments.sum(per_atom * free) / b.segments.sum(free).clamp_min(1.0)
+
+        def weights(fixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            free = (~fixed).to(per_atom.dtype)
+            return free, b.segments.sum(free).clamp_min(1.0)
+
+        self._free = kept(self._free, b.atom["fixed"], weights)
+        free, count = self._free[2]
+        return b.segments.sum(per_atom * free) / count
 
     def accumulate(self, ctx: StepContext, rows: torch.Tensor) -> None:
         b, w, f = ctx.batch, self.window, self.field
@@ -92,7 +102,9 @@ class _Windows(Observable):
         lags = torch.arange(w, device=b.device)
         at = rows.unsqueeze(-1) & (lags == pos.unsqueeze(-1))
         curve = torch.where(at, value.unsqueeze(-1), s[f("curve")])
-        dt = torch.where(rows, stage_time_step(ctx) * self.every, s[f("dt")])
+        # the stages' time steps, kept while the status field is (systems rarely move)
+        self._dt = kept(self._dt, b.status, lambda _: stage_time_step(ctx) * self.every)
+        dt = torch.where(rows, self._dt[2], s[f("dt")])
         done = rows & (pos == w - 1)
         est = self.estimate(curve, dt)
         s[f("curve")], s[f("dt")] = curve, dt
