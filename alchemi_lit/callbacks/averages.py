@@ -45,7 +45,10 @@ class BlockAverages(Observable):
             thermostats hold it), ``pressure`` (GPa, ideal-gas term included: needs the
             stress, from a barostat or ``Simulator(stress=True)``), ``volume`` (Å^3).
         levels: block sizes ``1 .. 2^(levels - 1)`` samples.
-        every, skip, path, stages: as :class:`~alchemi_lit.callbacks.observables.Observable`.
+        every: loop steps between two samples (>= 1).
+        skip: stage steps a system takes before its first sample (equilibration).
+        path: zarr store the results are appended to (None: in memory only).
+        stages: indices of the plan's stages sampled (None: every MD stage).
 
     Results per system, for each quantity ``q``: ``q`` (the mean), ``q_error``,
     ``q_error_of_error``, ``q_block_size`` (samples per block where the error was read),

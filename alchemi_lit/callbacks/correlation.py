@@ -135,7 +135,10 @@ class MSD(_Windows):
             ``every * dt``).
         fit: the lags the slope is fitted over, as fractions ``(start, stop)`` of the
             window (start after the ballistic regime).
-        every, skip, path, stages: as :class:`~alchemi_lit.callbacks.observables.Observable`.
+        every: loop steps between two samples (>= 1).
+        skip: stage steps a system takes before its first sample (equilibration).
+        path: zarr store the results are appended to (None: in memory only).
+        stages: indices of the plan's stages sampled (None: every MD stage).
 
     Results per system: ``t`` (fs), ``msd`` (Å^2), ``D`` and ``D_error`` (Å^2/fs; error
     from the spread of the windows' estimates, NaN below two windows), ``windows``,
@@ -183,7 +186,10 @@ class VACF(_Windows):
     Args:
         window: samples per window (lags ``0 .. window - 1`` times ``every * dt``; the
             spectrum's resolution is ``1 / (2 (window - 1) every dt)``).
-        every, skip, path, stages: as :class:`~alchemi_lit.callbacks.observables.Observable`.
+        every: loop steps between two samples (>= 1).
+        skip: stage steps a system takes before its first sample (equilibration).
+        path: zarr store the results are appended to (None: in memory only).
+        stages: indices of the plan's stages sampled (None: every MD stage).
 
     Results per system: ``t`` (fs), ``vacf`` ((Å/fs)^2), ``frequency`` (THz), ``vdos``
     (1/THz, unit area), ``D_green_kubo`` and its ``D_green_kubo_error`` (Å^2/fs),

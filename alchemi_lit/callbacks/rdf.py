@@ -29,7 +29,10 @@ class RDF(Observable):
         rmax: largest distance (Å); at most half the smallest periodic cell height.
         nbins: number of bins of width ``rmax / nbins``.
         pairs: element pairs for partial RDFs, e.g. ``[("Si", "O"), ("O", "O")]``.
-        every, skip, path, stages: as :class:`~alchemi_lit.callbacks.observables.Observable`.
+        every: loop steps between two samples (>= 1).
+        skip: stage steps a system takes before its first sample (equilibration).
+        path: zarr store the results are appended to (None: in memory only).
+        stages: indices of the plan's stages sampled (None: every MD stage).
 
     Results per system (:meth:`result`): ``r`` (bin centres, Å), ``g`` ``[1 + P, nbins]``
     (the total RDF, then each pair's, NaN for a pair whose elements the system lacks),
