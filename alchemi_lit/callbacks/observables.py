@@ -12,12 +12,14 @@ frame -- the state after ``step`` steps -- so an observable computed here equals
 function of the stored trajectory.
 
 Which systems: those in the observed stages (``stages``: indices into the plan; default
-every stage that is not an optimizer) that have taken at least ``skip`` steps in their
-stage (equilibration).  When a system leaves the plan, its sums are read once (the
-bookkeeping that sees it finish), turned into results and appended to the store at
-``path`` (:mod:`alchemi_lit.io.observables_store`) and to :meth:`Observable.to_pandas`
-/ :meth:`Observable.result`.  With ``every == 1`` an observable is ``graph_safe``:
-``Simulator(cuda_graphs=True)`` captures it with the step; otherwise its steps run eagerly.
+every stage that is not an optimizer; on a pipeline rank without one, none) that have
+taken at least ``skip`` steps in their stage (equilibration).  When a system leaves the
+plan, its sums are read once (the bookkeeping that sees it finish), turned into results
+and appended to the store at ``path`` (:mod:`alchemi_lit.io.observables_store`) and
+to :meth:`Observable.to_pandas` / :meth:`Observable.result` (in a pipeline or replicas
+run these stay in the rank's process: read the store).  With ``every == 1`` an
+observable is ``graph_safe``: ``Simulator(cuda_graphs=True)`` captures it with the step;
+otherwise its steps run eagerly.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class Observable(Callback, metaclass=abc.ABCMeta):
         self.stages = None if stages is None else [int(s) for s in stages]
         self.graph_safe = self.every == 1  # type: ignore[misc]
         self._codes: torch.Tensor | None = None
+        self._final = True
         self._rows: list[dict[str, Any]] = []
         self._done: set[int] = set()
         self._stored = 0
@@ -105,14 +108,19 @@ class Observable(Callback, metaclass=abc.ABCMeta):
         if picked is None:
             picked = [k for k, s in enumerate(ctx.stages) if not getattr(s, "is_optimizer", False)]
         bad = [k for k in picked if not 0 <= k < len(codes)]
-        if bad or not picked:
+        if bad or (self.stages is not None and not picked):
             asked = self.stages if self.stages else "(every MD stage)"
             raise ConfigError(
                 f"{type(self).__name__}: stages {asked} name no stage of the plan's "
                 f"{len(codes)} ({list(ctx.stages)}); give indices 0..{len(codes) - 1} of "
                 f"stages to sample"
             )
-        self._codes = torch.tensor([codes[k] for k in picked], device=ctx.batch.device)
+        self._codes = torch.tensor([codes[k] for k in picked], dtype=torch.int64,
+                                   device=ctx.batch.device)  # fmt: skip
+        plan = getattr(ctx.simulator, "plan", None)
+        sinks = plan.sinks() if ctx.rank is not None and hasattr(plan, "sinks") else None
+        # systems leave the whole plan only on a pipeline's last ranks: results there
+        self._final = sinks is None or ctx.rank in sinks
         self.declare(ctx)
 
     def sampled(self, ctx: StepContext) -> torch.Tensor:
@@ -123,14 +131,14 @@ class Observable(Callback, metaclass=abc.ABCMeta):
 
     def before_step(self, ctx: StepContext) -> None:
         b = ctx.batch
-        if b.num_systems:
+        if b.num_systems and len(self._codes):  # (a pipeline rank without MD: nothing)
             if self.field("samples") not in b.system and self.field("n") not in b.system:
                 self.declare(ctx)  # a batch made anew at a refill: its systems start at 0
             self.accumulate(ctx, self.sampled(ctx))
 
     def on_converge(self, ctx: StepContext) -> None:
         b = ctx.batch
-        if ctx.exited is None or not b.num_systems:
+        if ctx.exited is None or not b.num_systems or not self._final or not len(self._codes):
             return
         done = ctx.exited & (b.status == ctx.state.get("exit_code", -1))
         idx = done.nonzero().flatten()  # bookkeeping only: systems that left the plan

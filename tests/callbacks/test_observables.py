@@ -228,3 +228,44 @@ def test_each_shard_of_a_job_array_writes_its_own_observables_store() -> None:
              "init_args": {"rmax": 5.0, "path": "out/obs.zarr"}}  # fmt: skip
     shard_outputs({"simulator": {"callbacks": [entry]}}, "1/4")
     assert entry["init_args"]["path"] == str(Path("out/obs.shard-1-of-4.zarr"))
+
+
+def test_a_plan_without_md_samples_nothing_and_bad_stages_are_refused() -> None:
+    """Without an MD stage (a relax rank of a pipeline) an observable samples nothing;
+    stages naming no stage of the plan are refused before the run."""
+    from alchemi_lit.core.errors import ConfigError
+    from alchemi_lit.integrators import FIRE
+
+    msd = MSD(window=3, every=1)
+    Simulator(model=lj(), stages=FIRE(fmax=0.05, max_steps=5), callbacks=[msd],
+              precision="64", accelerator="cpu").run([argon(0, 2)])  # fmt: skip
+    assert msd.system_ids == []
+    with pytest.raises(ConfigError, match="stages"):
+        Simulator(model=lj(), stages=Langevin(dt=2.0, steps=3), precision="64",
+                  callbacks=[MSD(window=3, stages=[2])]).run([argon(0, 2)])  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_pipeline_writes_every_systems_observables_to_the_store(tmp_path: Path) -> None:
+    """relax | md on two forked ranks: the md rank samples and writes every system's
+    results to the store once (the in-memory results stay in the rank's process), as
+    many samples as the fused run (their loop-step phase may differ: other states)."""
+    from alchemi_lit.integrators import FIRE
+
+    def plan(pipeline: bool):
+        relax, md = FIRE(fmax=0.05, max_steps=20), Langevin(dt=4.0, temperature=60.0, steps=12)
+        return (relax | md) if pipeline else (relax + md)
+
+    systems = [argon(k, 2) for k in range(4)]
+    stores = {}
+    for pipeline in (False, True):
+        stores[pipeline] = tmp_path / f"msd-{pipeline}.zarr"
+        kw = {"strategy": "pipeline", "devices": 2, "start_method": "fork"} if pipeline else {}
+        msd = MSD(window=3, every=2, path=stores[pipeline])
+        Simulator(model=lj(), stages=plan(pipeline), precision="64", accelerator="cpu",
+                  callbacks=[msd], **kw).run(systems)  # fmt: skip
+    fused, piped = (read_observables(stores[p], "msd") for p in (False, True))
+    order = [np.argsort(d["system_id"]) for d in (fused, piped)]
+    assert piped["system_id"][order[1]].tolist() == [0, 1, 2, 3]
+    assert piped["samples"][order[1]].tolist() == fused["samples"][order[0]].tolist()
+    assert (piped["windows"] >= 1).all() and np.isfinite(piped["msd"]).all()
