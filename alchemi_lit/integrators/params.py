@@ -29,7 +29,11 @@ from ..core.errors import ConfigError, UnitWarning
 from ..core.schedule import Ramp
 from ..core.units import GPa, bar
 
-Param = float | torch.Tensor
+#: a parameter: a number, one per system_id, or (temperatures and pressures) a ramp --
+#: :class:`~alchemi_lit.core.schedule.Ramp`, in YAML a mapping ``{start: .., stop: ..}``
+Param = float | torch.Tensor | dict[str, Any]
+#: the parameters a :class:`~alchemi_lit.core.schedule.Ramp` may stand for
+RAMPED = frozenset({"temperature", "pressure_gpa", "pressure_bar", "scalar_pressure"})
 
 
 class Usual(NamedTuple):
@@ -115,7 +119,12 @@ def check_param(
     (``>=`` unless ``strict``), else a :class:`ConfigError` naming ``owner``'s ``name``
     and ``unit``; outside ``usual`` a :class:`UnitWarning` (:func:`warn_if_unusual`)."""
     value = as_param(value, name, owner, unit)
-    if hasattr(value, "endpoints"):  # a Ramp: its start and stop are checked
+    if isinstance(value, Ramp) and name not in RAMPED:
+        raise ConfigError(
+            f"{owner}: {name} cannot ramp (got {value!r}); a Ramp stands for a temperature "
+            f"or a pressure -- give {name} a number or one per system_id"
+        )
+    if isinstance(value, Ramp):  # its start and stop are checked
         return value.map(
             lambda v: check_param(name, owner, v, minimum, strict, unit=unit, usual=usual)
         )
@@ -307,6 +316,7 @@ __all__ = [
     "PRESSURE_BAR",
     "PRESSURE_EV_A3",
     "PRESSURE_GPA",
+    "RAMPED",
     "TEMPERATURE",
     "TIME_STEP",
     "Param",

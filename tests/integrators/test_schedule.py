@@ -182,3 +182,29 @@ def test_ramps_replay_in_emulated_cuda_graphs() -> None:
     assert sum(b.captures for b in backends) >= 1
     for field in ("positions", "velocities", "cell"):
         assert torch.equal(getattr(graphed.batch, field), getattr(eager.batch, field)), field
+
+
+def test_the_command_line_takes_a_ramp_mapping_and_refuses_a_ramped_time_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The config parser's types admit the mapping spelling (validate passes); a ramp
+    where no ramp belongs (dt) is refused naming the parameter."""
+    import yaml
+
+    from alchemi_lit.cli import main
+
+    def config(**stage) -> str:
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump({
+            "simulator": {"model": {"class_path": "lj-argon"},
+                          "stages": [{"class_path": "Langevin", "init_args": stage}]},
+            "data": {"structures": "builtin:argon"},
+        }))  # fmt: skip
+        return str(path)
+
+    ramp = {"start": 30.0, "stop": 120.0, "shape": "cosine"}
+    assert main(["validate", "--config", config(steps=10, temperature=ramp)]) == 0
+    capsys.readouterr()
+    assert main(["validate", "--config", config(steps=10, dt=ramp)]) != 0
+    said = capsys.readouterr()
+    assert "dt cannot ramp" in said.out + said.err
