@@ -6,7 +6,18 @@ everything, and so `alchemi-lit plugins` shows exactly this list plus entry poin
 
 from __future__ import annotations
 
-from .callbacks import Checkpoint, Logger, NaNGuard, ProgressBar, ThermoMonitor, TrajectoryWriter
+from .callbacks import (
+    MSD,
+    RDF,
+    VACF,
+    BlockAverages,
+    Checkpoint,
+    Logger,
+    NaNGuard,
+    ProgressBar,
+    ThermoMonitor,
+    TrajectoryWriter,
+)
 from .core.registry import register, register_preset
 from .data import SizeAwareSampler
 from .integrators import (
@@ -44,6 +55,8 @@ for _cls in (LennardJones, Morse, EMT, ASECalculatorModel):
 register_preset("model", "lj-argon", LennardJones, epsilon=0.0104, sigma=3.40, cutoff=8.5)
 
 for _cls in (NaNGuard, Logger, ProgressBar, TrajectoryWriter, ThermoMonitor, Checkpoint):
+    register("callback")(_cls)
+for _cls in (RDF, MSD, VACF, BlockAverages):
     register("callback")(_cls)
 for _cls in (HostMemory, ZarrSink):
     register("sink")(_cls)

@@ -145,17 +145,18 @@ def _default_sampler(sim: Any, structures: Any, ids: Any, shard: str | None) -> 
 
 def shard_outputs(resolved: dict[str, Any], shard: str) -> None:
     """Give every output a shard writes its own name: ``results.zarr`` ->
-    ``results.shard-0-of-4.zarr`` (ZarrSink stores, TrajectoryWriter stores, Checkpoint
-    folders, output.name), so the shards of a job array never write into one file and
-    each resumes on its own."""
-    from ..callbacks import Checkpoint, TrajectoryWriter
+    ``results.shard-0-of-4.zarr`` (ZarrSink stores, TrajectoryWriter and observables
+    stores, Checkpoint folders, output.name), so the shards of a job array never write
+    into one file and each resumes on its own."""
+    from ..callbacks import Checkpoint, Observable, TrajectoryWriter
     from ..data.datasets import parse_shard
     from ..sinks import ZarrSink
 
     index, count = parse_shard(shard)
     tag = f".shard-{index}-of-{count}"
     sim = resolved["simulator"]
-    fields = ((ZarrSink, "store"), (TrajectoryWriter, "path"), (Checkpoint, "dirpath"))
+    fields = ((ZarrSink, "store"), (TrajectoryWriter, "path"), (Checkpoint, "dirpath"),
+              (Observable, "path"))  # fmt: skip
     for key in ("sinks", "callbacks"):
         for i, entry in enumerate(sim.get(key) or []):
             if not (isinstance(entry, dict) and isinstance(entry.get("class_path"), str)):

@@ -4,6 +4,7 @@ The plugin contract is :class:`Integrator` (:mod:`.base`; MD methods: :class:`MD
 the steps integrators are made of are in :mod:`.ops`, parameter checks in :mod:`.params`.
 """
 
+from ..core.schedule import Ramp
 from . import ops
 from .base import FieldSpec, Integrator
 from .berendsen import Berendsen
@@ -45,6 +46,7 @@ __all__ = [
     "MDIntegrator",
     "NPTLangevin",
     "NoseHooverChain",
+    "Ramp",
     "SemiGrandMC",
     "SwapMC",
     "VelocityVerlet",

@@ -28,11 +28,12 @@ from typing import ClassVar
 import torch
 
 from ..core.errors import ConfigError
+from ..core.schedule import bind_steps
 from ..core.state import Batch, system_name
 from ..core.tensor_ops import host_reads_free, may_be_set, rows_times, small_matmul
 from ..core.units import GPa, kB
 from . import ops
-from .md import MDIntegrator
+from .md import MDIntegrator, describe
 from .params import Param, check_pressure
 
 
@@ -65,13 +66,14 @@ class NPTIntegrator(MDIntegrator):
         owner = type(self).__name__
         super().__init__(dt, steps, temperature)
         self.pressure_gpa, self.pressure_bar = pressure_gpa, pressure_bar
-        self.pressure = external_pressure(owner, pressure_gpa, pressure_bar)
+        self.pressure = bind_steps(external_pressure(owner, pressure_gpa, pressure_bar), steps)
         if not isinstance(isotropic, bool):
             raise ConfigError(f"{owner}: isotropic must be true or false, got {isotropic!r}")
         self.isotropic = isotropic
 
     def __repr__(self) -> str:
-        p = self.pressure / GPa if isinstance(self.pressure, float) else "per-system"
+        p = self.pressure
+        p = p / GPa if isinstance(p, float) else describe(p * (1 / GPa))
         kind = "isotropic" if self.isotropic else "full cell"
         return f"{type(self).__name__}(dt={self.dt_fs}, P={p} GPa, {kind}, steps={self.steps})"
 

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import torch
 
+from ..core.schedule import Ramp, bind_steps
 from ..core.state import Batch
 from ..core.tensor_ops import row_sum
 from ..core.units import fs
@@ -18,7 +19,10 @@ from .params import TIME_STEP, Param, check_param, check_temperature, check_time
 class MDIntegrator(Integrator):
     """Base of molecular-dynamics integrators: time step, step count, temperature.
 
-    ``steps`` is the stage's length.  With a ``temperature``, a system entering the
+    ``steps`` is the stage's length; ``temperature`` may be a
+    :class:`~alchemi_lit.core.schedule.Ramp` (over the stage's ``steps`` unless it gives
+    its own).  With a ``temperature``, a
+    system entering the
     stage with all-zero velocities gets Maxwell-Boltzmann velocities at that
     temperature (zero total momentum), drawn from its own random stream; systems that
     arrive moving keep their velocities.
@@ -46,9 +50,9 @@ class MDIntegrator(Integrator):
         owner = type(self).__name__
         self.dt_fs = check_param("dt", owner, dt, unit="fs", usual=TIME_STEP)
         self.dt = self.dt_fs * fs
-        self.temperature = None if temperature is None else check_temperature(
+        self.temperature = None if temperature is None else bind_steps(check_temperature(
             owner, temperature, type(self).no_zero_kelvin
-        )  # fmt: skip
+        ), self.max_steps)  # fmt: skip
 
     @property
     def steps(self) -> int:
@@ -70,6 +74,8 @@ def describe(value: Param | None) -> str:
     """Short text for a parameter in a repr: a number, or ``per-system`` for tensors."""
     if isinstance(value, torch.Tensor):
         return "per-system"
+    if isinstance(value, Ramp):
+        return repr(value)
     return repr(float(value)) if value is not None else "None"
 
 

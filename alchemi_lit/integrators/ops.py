@@ -25,6 +25,7 @@ import torch
 
 from ..core import random as rng
 from ..core.backends import primitive
+from ..core.schedule import Ramp
 from ..core.state import Batch
 from ..core.tensor_ops import all_set, host_reads_free, on_device
 from ..core.units import kB
@@ -57,7 +58,10 @@ def masked(moving: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) ->
 
 
 def per_system(batch: Batch, value: Param) -> Param:
-    """A parameter as a Python number, or a ``[B]`` tensor gathered by ``system_id``."""
+    """A parameter as a Python number, or a ``[B]`` tensor gathered by ``system_id``
+    (a :class:`~alchemi_lit.core.schedule.Ramp`: its value at each system's step in the stage)."""
+    if isinstance(value, Ramp):
+        return value.values(batch)
     if isinstance(value, torch.Tensor):
         return on_device(value, batch.device, batch.dtype)[batch.system_id]
     return value

@@ -18,17 +18,22 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from ..core.errors import ConfigError, UnitWarning
+from ..core.schedule import Ramp
 from ..core.units import GPa, bar
 
-Param = float | torch.Tensor
+#: a parameter: a number, one per system_id, or (temperatures and pressures) a ramp --
+#: :class:`~alchemi_lit.core.schedule.Ramp`, in YAML a mapping ``{start: .., stop: ..}``
+Param = float | torch.Tensor | dict[str, Any]
+#: the parameters a :class:`~alchemi_lit.core.schedule.Ramp` may stand for
+RAMPED = frozenset({"temperature", "pressure_gpa", "pressure_bar", "scalar_pressure"})
 
 
 class Usual(NamedTuple):
@@ -73,6 +78,10 @@ def as_param(
 ) -> Param:
     """A number or tensor as it is, a list/tuple as a float64 tensor (per-system values
     indexed by ``system_id``); text (``"300K"``) is a :class:`ConfigError` naming the fix."""
+    if isinstance(value, Ramp):
+        return value
+    if isinstance(value, Mapping):  # YAML's spelling of a ramp
+        return Ramp.from_mapping(value)
     if isinstance(value, np.ndarray):
         value = value.tolist()
     if isinstance(value, (list, tuple)):
@@ -110,6 +119,15 @@ def check_param(
     (``>=`` unless ``strict``), else a :class:`ConfigError` naming ``owner``'s ``name``
     and ``unit``; outside ``usual`` a :class:`UnitWarning` (:func:`warn_if_unusual`)."""
     value = as_param(value, name, owner, unit)
+    if isinstance(value, Ramp) and name not in RAMPED:
+        raise ConfigError(
+            f"{owner}: {name} cannot ramp (got {value!r}); a Ramp stands for a temperature "
+            f"or a pressure -- give {name} a number or one per system_id"
+        )
+    if isinstance(value, Ramp):  # its start and stop are checked
+        return value.map(
+            lambda v: check_param(name, owner, v, minimum, strict, unit=unit, usual=usual)
+        )
     label, op = f"{name} ({unit})" if unit else name, ">" if strict else ">="
     if isinstance(value, torch.Tensor):
         bad = ~torch.isfinite(value) | ((value <= minimum) if strict else (value < minimum))
@@ -161,7 +179,8 @@ def check_temperature(owner: str, value: Param | Sequence[float], no_zero: str |
     (the thermostat drains the kinetic energy), or ``> 0`` for a method that cannot do
     0 K: then a :class:`ConfigError` gives ``no_zero`` (why) and what to use instead."""
     value = check_param("temperature", owner, value, strict=False, unit="K", usual=TEMPERATURE)
-    if no_zero is not None and bool((torch.as_tensor(value) == 0).any()):
+    ends = value.endpoints() if hasattr(value, "endpoints") else torch.as_tensor(value)
+    if no_zero is not None and bool((ends == 0).any()):
         raise ConfigError(
             f"{owner}: temperature must be > 0 K, got {shown(value)}: {no_zero}; to quench to "
             f"0 K use Langevin, Bussi or Berendsen (NVT), CRescale or NPTLangevin (NPT), or an "
@@ -213,10 +232,12 @@ def check_pressure(owner: str, **given: Param | Sequence[float] | None) -> Param
     name = named[0]
     unit, scale, usual = PRESSURES[name]
     value = as_param(given[name], name, owner, unit)  # type: ignore[arg-type]
-    if not bool(torch.isfinite(torch.as_tensor(value, dtype=torch.float64)).all()):
+    ramp = hasattr(value, "endpoints")  # a Ramp: its start and stop are checked
+    ends = value.endpoints() if ramp else torch.as_tensor(value, dtype=torch.float64)
+    if not bool(torch.isfinite(ends).all()):
         raise ConfigError(f"{owner}: {name} ({unit}) must be finite, got {value}")
-    warn_if_unusual(owner, name, value, unit, usual)
-    return value * scale if isinstance(value, torch.Tensor) else float(value) * scale
+    warn_if_unusual(owner, name, ends if ramp else value, unit, usual)
+    return value * scale if isinstance(value, torch.Tensor) or ramp else float(value) * scale
 
 
 #: attributes of the built-in integrators that hold a parameter under another name
@@ -229,7 +250,11 @@ def check_system_ids(stage: object, system_ids: Sequence[int]) -> None:
     ``system_ids``, else a :class:`ConfigError` naming the parameter, how many values it
     has and the ids without one (rather than an ``IndexError`` mid-run)."""
     ids = sorted(set(int(i) for i in system_ids))
-    for attr, value in vars(stage).items():
+    items: list[tuple[str, Any]] = []
+    for attr, value in vars(stage).items():  # a Ramp's per-system parts count as its own
+        parts = value.tensors() if hasattr(value, "endpoints") else {}
+        items += [(f"{attr} ramp's {k}", v) for k, v in parts.items()] or [(attr, value)]
+    for attr, value in items:
         if isinstance(value, (torch.Tensor, np.ndarray)):
             count = len(value) if value.ndim == 1 else None
         elif isinstance(value, (list, tuple)) and value:
@@ -291,6 +316,7 @@ __all__ = [
     "PRESSURE_BAR",
     "PRESSURE_EV_A3",
     "PRESSURE_GPA",
+    "RAMPED",
     "TEMPERATURE",
     "TIME_STEP",
     "Param",

@@ -31,6 +31,7 @@ import torch
 from .. import kernels
 from ..core import random as rng
 from ..core import segments
+from ..core.schedule import Ramp
 from ..core.state import Batch
 from ..core.tensor_ops import identity_key, same_key
 from ..integrators import convergence, ops
@@ -49,7 +50,11 @@ _kept: dict[str, list[tuple[list[Any], Any]]] = {}
 def kept(batch: Batch, name: str, params: Sequence[Any], make: Callable[[], T]) -> T:
     """``make()``, kept under ``name`` while the batch layout (``segments``, ``system_id``),
     its masses and fixed atoms, and ``params`` stay the same (tensors by identity and
-    version, numbers by value); the last :data:`KEEP` of each ``name``."""
+    version, numbers by value); the last :data:`KEEP` of each ``name``.  Never kept
+    with a :class:`~alchemi_lit.core.schedule.Ramp` among ``params``: its value
+    changes every step."""
+    if any(isinstance(p, Ramp) for p in params):
+        return make()
     atom = batch.atom  # (the stores themselves: a step reads this right after the model)
     key = identity_key(
         (batch.segments, batch.system["system_id"], atom["masses"], atom["fixed"], *params)

@@ -1,0 +1,107 @@
+"""What the MD observables cost as a share of an MD step (issue #44, target <= 5 %).
+
+Run (from the repository root; on a GPU add ``--device cuda``)::
+
+    python bench/bench_observables.py [--device cuda] [--systems 64] [--steps 400]
+    python bench/bench_observables.py --quick     # a CPU smoke run of a few seconds
+
+Workload: ``--systems`` argon crystals of 108 atoms (fcc, a = 5.3 Å, rattled), LJ
+rc 8.5 Å, float64, Langevin NVT at 80 K for ``--steps`` steps.  Each observable runs at
+the cadence a study uses -- RDF (rmax 7.5 Å, 100 bins) and MSD (window 100) every 10
+steps, VACF (window 200) and BlockAverages (energy, temperature, volume) every step --
+then all four together.  One process, runs interleaved ``--repeats`` times; the table
+gives the median wall time per step without observables, with each, and the extra time
+as a share of the bare step.  ``--device cuda`` times with ``torch.cuda.synchronize``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import environment_line, format_table
+
+
+def observables(name: str) -> list:
+    from alchemi_lit.callbacks import MSD, RDF, VACF, BlockAverages
+
+    make = {
+        "RDF every 10": lambda: [RDF(rmax=7.5, nbins=100, every=10)],
+        "MSD every 10": lambda: [MSD(window=100, every=10)],
+        "VACF every 1": lambda: [VACF(window=200, every=1)],
+        "BlockAverages every 1": lambda: [
+            BlockAverages(("energy", "temperature", "volume"), every=1)
+        ],
+    }
+    if name == "all four":
+        return [cb for f in make.values() for cb in f()]
+    return make[name]() if name in make else []
+
+
+CASES = ("none", "RDF every 10", "MSD every 10", "VACF every 1", "BlockAverages every 1",
+         "all four")  # fmt: skip
+
+
+def time_case(name: str, systems: list, steps: int, device: str) -> float:
+    """Seconds per step of one Langevin run with the observables of ``name``."""
+    import torch
+
+    import alchemi_lit as al
+    from alchemi_lit.integrators import Langevin
+    from alchemi_lit.models import LennardJones
+
+    model = LennardJones(epsilon=0.0104, sigma=3.40, cutoff=8.5, skin=1.0)
+    sim = al.Simulator(model=model, stages=Langevin(dt=2.0, temperature=80.0, steps=steps),
+                       callbacks=observables(name), accelerator=device, precision="64",
+                       sync_every=50)  # fmt: skip
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    sim.run([a.copy() for a in systems])
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t) / steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--systems", type=int, default=64)
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="a few seconds on CPU")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.systems, args.steps, args.repeats = 2, 20, 1
+    from ase.build import bulk
+
+    systems = []
+    for k in range(args.systems):
+        atoms = bulk("Ar", "fcc", a=5.3, cubic=True).repeat(3)
+        atoms.rattle(0.05, seed=k)
+        systems.append(atoms)
+    time_case("none", systems[:1], 5, args.device)  # warm-up (imports, kernels)
+    times: dict[str, list[float]] = {c: [] for c in CASES}
+    for _ in range(args.repeats):
+        for case in CASES:
+            times[case].append(time_case(case, systems, args.steps, args.device))
+    bare = statistics.median(times["none"])
+    rows = []
+    for case in CASES:
+        t = statistics.median(times[case])
+        share = "" if case == "none" else f"{100 * (t - bare) / bare:.1f}"
+        rows.append([case, f"{1e3 * t:.3f}", share])
+    print(environment_line())
+    print(f"{args.systems} x 108-atom argon, LJ rc 8.5 Å, Langevin, {args.steps} steps, "
+          f"device {args.device}, median of {args.repeats}")  # fmt: skip
+    print(format_table(["observables", "ms / step", "extra (% of a bare step)"], rows,
+                       title=f"observables' cost per MD step ({args.device})"))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
