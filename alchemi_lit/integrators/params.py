@@ -19,6 +19,7 @@ import re
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -29,6 +30,16 @@ from ..core.errors import ConfigError, UnitWarning
 from ..core.units import GPa, bar
 
 Param = float | torch.Tensor
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A per-system parameter read from the batch field ``field`` (``[B]``, one value per
+    batch row, not indexed by ``system_id``): what a value that moves between systems
+    during a run is -- a replica exchange's temperatures
+    (:class:`~.tempering.ReplicaExchange`).  :func:`~.ops.per_system` reads it."""
+
+    field: str
 
 
 class Usual(NamedTuple):
@@ -291,6 +302,7 @@ __all__ = [
     "PRESSURE_BAR",
     "PRESSURE_EV_A3",
     "PRESSURE_GPA",
+    "Rows",
     "TEMPERATURE",
     "TIME_STEP",
     "Param",
