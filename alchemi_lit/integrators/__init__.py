@@ -4,7 +4,7 @@ The plugin contract is :class:`Integrator` (:mod:`.base`; MD methods: :class:`MD
 the steps integrators are made of are in :mod:`.ops`, parameter checks in :mod:`.params`.
 """
 
-from . import ops
+from . import exchange, ops
 from .base import FieldSpec, Integrator
 from .berendsen import Berendsen
 from .bfgs import BFGS
@@ -22,6 +22,7 @@ from .nose_hoover import NoseHooverChain
 from .npt_langevin import NPTLangevin
 from .ops import maxwell_boltzmann
 from .params import as_param, check_count, check_param, check_positive, check_range
+from .tempering import ReplicaExchange, geometric_ladder
 from .verlet import VelocityVerlet
 
 __all__ = [
@@ -41,12 +42,15 @@ __all__ = [
     "MDIntegrator",
     "NPTLangevin",
     "NoseHooverChain",
+    "ReplicaExchange",
     "VelocityVerlet",
     "as_param",
     "check_count",
     "check_param",
     "check_positive",
     "check_range",
+    "exchange",
+    "geometric_ladder",
     "maxwell_boltzmann",
     "ops",
 ]

@@ -86,7 +86,8 @@ def attempt(batch: Batch, mask: torch.Tensor, ladder: torch.Tensor, every: int,
     batch.velocities = batch.velocities * scale
     setattr(batch, TEMPERATURE, t_new)
     setattr(batch, RUNG, rung_new)
-    column = torch.nn.functional.one_hot(rung.clamp(0, n - 2), n - 1)
+    pairs = torch.arange(n - 1, device=batch.device)  # (not one_hot: it reads its maximum)
+    column = (rung.clamp(0, n - 2).unsqueeze(-1) == pairs).to(torch.int64)
     setattr(batch, ATTEMPTS, getattr(batch, ATTEMPTS) + column * pair.unsqueeze(-1))
     setattr(batch, ACCEPTS, getattr(batch, ACCEPTS) + column * swap.unsqueeze(-1))
     count_round_trips(batch, due, rung_new, n)
