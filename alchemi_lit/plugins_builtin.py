@@ -18,9 +18,12 @@ from .integrators import (
     Berendsen,
     Bussi,
     CRescale,
+    Hybrid,
     Langevin,
     NoseHooverChain,
     NPTLangevin,
+    SemiGrandMC,
+    SwapMC,
     VelocityVerlet,
 )
 from .integrators.convergence import All, Any_, EnergyChange, ForceMax
@@ -31,7 +34,7 @@ from .strategies.single import SingleDeviceStrategy
 
 for _cls in (FIRE, FIRE2, BFGS, LBFGS, VelocityVerlet, Langevin, NoseHooverChain, Berendsen, Bussi):
     register("integrator")(_cls)
-for _cls in (MTKNPT, CRescale, NPTLangevin):
+for _cls in (MTKNPT, CRescale, NPTLangevin, SwapMC, SemiGrandMC, Hybrid):
     register("integrator")(_cls)
 register_preset("integrator", "fire-ase", FIRE, mode="ase")
 register_preset("integrator", "fire-mass-weighted", FIRE, mode="mass_weighted")

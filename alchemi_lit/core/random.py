@@ -36,8 +36,10 @@ PURPOSE_VELOCITY_INIT = 2
 PURPOSE_THERMOSTAT = 3
 #: a barostat's per-system noise (the cell's, not the atoms')
 PURPOSE_BAROSTAT = 4
+#: a Monte Carlo move's per-system draws (which atoms, which species, accept or not)
+PURPOSE_MC = 5
 #: a replica exchange's acceptance draws (one per neighbour pair of a replica group)
-PURPOSE_EXCHANGE = 5
+PURPOSE_EXCHANGE = 6
 
 
 def philox4x32(
@@ -123,6 +125,22 @@ def keyed_uniforms(
     c3 = torch.full_like(index, purpose & _MASK32)
     words = philox4x32(index & _MASK32, step & _MASK32, (step >> 32) & _MASK32, c3, k0, k1)
     return _uniform(words[0])
+
+
+def system_uniforms(
+    seed: int, system_id: torch.Tensor, step: torch.Tensor, purpose: int
+) -> torch.Tensor:
+    """Four uniforms on (0, 1) per system ``[B, 4]`` (float64), keyed by ``(seed,
+    system_id, step, purpose)`` like :func:`atom_normals`: a Monte Carlo move's choices
+    are the same for a system alone, in any batch, after a resume.  The counter's first
+    word is ``2**32 - 1``, an atom index no system reaches, so these never coincide with
+    an atom's draws of the same key."""
+    k0 = (system_id ^ (seed & _MASK32)) & _MASK32
+    k1 = ((system_id >> 32) ^ ((seed >> 32) & _MASK32) ^ 0x5BD1E995) & _MASK32
+    c0 = torch.full_like(step, _MASK32)
+    c3 = torch.full_like(step, purpose & _MASK32)
+    words = philox4x32(c0, step & _MASK32, (step >> 32) & _MASK32, c3, k0, k1)
+    return torch.stack([_uniform(w) for w in words], dim=-1)
 
 
 def box_muller(

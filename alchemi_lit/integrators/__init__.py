@@ -1,4 +1,4 @@
-"""Integrator plugins: optimizers and molecular-dynamics methods.
+"""Integrator plugins: optimizers, molecular-dynamics methods and Monte Carlo moves.
 
 The plugin contract is :class:`Integrator` (:mod:`.base`; MD methods: :class:`MDIntegrator`),
 the steps integrators are made of are in :mod:`.ops`, parameter checks in :mod:`.params`.
@@ -13,6 +13,7 @@ from .cell import CellFilter
 from .crescale import CRescale
 from .fire import FIRE
 from .fire2 import FIRE2
+from .hybrid import Hybrid
 from .langevin import Langevin
 from .lbfgs import LBFGS
 from .md import MDIntegrator
@@ -22,6 +23,8 @@ from .nose_hoover import NoseHooverChain
 from .npt_langevin import NPTLangevin
 from .ops import maxwell_boltzmann
 from .params import as_param, check_count, check_param, check_positive, check_range
+from .sgc_mc import SemiGrandMC
+from .swap_mc import SwapMC
 from .tempering import ReplicaExchange, geometric_ladder
 from .verlet import VelocityVerlet
 
@@ -37,12 +40,15 @@ __all__ = [
     "CRescale",
     "CellFilter",
     "FieldSpec",
+    "Hybrid",
     "Integrator",
     "Langevin",
     "MDIntegrator",
     "NPTLangevin",
     "NoseHooverChain",
     "ReplicaExchange",
+    "SemiGrandMC",
+    "SwapMC",
     "VelocityVerlet",
     "as_param",
     "check_count",

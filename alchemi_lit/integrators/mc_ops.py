@@ -1,0 +1,169 @@
+"""The steps Monte Carlo moves are made of: keyed choices, Metropolis, putting a rejected
+proposal back, the statistics a chain keeps.
+
+A move is one step of the stage: ``pre_update`` proposes (changes species, keeps
+positions), the step's one batched forward evaluates every system's proposal, and
+``post_update`` accepts or rejects it -- a rejected system gets its species, masses,
+energy, forces and stress back from the fields saved before the proposal.  Every
+choice is a function of ``(seed, system_id, total_steps)`` (:func:`~alchemi_lit.core.
+random.system_uniforms`), drawn again in ``post_update`` rather than stored: a system's
+chain is the same alone, in any batch and after a resume.  Nothing reads the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from ase.data import atomic_numbers, chemical_symbols
+
+from ..core import random as rng
+from ..core.errors import ConfigError
+from ..core.state import Batch
+from ..core.tensor_ops import on_device
+from ..core.units import kB
+from .base import FieldSpec
+
+#: what a stage keeps to put a rejected proposal back (stage-private: dropped at the end)
+SAVED: dict[str, FieldSpec] = {
+    "mc_energy": FieldSpec("system", fill=float("nan")),
+    "mc_stress": FieldSpec("system", (3, 3)),
+    "mc_forces": FieldSpec("atom", (3,)),
+}
+
+
+def species_numbers(owner: str, species: Sequence[str | int]) -> tuple[int, ...]:
+    """Element symbols or numbers as distinct atomic numbers, at least two."""
+    out = []
+    for s in species:
+        z = atomic_numbers.get(s) if isinstance(s, str) else int(s)
+        if z is None or not 0 < z < len(chemical_symbols):
+            raise ConfigError(f"{owner}: {s!r} is not an element; give symbols such as 'Cu'")
+        out.append(z)
+    if len(set(out)) != len(out) or len(out) < 2:
+        raise ConfigError(
+            f"{owner}: species must name at least two distinct elements, got {list(species)}"
+        )
+    return tuple(out)
+
+
+def draws(seed: int, batch: Batch) -> torch.Tensor:
+    """This step's four uniforms per system ``[B, 4]``: the same in pre- and post-update."""
+    return rng.system_uniforms(seed, batch.system_id, batch.total_steps, rng.PURPOSE_MC)
+
+
+def table(batch: Batch, numbers: torch.Tensor) -> torch.Tensor:
+    """A move's species (atomic numbers, a CPU tensor the integrator keeps) on the
+    batch's device, copied once (:func:`~alchemi_lit.core.tensor_ops.on_device`)."""
+    return on_device(numbers, batch.device, torch.int64)
+
+
+def species_index(batch: Batch, numbers: torch.Tensor) -> torch.Tensor:
+    """Each atom's position in ``numbers`` ``[N]`` (-1: not one of them)."""
+    hit = batch.atomic_numbers.unsqueeze(-1) == table(batch, numbers)
+    return torch.where(hit.any(-1), hit.to(torch.int64).argmax(-1), -1)
+
+
+def count(batch: Batch, atoms: torch.Tensor) -> torch.Tensor:
+    """How many atoms of ``atoms`` ``[N]`` (bool, or ``[N, k]`` counts) each system has."""
+    x = atoms.to(torch.int64)
+    out = x.new_zeros((batch.num_systems, *x.shape[1:]))
+    return out.index_add_(0, batch.system_idx, x)
+
+
+def pick(
+    batch: Batch, eligible: torch.Tensor, u: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One atom per system, uniformly among its ``eligible`` ones (``[N]`` bool), chosen by
+    ``u`` ``[B]`` on (0, 1): its batch index ``[B]`` (the system's first atom where it has
+    none) and whether it had any ``[B]``."""
+    e = eligible.to(torch.int64)
+    before = torch.cumsum(e, 0) - e  # eligible atoms before each atom, batch-wide
+    starts = batch.ptr[:-1]
+    rank = before - before.index_select(0, starts).index_select(0, batch.system_idx)
+    n = count(batch, eligible)
+    target = (u * n).floor().to(torch.int64).clamp(max=(n - 1).clamp(min=0))
+    hit = eligible & (rank == target.index_select(0, batch.system_idx))
+    rows = torch.arange(batch.num_atoms, device=batch.device)
+    index = torch.zeros_like(n).index_add_(0, batch.system_idx, torch.where(hit, rows, 0))
+    return torch.where(n > 0, index, starts), n > 0
+
+
+def metropolis(
+    delta: torch.Tensor, temperature: float | torch.Tensor, u: torch.Tensor
+) -> torch.Tensor:
+    """Accept ``[B]`` with probability ``min(1, exp(-delta / kT))`` (``delta`` in eV, the
+    temperature in K, a number or ``[B]``): ``ln u < -delta / kT``.  A NaN energy rejects."""
+    return torch.log(u) < -delta / (kB * temperature)
+
+
+def save(batch: Batch, mask: torch.Tensor) -> None:
+    """Keep the current (accepted) energy, forces and stress of ``mask``'s systems."""
+    atoms = batch.atom_mask(mask).unsqueeze(-1)
+    batch.mc_energy = torch.where(mask, batch.energy, batch.mc_energy)
+    batch.mc_stress = torch.where(mask.view(-1, 1, 1), batch.stress, batch.mc_stress)
+    batch.mc_forces = torch.where(atoms, batch.forces, batch.mc_forces)
+
+
+def restore(batch: Batch, reject: torch.Tensor) -> None:
+    """Energy, forces and stress of ``reject``'s systems back to the saved ones."""
+    atoms = batch.atom_mask(reject).unsqueeze(-1)
+    batch.energy = torch.where(reject, batch.mc_energy, batch.energy)
+    batch.stress = torch.where(reject.view(-1, 1, 1), batch.mc_stress, batch.stress)
+    batch.forces = torch.where(atoms, batch.mc_forces, batch.forces)
+
+
+def set_species(batch: Batch, a: torch.Tensor, z: torch.Tensor, mass: torch.Tensor) -> None:
+    """Species ``z[k]`` and mass ``mass[k]`` for atom ``a[k]`` ``[B]`` of each system."""
+    batch.atomic_numbers = batch.atomic_numbers.scatter(0, a, z)
+    batch.masses = batch.masses.scatter(0, a, mass)
+
+
+def keep_kinetic_energy(batch: Batch, old_masses: torch.Tensor) -> None:
+    """Atoms whose mass changed keep their kinetic energy: ``v *= sqrt(m_old / m_new)``
+    (LAMMPS ``fix atom/swap ... ke yes``, ``fix sgcmc``)."""
+    factor = (old_masses / batch.masses).sqrt().unsqueeze(-1)
+    batch.velocities = batch.velocities * factor
+
+
+def declare_statistics(batch: Batch, owner: str, numbers: torch.Tensor, width: int) -> None:
+    """The statistics kept in the results (not stage-private): attempts, acceptances, the
+    sums of the chain's energy and its square, ``mc_species`` (the move's atomic numbers)
+    and ``[B, width]`` per-kind counts (swap: pairs; semi-grand: species)."""
+    m = len(numbers)
+    if batch.has_field("mc_species") and tuple(batch.mc_species.shape[1:]) != (m,):
+        raise ConfigError(
+            f"{owner}: two Monte Carlo stages with different numbers of species share the "
+            f"batch's statistics; give them the same species"
+        )
+    for name in ("mc_attempts", "mc_accepted"):
+        batch.ensure_field(name, "system", (), torch.int64, 0)
+    for name in ("mc_energy_sum", "mc_energy_sq_sum"):
+        batch.ensure_field(name, "system", (), torch.float64, 0.0)
+    batch.ensure_field("mc_species", "system", (m,), torch.int64, 0)
+    batch.ensure_field("mc_kind_attempts", "system", (width,), torch.int64, 0)
+    batch.ensure_field("mc_kind_accepted", "system", (width,), torch.int64, 0)
+
+
+def reset_statistics(batch: Batch, mask: torch.Tensor, numbers: torch.Tensor) -> None:
+    """Fresh statistics for systems entering a Monte Carlo stage."""
+    for name in ("mc_attempts", "mc_accepted", "mc_energy_sum", "mc_energy_sq_sum"):
+        t = getattr(batch, name)
+        setattr(batch, name, t.masked_fill(mask, 0))
+    for name in ("mc_kind_attempts", "mc_kind_accepted"):
+        setattr(batch, name, getattr(batch, name).masked_fill(mask.unsqueeze(-1), 0))
+    batch.mc_species = torch.where(mask.unsqueeze(-1), table(batch, numbers), batch.mc_species)
+
+
+def record(batch: Batch, mask: torch.Tensor, accept: torch.Tensor, kind: torch.Tensor) -> None:
+    """One attempt of ``mask``'s systems, of kind ``kind`` ``[B]`` (accepted: ``accept``)."""
+    one = mask.to(torch.int64)
+    batch.mc_attempts = batch.mc_attempts + one
+    e = torch.where(mask, batch.energy.to(torch.float64), 0.0)
+    batch.mc_energy_sum = batch.mc_energy_sum + e
+    batch.mc_energy_sq_sum = batch.mc_energy_sq_sum + e * e
+    hot = torch.nn.functional.one_hot(kind.clamp(min=0), batch.mc_kind_attempts.shape[1])
+    batch.mc_kind_attempts = batch.mc_kind_attempts + hot * one.unsqueeze(-1)
+    won = (mask & accept).to(torch.int64)
+    batch.mc_accepted = batch.mc_accepted + won
+    batch.mc_kind_accepted = batch.mc_kind_accepted + hot * won.unsqueeze(-1)

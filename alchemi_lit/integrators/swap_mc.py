@@ -1,0 +1,144 @@
+"""Canonical swap Monte Carlo: exchange the species of two unlike atoms, Metropolis.
+
+One attempt a step (:mod:`.mc_ops`): ``pre_update`` picks atom ``a`` uniformly among the
+system's swappable atoms (one of ``species``, not fixed), atom ``b`` uniformly among the
+swappable atoms of another species, and exchanges their atomic numbers and masses (the
+positions stay, so neighbour lists stay valid); the step's batched forward evaluates
+every system's proposal; ``post_update`` accepts with ``min(1, exp(-ΔE / kT))`` or puts
+the species, masses, energy, forces and stress back.  The proposal is symmetric: the
+composition does not change, so picking the pair ``{a, b}`` has the same probability
+``(1/n)(1/(n - n_A) + 1/(n - n_B))`` before and after the swap, and Metropolis on ``ΔE``
+satisfies detailed balance (design record 57).  As LAMMPS ``fix atom/swap ... ke yes``,
+an accepted swap of atoms of different mass keeps each atom's kinetic energy
+(``v *= sqrt(m_old / m_new)``), which matters only in a hybrid run (:class:`~.hybrid.
+Hybrid`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import torch
+from ase.data import chemical_symbols
+
+from ..core.errors import ConfigError
+from ..core.state import Batch
+from ..core.validation import system_name
+from . import mc_ops as mc
+from . import ops
+from .base import FieldSpec, Integrator
+from .md import describe
+from .params import Param, check_temperature
+
+NO_ZERO = "the Metropolis rule exp(-ΔE / kT) needs kT > 0 (at 0 K it is a quench)"
+
+
+class SwapMC(Integrator):
+    """Canonical Monte Carlo swaps of unlike atoms, one attempt per system per step.
+
+    Args:
+        species: the elements whose atoms may swap (LAMMPS ``types``), at least two;
+            atoms of other elements and fixed atoms (``FixAtoms``) never move.
+        temperature: K, > 0 (a number, or one per system indexed by system_id).
+        steps: attempts per system.
+    """
+
+    budget_name = "steps"
+    fields: ClassVar[dict[str, FieldSpec]] = {
+        **mc.SAVED,
+        "mc_site_a": FieldSpec("system", dtype="int64"),
+        "mc_site_b": FieldSpec("system", dtype="int64"),
+    }
+
+    def __init__(self, species: Sequence[str | int], temperature: Param = 300.0, steps: int = 1000):
+        super().__init__(steps)
+        owner = type(self).__name__
+        self.species = mc.species_numbers(owner, species)
+        self.numbers = torch.tensor(self.species)  # (kept: copied to the device once)
+        self.temperature = check_temperature(owner, temperature, NO_ZERO)
+        m = len(self.species)
+        self.pairs = [(x, y) for x in range(m) for y in range(x + 1, m)]
+
+    @property
+    def steps(self) -> int:
+        return self.max_steps
+
+    def __repr__(self) -> str:
+        return f"SwapMC(species={self.species}, T={describe(self.temperature)}, steps={self.steps})"
+
+    def setup(self, batch: Batch, seed: int, prefix: str) -> None:
+        self.refuse(batch, torch.ones_like(batch.pbc[:, 0]))  # before any model call
+        super().setup(batch, seed, prefix)
+        mc.declare_statistics(batch, type(self).__name__, self.numbers, len(self.pairs))
+
+    def refuse(self, batch: Batch, mask: torch.Tensor) -> None:
+        """A system of ``mask`` with fewer than two of ``species`` among its free atoms has
+        no swap to make: a ConfigError naming it (reads the host)."""
+        idx = mc.species_index(batch, self.numbers)
+        free = (idx >= 0) & ~batch.fixed
+        hot = torch.nn.functional.one_hot(idx.clamp(min=0), len(self.species)) * free.unsqueeze(-1)
+        kinds = (mc.count(batch, hot) > 0).sum(-1)
+        rows = (mask & (kinds < 2)).nonzero().flatten().tolist()
+        if rows:
+            names = ", ".join(system_name(r, int(batch.system_id[r])) for r in rows[:5])
+            symbols = [chemical_symbols[z] for z in self.species]
+            raise ConfigError(
+                f"SwapMC(species={symbols}): {names} {'has' if len(rows) == 1 else 'have'} "
+                f"free atoms of fewer than two of these species, so no swap to make; give "
+                f"species present in every system, or run those systems without SwapMC"
+            )
+
+    def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
+        super().init_systems(batch, mask)
+        mc.reset_statistics(batch, mask, self.numbers)
+
+    def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        mc.save(batch, mask)
+        u = mc.draws(self.seed, batch)
+        eligible = (
+            batch.atom_mask(mask) & ~batch.fixed & (mc.species_index(batch, self.numbers) >= 0)
+        )
+        a, _ = mc.pick(batch, eligible, u[:, 0])
+        za = batch.atomic_numbers.index_select(0, a).index_select(0, batch.system_idx)
+        b, found = mc.pick(batch, eligible & (batch.atomic_numbers != za), u[:, 1])
+        b = torch.where(mask & found, b, a)  # no partner: a swap of a with itself
+        exchange(batch, a, b)
+        starts = batch.ptr[:-1]
+        batch.mc_site_a = torch.where(mask, a - starts, batch.mc_site_a)
+        batch.mc_site_b = torch.where(mask, b - starts, batch.mc_site_b)
+
+    def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        starts = batch.ptr[:-1]
+        a = torch.where(mask, batch.mc_site_a + starts, starts)
+        b = torch.where(mask, batch.mc_site_b + starts, starts)
+        moved = mask & (a != b)
+        delta = batch.energy - batch.mc_energy
+        temperature = ops.per_system(batch, self.temperature)
+        accept = moved & mc.metropolis(delta, temperature, mc.draws(self.seed, batch)[:, 2])
+        reject = mask & ~accept
+        old_masses = batch.masses.index_select(0, permutation(batch, a, b))
+        mc.restore(batch, reject)
+        exchange(batch, torch.where(reject, a, starts), torch.where(reject, b, starts))
+        mc.keep_kinetic_energy(
+            batch, torch.where(batch.atom_mask(accept), old_masses, batch.masses)
+        )
+        idx = mc.species_index(batch, self.numbers)
+        ia, ib = idx.index_select(0, a), idx.index_select(0, b)
+        lo, hi = torch.minimum(ia, ib), torch.maximum(ia, ib)
+        m = len(self.species)
+        kind = lo * m - lo * (lo + 1) // 2 + (hi - lo - 1)  # the pair's index in self.pairs
+        mc.record(batch, mask, accept, kind)
+
+
+def permutation(batch: Batch, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The atom order ``[N]`` with atoms ``a[k]`` and ``b[k]`` exchanged (``a == b``: none)."""
+    perm = torch.arange(batch.num_atoms, device=batch.device)
+    return perm.scatter(0, a, b).scatter(0, b, a)
+
+
+def exchange(batch: Batch, a: torch.Tensor, b: torch.Tensor) -> None:
+    """Exchange the species and masses of atoms ``a[k]`` and ``b[k]`` of each system."""
+    perm = permutation(batch, a, b)
+    batch.atomic_numbers = batch.atomic_numbers.index_select(0, perm)
+    batch.masses = batch.masses.index_select(0, perm)
