@@ -33,7 +33,8 @@ def make_replicas(structures: Any, n: int, first_group: int = 0) -> list[Any]:
     out = []
     for g, atoms in enumerate(items):
         if not isinstance(atoms, Atoms):
-            raise ConfigError(f"make_replicas: structure {g} is a {type(atoms).__name__}, not ase.Atoms")
+            kind = type(atoms).__name__
+            raise ConfigError(f"make_replicas: structure {g} is a {kind}, not an ase.Atoms")
         for k in range(int(n)):
             copy = Atoms(numbers=atoms.numbers, positions=atoms.positions, cell=atoms.cell,
                          pbc=atoms.pbc, masses=atoms.get_masses())  # fmt: skip
@@ -89,7 +90,8 @@ def group_rows(batch: Any, mask: Any, n: int, owner: str) -> dict[int, list[tupl
         if info.get(GROUP_KEY) is None or info.get(RUNG_KEY) is None:
             raise ConfigError(
                 f"{owner}: system_id {ids[r]} is not a replica (no info['replica_group'] and "
-                f"info['replica']); make the replicas with alchemi_lit.data.make_replicas(structures, n)"
+                f"info['replica']); make the replicas with "
+                f"alchemi_lit.data.make_replicas(structures, n)"
             )
         found.setdefault(int(info[GROUP_KEY]), []).append((r, int(info[RUNG_KEY])))
     for g, members in found.items():

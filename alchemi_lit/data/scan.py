@@ -20,8 +20,8 @@ from ..core.batched_validation import validate_structures
 from ..core.errors import ConfigError, StructureError
 from ..core.structure_hash import StructureHashes
 from .bands import path_of, runs_of_paths
-from .replicas import group_of, group_runs
 from .datasets import Subset, parse_shard, shard_range
+from .replicas import group_of, group_runs
 
 #: structures read together in a streamed pass (few enough that a lazily read dataset
 #: is never all in memory)

@@ -14,6 +14,7 @@ from .crescale import CRescale
 from .fire import FIRE
 from .fire2 import FIRE2
 from .hybrid import Hybrid
+from .ladder import geometric_ladder
 from .langevin import Langevin
 from .lbfgs import LBFGS
 from .md import MDIntegrator
@@ -25,7 +26,7 @@ from .ops import maxwell_boltzmann
 from .params import as_param, check_count, check_param, check_positive, check_range
 from .sgc_mc import SemiGrandMC
 from .swap_mc import SwapMC
-from .tempering import ReplicaExchange, geometric_ladder
+from .tempering import ReplicaExchange
 from .verlet import VelocityVerlet
 
 __all__ = [

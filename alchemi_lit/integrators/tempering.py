@@ -10,18 +10,17 @@ have to re-implement the step.  The replicas of a group are ordinary systems (co
 made by :func:`~alchemi_lit.data.replicas.make_replicas`, sharing
 ``info["replica_group"]``), which the sampler takes whole, as it takes a band.
 
-The wrapped thermostat reads each system's temperature from the batch field
-``rex_temperature`` (:class:`~.params.Rows`), so exchanging temperatures between two
-rows is a write of two numbers; the move itself is :mod:`.exchange`.
+The wrapped stage (a thermostat, swap Monte Carlo, or a Hybrid of both) reads each
+system's temperature from the batch field ``rex_temperature`` (:class:`~.params.Rows`),
+so exchanging temperatures between two rows is a write of two numbers; the move itself
+is :mod:`.exchange`.  (The attribute keeps the name ``md`` for a Monte Carlo stage too.)
 """
 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from ..core.errors import ConfigError
@@ -31,73 +30,60 @@ from ..data.replicas import group_rows
 from . import exchange
 from .base import Integrator
 from .bussi import Bussi
+from .hybrid import Hybrid
+from .ladder import check_ladder
 from .langevin import Langevin
-from .md import MDIntegrator
 from .nose_hoover import NoseHooverChain
 from .params import Rows, check_count
+from .swap_mc import SwapMC
 
-#: thermostats that sample the canonical ensemble (what the acceptance assumes)
-CANONICAL = (Langevin, Bussi, NoseHooverChain)
+#: stages that sample the canonical ensemble at their temperature (what the acceptance
+#: assumes): thermostats and swap Monte Carlo
+CANONICAL = (Langevin, Bussi, NoseHooverChain, SwapMC)
 
 
-def check_ladder(owner: str, temperatures: Sequence[float]) -> list[float]:
-    """A temperature ladder: at least 2 finite temperatures > 0 K, strictly increasing."""
-    values = [float(t) for t in np.asarray(temperatures, dtype=np.float64).ravel()]
-    if len(values) < 2:
+def tempered(owner: str, stage: Integrator) -> Integrator:
+    """A copy of ``stage`` whose temperature is each row's ``rex_temperature`` (a
+    :class:`Hybrid`: its MD and MC parts both); a stage that does not sample the
+    canonical ensemble at its temperature is refused."""
+    if isinstance(stage, Hybrid):
+        inner = copy.copy(stage)
+        inner.md, inner.mc = tempered(owner, stage.md), tempered(owner, stage.mc)
+        return inner
+    if not isinstance(stage, CANONICAL):
+        names = ", ".join(c.__name__ for c in CANONICAL)
         raise ConfigError(
-            f"{owner}: a temperature ladder needs at least 2 temperatures (replicas), got "
-            f"{values}; e.g. temperatures=geometric_ladder(300, 600, 8)"
+            f"{owner}: the stage must sample the canonical ensemble at its temperature "
+            f"({names}, or a Hybrid of them), got {stage!r}; the exchange acceptance assumes "
+            f"it (NVE, Berendsen, barostats and SemiGrandMC's chemical potentials do not)"
         )
-    if not all(math.isfinite(t) and t > 0 for t in values):
-        raise ConfigError(f"{owner}: every ladder temperature must be finite and > 0 K, got {values}")
-    steps = [k for k in range(len(values) - 1) if not values[k + 1] > values[k]]
-    if steps:
-        k = steps[0]
-        raise ConfigError(
-            f"{owner}: the ladder must increase strictly, but temperature {k + 1} "
-            f"({values[k + 1]:g} K) is not above temperature {k} ({values[k]:g} K); sort it "
-            f"(sorted(...)) and drop repeats"
-        )
-    return values
-
-
-def geometric_ladder(t_min: float, t_max: float, n: int) -> list[float]:
-    """``n`` temperatures from ``t_min`` to ``t_max`` (K) in a constant ratio: equal
-    exchange acceptance between neighbours where the heat capacity is constant."""
-    n = check_count("geometric_ladder", "n", n, 2, "the number of replicas")
-    if not (0 < float(t_min) < float(t_max) and math.isfinite(float(t_max))):
-        raise ConfigError(f"geometric_ladder: need 0 < t_min < t_max, got {t_min}, {t_max}")
-    return np.geomspace(float(t_min), float(t_max), n).tolist()
+    inner = copy.copy(stage)
+    inner.temperature = Rows(exchange.TEMPERATURE)
+    return inner
 
 
 class ReplicaExchange(Integrator):
-    """Parallel tempering: ``md`` at a ladder of temperatures, one replica per rung,
+    """Parallel tempering: ``stage`` at a ladder of temperatures, one replica per rung,
     exchanges between neighbours every ``every`` steps (see :mod:`.exchange`).
 
     Args:
-        md: a canonical thermostat (Langevin, Bussi, NoseHooverChain); its own
-            ``temperature`` is replaced by the ladder, its ``steps`` is the stage's.
+        stage: a canonical thermostat (Langevin, Bussi, NoseHooverChain), swap Monte
+            Carlo (SwapMC) or a Hybrid of the two; its own ``temperature`` is replaced by
+            the ladder, its ``steps`` is the stage's.
         temperatures: the ladder in K, strictly increasing, at least 2 (one per replica).
         every: steps between exchange attempts (>= 1); even and odd pairs alternate.
     """
 
     budget_name = "steps"
 
-    def __init__(self, md: MDIntegrator, temperatures: Sequence[float], every: int = 100) -> None:
+    def __init__(self, stage: Integrator, temperatures: Sequence[float], every: int = 100) -> None:
         owner = type(self).__name__
-        if not isinstance(md, CANONICAL):
-            names = ", ".join(c.__name__ for c in CANONICAL)
-            raise ConfigError(
-                f"{owner}: md must be a canonical thermostat ({names}), got {md!r}; the "
-                f"exchange acceptance assumes the canonical ensemble (NVE, Berendsen and "
-                f"barostats do not sample it)"
-            )
+        self.md = tempered(owner, stage)
         self._ladder = torch.tensor(check_ladder(owner, temperatures), dtype=torch.float64)
         self.every = check_count(owner, "every", every, 1, "steps between exchange attempts")
-        super().__init__(md.max_steps)
-        self.md = copy.copy(md)
-        self.md.temperature = Rows(exchange.TEMPERATURE)
-        self.fields = dict(md.fields)  # (the thermostat's: stage-private)
+        super().__init__(stage.max_steps)
+        self.fields = dict(stage.fields)  # (the stage's own: stage-private)
+        self.requires_stress = getattr(stage, "requires_stress", False)
 
     @property
     def temperatures(self) -> list[float]:
@@ -110,7 +96,8 @@ class ReplicaExchange(Integrator):
 
     def __repr__(self) -> str:
         t = self.temperatures
-        return f"ReplicaExchange({self.md!r}, {len(t)} replicas {t[0]:g}-{t[-1]:g} K, every={self.every})"
+        rungs = f"{len(t)} replicas {t[0]:g}-{t[-1]:g} K"
+        return f"ReplicaExchange({self.md!r}, {rungs}, every={self.every})"
 
     def compile(self) -> None:
         super().compile()
@@ -144,7 +131,8 @@ class ReplicaExchange(Integrator):
         ladder = on_device(self._ladder, batch.device, batch.dtype)
         rung = getattr(batch, exchange.RUNG)
         t = ladder.index_select(0, rung.clamp(0, len(ladder) - 1))
-        setattr(batch, exchange.TEMPERATURE, torch.where(mask, t, getattr(batch, exchange.TEMPERATURE)))
+        old = getattr(batch, exchange.TEMPERATURE)
+        setattr(batch, exchange.TEMPERATURE, torch.where(mask, t, old))
         end = getattr(batch, exchange.END)
         setattr(batch, exchange.END, torch.where(mask, torch.where(rung == 0, 0, -1), end))
         trips = getattr(batch, exchange.TRIPS)

@@ -12,9 +12,9 @@ an ``AssertionError`` naming the promise that is broken.
 on a CPU, everything but the graph itself (:mod:`.graphs`).
 ``shape_sensitive_blas()`` makes every matrix product round by its shape, as a BLAS
 library's kernels may on another processor, so a value that depends on its batch mates
-shows on any machine; ``DoubleWell`` is an analytic double-well model whose
-Boltzmann marginals are known by quadrature; ``count_products()`` lists the products a computation makes
-(:mod:`.blas`).
+shows on any machine; ``count_products()`` lists the products a computation makes
+(:mod:`.blas`).  ``DoubleWell`` is an analytic double-well model whose Boltzmann
+marginals are known by quadrature (:mod:`.models`).
 """
 
 from .accelerator import StepProbe, accelerator_path

@@ -28,6 +28,7 @@ from ..integrators import FIRE
 from ..models.base import Model
 from ..simulator import Simulator
 
+
 class DoubleWell(Model):
     """An analytic double well for every atom, no interactions: ``U = barrier (x² - a²)²
     / a⁴ + spring (y² + z²) / 2`` (eV, Å), so ``x`` has two minima at ``±a`` separated by
