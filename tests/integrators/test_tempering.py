@@ -249,3 +249,24 @@ def test_bad_ladders_and_inputs_are_refused_before_the_run():
         sim.run(make_replicas(particle(), 2))
     with pytest.raises(ConfigError, match="never split"):
         SizeAwareSampler(make_replicas(particle(), 4), max_atoms=100, max_systems=3)
+
+
+def test_the_ladder_acceptance_and_round_trips_are_reported():
+    import io
+
+    from rich.console import Console
+
+    from alchemi_lit.callbacks import ProgressBar
+
+    out = io.StringIO()
+    bar = ProgressBar(every=5, console=Console(force_terminal=True, file=out, width=250))
+    results = run(make_replicas([particle(-1.0), particle(0.8)], len(LADDER)), callbacks=[bar])
+    b = results.batch
+    rates = " ".join(f"{100 * a / n:.0f}%" for a, n in zip(b.rex_accepts.sum(0).tolist(),
+                                                          b.rex_attempts.sum(0).tolist()))
+    trips = int(b.rex_round_trips.sum())
+    assert f"ladder 150-1200 K (4): accepted {rates}, {trips} round trips" in out.getvalue()
+    table = results.to_pandas()
+    assert sorted(table["temperature"]) == pytest.approx(sorted(LADDER * 2))
+    assert table["replica_group"].tolist() == [0] * 4 + [1] * 4
+    assert table["round_trips"].sum() == trips
