@@ -171,8 +171,8 @@ class Results(Sequence[Any]):
         from, else None); after a replica exchange ``replica_group``, ``temperature``
         (K, the rung each replica ended at) and ``round_trips``; then, per stage of the
         plan, ``steps[NAME]``, ``exit_reason[NAME]`` and ``energy[NAME]`` (eV when it left
-        the stage) with ``NAME`` the stage label (``0:FIRE``; ``0:FIRE|0:Langevin`` for a column the runs
-        of a store read whole filled with different stages).  Energies, forces and
+        the stage) with ``NAME`` the stage label (``0:FIRE``; ``0:FIRE|0:Langevin`` for a
+        column the runs of a store read whole filled with different stages).  Energies, forces and
         stress are NaN for a system never evaluated.
         """
         import pandas as pd
