@@ -19,6 +19,9 @@ Commands:
   ``cell``: the Frechet cell filter, cell forces in the criterion);
 * ``{"cmd": "nvt", "steps": 50, "dt_fs": 1.0, "temperature": 300, "friction": 0.01}``
   -- ``ts.integrate`` with ``nvt_langevin``, all systems in one batch;
+* ``{"cmd": "swap_mc", "steps": 20, "temperature": 800, "seed": 0}`` -- TorchSim's
+  ``swap_mc_init`` / ``swap_mc_step`` (Metropolis swaps of unlike atoms' positions), all
+  systems in one state: seconds of the steps and the accepted swaps;
 * ``{"cmd": "quit"}``.
 """
 
@@ -246,6 +249,28 @@ def build_mace(arch: dict[str, Any]) -> Any:
     )
 
 
+def swap_mc(worker: Worker, cmd: dict[str, Any]) -> dict[str, Any]:
+    """``steps`` swap Monte Carlo steps of every system (see the module docstring)."""
+    import torch_sim as ts
+    from ase.units import kB
+
+    torch = worker.torch
+    state = worker.state(cmd.get("systems"))
+    kt, steps, seed = kB * float(cmd["temperature"]), int(cmd["steps"]), int(cmd.get("seed", 0))
+    mc = ts.swap_mc_init(state, worker.model)  # (0.6: state first)
+    rng = torch.Generator().manual_seed(seed)  # one stream for the run (0.6's advice)
+    start = torch.arange(mc.n_atoms)
+    accepted = 0
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        mc = ts.swap_mc_step(mc, worker.model, kT=kt, rng=rng)
+        moved = (mc.last_permutation != start).to(torch.int64)
+        accepted += int((torch.zeros(mc.n_systems, dtype=torch.int64)
+                         .index_add_(0, mc.system_idx, moved) > 0).sum())  # fmt: skip
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "accepted": accepted, "attempts": steps * int(mc.n_systems)}
+
+
 def main() -> int:
     worker = Worker(sys.argv[1])
     handlers = {
@@ -254,6 +279,7 @@ def main() -> int:
         "forward": worker.forward,
         "relax": worker.relax,
         "nvt": worker.nvt,
+        "swap_mc": lambda cmd: swap_mc(worker, cmd),
     }
     for line in sys.stdin:
         if not line.strip():

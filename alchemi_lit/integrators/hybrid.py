@@ -39,7 +39,7 @@ class Hybrid(Integrator):
     def __init__(self, md: MDIntegrator, mc: Integrator, every: int = 10) -> None:
         if not isinstance(md, MDIntegrator):
             raise TypeError(f"Hybrid: md must be an MD integrator (Langevin(...)), got {md!r}")
-        if not hasattr(mc, "numbers"):
+        if not hasattr(mc, "_numbers"):
             raise TypeError(f"Hybrid: mc must be a Monte Carlo move (SwapMC(...)), got {mc!r}")
         self.every = check_count("Hybrid", "every", every, 1, "MD steps between attempts")
         super().__init__(md.steps + md.steps // self.every)

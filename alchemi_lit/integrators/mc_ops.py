@@ -64,6 +64,13 @@ def species_index(batch: Batch, numbers: torch.Tensor) -> torch.Tensor:
     return torch.where(hit.any(-1), hit.to(torch.int64).argmax(-1), -1)
 
 
+def one_hot(index: torch.Tensor, width: int) -> torch.Tensor:
+    """``[..., width]`` int64 indicators of ``index`` (-1 or beyond: none); not
+    ``torch.nn.functional.one_hot``, which reads the largest index on the host."""
+    columns = torch.arange(width, device=index.device)
+    return (index.unsqueeze(-1) == columns).to(torch.int64)
+
+
 def count(batch: Batch, atoms: torch.Tensor) -> torch.Tensor:
     """How many atoms of ``atoms`` ``[N]`` (bool, or ``[N, k]`` counts) each system has."""
     x = atoms.to(torch.int64)
@@ -126,10 +133,13 @@ def keep_kinetic_energy(batch: Batch, old_masses: torch.Tensor) -> None:
     batch.velocities = batch.velocities * factor
 
 
-def declare_statistics(batch: Batch, owner: str, numbers: torch.Tensor, width: int) -> None:
+def declare_statistics(batch: Batch, owner: str, numbers: torch.Tensor, kinds: str) -> None:
     """The statistics kept in the results (not stage-private): attempts, acceptances, the
     sums of the chain's energy and its square, ``mc_species`` (the move's atomic numbers)
-    and ``[B, width]`` per-kind counts (swap: pairs; semi-grand: species)."""
+    and, per kind of move, ``mc_{kinds}_attempts`` / ``_accepted`` ``[B, k]`` (``kinds``:
+    ``"pair"``, a swap's species pairs in order (0, 1), (0, 2) ... (1, 2) ...;
+    ``"species"``, a change's new species, with ``mc_count_sum`` ``[B, m]``, the species'
+    counts summed over the attempts)."""
     m = len(numbers)
     if batch.has_field("mc_species") and tuple(batch.mc_species.shape[1:]) != (m,):
         raise ConfigError(
@@ -141,29 +151,46 @@ def declare_statistics(batch: Batch, owner: str, numbers: torch.Tensor, width: i
     for name in ("mc_energy_sum", "mc_energy_sq_sum"):
         batch.ensure_field(name, "system", (), torch.float64, 0.0)
     batch.ensure_field("mc_species", "system", (m,), torch.int64, 0)
-    batch.ensure_field("mc_kind_attempts", "system", (width,), torch.int64, 0)
-    batch.ensure_field("mc_kind_accepted", "system", (width,), torch.int64, 0)
+    width = m * (m - 1) // 2 if kinds == "pair" else m
+    for name in (f"mc_{kinds}_attempts", f"mc_{kinds}_accepted"):
+        batch.ensure_field(name, "system", (width,), torch.int64, 0)
+    if kinds == "species":
+        batch.ensure_field("mc_count_sum", "system", (m,), torch.float64, 0.0)
+
+
+#: the statistics of :func:`declare_statistics` (those a batch has)
+STATISTICS = ("mc_attempts", "mc_accepted", "mc_energy_sum", "mc_energy_sq_sum",
+              "mc_pair_attempts", "mc_pair_accepted", "mc_species_attempts",
+              "mc_species_accepted", "mc_count_sum")  # fmt: skip
 
 
 def reset_statistics(batch: Batch, mask: torch.Tensor, numbers: torch.Tensor) -> None:
     """Fresh statistics for systems entering a Monte Carlo stage."""
-    for name in ("mc_attempts", "mc_accepted", "mc_energy_sum", "mc_energy_sq_sum"):
+    for name in (n for n in STATISTICS if batch.has_field(n)):
         t = getattr(batch, name)
-        setattr(batch, name, t.masked_fill(mask, 0))
-    for name in ("mc_kind_attempts", "mc_kind_accepted"):
-        setattr(batch, name, getattr(batch, name).masked_fill(mask.unsqueeze(-1), 0))
+        setattr(batch, name, t.masked_fill(mask.view(-1, *[1] * (t.dim() - 1)), 0))
     batch.mc_species = torch.where(mask.unsqueeze(-1), table(batch, numbers), batch.mc_species)
 
 
-def record(batch: Batch, mask: torch.Tensor, accept: torch.Tensor, kind: torch.Tensor) -> None:
+def record(
+    batch: Batch, mask: torch.Tensor, accept: torch.Tensor, kind: torch.Tensor, kinds: str
+) -> None:
     """One attempt of ``mask``'s systems, of kind ``kind`` ``[B]`` (accepted: ``accept``)."""
-    one = mask.to(torch.int64)
+    one, won = mask.to(torch.int64), (mask & accept).to(torch.int64)
     batch.mc_attempts = batch.mc_attempts + one
+    batch.mc_accepted = batch.mc_accepted + won
     e = torch.where(mask, batch.energy.to(torch.float64), 0.0)
     batch.mc_energy_sum = batch.mc_energy_sum + e
     batch.mc_energy_sq_sum = batch.mc_energy_sq_sum + e * e
-    hot = torch.nn.functional.one_hot(kind.clamp(min=0), batch.mc_kind_attempts.shape[1])
-    batch.mc_kind_attempts = batch.mc_kind_attempts + hot * one.unsqueeze(-1)
-    won = (mask & accept).to(torch.int64)
-    batch.mc_accepted = batch.mc_accepted + won
-    batch.mc_kind_accepted = batch.mc_kind_accepted + hot * won.unsqueeze(-1)
+    tried, took = f"mc_{kinds}_attempts", f"mc_{kinds}_accepted"
+    hot = one_hot(kind, getattr(batch, tried).shape[1])
+    setattr(batch, tried, getattr(batch, tried) + hot * one.unsqueeze(-1))
+    setattr(batch, took, getattr(batch, took) + hot * won.unsqueeze(-1))
+
+
+def record_counts(batch: Batch, mask: torch.Tensor, numbers: torch.Tensor) -> None:
+    """Add the species' counts of ``mask``'s systems to ``mc_count_sum`` (their mean
+    composition is ``mc_count_sum / mc_attempts``)."""
+    counts = count(batch, one_hot(species_index(batch, numbers), len(numbers)))
+    counts = torch.where(mask.unsqueeze(-1), counts.to(torch.float64), 0.0)
+    batch.mc_count_sum = batch.mc_count_sum + counts

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 import torch
-from ase.data import atomic_masses
+from ase.data import atomic_masses, chemical_symbols
 
 from ..core.errors import ConfigError
 from ..core.state import Batch
@@ -67,16 +67,17 @@ class SemiGrandMC(Integrator):
                 f"{owner}: chemical_potentials must map elements to eV, e.g. "
                 f"{{'Cu': 0.0, 'Au': -0.2}}; got {type(chemical_potentials).__name__}"
             )
-        self.species = mc.species_numbers(owner, list(chemical_potentials))
-        self.numbers = torch.tensor(self.species)  # (kept: copied to the device once)
-        self.masses = torch.tensor(atomic_masses[list(self.species)], dtype=torch.float64)
-        self.mu = [float(v) for v in chemical_potentials.values()]
-        if not all(abs(v) < float("inf") for v in self.mu):
+        numbers = mc.species_numbers(owner, list(chemical_potentials))
+        self.species = tuple(chemical_symbols[z] for z in numbers)
+        self._numbers = torch.tensor(numbers)  # (kept: copied to the device once)
+        self._masses = torch.tensor(atomic_masses[list(numbers)], dtype=torch.float64)
+        mu = [float(v) for v in chemical_potentials.values()]
+        if not all(abs(v) < float("inf") for v in mu):
             raise ConfigError(
                 f"{owner}: chemical potentials must be finite, got {dict(chemical_potentials)}"
             )
-        self.chemical_potentials = dict(zip([str(k) for k in chemical_potentials], self.mu))
-        self.mu_table = torch.tensor(self.mu, dtype=torch.float64)
+        self.chemical_potentials = dict(zip(self.species, mu))
+        self._mu = torch.tensor(mu, dtype=torch.float64)
         self.temperature = check_temperature(owner, temperature, NO_ZERO)
 
     @property
@@ -90,12 +91,12 @@ class SemiGrandMC(Integrator):
     def setup(self, batch: Batch, seed: int, prefix: str) -> None:
         self.refuse(batch, torch.ones_like(batch.pbc[:, 0]))
         super().setup(batch, seed, prefix)
-        mc.declare_statistics(batch, type(self).__name__, self.numbers, len(self.species))
+        mc.declare_statistics(batch, type(self).__name__, self._numbers, "species")
 
     def refuse(self, batch: Batch, mask: torch.Tensor) -> None:
         """A system of ``mask`` without a free atom of the given species has nothing to
         change: a ConfigError naming it (reads the host)."""
-        free = (mc.species_index(batch, self.numbers) >= 0) & ~batch.fixed
+        free = (mc.species_index(batch, self._numbers) >= 0) & ~batch.fixed
         rows = (mask & (mc.count(batch, free) == 0)).nonzero().flatten().tolist()
         if rows:
             names = ", ".join(system_name(r, int(batch.system_id[r])) for r in rows[:5])
@@ -107,12 +108,12 @@ class SemiGrandMC(Integrator):
 
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
         super().init_systems(batch, mask)
-        mc.reset_statistics(batch, mask, self.numbers)
+        mc.reset_statistics(batch, mask, self._numbers)
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
         mc.save(batch, mask)
         u = mc.draws(self.seed, batch)
-        idx = mc.species_index(batch, self.numbers)
+        idx = mc.species_index(batch, self._numbers)
         a, found = mc.pick(batch, batch.atom_mask(mask) & ~batch.fixed & (idx >= 0), u[:, 0])
         moved, m = mask & found, len(self.species)
         old = idx.index_select(0, a)
@@ -122,8 +123,8 @@ class SemiGrandMC(Integrator):
         batch.mc_old_species = torch.where(mask, torch.where(moved, old, -1), batch.mc_old_species)
         batch.mc_old_mass = torch.where(mask, here_m, batch.mc_old_mass)
         batch.mc_site_a = torch.where(mask, a - batch.ptr[:-1], batch.mc_site_a)
-        masses = on_device(self.masses, batch.device, batch.dtype)
-        z = torch.where(moved, mc.table(batch, self.numbers)[new], here_z)
+        masses = on_device(self._masses, batch.device, batch.dtype)
+        z = torch.where(moved, mc.table(batch, self._numbers)[new], here_z)
         mc.set_species(batch, a, z, torch.where(moved, masses[new], here_m))
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
@@ -131,8 +132,8 @@ class SemiGrandMC(Integrator):
         a = torch.where(mask, batch.mc_site_a + starts, starts)
         old = batch.mc_old_species.clamp(min=0)
         moved = mask & (batch.mc_old_species >= 0)
-        new = mc.species_index(batch, self.numbers).index_select(0, a).clamp(min=0)
-        mu = on_device(self.mu_table, batch.device, batch.dtype)
+        new = mc.species_index(batch, self._numbers).index_select(0, a).clamp(min=0)
+        mu = on_device(self._mu, batch.device, batch.dtype)
         delta = batch.energy - batch.mc_energy - (mu[new] - mu[old])
         temperature = ops.per_system(batch, self.temperature)
         accept = moved & mc.metropolis(delta, temperature, mc.draws(self.seed, batch)[:, 2])
@@ -141,8 +142,9 @@ class SemiGrandMC(Integrator):
         here_z, here_m = batch.atomic_numbers.index_select(0, a), batch.masses.index_select(0, a)
         old_mass = torch.where(moved, batch.mc_old_mass, here_m)
         at_a = torch.zeros_like(batch.masses).scatter(0, a, old_mass)  # old masses at the sites
-        old_z = torch.where(reject, mc.table(batch, self.numbers)[old], here_z)
+        old_z = torch.where(reject, mc.table(batch, self._numbers)[old], here_z)
         mc.set_species(batch, a, old_z, torch.where(reject, old_mass, here_m))
         changed = batch.atom_mask(accept) & (at_a > 0)
         mc.keep_kinetic_energy(batch, torch.where(changed, at_a, batch.masses))
-        mc.record(batch, mask, accept, new)
+        mc.record(batch, mask, accept, new, "species")
+        mc.record_counts(batch, mask, self._numbers)

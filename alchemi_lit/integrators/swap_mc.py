@@ -54,8 +54,9 @@ class SwapMC(Integrator):
     def __init__(self, species: Sequence[str | int], temperature: Param = 300.0, steps: int = 1000):
         super().__init__(steps)
         owner = type(self).__name__
-        self.species = mc.species_numbers(owner, species)
-        self.numbers = torch.tensor(self.species)  # (kept: copied to the device once)
+        numbers = mc.species_numbers(owner, species)
+        self.species = tuple(chemical_symbols[z] for z in numbers)
+        self._numbers = torch.tensor(numbers)  # (kept: copied to the device once)
         self.temperature = check_temperature(owner, temperature, NO_ZERO)
         m = len(self.species)
         self.pairs = [(x, y) for x in range(m) for y in range(x + 1, m)]
@@ -70,19 +71,19 @@ class SwapMC(Integrator):
     def setup(self, batch: Batch, seed: int, prefix: str) -> None:
         self.refuse(batch, torch.ones_like(batch.pbc[:, 0]))  # before any model call
         super().setup(batch, seed, prefix)
-        mc.declare_statistics(batch, type(self).__name__, self.numbers, len(self.pairs))
+        mc.declare_statistics(batch, type(self).__name__, self._numbers, "pair")
 
     def refuse(self, batch: Batch, mask: torch.Tensor) -> None:
         """A system of ``mask`` with fewer than two of ``species`` among its free atoms has
         no swap to make: a ConfigError naming it (reads the host)."""
-        idx = mc.species_index(batch, self.numbers)
+        idx = mc.species_index(batch, self._numbers)
         free = (idx >= 0) & ~batch.fixed
-        hot = torch.nn.functional.one_hot(idx.clamp(min=0), len(self.species)) * free.unsqueeze(-1)
+        hot = mc.one_hot(torch.where(free, idx, -1), len(self.species))
         kinds = (mc.count(batch, hot) > 0).sum(-1)
         rows = (mask & (kinds < 2)).nonzero().flatten().tolist()
         if rows:
             names = ", ".join(system_name(r, int(batch.system_id[r])) for r in rows[:5])
-            symbols = [chemical_symbols[z] for z in self.species]
+            symbols = list(self.species)
             raise ConfigError(
                 f"SwapMC(species={symbols}): {names} {'has' if len(rows) == 1 else 'have'} "
                 f"free atoms of fewer than two of these species, so no swap to make; give "
@@ -91,13 +92,13 @@ class SwapMC(Integrator):
 
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
         super().init_systems(batch, mask)
-        mc.reset_statistics(batch, mask, self.numbers)
+        mc.reset_statistics(batch, mask, self._numbers)
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
         mc.save(batch, mask)
         u = mc.draws(self.seed, batch)
         eligible = (
-            batch.atom_mask(mask) & ~batch.fixed & (mc.species_index(batch, self.numbers) >= 0)
+            batch.atom_mask(mask) & ~batch.fixed & (mc.species_index(batch, self._numbers) >= 0)
         )
         a, _ = mc.pick(batch, eligible, u[:, 0])
         za = batch.atomic_numbers.index_select(0, a).index_select(0, batch.system_idx)
@@ -123,12 +124,12 @@ class SwapMC(Integrator):
         mc.keep_kinetic_energy(
             batch, torch.where(batch.atom_mask(accept), old_masses, batch.masses)
         )
-        idx = mc.species_index(batch, self.numbers)
+        idx = mc.species_index(batch, self._numbers)
         ia, ib = idx.index_select(0, a), idx.index_select(0, b)
         lo, hi = torch.minimum(ia, ib), torch.maximum(ia, ib)
         m = len(self.species)
         kind = lo * m - lo * (lo + 1) // 2 + (hi - lo - 1)  # the pair's index in self.pairs
-        mc.record(batch, mask, accept, kind)
+        mc.record(batch, mask, accept, kind, "pair")
 
 
 def permutation(batch: Batch, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -172,8 +172,12 @@ class Results(Sequence[Any]):
         (K, the rung each replica ended at) and ``round_trips``; then, per stage of the
         plan, ``steps[NAME]``, ``exit_reason[NAME]`` and ``energy[NAME]`` (eV when it left
         the stage) with ``NAME`` the stage label (``0:FIRE``; ``0:FIRE|0:Langevin`` for a
-        column the runs of a store read whole filled with different stages).  Energies, forces and
-        stress are NaN for a system never evaluated.
+        column the runs of a store read whole filled with different stages); after a Monte
+        Carlo stage (:class:`~alchemi_lit.integrators.SwapMC`, ...) its chain's statistics,
+        ``mc_attempts``, ``mc_accepted``, ``mc_acceptance``, ``mc_energy_mean``,
+        ``mc_energy_std`` and per species pair or new species
+        (:func:`~alchemi_lit.io.results_table.mc_columns`).  Energies, forces and stress
+        are NaN for a system never evaluated.
         """
         import pandas as pd
 

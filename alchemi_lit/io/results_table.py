@@ -73,7 +73,40 @@ def table_of(batch: Batch | None, stage_names: Sequence[str] | None) -> dict[str
                 table[f"exit_reason[{name}]"] = _reasons(s["stage_exit"][:, j])
             if "stage_energy" in s:
                 table[f"energy[{name}]"] = s["stage_energy"][:, j].astype(np.float64)
+    if "mc_attempts" in s:
+        table.update(mc_columns(s))
     return table
+
+
+def mc_columns(s: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A Monte Carlo stage's chain statistics (:mod:`~alchemi_lit.integrators.mc_ops`):
+    attempts, acceptances, the chain's mean energy and its spread (eV), per species pair
+    of a swap (``mc_accepted[Cu-Au]``) or per new species of a semi-grand change
+    (``mc_accepted[->Au]``) and the mean fraction of each species (``mc_fraction[Au]``)."""
+    from ase.data import chemical_symbols
+
+    n = s["mc_attempts"]
+    per = np.where(n > 0, 1.0 / np.maximum(n, 1), np.nan)
+    mean = s["mc_energy_sum"] * per
+    out: dict[str, Any] = {
+        "mc_attempts": n,
+        "mc_accepted": s["mc_accepted"],
+        "mc_acceptance": s["mc_accepted"] * per,
+        "mc_energy_mean": mean,
+        "mc_energy_std": np.sqrt(np.maximum(s["mc_energy_sq_sum"] * per - mean**2, 0.0)),
+    }
+    symbols = [chemical_symbols[z] for z in s["mc_species"][0]] if len(n) else []
+    if "mc_pair_attempts" in s:
+        pairs = [(a, b) for i, a in enumerate(symbols) for b in symbols[i + 1 :]]
+        for k, (a, b) in enumerate(pairs):
+            out[f"mc_attempts[{a}-{b}]"] = s["mc_pair_attempts"][:, k]
+            out[f"mc_accepted[{a}-{b}]"] = s["mc_pair_accepted"][:, k]
+    if "mc_species_attempts" in s:
+        for k, a in enumerate(symbols):
+            out[f"mc_attempts[->{a}]"] = s["mc_species_attempts"][:, k]
+            out[f"mc_accepted[->{a}]"] = s["mc_species_accepted"][:, k]
+            out[f"mc_fraction[{a}]"] = s["mc_count_sum"][:, k] * per / s["n_atoms"]
+    return out
 
 
 def pick(table: dict[str, Any], columns: list[str] | None) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from ase.data import atomic_numbers
 from ase.units import Bohr
 
 from ..core.state import Batch
+from ..core.tensor_ops import on_device
 from .base import Model, per_system_sum
 from .neighbors import Edges
 
@@ -67,6 +68,9 @@ _BOHR_POWER = (0, 1, 0, -1, -1, -1, -3)
 BETA = 1.809
 #: Value of the Fermi cutoff at the fourth-neighbour fcc distance (fixes its slope).
 _CUTOFF_EPS = 1e-4
+#: squared distances (in units of the first) and sizes of the first three fcc shells
+_SHELLS = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+_SHELL_COUNTS = torch.tensor([12.0, 6.0, 24.0], dtype=torch.float64)
 _MAX_S0 = max(p[1] for p in _PARAMETERS.values()) * Bohr
 
 
@@ -133,8 +137,10 @@ class EMT(Model):
 
         # fcc reference sums over the first three shells, per atom since rc and acut
         # may differ between systems.
-        shells = torch.tensor([1.0, 2.0, 3.0], dtype=dtype, device=p.device).sqrt()
-        counts = torch.tensor([12.0, 6.0, 24.0], dtype=dtype, device=p.device) / 12.0
+        # (constants copied once, not made from Python values in every forward: a CUDA
+        # graph cannot capture that)
+        shells = on_device(_SHELLS, p.device, dtype).sqrt()
+        counts = on_device(_SHELL_COUNTS, p.device, dtype) / 12.0
         rc_a, acut_a = rc_sys[batch.system_idx, None], acut_sys[batch.system_idx, None]
         r1 = (BETA * s0)[:, None]
         r_shell = r1 * shells

@@ -4,16 +4,19 @@ material in one batched run.
 Nudged elastic bands (:mod:`.neb`: bands built with ASE's interpolation; results per
 band in :mod:`.bands`) and materials properties, each a small module (``eos``,
 ``elastic``, ``phonons``) over a shared job runner (:mod:`.jobs`) and per-material table
-(:mod:`.base`).
+(:mod:`.base`); orderings of partially occupied structures (:mod:`.order`).
 """
 
 from ..io.bands import Band, BandResults, band_results
 from .elastic import ElasticResults, elastic
 from .eos import EOSResults, eos
 from .neb import label_bands, make_band, read_bands
+from .order import order
+from .order_results import OrderResults
 from .phonons import PhononResults, phonons
 
 __all__ = [
-    "Band", "BandResults", "EOSResults", "ElasticResults", "PhononResults", "band_results",
-    "elastic", "eos", "label_bands", "make_band", "phonons", "read_bands",
+    "Band", "BandResults", "EOSResults", "ElasticResults", "OrderResults", "PhononResults",
+    "band_results", "elastic", "eos", "label_bands", "make_band", "order", "phonons",
+    "read_bands",
 ]  # fmt: skip

@@ -332,3 +332,21 @@ def test_the_rate_is_measured_over_at_least_the_last_ten_seconds(monkeypatch) ->
     ).run([bulk("Ar", "fcc", a=5.26, cubic=True)])  # fmt: skip
     rates = [f["rate"] for f in frames(out.getvalue())]
     assert rates[:5] == ["--", "4", "4", "0.8", "0.8"]
+
+
+def test_a_monte_carlo_run_shows_its_acceptance() -> None:
+    """Swap Monte Carlo: the line carries the acceptance of the chains in flight."""
+    from ase.build import bulk
+
+    from alchemi_lit.integrators import SwapMC
+    from alchemi_lit.models import EMT
+
+    out = io.StringIO()
+    bar = ProgressBar(every=2, console=Console(force_terminal=True, file=out, width=240))
+    atoms = bulk("Cu", "fcc", a=3.85, cubic=True)
+    atoms.numbers[:2] = 79
+    sim = Simulator(model=EMT(), stages=SwapMC(["Cu", "Au"], temperature=2000.0, steps=8),
+                    callbacks=[bar], accelerator="cpu", sync_every=2)  # fmt: skip
+    sim.run([atoms, atoms.copy()])
+    shown = re.findall(r"MC acceptance (\d+\.\d)%", ANSI.sub("", out.getvalue()))
+    assert shown and all(0.0 <= float(v) <= 100.0 for v in shown)
