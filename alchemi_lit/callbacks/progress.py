@@ -225,7 +225,8 @@ class ProgressBar(Callback):
         ]
         if self._bands:
             counts += self._band_counts(b, torch.ones_like(status, dtype=torch.bool), exit_code)
-<<<<<<< HEAD
+        if b.has_field("mc_attempts"):  # a Monte Carlo chain's acceptance, systems in flight
+            counts += [b.mc_accepted.sum(), b.mc_attempts.sum()]
         return torch.stack([*counts, *self._exchange_counts(b)]).tolist()
 
     def _exchange_counts(self, b: Batch | None, rows: torch.Tensor | None = None) -> list[Any]:
@@ -250,21 +251,14 @@ class ProgressBar(Callback):
 
     def _update(self, ctx: StepContext, steps_done: int) -> None:
         assert self._progress is not None and self._task is not None
-        done_b, left_b, atoms_b, systems_b, finished_b, *rest = self._batch_counts(ctx)
-        bands, rex = (rest[:5], rest[5:]) if self._bands else ([], rest)
-        rex = [int(a) + b for a, b in zip(rex, self._left_rex or [0] * len(rex))]
-=======
-        if b.has_field("mc_attempts"):  # a Monte Carlo chain's acceptance, systems in flight
-            counts += [b.mc_accepted.sum(), b.mc_attempts.sum()]
-        return torch.stack(counts).tolist()
-
-    def _update(self, ctx: StepContext, steps_done: int) -> None:
-        assert self._progress is not None and self._task is not None
         counts = self._batch_counts(ctx)
+        n_rex = len(self._exchange_counts(None))  # (last: a replica exchange's counts)
+        rex = [int(a) + g for a, g in zip(counts[len(counts) - n_rex:], self._left_rex or
+                                          [0] * n_rex)] if n_rex else []  # fmt: skip
+        counts = counts[: len(counts) - n_rex]
         mc = ctx.batch.has_field("mc_attempts") and len(counts) > (10 if self._bands else 5)
         accepted, attempts = counts[-2:] if mc else (0, 0)
         done_b, left_b, atoms_b, systems_b, finished_b, *bands = counts[:-2] if mc else counts
->>>>>>> mc
         gone_work, gone_atoms, gone_systems = self._left_batch
         done = gone_work + int(done_b)
         total_systems = ctx.state.get("total_systems")
@@ -294,11 +288,8 @@ class ProgressBar(Callback):
             f"{si(done)}/{mark}{si(done + left)} atom-steps",
             f"{finished}/{total_systems if total_systems is not None else '?'} systems",
             *([self._band_text(ctx, bands)] if bands else []),
-<<<<<<< HEAD
-            *([self._exchange_text(rex)] if rex else []),
-=======
             *([f"MC acceptance {accepted / attempts:.1%}"] if attempts else []),
->>>>>>> mc
+            *([self._exchange_text(rex)] if rex else []),
             f"{si(rate)} atom-steps/s ({steps_rate:.0f} steps/s)" if rate else "-- atom-steps/s",
             f"ETA {'≤' if mark == '≤' else ''}{clock(left / rate)}" if rate and left else "ETA --",
         ]

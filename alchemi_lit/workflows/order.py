@@ -71,7 +71,9 @@ def order(
         **simulator: more Simulator arguments (precision, callbacks, sinks ...).
     """
     if method not in ("auto", "enumerate", "sample"):
-        raise ConfigError(f"order: method must be 'auto', 'enumerate' or 'sample', got {method!r}")
+        raise ConfigError(
+            f"order: method must be 'auto', 'enumerate' or 'sample', got {method!r}"
+        )
     for name, value, least in (("max_enumerate", max_enumerate, 1), ("n_samples", n_samples, 1),
                                ("n_relax", n_relax, 1), ("anneal_steps", anneal_steps, 1)):  # fmt: skip
         if isinstance(value, bool) or int(value) != value or value < least:

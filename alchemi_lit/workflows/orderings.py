@@ -120,7 +120,7 @@ def count_orderings(structure: Any, i: int = 0) -> int:
                 f"order: structure {i}: {n} sites of {shown} do not make whole atoms ({counts}); "
                 f"use a supercell with {need}x as many sites (supercell=...)"
             )
-        ints = [int(round(c)) for c in counts]
+        ints = [round(c) for c in counts]
         total *= math.factorial(n) // math.prod(math.factorial(c) for c in ints)
     return total
 
@@ -142,7 +142,9 @@ def supercell_of(structure: Any, supercell: Any) -> Any:
         out = structure.copy()
         out.make_supercell(matrix.tolist() if matrix.ndim else int(matrix))
         return out
-    raise ConfigError(f"order: supercell must be an integer, three integers or a 3x3 matrix, got {supercell!r}")
+    raise ConfigError(
+        f"order: supercell must be an integer, three integers or a 3x3 matrix, got {supercell!r}"
+    )
 
 
 def enumerate_orderings(structure: Any, limit: int) -> list[tuple[Any, float]]:
@@ -183,7 +185,7 @@ def random_orderings(structure: Any, count: int, seed: int) -> list[Any]:
     for _ in range(count):
         species: dict[int, str | None] = {}
         for mix, sites in sets.items():
-            fill = [s for s, o in mix for _ in range(int(round(o * len(sites))))]
+            fill = [s for s, o in mix for _ in range(round(o * len(sites)))]
             fill += [None] * (len(sites) - len(fill))  # vacancies
             for k, s in zip(sites, rng.permutation(np.array(fill, dtype=object))):
                 species[k] = s
