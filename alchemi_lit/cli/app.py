@@ -49,7 +49,7 @@ class CLI:
             "plugins": PluginsCommand(),
             "report": ReportCommand(),
             "merge": MergeCommand(),
-            **{name: WorkflowCommand(name) for name in ("eos", "elastic", "phonons")},
+            **{name: WorkflowCommand(name) for name in ("eos", "elastic", "phonons", "order")},
         }
 
     def add_arguments_to_parser(self, parser: Any) -> None:

@@ -74,10 +74,11 @@ def order(
         raise ConfigError(
             f"order: method must be 'auto', 'enumerate' or 'sample', got {method!r}"
         )
-    for name, value, least in (("max_enumerate", max_enumerate, 1), ("n_samples", n_samples, 1),
-                               ("n_relax", n_relax, 1), ("anneal_steps", anneal_steps, 1)):  # fmt: skip
-        if isinstance(value, bool) or int(value) != value or value < least:
-            raise ConfigError(f"order: {name} must be an integer >= {least}, got {value!r}")
+    counted = {"max_enumerate": max_enumerate, "n_samples": n_samples, "n_relax": n_relax,
+               "anneal_steps": anneal_steps}  # fmt: skip
+    for name, value in counted.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"order: {name} must be an integer >= 1, got {value!r}")
     inputs = od.as_disordered(structures)
     cells = [od.supercell_of(s, supercell) for s in inputs]
     counts = [od.count_orderings(c, i) for i, c in enumerate(cells)]

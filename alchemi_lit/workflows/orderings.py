@@ -150,7 +150,7 @@ def supercell_of(structure: Any, supercell: Any) -> Any:
 def enumerate_orderings(structure: Any, limit: int) -> list[tuple[Any, float]]:
     """Every ordering of ``structure`` (at most ``limit``, its exact count checked
     before) by pymatgen's ``OrderDisorderedStructureTransformation``, ranked by its Ewald
-    energy (0 without oxidation states), reduced to the symmetry-distinct ones (one per
+    energy (NaN without oxidation states: all orderings tie), reduced to the symmetry-distinct ones (one per
     ``StructureMatcher`` group, the lowest-ranked kept): ``[(Structure, ewald eV)]``."""
     from pymatgen.analysis.structure_matcher import StructureMatcher
     from pymatgen.transformations.standard_transformations import (
@@ -163,11 +163,11 @@ def enumerate_orderings(structure: Any, limit: int) -> list[tuple[Any, float]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ranked = step.apply_transformation(structure, return_ranked_list=limit)
-    found = [(r["structure"], float(r["energy"])) for r in ranked]
+    found = [(r["structure"], float(r["energy"]) if oxidised else np.nan) for r in ranked]
     groups = StructureMatcher().group_structures([s for s, _ in found])
     energy = {id(s): e for s, e in found}
     firsts = [min(g, key=lambda s: energy[id(s)]) for g in groups]
-    return sorted(((s, energy[id(s)]) for s in firsts), key=lambda p: p[1])
+    return sorted(((s, energy[id(s)]) for s in firsts), key=lambda p: np.nan_to_num(p[1]))
 
 
 def random_orderings(structure: Any, count: int, seed: int) -> list[Any]:
@@ -197,9 +197,10 @@ def random_orderings(structure: Any, count: int, seed: int) -> list[Any]:
 
 
 def to_atoms(structure: Any) -> Any:
-    """An ordered pymatgen Structure as ``ase.Atoms`` (oxidation states dropped)."""
-    from pymatgen.io.ase import AseAtomsAdaptor
+    """An ordered pymatgen Structure as a fresh ``ase.Atoms`` (species, positions, cell;
+    no oxidation states, no ``info`` an earlier run left, such as its ``system_id``)."""
+    from ase import Atoms
 
-    plain = structure.copy()
-    plain.remove_oxidation_states()
-    return AseAtomsAdaptor.get_atoms(plain)
+    numbers = [site.specie.Z for site in structure]
+    return Atoms(numbers=numbers, positions=structure.cart_coords,
+                 cell=structure.lattice.matrix, pbc=True)  # fmt: skip
