@@ -150,8 +150,9 @@ def supercell_of(structure: Any, supercell: Any) -> Any:
 def enumerate_orderings(structure: Any, limit: int) -> list[tuple[Any, float]]:
     """Every ordering of ``structure`` (at most ``limit``, its exact count checked
     before) by pymatgen's ``OrderDisorderedStructureTransformation``, ranked by its Ewald
-    energy (NaN without oxidation states: all orderings tie), reduced to the symmetry-distinct ones (one per
-    ``StructureMatcher`` group, the lowest-ranked kept): ``[(Structure, ewald eV)]``."""
+    energy (NaN without oxidation states: all orderings tie), reduced to the
+    symmetry-distinct ones (one per ``StructureMatcher`` group, the lowest-ranked kept):
+    ``[(Structure, ewald eV)]``."""
     from pymatgen.analysis.structure_matcher import StructureMatcher
     from pymatgen.transformations.standard_transformations import (
         OrderDisorderedStructureTransformation,
