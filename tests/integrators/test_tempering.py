@@ -105,7 +105,7 @@ def test_the_double_well_forces_are_its_gradient():
 def test_replicas_sample_the_exact_marginal_at_every_temperature_short():
     """Without exchanges the lowest rung (barrier/kT = 11.6) would stay in its well; with
     them every rung is split evenly between the wells and <x^2> is the quadrature's."""
-    check_marginals(groups=8, steps=2000, burn=200)
+    check_marginals(groups=8, steps=1200, burn=200)
 
 
 @pytest.mark.slow
@@ -123,7 +123,7 @@ def test_the_acceptance_is_metropolis_on_hand_set_energies():
         energies = torch.tensor([e1, e2], dtype=torch.float64)
         got = exchange.acceptance(ladder[:1], ladder[1:], energies[:1], energies[1:])
         assert float(got) == pytest.approx(want, rel=1e-12)
-        swaps, tries = 0, 300
+        swaps, tries = 0, 200
         b = Batch.from_atoms([particle(), particle()], dtype=torch.float64)
         b.ensure_field("rex_group", "system", (), torch.int64, 7)
         for name, fill in (("rex_end", -1), ("rex_round_trips", 0), ("rex_rung", 0)):
@@ -169,8 +169,8 @@ def same(a, b) -> None:
 
 @pytest.mark.parametrize("md", [
     lambda: Langevin(dt=10.0, friction=0.01, steps=60),
-    lambda: Bussi(dt=10.0, taut=100.0, steps=60),
-    lambda: NoseHooverChain(dt=10.0, tdamp=100.0, steps=60),
+    pytest.param(lambda: Bussi(dt=10.0, taut=100.0, steps=60), marks=pytest.mark.slow),
+    pytest.param(lambda: NoseHooverChain(dt=10.0, tdamp=100.0, steps=60), marks=pytest.mark.slow),
 ], ids=["langevin", "bussi", "nhc"])  # fmt: skip
 def test_two_groups_together_equal_each_alone_bit_for_bit(md):
     reps = make_replicas([particle(-1.0), particle(0.8)], len(LADDER))

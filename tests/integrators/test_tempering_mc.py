@@ -79,8 +79,9 @@ def test_swap_mc_replicas_sample_the_exact_canonical_energy_long():
     check_mean_energies(groups=16, steps=6000, burn=200)
 
 
+@pytest.mark.slow
 def test_swap_mc_groups_together_equal_each_alone_bit_for_bit():
-    """The fast sibling of the statistics above: MC exchanges keyed per group."""
+    """MC exchanges keyed per group (the hybrid test below is the fast sibling)."""
     reps = make_replicas([cell(), cell()], 4)
 
     def run(structures, ids):
