@@ -115,3 +115,9 @@ def check_group_sizes(runs: Sequence[tuple[int, int, int]], limit: int | None, w
                 f"replica group {g} (structures {start}-{stop - 1}) needs {what}={need} in one "
                 f"batch, more than {what}={limit}; a group is never split: raise {what}"
             )
+
+
+__all__ = [
+    "GROUP_KEY", "RUNG_KEY", "check_group_sizes", "group_of", "group_rows", "group_runs",
+    "make_replicas",
+]  # fmt: skip

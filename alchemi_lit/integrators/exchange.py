@@ -34,6 +34,29 @@ TRIPS, END = "rex_round_trips", "rex_end"
 ATTEMPTS, ACCEPTS = "rex_attempts", "rex_accepts"
 
 
+def declare(batch: Batch, n: int) -> None:
+    """The replica fields of a ladder of ``n`` rungs (kept with the results)."""
+    for name in (GROUP, RUNG, END):
+        batch.ensure_field(name, "system", (), torch.int64, -1)
+    batch.ensure_field(TRIPS, "system", (), torch.int64, 0)
+    batch.ensure_field(TEMPERATURE, "system", (), None, float("nan"))
+    for name in (ATTEMPTS, ACCEPTS):
+        if batch.has_field(name) and getattr(batch, name).shape[1:] != (n - 1,):
+            batch.drop_field(name)  # (another ladder's)
+        batch.ensure_field(name, "system", (n - 1,), torch.int64, 0)
+
+
+def enter(batch: Batch, mask: torch.Tensor, ladder: torch.Tensor) -> None:
+    """Replicas of ``mask`` entering: their rung's temperature, counts at zero."""
+    rung = getattr(batch, RUNG)
+    t = ladder.index_select(0, rung.clamp(0, ladder.shape[0] - 1))
+    setattr(batch, TEMPERATURE, torch.where(mask, t, getattr(batch, TEMPERATURE)))
+    setattr(batch, END, torch.where(mask, torch.where(rung == 0, 0, -1), getattr(batch, END)))
+    setattr(batch, TRIPS, getattr(batch, TRIPS).masked_fill(mask, 0))
+    for name in (ATTEMPTS, ACCEPTS):
+        setattr(batch, name, getattr(batch, name).masked_fill(mask.unsqueeze(-1), 0))
+
+
 def acceptance(t_low: torch.Tensor, t_high: torch.Tensor, e_low: torch.Tensor,
                e_high: torch.Tensor) -> torch.Tensor:  # fmt: skip
     """Metropolis probability of exchanging temperatures ``t_low`` < ``t_high`` (K)
@@ -105,5 +128,5 @@ def count_round_trips(batch: Batch, rows: torch.Tensor, rung: torch.Tensor, n: i
 
 __all__ = [
     "ACCEPTS", "ATTEMPTS", "END", "GROUP", "RUNG", "TEMPERATURE", "TRIPS", "acceptance",
-    "attempt", "count_round_trips", "partners",
+    "attempt", "count_round_trips", "declare", "enter", "partners",
 ]  # fmt: skip

@@ -110,14 +110,7 @@ class ReplicaExchange(Integrator):
         self.seed = int(seed)
         self.md.setup(batch, seed, prefix)
         n = len(self._ladder)
-        for name in (exchange.GROUP, exchange.RUNG, exchange.END):
-            batch.ensure_field(name, "system", (), torch.int64, -1)
-        batch.ensure_field(exchange.TRIPS, "system", (), torch.int64, 0)
-        batch.ensure_field(exchange.TEMPERATURE, "system", (), None, float("nan"))
-        for name in (exchange.ATTEMPTS, exchange.ACCEPTS):
-            if batch.has_field(name) and getattr(batch, name).shape[1:] != (n - 1,):
-                batch.drop_field(name)
-            batch.ensure_field(name, "system", (n - 1,), torch.int64, 0)
+        exchange.declare(batch, n)
         group, rung = getattr(batch, exchange.GROUP).clone(), getattr(batch, exchange.RUNG).clone()
         for g, rows in group_rows(batch, group < 0, n, type(self).__name__).items():
             for r, k in rows:
@@ -128,17 +121,7 @@ class ReplicaExchange(Integrator):
     def init_systems(self, batch: Batch, mask: torch.Tensor) -> None:
         """Replicas entering: the temperature of their rung, counts at zero, then the
         thermostat's own entry (Maxwell-Boltzmann velocities at that temperature)."""
-        ladder = on_device(self._ladder, batch.device, batch.dtype)
-        rung = getattr(batch, exchange.RUNG)
-        t = ladder.index_select(0, rung.clamp(0, len(ladder) - 1))
-        old = getattr(batch, exchange.TEMPERATURE)
-        setattr(batch, exchange.TEMPERATURE, torch.where(mask, t, old))
-        end = getattr(batch, exchange.END)
-        setattr(batch, exchange.END, torch.where(mask, torch.where(rung == 0, 0, -1), end))
-        trips = getattr(batch, exchange.TRIPS)
-        setattr(batch, exchange.TRIPS, trips.masked_fill(mask, 0))
-        for name in (exchange.ATTEMPTS, exchange.ACCEPTS):
-            setattr(batch, name, getattr(batch, name).masked_fill(mask.unsqueeze(-1), 0))
+        exchange.enter(batch, mask, on_device(self._ladder, batch.device, batch.dtype))
         self.md.init_systems(batch, mask)
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
@@ -148,3 +131,6 @@ class ReplicaExchange(Integrator):
         self.md.post_update(batch, mask)
         ladder = on_device(self._ladder, batch.device, batch.dtype)
         exchange.attempt(batch, mask, ladder, self.every, self.seed)
+
+
+__all__ = ["CANONICAL", "ReplicaExchange", "tempered"]

@@ -205,3 +205,9 @@ def to_atoms(structure: Any) -> Any:
     numbers = [site.specie.Z for site in structure]
     return Atoms(numbers=numbers, positions=structure.cart_coords,
                  cell=structure.lattice.matrix, pbc=True)  # fmt: skip
+
+
+__all__ = [
+    "TOLERANCE", "as_disordered", "check_occupancies", "count_orderings",
+    "enumerate_orderings", "random_orderings", "supercell_of", "to_atoms",
+]  # fmt: skip
