@@ -270,3 +270,13 @@ def test_the_ladder_acceptance_and_round_trips_are_reported():
     assert sorted(table["temperature"]) == pytest.approx(sorted(LADDER * 2))
     assert table["replica_group"].tolist() == [0] * 4 + [1] * 4
     assert table["round_trips"].sum() == trips
+
+
+@pytest.mark.multirank
+@pytest.mark.timeout(120)
+def test_groups_sharded_over_two_replica_ranks_equal_one_device_bit_for_bit():
+    """ReplicasStrategy shards by sampler unit: a group's replicas stay on one rank."""
+    reps = make_replicas([particle(-1.0), particle(0.8), particle(0.2)], len(LADDER))
+    one = run(reps)
+    two = run(reps, strategy="replicas", devices=2, start_method="fork", timeout=60.0)
+    same(one, two)
