@@ -16,8 +16,10 @@ import numpy as np
 
 from ..core.errors import ConfigError, StructureError
 
-#: the ``atoms.info`` keys of a replica: its group and its rung at the start
-GROUP_KEY, RUNG_KEY = "replica_group", "replica"
+#: the ``atoms.info`` key of a replica's group
+GROUP_KEY = "replica_group"
+#: the ``atoms.info`` key of a replica's rung at the start (0: the lowest temperature)
+RUNG_KEY = "replica"
 
 
 def make_replicas(structures: Any, n: int, first_group: int = 0) -> list[Any]:

@@ -26,12 +26,20 @@ from ..core import random as rng
 from ..core.state import Batch
 from ..core.units import kB
 
-#: per-system fields of a replica (kept with the results, not stage-private)
-GROUP, RUNG, TEMPERATURE = "rex_group", "rex_rung", "rex_temperature"
-#: round trips (lowest -> highest -> lowest rung) and the last end of the ladder visited
-TRIPS, END = "rex_round_trips", "rex_end"
-#: per neighbour pair ``k`` (columns), counted on the replica at the lower rung
-ATTEMPTS, ACCEPTS = "rex_attempts", "rex_accepts"
+#: the field of a replica's group (kept with the results, not stage-private)
+GROUP = "rex_group"
+#: the field of a replica's rung on the ladder (0: the lowest temperature)
+RUNG = "rex_rung"
+#: the field of a replica's temperature (K), which its stage reads (:class:`~.params.Rows`)
+TEMPERATURE = "rex_temperature"
+#: the field of a replica's round trips (lowest -> highest -> lowest rung)
+TRIPS = "rex_round_trips"
+#: the field of the last end of the ladder a replica visited (0 lowest, 1 highest, -1 none)
+END = "rex_end"
+#: the field of attempts per neighbour pair ``k`` (columns), on the lower replica
+ATTEMPTS = "rex_attempts"
+#: the field of accepted exchanges per neighbour pair ``k``, on the lower replica
+ACCEPTS = "rex_accepts"
 
 
 def declare(batch: Batch, n: int) -> None:

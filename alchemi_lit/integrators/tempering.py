@@ -72,6 +72,10 @@ class ReplicaExchange(Integrator):
             the ladder, its ``steps`` is the stage's.
         temperatures: the ladder in K, strictly increasing, at least 2 (one per replica).
         every: steps between exchange attempts (>= 1); even and odd pairs alternate.
+
+    Neighbours exchange when both are at the same step of the stage: replicas that
+    enter it together, as the identical copies of ``make_replicas`` do (also after a
+    relaxation stage, which they leave at the same step).
     """
 
     budget_name = "steps"

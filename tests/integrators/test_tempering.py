@@ -280,3 +280,23 @@ def test_groups_sharded_over_two_replica_ranks_equal_one_device_bit_for_bit():
     one = run(reps)
     two = run(reps, strategy="replicas", devices=2, start_method="fork", timeout=60.0)
     same(one, two)
+
+
+@pytest.mark.slow
+def test_a_yaml_config_runs_replica_exchange_by_short_name(tmp_path):
+    """``ReplicaExchange`` wraps its stage by class_path; replicas come from a file whose
+    info keeps their group and rung (extxyz)."""
+    from ase.io import write
+
+    from alchemi_lit.cli import main
+
+    write(tmp_path / "reps.extxyz", make_replicas(perturbed_argon(2, 2, 0.05, seed=1), 3))
+    (tmp_path / "cfg.yaml").write_text(
+        "simulator:\n  model: {class_path: lj-argon}\n  precision: '64'\n  stages:\n"
+        "    - class_path: ReplicaExchange\n      init_args:\n"
+        "        stage: {class_path: Langevin, init_args: {dt: 4.0, steps: 20}}\n"
+        "        temperatures: [20.0, 35.0, 60.0]\n        every: 5\n"
+        f"data:\n  structures: {tmp_path / 'reps.extxyz'}\n"
+    )  # fmt: skip
+    assert main(["run", "--config", str(tmp_path / "cfg.yaml"), "--output.dir",
+                 str(tmp_path / "out")]) == 0  # fmt: skip
