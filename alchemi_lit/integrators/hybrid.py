@@ -19,7 +19,7 @@ import torch
 from ..core.state import Batch
 from .base import Integrator
 from .md import MDIntegrator
-from .params import check_count
+from .params import check_count, check_system_ids
 
 
 class Hybrid(Integrator):
@@ -55,6 +55,9 @@ class Hybrid(Integrator):
         return f"Hybrid({self.md!r}, {self.mc!r}, every={self.every})"
 
     def setup(self, batch: Batch, seed: int, prefix: str) -> None:
+        ids = batch.system_id.tolist()  # per-system parameters of the inner stages (setup
+        check_system_ids(self.md, ids)  # reads the host anyway): the Simulator's check
+        check_system_ids(self.mc, ids)  # sees this stage's own attributes only
         self.seed = int(seed)
         self.md.setup(batch, seed, prefix)
         self.mc.setup(batch, seed, prefix)
@@ -82,3 +85,6 @@ class Hybrid(Integrator):
         super().compile()
         self.md.compile()
         self.mc.compile()
+
+
+__all__ = ["Hybrid"]

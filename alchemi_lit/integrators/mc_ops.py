@@ -22,6 +22,7 @@ from ..core.errors import ConfigError
 from ..core.state import Batch
 from ..core.tensor_ops import on_device
 from ..core.units import kB
+from ..io.store_reader import MC_COLUMNS
 from .base import FieldSpec
 
 #: what a stage keeps to put a rejected proposal back (stage-private: dropped at the end)
@@ -158,10 +159,8 @@ def declare_statistics(batch: Batch, owner: str, numbers: torch.Tensor, kinds: s
         batch.ensure_field("mc_count_sum", "system", (m,), torch.float64, 0.0)
 
 
-#: the statistics of :func:`declare_statistics` (those a batch has)
-STATISTICS = ("mc_attempts", "mc_accepted", "mc_energy_sum", "mc_energy_sq_sum",
-              "mc_pair_attempts", "mc_pair_accepted", "mc_species_attempts",
-              "mc_species_accepted", "mc_count_sum")  # fmt: skip
+#: the statistics of :func:`declare_statistics` (those a batch has), the store's columns
+STATISTICS = MC_COLUMNS
 
 
 def reset_statistics(batch: Batch, mask: torch.Tensor, numbers: torch.Tensor) -> None:
@@ -194,3 +193,10 @@ def record_counts(batch: Batch, mask: torch.Tensor, numbers: torch.Tensor) -> No
     counts = count(batch, one_hot(species_index(batch, numbers), len(numbers)))
     counts = torch.where(mask.unsqueeze(-1), counts.to(torch.float64), 0.0)
     batch.mc_count_sum = batch.mc_count_sum + counts
+
+
+__all__ = [
+    "SAVED", "STATISTICS", "count", "declare_statistics", "draws", "keep_kinetic_energy",
+    "metropolis", "one_hot", "pick", "record", "record_counts", "reset_statistics",
+    "restore", "save", "set_species", "species_index", "species_numbers", "table",
+]  # fmt: skip

@@ -62,20 +62,17 @@ class SemiGrandMC(Integrator):
     ) -> None:
         super().__init__(steps)
         owner = type(self).__name__
-        if not isinstance(chemical_potentials, Mapping):
+        given = isinstance(chemical_potentials, Mapping)
+        mu = [float(v) for v in chemical_potentials.values()] if given else []
+        if not given or not all(abs(v) < 1e300 for v in mu):
             raise ConfigError(
-                f"{owner}: chemical_potentials must map elements to eV, e.g. "
-                f"{{'Cu': 0.0, 'Au': -0.2}}; got {type(chemical_potentials).__name__}"
+                f"{owner}: chemical_potentials must map elements to finite energies in eV, "
+                f"e.g. {{'Cu': 0.0, 'Au': -0.2}}; got {chemical_potentials!r}"
             )
         numbers = mc.species_numbers(owner, list(chemical_potentials))
         self.species = tuple(chemical_symbols[z] for z in numbers)
         self._numbers = torch.tensor(numbers)  # (kept: copied to the device once)
         self._masses = torch.tensor(atomic_masses[list(numbers)], dtype=torch.float64)
-        mu = [float(v) for v in chemical_potentials.values()]
-        if not all(abs(v) < float("inf") for v in mu):
-            raise ConfigError(
-                f"{owner}: chemical potentials must be finite, got {dict(chemical_potentials)}"
-            )
         self.chemical_potentials = dict(zip(self.species, mu))
         self._mu = torch.tensor(mu, dtype=torch.float64)
         self.temperature = check_temperature(owner, temperature, NO_ZERO)
@@ -148,3 +145,6 @@ class SemiGrandMC(Integrator):
         mc.keep_kinetic_energy(batch, torch.where(changed, at_a, batch.masses))
         mc.record(batch, mask, accept, new, "species")
         mc.record_counts(batch, mask, self._numbers)
+
+
+__all__ = ["SemiGrandMC"]

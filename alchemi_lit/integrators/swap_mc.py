@@ -143,3 +143,6 @@ def exchange(batch: Batch, a: torch.Tensor, b: torch.Tensor) -> None:
     perm = permutation(batch, a, b)
     batch.atomic_numbers = batch.atomic_numbers.index_select(0, perm)
     batch.masses = batch.masses.index_select(0, perm)
+
+
+__all__ = ["SwapMC", "exchange", "permutation"]

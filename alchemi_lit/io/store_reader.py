@@ -34,6 +34,13 @@ SYSTEM_COLUMNS = (
     "stage_pressure",
     "nan_flags",
 )
+#: a Monte Carlo stage's chain statistics (:mod:`alchemi_lit.integrators.mc_ops`): system
+#: columns a store holds only where the run had them
+MC_COLUMNS = (
+    "mc_attempts", "mc_accepted", "mc_energy_sum", "mc_energy_sq_sum", "mc_species",
+    "mc_pair_attempts", "mc_pair_accepted", "mc_species_attempts", "mc_species_accepted",
+    "mc_count_sum",
+)  # fmt: skip
 SCHEMA = "alchemi_lit.io.results/1"
 
 
@@ -95,7 +102,7 @@ def read_rows(group: Any, lo: int, hi: int) -> Batch:
     ids = np.asarray(group["systems/system_id"][lo:hi])
     system = {
         k: torch.from_numpy(np.asarray(group[f"systems/{k}"][lo:hi]))
-        for k in SYSTEM_COLUMNS
+        for k in (*SYSTEM_COLUMNS, *MC_COLUMNS)
         if f"systems/{k}" in group
     }
     offsets = np.asarray(group["systems/atom_offset"][lo:hi])

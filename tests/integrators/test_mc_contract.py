@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from ase.build import bulk
@@ -19,8 +20,9 @@ from alchemi_lit.callbacks import Checkpoint
 from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.core.state import Batch
 from alchemi_lit.engine.hooks import HookStageEnum, LambdaCallback
-from alchemi_lit.integrators import Hybrid, Langevin, SemiGrandMC, SwapMC
+from alchemi_lit.integrators import FIRE, Hybrid, Langevin, SemiGrandMC, SwapMC
 from alchemi_lit.models import EMT, LennardJones
+from alchemi_lit.sinks import ZarrSink, read_results
 from alchemi_lit.testing import accelerator_path, check_integrator, emulated_cuda_graphs
 
 FIELDS = ("atomic_numbers", "masses", "positions", "velocities", "forces", "energy",
@@ -165,9 +167,12 @@ def test_accelerator_path_and_replayed_graphs_equal_the_cpu_steps(name):
     same(graphed, eager, "graph replays")
 
 
-def test_results_table_has_the_chain_statistics():
-    results = run(PLANS["swap"](), alloys(2))
+def test_results_table_has_the_chain_statistics(tmp_path):
+    """In memory and read back from the results store alike."""
+    store = tmp_path / "mc.zarr"
+    results = run(PLANS["swap"](), alloys(2), sinks=[ZarrSink(store, mode="w")])
     table = results.to_pandas()
+    pd.testing.assert_frame_equal(read_results(store).to_pandas(), table, check_dtype=False)
     for column in ("mc_attempts", "mc_acceptance", "mc_energy_mean", "mc_accepted[Cu-Au]"):
         assert column in table, column
     b = results.batch
@@ -198,3 +203,23 @@ def test_bad_input_is_refused_before_the_run_naming_the_system():
         Hybrid(Langevin(steps=4), SwapMC(["Cu", "Au"]), every=0)
     with pytest.raises(ConfigError, match="temperature"):
         run(SwapMC(["Cu", "Au"], temperature=[900.0]), alloys(2))
+    inner = Hybrid(Langevin(temperature=[900.0], steps=4), SwapMC(["Cu", "Au"]), every=2)
+    with pytest.raises(ConfigError, match="Langevin: temperature has 1 value"):
+        run(inner, alloys(2))
+
+
+@pytest.mark.slow
+def test_a_pipeline_rank_runs_the_chain_as_the_fused_plan_does():
+    """``FIRE | SwapMC`` on two forked ranks equals ``FIRE + SwapMC`` in one process:
+    a system carries its chain's state and statistics to the rank that runs it."""
+    data = alloys()
+
+    def plan(join: str):
+        relax, mc = FIRE(fmax=0.1, max_steps=6), PLANS["swap"]()
+        return relax + mc if join == "+" else relax | mc
+
+    kw = dict(precision="64", seed=3, sync_every=2)
+    fused = al.Simulator(EMT(), plan("+"), **kw).run(data).batch
+    piped = al.Simulator(EMT(), plan("|"), devices=2, strategy="pipeline",
+                         start_method="fork", timeout=120, **kw).run(data).batch  # fmt: skip
+    same(piped, fused, "pipeline")

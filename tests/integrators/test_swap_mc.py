@@ -117,7 +117,7 @@ def check_canonical(temperature: float, n_chains: int, steps: int, burn: int) ->
 
 
 def test_canonical_averages_match_enumeration_short():
-    check_canonical(1200.0, n_chains=16, steps=150, burn=20)
+    check_canonical(1200.0, n_chains=12, steps=100, burn=20)
 
 
 @pytest.mark.slow
@@ -136,13 +136,12 @@ def check_semi_grand(mu: float, temperature: float, n_chains: int, steps: int) -
     within_error(n_au[np.vectorize(lookup.__getitem__)(keys)], float(p @ n_au), f"<N_Au> mu={mu}")
 
 
-@pytest.mark.parametrize("mu", [-0.3, 0.4])
-def test_semi_grand_composition_matches_enumeration_short(mu):
-    check_semi_grand(mu, 1500.0, n_chains=16, steps=150)
+def test_semi_grand_composition_matches_enumeration_short():
+    check_semi_grand(-0.5, 1500.0, n_chains=12, steps=120)  # <N_Au> = 2.15 of 4
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mu", [-1.0, -0.3, 0.0, 0.4, 1.0])
+@pytest.mark.parametrize("mu", [-0.9, -0.7, -0.5, -0.3, -0.1])  # <N_Au> 0.2 ... 3.8
 def test_semi_grand_composition_matches_enumeration(mu):
     check_semi_grand(mu, 1500.0, n_chains=48, steps=1500)
 
