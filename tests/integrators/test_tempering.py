@@ -300,3 +300,17 @@ def test_a_yaml_config_runs_replica_exchange_by_short_name(tmp_path):
     )  # fmt: skip
     assert main(["run", "--config", str(tmp_path / "cfg.yaml"), "--output.dir",
                  str(tmp_path / "out")]) == 0  # fmt: skip
+
+
+def test_a_results_store_keeps_the_replica_fields(tmp_path):
+    from alchemi_lit.io.results_store import read_results
+    from alchemi_lit.io.store_reader import REPLICA_COLUMNS
+    from alchemi_lit.sinks import ZarrSink
+
+    assert set(REPLICA_COLUMNS) == {v for k, v in vars(exchange).items() if k.isupper()}
+    reps = make_replicas([particle(-1.0), particle(0.8)], len(LADDER))
+    memory = run(reps).to_pandas()
+    run(reps, sinks=[ZarrSink(str(tmp_path / "rex.zarr"))])
+    lazy = read_results(tmp_path / "rex.zarr")  # read back from the store
+    for column in ("replica_group", "temperature", "round_trips"):
+        assert memory[column].tolist() == lazy.to_pandas()[column].tolist(), column
