@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
+from loguru import logger
 
 from ..core.errors import ConfigError
 from ..integrators.stages import Fused
@@ -68,7 +69,8 @@ def order(
         max_atoms, max_systems: inflight batching budgets of the runs.
         resume: continue an interrupted relaxation run (as ``Simulator.run``).
         seed: the sampling's and the Monte Carlo's seed.
-        **simulator: more Simulator arguments (precision, callbacks, sinks ...).
+        **simulator: more Simulator arguments (precision, callbacks, sinks ...); sinks
+            and callbacks serve the relaxation run, not the annealing or pre-screen.
     """
     if method not in ("auto", "enumerate", "sample"):
         raise ConfigError(
@@ -95,14 +97,20 @@ def order(
     candidates: list[list[tuple[Any, float]]] = []
     for i, cell in enumerate(cells):
         if sampled[i]:
+            logger.info(
+                f"order: structure {i} has {counts[i]} orderings in its {len(cell)}-site "
+                f"supercell: sampling {n_samples} (max_enumerate={max_enumerate})"
+            )
             found = [(s, float("nan")) for s in od.random_orderings(cell, n_samples, seed + i)]
         else:
             found = od.enumerate_orderings(cell, counts[i])
         candidates.append(found)
     _check(candidates, model)
     options = {"seed": seed, **simulator}
-    annealed = _anneal(candidates, sampled, cells, model, anneal, anneal_steps, options)
-    chosen = _prescreen(annealed, model, n_relax, max_atoms, max_systems, options)
+    # (the annealing and the pre-screen are not the run the sinks and checkpoints are for)
+    helper = {k: v for k, v in options.items() if k not in ("sinks", "callbacks")}
+    annealed = _anneal(candidates, sampled, cells, model, anneal, anneal_steps, helper)
+    chosen = _prescreen(annealed, model, n_relax, max_atoms, max_systems, helper)
     jobs = [Job(i, f"{i}:{k}", od.to_atoms(s)) for i, picks in enumerate(chosen)
             for k, (s, _) in enumerate(picks)]  # fmt: skip
     run = run_jobs(jobs, model, relax, "order", max_atoms, max_systems, resume, options)
@@ -141,8 +149,7 @@ def _anneal(
     for species, members in runs.items():
         plan = Fused([SwapMC(list(species), temperature=t, steps=steps) for t in temperatures])
         atoms = [od.to_atoms(s) for i in members for s, _ in candidates[i]]
-        kept = {k: v for k, v in options.items() if k != "stages"}
-        results = Simulator(model, plan, **kept).run(atoms)
+        results = Simulator(model, plan, **options).run(atoms)
         done = iter(results.to_atoms())
         for i in members:
             out[i] = [(AseAtomsAdaptor.get_structure(next(done)), float("nan"))
