@@ -24,6 +24,7 @@ import torch
 
 from ..core import random as rng
 from ..core.state import Batch
+from ..core.tensor_ops import may_be_set
 from ..core.units import kB
 
 #: the field of a replica's group (kept with the results, not stage-private)
@@ -96,6 +97,8 @@ def attempt(batch: Batch, mask: torch.Tensor, ladder: torch.Tensor, every: int,
     done = batch.step + 1  # (the counters move after post_update)
     group, rung = getattr(batch, GROUP), getattr(batch, RUNG)
     due = mask & (group >= 0) & (done % every == 0)
+    if not may_be_set(due):  # (CPU: no attempt this step, the fields stay the same tensors,
+        return  # so the kernels' kept constants hold; an accelerator always runs it)
     partner, found = partners(batch, due, n)
     parity = (done // every) % 2
     same_step = batch.step.index_select(0, partner) == batch.step
