@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("cli", "report", "testing", "__init__")),
 ]  # fmt: skip
 
-#: modules allowed over 400 lines, and why (DESIGN_NOTES.md says more)
+#: modules allowed over 400 lines, and why (docs/design/ says more)
 SIZE_EXCEPTIONS: dict[str, str] = {}
 MAX_LINES, MAX_INTEGRATOR_LINES = 400, 150
 

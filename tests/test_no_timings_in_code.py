@@ -2,7 +2,7 @@
 
 Docstrings and comments say *why* a choice was made ("one compiled pass instead of a few
 dozen torch operations, each of which runs cold right after the model's forward"); the
-figures behind it live in BENCHMARKS.md (or DESIGN_NOTES.md), with the machine, the date
+figures behind it live in BENCHMARKS.md (or docs/design/), with the machine, the date
 and the command that measured them, where they can be re-measured and kept true.  A
 figure in a docstring goes stale silently.
 
@@ -93,7 +93,7 @@ def test_no_timing_figures_in_docstrings_or_comments():
                 offenders.append(f"{rel}:{line}: {figure!r}")
     assert not offenders, (
         "timing figures in docstrings or comments -- say why in words and move the figure "
-        "to BENCHMARKS.md (or DESIGN_NOTES.md) with what was measured, on what, and the "
+        "to BENCHMARKS.md (or docs/design/) with what was measured, on what, and the "
         "command:\n  " + "\n  ".join(offenders)
     )
 

@@ -131,3 +131,21 @@ def test_integrators_pickle_without_drawn_numbers():
     copy = pickle.loads(pickle.dumps(stage))
     assert not any(isinstance(v, rng.NormalsAhead) for v in vars(copy).values())
     assert noise_source(copy) is not source
+
+
+def test_system_uniforms_are_uniform_and_keyed_per_system():
+    """A Monte Carlo move's draws: on (0, 1), one row per system that depends only on its
+    key (the same row in any batch, another one at the next step or purpose)."""
+    ids = torch.arange(4000, dtype=torch.int64)
+    step = torch.full_like(ids, 7)
+    u = rng.system_uniforms(3, ids, step, rng.PURPOSE_MC)
+    assert u.shape == (4000, 4) and u.dtype == torch.float64
+    assert float(u.min()) > 0.0 and float(u.max()) < 1.0
+    assert abs(float(u.mean()) - 0.5) < 4 * (1 / 12 / u.numel()) ** 0.5
+    assert abs(float(torch.corrcoef(u.T)[0, 1])) < 4 / 4000**0.5  # words independent
+    some = torch.tensor([4, 999, 17])
+    alone = rng.system_uniforms(3, some, step[:3], rng.PURPOSE_MC)
+    assert torch.equal(alone, u[some])
+    later = rng.system_uniforms(3, some, step[:3] + 1, rng.PURPOSE_MC)
+    other = rng.system_uniforms(3, some, step[:3], rng.PURPOSE_NOISE)
+    assert not (later == alone).any() and not (other == alone).any()

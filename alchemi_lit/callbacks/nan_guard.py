@@ -108,7 +108,7 @@ class NaNGuard(Callback):
         for name, old in zip(self._names, saved[len(_ATOM_KEPT) :]):
             now = b.system.get(name)
             # a field the step left alone keeps its identity (the neighbour list tells an
-            # unchanged cell by it, without reading it: DESIGN_NOTES.md, issue #26)
+            # unchanged cell by it, without reading it: docs/design/16-*.md)
             if now is not None and now is not old and now.shape == old.shape:
                 setattr(b, name, torch.where(bad.view(-1, *[1] * (old.dim() - 1)), old, now))
 

@@ -51,6 +51,7 @@ from ..engine.hooks import Callback, StepContext
 from ..engine.status import failed_exit
 from ..integrators.tempering import ReplicaExchange
 from .logger import stage_codes
+from .rank_board import RankBoard, RankCounts
 
 #: seconds of history the rate is measured over
 RATE_WINDOW_S = 10.0
@@ -76,10 +77,12 @@ class ProgressBar(Callback):
     """Rich progress bar of the run's atom-steps, rate and ETA (see module docstring).
 
     In a multi-rank run (pipeline, replicas) every rank runs its own loop and only rank
-    0 draws, labelled ``[rank 0 of N]``: its totals are the systems that pass through
-    it -- its replica's share of the data (shares are balanced by atom count, so its
-    ETA is the run's), or all of them on a pipeline's first rank.  The run's summary
-    counts every rank's systems.
+    0 draws.  Replicas: every rank posts its counts (:mod:`.rank_board`) and rank 0's
+    bar, labelled ``[N replicas]``, counts them all -- a replica that has not posted
+    yet by its share of the data -- and says how many are still running when rank 0's
+    own share is done.  A pipeline's rank 0 (``[rank 0 of N]``) counts what passes
+    through it: every system, on its first stage.  The run's summary counts every
+    rank's systems.
 
     Args:
         every: loop steps between two updates (>= 1).
@@ -115,6 +118,7 @@ class ProgressBar(Callback):
         self._ladder: list[float] | None = None  # a replica exchange's ladder (K)
         self._left_rex: list[int] = []  # its counts of the replicas that left the batch
         self._left_bands = [0, 0, 0]  # converged, unconverged, quarantined bands that left
+        self._board: RankBoard | None = None  # replicas: every rank's counts (rank 0 reads)
 
     @property
     def active(self) -> bool:
@@ -130,13 +134,19 @@ class ProgressBar(Callback):
             self._left_batch, self._left_bands, self._left_rex = [0, 0, 0], [0, 0, 0], []
         self._restored = False
         console = self.console if self.console is not None else Console()
-        if not self._enabled(console) or ctx.rank not in (None, 0):
+        folder = ctx.state.get("progress_dir") if self.enable else None
+        ranks = ctx.state.get("ranks", 1)
+        self._board = None if folder is None else RankBoard(folder, ctx.rank or 0, ranks)
+        drawn = self._enabled(console) and ctx.rank in (None, 0)
+        if not drawn and self._board is None:
             return  # (one bar on a terminal: rank 0's -- see the class docstring)
         self._remaining_of = self._budget_table(ctx)
         self._optimizing = any(getattr(s, "is_optimizer", False) for s in ctx.stages)
         self._bands = any(getattr(s, "band", None) is not None for s in ctx.stages)
         ladders = [s.temperatures for s in ctx.stages if isinstance(s, ReplicaExchange)]
         self._ladder = ladders[0] if ladders else None
+        if not drawn:  # a replica that posts its counts for rank 0's bar
+            return
         progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(bar_width=30),
@@ -150,7 +160,9 @@ class ProgressBar(Callback):
             transient=False,
             auto_refresh=False,  # refreshed at our every: no timer thread
         )
-        where = "" if ctx.rank is None else f" [rank 0 of {ctx.state.get('ranks', '?')}]"
+        ranks = ctx.state.get("ranks", "?")
+        where = "" if ctx.rank is None else f" [rank 0 of {ranks}]"
+        where = f" [{ranks} replicas]" if self._board is not None else where
         label = escape(self.description + where)  # (the column reads rich markup)
         self._task = progress.add_task(label, total=None, status="starting")
         progress.start()
@@ -170,13 +182,20 @@ class ProgressBar(Callback):
             table[code] = left
         return table.to(ctx.batch.device)
 
+    def _posting(self) -> bool:
+        return self._progress is None and self._board is not None
+
     def after_step(self, ctx: StepContext) -> None:
-        if self._progress is not None:
+        if self._posting():
+            assert self._board is not None
+            self._board.post(self._counts(ctx)[0])
+        elif self._progress is not None:
             self._update(ctx, ctx.step + 1)  # step ctx.step has just completed
 
     def on_converge(self, ctx: StepContext) -> None:
         # systems about to leave the batch take their atom-steps with them: keep them
-        if self._progress is None or ctx.graduated is None or ctx.batch.num_systems == 0:
+        counting = self._progress is not None or self._posting()
+        if not counting or ctx.graduated is None or ctx.batch.num_systems == 0:
             return
         b, rows = ctx.batch, ctx.graduated
         sums = [
@@ -249,15 +268,19 @@ class ProgressBar(Callback):
         )
         return f"ladder {t[0]:g}-{t[-1]:g} K ({len(t)}): accepted {rates}, {counts[-1]} round trips"
 
-    def _update(self, ctx: StepContext, steps_done: int) -> None:
-        assert self._progress is not None and self._task is not None
+    def _counts(
+        self, ctx: StepContext
+    ) -> tuple[RankCounts, list[int], tuple[int, int], list[int]]:
+        """This loop's counts (what it posts for rank 0), its band counts, its Monte
+        Carlo chains' ``(accepted, attempts)`` (systems in flight) and its replica
+        exchange's counts (:meth:`_exchange_counts`, this rank's replicas)."""
         counts = self._batch_counts(ctx)
         n_rex = len(self._exchange_counts(None))  # (last: a replica exchange's counts)
         rex = [int(a) + g for a, g in zip(counts[len(counts) - n_rex:], self._left_rex or
                                           [0] * n_rex)] if n_rex else []  # fmt: skip
         counts = counts[: len(counts) - n_rex]
         mc = ctx.batch.has_field("mc_attempts") and len(counts) > (10 if self._bands else 5)
-        accepted, attempts = counts[-2:] if mc else (0, 0)
+        chains = (int(counts[-2]), int(counts[-1])) if mc else (0, 0)
         done_b, left_b, atoms_b, systems_b, finished_b, *bands = counts[:-2] if mc else counts
         gone_work, gone_atoms, gone_systems = self._left_batch
         done = gone_work + int(done_b)
@@ -271,8 +294,43 @@ class ProgressBar(Callback):
             if total_atoms is not None
             else unseen * mean_atoms
         )
-        entry_budget = int(self._remaining_of.max()) if self._remaining_of is not None else 0
-        left = int(left_b) + unseen_atoms * entry_budget
+        left = int(left_b) + round(unseen_atoms * self._entry_budget())
+        estimated = bool(unseen and total_atoms is None)
+        finished = gone_systems + int(finished_b)
+        return RankCounts(done, left, finished, total_systems, estimated), bands, chains, rex
+
+    def _entry_budget(self) -> int:
+        return int(self._remaining_of.max()) if self._remaining_of is not None else 0
+
+    def _with_other_ranks(self, ctx: StepContext, own: RankCounts) -> tuple[RankCounts, int]:
+        """``own`` plus every other replica's posted counts (one that has not posted:
+        its share, untouched), and how many other replicas are still running."""
+        if self._board is None:
+            return own, 0
+        shares = ctx.state.get("rank_shares") or {}
+        done, left, finished = own.done, own.left, own.finished
+        total, estimated, running = own.total_systems, own.estimated, 0
+        posted = self._board.others()
+        for r in range(self._board.ranks):
+            if r == self._board.rank:
+                continue
+            c = posted.get(r)
+            if c is None:
+                systems, atoms = shares.get(r, (None, 0))
+                c = RankCounts(0, int(atoms) * self._entry_budget(), 0, systems)
+            done, left, finished = done + c.done, left + c.left, finished + c.finished
+            total = None if total is None or c.total_systems is None else total + c.total_systems
+            estimated |= c.estimated
+            running += c.total_systems is None or c.finished < c.total_systems
+        return RankCounts(done, left, finished, total, estimated), running
+
+    def _update(self, ctx: StepContext, steps_done: int) -> None:
+        assert self._progress is not None and self._task is not None
+        own, bands, (accepted, attempts), rex = self._counts(ctx)
+        counts, running = self._with_other_ranks(ctx, own)
+        done, left, finished, total_systems = (
+            counts.done, counts.left, counts.finished, counts.total_systems
+        )  # fmt: skip
         now = time.perf_counter()
         history = self._history
         history.append((now, done, steps_done))
@@ -281,9 +339,7 @@ class ProgressBar(Callback):
         t0, done0, step0 = history[0]
         rate = (done - done0) / (now - t0) if now > t0 else 0.0
         steps_rate = (steps_done - step0) / (now - t0) if now > t0 else 0.0
-        estimated = unseen and total_atoms is None
-        mark = "~" if estimated else ("≤" if self._optimizing and left else "")
-        finished = gone_systems + int(finished_b)
+        mark = "~" if counts.estimated else ("≤" if self._optimizing and left else "")
         parts = [
             f"{si(done)}/{mark}{si(done + left)} atom-steps",
             f"{finished}/{total_systems if total_systems is not None else '?'} systems",
@@ -292,6 +348,7 @@ class ProgressBar(Callback):
             *([self._exchange_text(rex)] if rex else []),
             f"{si(rate)} atom-steps/s ({steps_rate:.0f} steps/s)" if rate else "-- atom-steps/s",
             f"ETA {'≤' if mark == '≤' else ''}{clock(left / rate)}" if rate and left else "ETA --",
+            *([f"{running} other replica(s) running"] if running else []),
         ]
         self._progress.update(
             self._task, completed=done, total=max(done + left, 1), status=" | ".join(parts)
@@ -311,6 +368,11 @@ class ProgressBar(Callback):
         )
 
     def on_run_end(self, ctx: StepContext) -> None:
+        if self._posting():  # this replica's last counts, whatever the interval
+            assert self._board is not None
+            with contextlib.suppress(Exception):
+                self._board.post(self._counts(ctx)[0], force=True)
+            return
         progress = self._progress
         if progress is None:
             return

@@ -49,7 +49,8 @@ class CLI:
             "plugins": PluginsCommand(),
             "report": ReportCommand(),
             "merge": MergeCommand(),
-            **{name: WorkflowCommand(name) for name in ("eos", "elastic", "phonons", "order")},
+            **{name: WorkflowCommand(name) for name in (
+                "eos", "elastic", "phonons", "vibrations", "qha", "order")},
         }
 
     def add_arguments_to_parser(self, parser: Any) -> None:
@@ -165,7 +166,7 @@ class CLI:
             f"  {p} validate --config my.yaml",
             f"  {p} run --simulator.stages.help FIRE",
             f"  {p} report results/quickstart.zarr --plots results/plots",
-            f"  {p} elastic --config configs/workflows/elastic.yaml   # also: eos, phonons",
+            f"  {p} elastic --config configs/workflows/elastic.yaml   # also: eos, phonons ...",
         ]
         return "\n".join(lines)
 

@@ -13,7 +13,7 @@ import sys
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
-from .errors import CLIError, explain_jsonargparse
+from .errors import CLIError, one_line
 
 if TYPE_CHECKING:
     from .app import CLI
@@ -46,7 +46,7 @@ class Command(ABC):
         try:
             cfg = parser.parse_args(args)
         except ArgumentError as exc:
-            raise CLIError(None, explain_jsonargparse(str(exc), "")) from None
+            raise CLIError(name, one_line(str(exc))) from None  # argparse's own words
         return self.execute(cli, cfg)
 
 

@@ -239,22 +239,90 @@ def _change_class(node: dict[str, Any], name: Any, key: str) -> None:
 
 
 # ---------------------------------------------------------------------- jsonargparse
-def parse_config(parser: Any, conf: dict[str, Any], passthrough: list[str]) -> dict[str, Any]:
+def parse_config(
+    parser: Any,
+    conf: dict[str, Any],
+    passthrough: list[str],
+    owners: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """jsonargparse's parse of the merged config (types, defaults; ``--print_config`` and
-    help exit here) -> the resolved config as a plain dict (its dump, re-runnable)."""
+    help exit here) -> the resolved config as a plain dict (its dump, re-runnable).
+
+    On a parse error the key it is about is found by parsing again with one key left out
+    at a time (its default then applies): the first whose absence removes the error.
+    ``owners``: what each section's signature is read from, for the expected type
+    (default: the Simulator, :class:`DataConfig`, :class:`OutputConfig`)."""
     import yaml
     from jsonargparse import ArgumentError
 
-    from .errors import explain_jsonargparse
-
-    argv = [*(["--config", _config_text(conf)] if conf else []), *passthrough]
     try:
-        cfg = parser.parse_args(argv)
+        cfg = _parse(parser, conf, passthrough)
     except ArgumentError as exc:
-        raise CLIError(None, explain_jsonargparse(str(exc), "")) from None
+        raise _explained(parser, conf, passthrough, owners, exc) from None
     resolved = yaml.safe_load(parser.dump(cfg)) or {}
     resolved.pop("config", None)
     return resolved
+
+
+def _parse(parser: Any, conf: dict[str, Any], passthrough: list[str]) -> Any:
+    return parser.parse_args([*(["--config", _config_text(conf)] if conf else []), *passthrough])
+
+
+def _explained(
+    parser: Any,
+    conf: dict[str, Any],
+    passthrough: list[str],
+    owners: dict[str, Any] | None,
+    exc: Exception,
+) -> CLIError:
+    from jsonargparse import ArgumentError
+
+    from .errors import rejected, unexplained
+
+    for key, value in _leaves(conf, ""):
+        try:
+            _parse(parser, _without(conf, key.split(".")), passthrough)
+        except ArgumentError:
+            continue
+        return rejected(key, value, _annotation(key, owners))
+    return unexplained(exc, "")
+
+
+def _leaves(node: dict[str, Any], prefix: str) -> list[tuple[str, Any]]:
+    """Dotted keys of the config's values; a plugin entry or a list is one value."""
+    out: list[tuple[str, Any]] = []
+    for k, v in node.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict) and v and "class_path" not in v:
+            out += _leaves(v, key)
+        else:
+            out.append((key, v))
+    return out
+
+
+def _without(node: dict[str, Any], parts: list[str]) -> dict[str, Any]:
+    head, *rest = parts
+    return {
+        k: (_without(v, rest) if rest and k == head else v)
+        for k, v in node.items()
+        if rest or k != head
+    }
+
+
+def _annotation(key: str, owners: dict[str, Any] | None) -> Any:
+    """The annotation our signature gives ``key`` (``simulator.precision``), if known."""
+    import inspect
+
+    from ..simulator import Simulator
+    from .errors import annotation_of
+    from .sections import DataConfig, OutputConfig
+
+    owners = {"simulator": Simulator, "data": DataConfig, "output": OutputConfig, **(owners or {})}
+    section, _, name = key.partition(".")
+    owner = owners.get(section)
+    if owner is None or not name or "." in name:
+        return inspect.Parameter.empty
+    return annotation_of(owner, name)
 
 
 def _config_text(conf: dict[str, Any]) -> str:

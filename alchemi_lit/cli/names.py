@@ -18,7 +18,7 @@ import importlib
 import inspect
 from typing import Any
 
-from .errors import CLIError, explain_jsonargparse
+from .errors import CLIError, annotation_of, rejected, unexplained
 
 COMPONENT_META = ("class_path", "init_args", "dict_kwargs")
 
@@ -205,30 +205,59 @@ def check_init_args(cls: type, init: dict[str, Any], key: str, given: tuple[str,
                     f"{cls.__name__} has no parameter {name!r}.{hint} "
                     f"Parameters: {', '.join(sorted(params)) or 'none'}",
                 )
-    parser = ArgumentParser(exit_on_error=False)
-    try:
-        parser.add_class_arguments(cls, fail_untyped=False, skip=set(given))
-    except Exception:  # a signature jsonargparse cannot describe: leave it to the constructor
-        return
-    _parse_object(parser, init, key, cls.__name__)
+
+    def parser(skip: set[str]) -> Any:
+        p = ArgumentParser(exit_on_error=False)
+        p.add_class_arguments(cls, fail_untyped=False, skip=set(given) | skip)
+        return p
+
+    _parse_object(parser, _signature(cls.__init__, given), init, key, cls)
 
 
 def check_function_args(fn: Any, args: dict[str, Any], key: str) -> None:
     """Type-check keyword arguments of a function against its signature (like init_args)."""
     from jsonargparse import ArgumentParser
 
-    parser = ArgumentParser(exit_on_error=False)
+    def parser(skip: set[str]) -> Any:
+        p = ArgumentParser(exit_on_error=False)
+        p.add_function_arguments(fn, fail_untyped=False, skip=skip)
+        return p
+
+    _parse_object(parser, _signature(fn, ()), args, key, fn)
+
+
+def _signature(fn: Any, given: tuple[str, ...]) -> dict[str, inspect.Parameter]:
+    """The named parameters of ``fn`` a config may set (not ``self``, ``*args``, ``given``)."""
     try:
-        parser.add_function_arguments(fn, fail_untyped=False)
-    except Exception:  # a signature jsonargparse cannot describe: leave it to the call
-        return
-    _parse_object(parser, args, key, fn.__name__)
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return {
+        n: p for n, p in params.items() if n != "self" and p.kind not in variadic and n not in given
+    }
 
 
-def _parse_object(parser: Any, values: dict[str, Any], key: str, owner: str) -> None:
+def _parse_object(
+    parser: Any, params: dict[str, inspect.Parameter], values: dict[str, Any], key: str, owner: Any
+) -> None:
+    """Parse ``values`` with ``parser(skip)``; on an error, find the parameter it is about
+    by parsing each one alone (the others skipped) -- never by reading the message."""
     from jsonargparse import ArgumentError
 
     try:
-        parser.parse_object(copy.deepcopy(values))  # it converts nested dicts in place
+        whole = parser(set())
+    except Exception:  # a signature jsonargparse cannot describe: leave it to the constructor
+        return
+    for name, p in params.items():
+        if p.default is inspect.Parameter.empty and name not in values:
+            raise CLIError(f"{key}.{name}", f"required by {owner.__name__} but not given")
+    try:
+        whole.parse_object(copy.deepcopy(values))  # it converts nested dicts in place
     except ArgumentError as exc:
-        raise CLIError(None, explain_jsonargparse(str(exc), key, owner)) from None
+        for name, value in values.items():
+            try:
+                parser(set(params) - {name}).parse_object({name: copy.deepcopy(value)})
+            except ArgumentError:
+                raise rejected(f"{key}.{name}", value, annotation_of(owner, name)) from None
+        raise unexplained(exc, key) from None

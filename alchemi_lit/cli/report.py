@@ -21,7 +21,7 @@ class ReportCommand(Command):
             "store",
             type=str,
             help="results store written by ZarrSink (.zarr), or a property workflow's "
-            "output folder (alchemi-lit eos / elastic / phonons)",
+            "output folder (alchemi-lit eos / elastic / phonons / vibrations / qha)",
         )
         parser.add_argument(
             "--plots",

@@ -1,10 +1,12 @@
-"""``alchemi-lit eos | elastic | phonons | order --config ...``: a workflow from YAML.
+"""``alchemi-lit eos | elastic | phonons | vibrations | qha | order --config ...``: a
+workflow from YAML.
 
 The config has ``run``'s sections, read and checked by the same code (``simulator``:
 the model, callbacks, sinks, precision ...; ``data``: the structures and the sampler's
 budgets; ``output``: where the table goes), plus ``workflow``: the workflow's own
 parameters (``strains``, ``supercell`` ..., and ``format``: csv or parquet).
-``simulator.stages`` is the relaxation of every job (eos, elastic); left out, the jobs
+``simulator.stages`` is the relaxation of every job (eos, elastic; vibrations: of every
+structure before it is displaced); left out, the jobs
 are single points (the resolved config says so: ``SinglePoint``).  The table and one
 file per material go to ``output.dir`` (default ``results/<command>``).
 """
@@ -30,14 +32,19 @@ _HELP = {
     "eos": "fit the equation of state of every structure (ASE's EquationOfState)",
     "elastic": "elastic tensors, moduli and Born stability of every structure",
     "phonons": "phonons of every structure through phonopy: bands, DOS, free energy",
+    "vibrations": "vibrations and thermochemistry of molecules and adsorbates (ASE's)",
+    "qha": "quasi-harmonic thermal expansion, B(T), G(T), Cp(T) through phonopy",
     "order": "orderings of partially occupied structures (CIF), relaxed and ranked by energy",
 }
+#: workflows whose jobs are phonopy's displaced supercells as they are (no stages)
+_NO_STAGES = ("phonons", "qha")
 #: more of a workflow's arguments a config gives elsewhere (order's seed: simulator.seed)
 _ALSO_ELSEWHERE = {"order": {"seed"}}
 
 
 class WorkflowCommand(Command):
-    """One property workflow (``eos``, ``elastic`` or ``phonons``) run from a config."""
+    """One property workflow (``eos``, ``elastic``, ``phonons``, ``vibrations`` or
+    ``qha``) run from a config."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -92,7 +99,7 @@ class WorkflowCommand(Command):
         conf = check_config(conf)
         if workflow is not None:
             conf["workflow"] = workflow
-        return parse_config(parser, conf, req.passthrough)
+        return parse_config(parser, conf, req.passthrough, {"workflow": self.function()})
 
     def execute(self, cli: CLI, cfg: Any) -> int:
         req, resolved = cfg
@@ -122,11 +129,11 @@ class WorkflowCommand(Command):
         stages = instantiate(raw if isinstance(raw, list) else [raw], "simulator.stages")
         relax = None
         if not all(isinstance(s, SinglePoint) for s in stages):
-            if self.name == "phonons":
+            if self.name in _NO_STAGES:
                 raise CLIError(
                     "simulator.stages",
-                    "phonons evaluate phonopy's displaced supercells as they are: leave "
-                    "stages out (relax the structures in a run before)",
+                    f"{self.name} evaluates phonopy's displaced supercells as they are: "
+                    f"leave stages out (relax the structures in a run before)",
                 )
             relax = as_plan([s for s in stages if not isinstance(s, SinglePoint)])
         if sim.pop("stress", None) is not None:
@@ -142,7 +149,7 @@ class WorkflowCommand(Command):
         atoms = _disordered(data) if self.name == "order" else _read_structures(data)
         options = dict(resolved.get("workflow") or {})
         args = {"structures": atoms, "model": model, "relax": relax, **budgets, **kwargs}
-        if self.name == "phonons":
+        if self.name in _NO_STAGES:
             args.pop("relax")
         return args, options
 

@@ -3,8 +3,9 @@
 DIR is a workflow's output folder (``<name>.csv`` or ``.parquet``, ``<name>.settings.json``
 and ``<name>/`` with one JSON per material).  Plots, one PNG per material: E(V) points
 with ASE's fitted curve (eos), the C_ij matrix (elastic), the band path beside the DOS
-(phonons), the energies of the relaxed orderings by rank (order).  Everything is read
-from the files, so plotting needs neither the model nor phonopy's symmetry set-up again.
+(phonons), the frequencies as a stick spectrum (vibrations), V, beta, B and C_p against
+T (qha), the energies of the relaxed orderings by rank (order).  Everything is read from
+the files, so plotting needs neither the model nor phonopy's symmetry set-up again.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ SHOWN = {
     "eos": ("V0", "E0", "B0", "B0_prime"),
     "elastic": ("C11", "C12", "C44", "K_VRH", "G_VRH", "E_VRH", "poisson", "born_stable"),
     "phonons": ("min_frequency_THz", "stable", "free_energy_300K", "n_displacements"),
+    "vibrations": ("n_modes", "n_imaginary", "min_frequency_cm1", "max_frequency_cm1", "zpe_eV"),
+    "qha": ("V_300K", "alpha_300K", "B_300K", "Cp_300K", "min_frequency_THz"),
     "order": ("rank", "energy_per_atom", "above_best_per_atom", "ewald_energy", "converged"),
 }
 
@@ -75,7 +78,8 @@ def _plot_all(name: str, folder: Path, table: Any, plots: Path) -> list[Path]:
     plots.mkdir(parents=True, exist_ok=True)
     if name == "order":
         return _orderings(plt, table, plots)
-    draw = {"eos": _eos, "elastic": _elastic, "phonons": _phonons}[name]
+    draw = {"eos": _eos, "elastic": _elastic, "phonons": _phonons, "vibrations": _vibrations,
+            "qha": _qha}[name]  # fmt: skip
     written = []
     for _, row in table.iterrows():
         if isinstance(row["error"], str):
@@ -155,10 +159,45 @@ def _phonons(plt: Any, record: dict[str, Any], title: str) -> Any:
             ax.axvline(t, color="0.8", lw=0.5)
         ax.set_xlim(ticks[0], ticks[-1])
     ax.axhline(0.0, color="0.5", lw=0.5)
-    ax.set_ylabel("every (THz)")
+    ax.set_ylabel("frequency (THz)")
     ax.set_title(title)
     ax_dos.plot(dos["dos"], dos["frequency_THz"], color="C1", lw=1)
     ax_dos.set_xlabel("DOS")
+    return fig
+
+
+def _vibrations(plt: Any, record: dict[str, Any], title: str) -> Any:
+    """One stick per mode at its frequency (cm^-1); imaginary ones negative, in red."""
+    f = np.asarray(record["frequencies_cm1"], dtype=np.float64)
+    fig, ax = plt.subplots(figsize=(6, 2.8))
+    real, imag = f[f >= 0], f[f < 0]
+    ax.vlines(real, 0, 1, color="C0", lw=1.5, label="real")
+    if imag.size:
+        ax.vlines(imag, 0, 1, color="C3", lw=1.5, label="imaginary (as negative)")
+    ax.axvline(0.0, color="0.5", lw=0.5)
+    ax.set_yticks([])
+    ax.set_xlabel("frequency (cm$^{-1}$)")
+    ax.set_title(f"{title}: ZPE {record['zpe_eV']:.3f} eV")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _qha(plt: Any, record: dict[str, Any], title: str) -> Any:
+    """V(T), beta(T), B(T) and C_p(T) from phonopy's QHA (per input cell)."""
+    c = record["curves"]
+    t = np.asarray(c["temperature_K"])
+    fig, axes = plt.subplots(2, 2, figsize=(7, 5), sharex=True)
+    panels = (
+        ("volume_A3", "V (Å$^3$)"), ("beta_per_K", "beta (1/K)"),
+        ("bulk_modulus_GPa", "B (GPa)"), ("heat_capacity_eV_per_K", "C$_p$ (eV/K)"),
+    )  # fmt: skip
+    for ax, (key, label) in zip(axes.ravel(), panels):
+        ax.plot(t, np.asarray(c[key]), color="C0", lw=1.2)
+        ax.set_ylabel(label)
+    for ax in axes[1]:
+        ax.set_xlabel("T (K)")
+    fig.suptitle(title)
+    fig.tight_layout()
     return fig
 
 

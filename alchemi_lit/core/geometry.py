@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-#: a non-periodic system of at most this many atoms gets its pairs from one vectorised
-#: all-pairs test (:func:`molecule_pairs`): below it a vesin call's fixed cost is most of
-#: the search, above it the quadratic test loses (DESIGN_NOTES.md, "Neighbour lists")
+#: a non-periodic system of at most this many atoms gets its pairs from one vectorised all-pairs
+#: test (:func:`molecule_pairs`): below it a vesin call's fixed cost is most of the search, above it
+#: the quadratic test loses (docs/design/04-neighbour-lists-vesin-plus-a-verlet-skin.md)
 _ALL_PAIRS_MAX_ATOMS = 48
 
 

@@ -57,12 +57,11 @@ def one_at_a_time(fn: Callable[..., Any], *args: torch.Tensor) -> Any:
     """``fn(*args)`` over ``[G, ...]`` tensors, one matrix at a time on CPU; ``fn``
     returns a tuple of ``[G, ...]`` tensors.
 
-    Why: LAPACK's eigensolver and torch's reductions over a matrix's rows pick their
-    blocking by the whole tensor's shape and memory, so a matrix's results changed in
-    their last bits with the matrices batched beside it (BFGS: with the number of
-    systems of its size in the batch; DESIGN_NOTES.md, "Batch independence by
-    construction").  One at a time, every call has the same shapes and fresh buffers
-    whatever the batch.  On accelerators: one batched call.
+    Why: LAPACK's eigensolver and torch's reductions over a matrix's rows pick their blocking by the
+    whole tensor's shape and memory, so a matrix's results changed in their last bits with the
+    matrices batched beside it (BFGS: with the number of systems of its size in the batch;
+    docs/design/45-batch-independence-by-construction.md).  One at a time, every call has the same
+    shapes and fresh buffers whatever the batch.  On accelerators: one batched call.
     """
     if args[0].device.type != "cpu" or len(args[0]) <= 1:
         return fn(*args)

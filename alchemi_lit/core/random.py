@@ -190,7 +190,7 @@ class NormalsAhead:
     Why: for a few thousand atoms each of Philox's and Box-Muller's ~120 elementwise
     passes costs more in fixed overhead than in arithmetic, so one draw covering the
     next ``K`` steps costs far less than ``K`` draws of one step (figures in
-    DESIGN_NOTES.md, "Keyed noise drawn several steps ahead").  Every value is a
+    docs/design/11-keyed-noise-drawn-several-steps-ahead-on.md).  Every value is a
     function of its key alone, so the numbers are exactly :func:`atom_normals`'s and
     nothing about reproducibility changes.  A draw is reused while the batch keeps its
     layout (the same ``system_id``, ``system_idx`` and ``local_index`` tensors) and
@@ -305,7 +305,7 @@ def compiled_atom_normals() -> Callable[..., torch.Tensor]:
     Why compile it: Philox's ten rounds and Box-Muller are ~120 elementwise passes over
     the atoms, each a separate kernel in eager mode -- on CPU more than any other part
     of a Langevin step; fused into one loop they read the atoms once (figures in
-    DESIGN_NOTES.md, "compile=True compiles the noise kernel too").  The compiled kernel
+    docs/design/12-compile-true-compiles-the-noise-kernel-too.md).  The compiled kernel
     draws the same numbers to within an ulp or two of the eager one (the integer part is
     exact; vectorised log/cos round differently), and like it gives each atom the same
     numbers wherever it sits in the batch.

@@ -11,7 +11,7 @@ more than the arithmetic around them on CPU:
   which add each system's values one after another from zero: a system's bits are those
   of its own values, whatever the processor.  (A sparse product with a matrix of ones was
   faster, but MKL's AVX-512 kernels group its terms by their position in the whole
-  array: DESIGN_NOTES.md, "Batch independence by construction".)  ``index_add_`` on CPU
+  array: docs/design/45-batch-independence-by-construction.md.)  ``index_add_`` on CPU
   adds in index order too and is slower; on GPU it is as fast as anything and needs no
   set-up, so it is kept there (atomic additions: see that section for what holds).
 * multiplying ``[N, 3]`` by a broadcast ``[N, 1]`` coefficient takes a slow
@@ -20,7 +20,7 @@ more than the arithmetic around them on CPU:
   NumPy's ``repeat``, which copies whole runs instead of gathering value by value,
   elsewhere by a gather with a per-component system index.
 
-(Figures in DESIGN_NOTES.md, "Per-system sums and broadcasts in the integrators".)
+(Figures in docs/design/06-per-system-sums-and-broadcasts-in-the.md.)
 
 The helpers are exact sums (no cumulative-sum tricks), in the same order as
 ``index_add_`` on CPU, so both agree bit for bit.  A

@@ -1,12 +1,11 @@
 """Small tensor kernels used in every step, written for speed on both CPU and GPU.
 
-Why a module for this: on CPU, torch's reduction over a length-3 last dimension
-(``(a * b).sum(-1)`` on ``[N, 3]``) takes a slow generic reduction path, and an MD step
-does several of these per atom or per edge (figures in DESIGN_NOTES.md, "Edge
-reductions").  Row sums are elementwise additions of the columns, in column order: as
-fast as a matrix-vector product, and unlike one (whose BLAS kernel blocks by the whole
-array's shape) a row's bits depend on that row alone, so on every processor a system's
-values do not depend on the rows of other systems around it.
+Why a module for this: on CPU, torch's reduction over a length-3 last dimension (``(a * b).sum(-1)``
+on ``[N, 3]``) takes a slow generic reduction path, and an MD step does several of these per atom or
+per edge (figures in docs/design/05-edge-reductions-segment-sums-and-csr-products.md).  Row sums are
+elementwise additions of the columns, in column order: as fast as a matrix-vector product, and
+unlike one (whose BLAS kernel blocks by the whole array's shape) a row's bits depend on that row
+alone, so on every processor a system's values do not depend on the rows of other systems around it.
 """
 
 from __future__ import annotations
@@ -43,12 +42,11 @@ def small_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     an ``[n, 1, 3]`` row per atom), as elementwise products added term after term in
     ``k`` order.
 
-    Why not ``@``: a batched product goes to a BLAS kernel chosen and blocked by the
-    whole batch's shape, so the bits of one system's product could change with the
-    number of systems around it (DESIGN_NOTES.md, "Batch independence by
-    construction"); here each output element is ``(a0 b0 + a1 b1) + a2 b2`` whatever
-    the batch.  Summing in the same order as vesin and ASE's loops, it also reproduces
-    their cell shifts bit for bit.
+    Why not ``@``: a batched product goes to a BLAS kernel chosen and blocked by the whole batch's
+    shape, so the bits of one system's product could change with the number of systems around it
+    (docs/design/45-batch-independence-by-construction.md); here each output element is ``(a0 b0 +
+    a1 b1) + a2 b2`` whatever the batch.  Summing in the same order as vesin and ASE's loops, it
+    also reproduces their cell shifts bit for bit.
     """
     total = a[..., :, 0:1] * b[..., 0:1, :]
     for k in range(1, a.shape[-1]):
@@ -134,18 +132,17 @@ def per_system(fn: F) -> F:
     """Run ``fn(xp, *arrays, **params)`` -- arithmetic on per-system ``[B]`` values --
     in NumPy on CPU and in torch elsewhere; tensors in, tensors out.
 
-    Why: an integrator's per-system bookkeeping (FIRE's power test and time step,
-    step-length control) is a chain of ~30 operations on a few dozen numbers, where
-    torch's per-operation dispatch on CPU is the whole cost and NumPy's is a fraction
-    of it (figures in DESIGN_NOTES.md).  Written once with operators, ``xp.where``
-    and ``xp.sqrt``, the function gives the same results in both to an ulp (torch's
-    vectorised CPU ``sqrt`` is not always correctly rounded, NumPy's is; divide tensor
-    by tensor, as torch computes ``number / tensor`` as a reciprocal times the number).
-    On an accelerator the values never leave the device, and tensors that track
-    gradients (or are bfloat16) stay in torch too.  Tensor arguments on CPU are viewed
-    (no copy) as arrays; array results come back as tensors sharing their memory.
-    Floating-point warnings are silenced, as torch never raises them (a non-finite
-    system is NaNGuard's business).
+    Why: an integrator's per-system bookkeeping (FIRE's power test and time step, step-length
+    control) is a chain of ~30 operations on a few dozen numbers, where torch's per-operation
+    dispatch on CPU is the whole cost and NumPy's is a fraction of it (figures in
+    docs/design/07-per-system-arithmetic-in-numpy-on-cpu.md).  Written once with operators,
+    ``xp.where`` and ``xp.sqrt``, the function gives the same results in both to an ulp (torch's
+    vectorised CPU ``sqrt`` is not always correctly rounded, NumPy's is; divide tensor by tensor, as
+    torch computes ``number / tensor`` as a reciprocal times the number). On an accelerator the
+    values never leave the device, and tensors that track gradients (or are bfloat16) stay in torch
+    too.  Tensor arguments on CPU are viewed (no copy) as arrays; array results come back as tensors
+    sharing their memory. Floating-point warnings are silenced, as torch never raises them (a
+    non-finite system is NaNGuard's business).
     """
 
     @functools.wraps(fn)

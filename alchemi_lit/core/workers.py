@@ -67,7 +67,7 @@ def resolve_workers(
 
 
 #: seconds of work a worker must get to pay for its start (python, numpy and the
-#: called library's imports; DESIGN_NOTES, "Materials property workflows")
+#: called library's imports; docs/design/46-materials-property-workflows.md)
 WORKER_PAYS_S = 2.0
 
 

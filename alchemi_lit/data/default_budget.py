@@ -1,7 +1,7 @@
 """The batch budget of a run that names none: never one batch of everything.
 
 One batch of all the structures of a campaign file is what ran a machine out of memory
-with no result kept (issue 46; DESIGN_NOTES: "A run without a budget is bounded").  A
+with no result kept (issue 46; docs/design/50-a-run-without-a-budget-is-bounded.md).  A
 run without a budget therefore gets a :class:`~alchemi_lit.data.SizeAwareSampler`
 whose budget is measured where measuring is reliable -- ``max_atoms="auto"`` on a CUDA
 device with the single strategy (the caching allocator's peaks are exact; a model

@@ -5,7 +5,7 @@ read per-system flags, and reading a device tensor blocks until the device is do
 Doing it every step costs that sync every step; doing it every N steps keeps finished
 systems in the forward for up to N - 1 steps, and in a relaxation, where systems finish
 one by one, a good part of the atom evaluations is then spent on frozen atoms
-(DESIGN_NOTES.md, "Bookkeeping when it pays").
+(docs/design/29-bookkeeping-when-it-pays.md).
 
 ``sync_every="auto"`` does neither.  After every step the few numbers bookkeeping
 needs -- how many systems and atoms are finished, whether any left a stage -- are

@@ -1,11 +1,11 @@
 """``Simulator(cuda_graphs=True)``: the fused step captured once as a CUDA graph, replayed.
 
-Why: on a GPU a cheap model's step is a few hundred small kernels launched one by one
-from Python; replaying them as one graph removes the launch cost (DESIGN_NOTES.md,
-"GPU residency").  Between two bookkeeping points and two neighbour-list rebuilds the
-batch keeps its shapes and a steady step reads nothing on the host, so the step
-(integrators, the model's forward and backward, NaNGuard, the stage transitions) is
-the same sequence of kernels every time.
+Why: on a GPU a cheap model's step is a few hundred small kernels launched one by one from Python;
+replaying them as one graph removes the launch cost
+(docs/design/16-gpu-residency-one-switch-what-still-syncs.md).  Between two bookkeeping points and
+two neighbour-list rebuilds the batch keeps its shapes and a steady step reads nothing on the host,
+so the step (integrators, the model's forward and backward, NaNGuard, the stage transitions) is the
+same sequence of kernels every time.
 
 How a replay stays the step it replaces:
 

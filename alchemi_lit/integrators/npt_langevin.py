@@ -12,14 +12,14 @@ J. Chem. Phys. 138, 174102 (2013); Quigley & Probert, ibid. 120, 11432 (2004))::
        -- force and stress call --
     G from the new stress and the velocities as they are;  B;  p_cell += dt/2 G
 
-A cell A scales cell and positions by ``exp(dt/2 p_cell/W)``; ``G`` is
-:func:`~.barostat.cell_force` (a trace if isotropic), kept in a field from the force call
-to the next step as ASE keeps it.  Cell noise is symmetrised (no rotations); ``W`` is
-ASE's heuristic ``((pdamp/4) / 1.66 fs)² N^(1/3)`` unless given.  One departure: ASE's
-full-cell ``g`` adds ``tr(p_cell)/Nf`` to every entry, not the diagonal (DESIGN_NOTES).
-Noise: the atoms' ``PURPOSE_NOISE`` (as :class:`~.langevin.Langevin`), the cell's
-``PURPOSE_BAROSTAT`` (:func:`~.ops.system_normals`).  State: ``nptl_p_eps``/
-``nptl_force_eps`` ``[B]`` (isotropic) or ``nptl_p_cell``/``nptl_force_cell`` ``[B, 3, 3]``.
+A cell A scales cell and positions by ``exp(dt/2 p_cell/W)``; ``G`` is :func:`~.barostat.cell_force`
+(a trace if isotropic), kept in a field from the force call to the next step as ASE keeps it.  Cell
+noise is symmetrised (no rotations); ``W`` is ASE's heuristic ``((pdamp/4) / 1.66 fs)² N^(1/3)``
+unless given.  One departure: ASE's full-cell ``g`` adds ``tr(p_cell)/Nf`` to every entry, not the
+diagonal (docs/design/42-npt-integrators.md). Noise: the atoms' ``PURPOSE_NOISE`` (as
+:class:`~.langevin.Langevin`), the cell's ``PURPOSE_BAROSTAT`` (:func:`~.ops.system_normals`).
+State: ``nptl_p_eps``/``nptl_force_eps`` ``[B]`` (isotropic) or ``nptl_p_cell``/``nptl_force_cell``
+``[B, 3, 3]``.
 """
 
 from __future__ import annotations

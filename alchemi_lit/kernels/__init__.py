@@ -1,12 +1,11 @@
 """Per-step updates compiled for CPU by numba: one native call per step instead of a
 few dozen torch operations.
 
-Why: with a cheap model (Lennard-Jones) the framework's part of a CPU step is dominated
-by how many *kinds* of operations it runs, not by arithmetic.  Right after the model's
-forward each kind runs cold, a few times slower than the same operation back to back,
-and FIRE's update alone touched ~30 of them.  The same arithmetic as one compiled loop
-over the atoms pays that once and reads each array once (figures in DESIGN_NOTES.md,
-"Compiled CPU kernels", and BENCHMARKS.md).
+Why: with a cheap model (Lennard-Jones) the framework's part of a CPU step is dominated by how many
+*kinds* of operations it runs, not by arithmetic.  Right after the model's forward each kind runs
+cold, a few times slower than the same operation back to back, and FIRE's update alone touched ~30
+of them.  The same arithmetic as one compiled loop over the atoms pays that once and reads each
+array once (figures in docs/design/08-compiled-cpu-kernels-for-the-per-step.md, and BENCHMARKS.md).
 
 The kernels are a CPU fast path, not a second physics: :mod:`.backend` registers them
 as implementations of primitives (:mod:`alchemi_lit.core.backends`) whose torch code is the
@@ -53,7 +52,7 @@ _KERNEL_DTYPES = frozenset({torch.float64, torch.float32, torch.int64, torch.int
 
 # A kernel runs on one core; torch spreads an operation over its threads in chunks of
 # 32 768 elements, so past ~3 chunks with more than two threads torch is faster
-# (DESIGN_NOTES.md, "Compiled CPU kernels").  The kernels are used whatever the size
+# (docs/design/08-compiled-cpu-kernels-for-the-per-step.md).  The kernels are used whatever the size
 # nonetheless: a choice by the batch's size would give a system the kernel's rounding in
 # one batch and torch's in a larger one -- its bits would follow its batch mates (#41).
 # A run without a budget stays under that size on a CPU (8 192 atoms).

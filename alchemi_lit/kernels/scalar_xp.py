@@ -1,12 +1,11 @@
 """The array namespace of :func:`~alchemi_lit.core.tensor_ops.per_system` functions, for one
 system's numbers inside a compiled kernel.
 
-Why: a kernel calls an integrator's own per-system function (FIRE's decisions, say)
-with this module as ``xp`` and one system's scalars, so the decisions stay written
-once.  Compiling the same function on NumPy arrays instead took several times longer
-per kernel and dtype (numba types every array expression; figures in DESIGN_NOTES.md,
-"Compiled CPU kernels"), and on scalars the values are those of the NumPy path
-(float64: bit for bit, tested).
+Why: a kernel calls an integrator's own per-system function (FIRE's decisions, say) with this module
+as ``xp`` and one system's scalars, so the decisions stay written once.  Compiling the same function
+on NumPy arrays instead took several times longer per kernel and dtype (numba types every array
+expression; figures in docs/design/08-compiled-cpu-kernels-for-the-per-step.md), and on scalars the
+values are those of the NumPy path (float64: bit for bit, tested).
 """
 
 from __future__ import annotations

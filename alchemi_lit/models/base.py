@@ -216,7 +216,7 @@ _MIN_VOLUME = 1e-12
 def virial_stress(batch: Batch, edges: Edges, grad: torch.Tensor) -> torch.Tensor:
     """``(1/V) sum_edges vec ⊗ dE/dvec`` per system; zero where the cell has no volume."""
     # row by row: three [P, 3] products are cheaper on CPU than one [P, 3, 3] outer
-    # product (DESIGN_NOTES.md, "Edge reductions")
+    # product (docs/design/05-edge-reductions-segment-sums-and-csr-products.md)
     rows = [edges.system_sum(edges.vec[:, a : a + 1] * grad, batch.num_systems) for a in range(3)]
     virial = torch.stack(rows, 1).reshape(-1, 9)
     volume = batch.volume

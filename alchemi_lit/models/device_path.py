@@ -1,13 +1,12 @@
 """The accelerator path of :class:`~.neighbors.NeighborList`: no host read in a steady call.
 
 Taken wherever reading a value on the host is not free (a GPU, or CPU with
-``tensor_ops.CPU_READS_FREE = False``).  The skin check is read one call late
-(:mod:`.skin_watch`); a due rebuild rebuilds every system in one batched pass
-(:mod:`.cell_list`), which reads sizes on the host, and rebuilding all at once makes
-rebuilds as rare as the fastest system allows instead of one whenever any system needs
-one.  Whether the cell changed is told by the cell tensor's identity and version, not
-by its values (no read).  A mixin: the state is the list's own (DESIGN_NOTES.md,
-"Neighbour lists on an accelerator").
+``tensor_ops.CPU_READS_FREE = False``).  The skin check is read one call late (:mod:`.skin_watch`);
+a due rebuild rebuilds every system in one batched pass (:mod:`.cell_list`), which reads sizes on
+the host, and rebuilding all at once makes rebuilds as rare as the fastest system allows instead of
+one whenever any system needs one.  Whether the cell changed is told by the cell tensor's identity
+and version, not by its values (no read).  A mixin: the state is the list's own
+(docs/design/15-neighbour-lists-on-an-accelerator-one-batched.md).
 """
 
 from __future__ import annotations

@@ -21,16 +21,14 @@ class Edges:
     ``|vec| > cutoff`` are present and must be masked by the model (they are what
     makes the skin work).
 
-    ``atom_counts``/``system_counts``/``j_flat`` are set by :class:`NeighborList` on
-    CPU, where its edges are sorted by ``i`` (hence by system).  There the sum over each
-    atom's run of edges and each system's are run sums (:func:`~alchemi_lit.core.segments.
-    run_sums`: cheaper than ``index_add_`` on CPU), the pull on atoms j a flat bincount: all
-    three add their
-    terms one after another in edge order, so a sum depends on its own terms alone --
-    not on the edges of other systems around it (no BLAS product, whose blocking
-    follows the whole array's shape: DESIGN_NOTES.md, "Batch independence by
-    construction"), nor on edges beyond the cutoff (exact zeros).  On GPU they stay None
-    and the reductions use ``index_add_`` (no host sync).
+    ``atom_counts``/``system_counts``/``j_flat`` are set by :class:`NeighborList` on CPU, where its
+    edges are sorted by ``i`` (hence by system).  There the sum over each atom's run of edges and
+    each system's are run sums (:func:`~alchemi_lit.core.segments.run_sums`: cheaper than
+    ``index_add_`` on CPU), the pull on atoms j a flat bincount: all three add their terms one after
+    another in edge order, so a sum depends on its own terms alone -- not on the edges of other
+    systems around it (no BLAS product, whose blocking follows the whole array's shape:
+    docs/design/45-batch-independence-by-construction.md), nor on edges beyond the cutoff (exact
+    zeros).  On GPU they stay None and the reductions use ``index_add_`` (no host sync).
     """
 
     i: torch.Tensor

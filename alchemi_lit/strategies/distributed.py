@@ -13,7 +13,9 @@ in-memory sinks the finished systems are gathered on rank 0 as numpy arrays.
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 from abc import abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -309,11 +311,19 @@ class DistributedStrategy(Strategy):
             timeout_s=self.timeout_s,
             resume=resume,
         )
-        known = rank_totals(self.pipeline, sampler).get(rank)
+        shares = rank_totals(self.pipeline, sampler)
+        known = shares.get(rank)
         worker.context["ranks"] = self.pipeline.num_ranks
         if known is not None:  # the systems that pass through this rank: its bar's total
             worker.context.update(total_systems=known[0], total_atoms=known[1])
-        result = worker.run()
+        board = self._progress_board(rank) if self.replica_period() is not None else None
+        if board is not None:  # replicas: rank 0's bar counts every replica
+            worker.context.update(progress_dir=board, rank_shares=shares)
+        try:
+            result = worker.run()
+        finally:
+            if board is not None and rank == 0:
+                shutil.rmtree(board, ignore_errors=True)
         memory = [b for b in result["sinks"].in_memory] + list(result["sinks"].overflow)
         payload = {
             "stats": result["stats"],
@@ -326,6 +336,14 @@ class DistributedStrategy(Strategy):
             merge_stores(sim, gathered, len(sinks_ranks) > 1)
         dist.barrier()
         return gathered
+
+    @staticmethod
+    def _progress_board(rank: int) -> str:
+        """The folder where replicas post their progress (:mod:`~alchemi_lit.callbacks.
+        rank_board`): rank 0's, broadcast to every rank."""
+        folder = [tempfile.mkdtemp(prefix="alchemi-progress-") if rank == 0 else None]
+        dist.broadcast_object_list(folder, src=0)
+        return str(folder[0])
 
 
 class PipelineStrategy(DistributedStrategy):

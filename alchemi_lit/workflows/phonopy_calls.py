@@ -118,3 +118,35 @@ def plot_data(ph: Any) -> dict[str, Any]:
             "connections": None if connections is None else [bool(c) for c in connections],
         }
     return out
+
+
+def quasi_harmonic(
+    phs: list[Any], forces: list[list[np.ndarray]], energies: np.ndarray, mesh: Any,
+    temps: np.ndarray, eos: str, tolerance: float,
+) -> dict[str, Any]:  # fmt: skip
+    """phonopy's QHA (``phonopy.run_qha``) of one material from its phonons at each
+    volume: force constants per volume, the stability test on ``mesh`` (a volume with a
+    frequency below ``-tolerance`` THz is refused, named: its free energy is not
+    harmonic), then phonopy's F(V; T) fits.  ``energies``: eV per primitive cell."""
+    import phonopy
+
+    lowest = []
+    for ph, f in zip(phs, forces):
+        ph.forces = np.asarray(f)
+        ph.produce_force_constants(show_drift=False)
+        ph.run_mesh(mesh)
+        lowest.append(float(np.min(ph.mesh.frequencies)))
+    bad = [k for k, low in enumerate(lowest) if low < -float(tolerance)]
+    if bad:
+        raise ValueError(
+            f"imaginary modes at volume(s) {bad} of {len(phs)} (lowest "
+            f"{min(lowest):.3g} THz < -{tolerance} THz): the quasi-harmonic free energy "
+            f"is undefined there; narrow max_strain or check the structure is stable"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (lattice fitting skipped for low symmetry ...)
+        result = phonopy.run_qha(
+            phs, np.asarray(temps, dtype=np.float64), internal_energies=np.asarray(energies),
+            mesh=mesh, eos=eos, **without_gamma_acoustic(),
+        )  # fmt: skip
+    return {"min_frequency_THz": min(lowest), "_qha": result}

@@ -97,7 +97,7 @@ def build_phonopys(
 def setup_costs(materials: Sequence[Any], matrices: Sequence[np.ndarray]) -> list[float]:
     """Per material, a rough upper bound of phonopy's set-up time on one core (s): its
     supercell symmetry pairs every atom with every operation, ~1e-4 s x atoms^2 for a
-    cubic supercell (the fit: DESIGN_NOTES, "Materials property workflows")."""
+    cubic supercell (the fit: docs/design/46-materials-property-workflows.md)."""
     atoms = [len(a) * abs(round(np.linalg.det(m))) for a, m in zip(materials, matrices)]
     return [1e-4 * n * n for n in atoms]
 

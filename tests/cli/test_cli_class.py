@@ -105,7 +105,7 @@ def test_added_command(
     assert capsys.readouterr().out.strip() == f"{len(expected)} structures, {atoms} atoms"
     # listed with the built-in commands, which still work
     out = _help_of(trial_cli().main, ["--help"], capsys)
-    commands = "run,validate,plugins,report,merge,eos,elastic,phonons,order,count"
+    commands = "run,validate,plugins,report,merge,eos,elastic,phonons,vibrations,qha,order,count"
     assert out.startswith(f"usage: my-alchemi [--debug] {{{commands}}}")
     assert "count the structures and atoms" in out and "my-alchemi validate --config" in out
     assert trial_cli().main(["plugins", "--kind", "sink"]) == 0
@@ -115,7 +115,8 @@ def test_added_command(
     lines = error_lines(capsys.readouterr().err)
     assert len(lines) == 1 and "does not exist" in lines[0], lines
     assert trial_cli().main(["count"]) == 2
-    assert error_lines(capsys.readouterr().err)[0].startswith("error: path: required")
+    line = error_lines(capsys.readouterr().err)[0]  # argparse's words, after the command's name
+    assert line.startswith("error: count: ") and "required" in line and "path" in line, line
     assert main(["count", str(COPPER)]) == 2  # the base CLI has no such command
     assert "unknown command 'count'" in capsys.readouterr().err
 

@@ -1,7 +1,8 @@
-"""``alchemi-lit eos | elastic | phonons`` run every ``configs/workflows/*.yaml`` end to end
-(shrunk), give the Python API's numbers, resume, report and refuse bad configs in one
-line.  (``test_configs.py`` runs ``configs/*.yaml`` with ``run``; these configs are for
-the workflow commands, hence their own folder and test.)"""
+"""``alchemi-lit eos | elastic | phonons | vibrations | qha`` run every
+``configs/workflows/*.yaml`` end to end (shrunk), give the Python API's numbers, resume,
+report and refuse bad configs in one line.  (``test_configs.py`` runs ``configs/*.yaml``
+with ``run``; these configs are for the workflow commands, hence their own folder and
+test.)"""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ CONFIGS = sorted((ROOT / "configs" / "workflows").glob("*.yaml"))
 #: take seconds; tests/workflows/test_order.py checks the workflow itself)
 RUNS = [pytest.param(p, marks=pytest.mark.slow) if p.stem == "order" else p for p in CONFIGS]
 CRYSTALS = ROOT / "configs" / "data" / "crystals.extxyz"
+MOLECULES = ROOT / "configs" / "data" / "molecules.extxyz"
 #: a few structures, and phonopy's supercells small (its symmetry set-up of the 216-atom
 #: supercells "auto" picks for EMT takes seconds per material)
 TINY = {
@@ -31,9 +33,15 @@ TINY = {
     "elastic": ["--data.index", ":2"],
     "phonons": ["--data.index", ":2", "--workflow.supercell", "2", "--workflow.min_width", "0",
                 "--workflow.mesh", "[5, 5, 5]", "--workflow.npoints", "5"],
+    "vibrations": ["--data.index", ":2", "--workflow.symmetry_number", "[2, 3]"],
+    "qha": ["--data.index", ":1", "--workflow.supercell", "2", "--workflow.min_width", "0",
+            "--workflow.mesh", "[5, 5, 5]", "--workflow.n_volumes", "5",
+            "--workflow.temperatures", "[0, 100, 200, 300, 400]"],
     "order": ["--workflow.n_relax", "3"],
 }  # fmt: skip
 DISORDERED = ROOT / "configs" / "data" / "CuAu_disordered.cif"
+#: phonopy's workflows
+PHONOPY = ("phonons", "qha")
 
 
 def run_config(config: Path, out: Path, *extra: str) -> int:
@@ -45,12 +53,12 @@ def run_config(config: Path, out: Path, *extra: str) -> int:
 
 
 def test_the_workflow_configs_exist():
-    assert {p.stem for p in CONFIGS} == {"eos", "elastic", "phonons", "order"}
+    assert {p.stem for p in CONFIGS} == {"eos", "elastic", "phonons", "vibrations", "qha", "order"}
 
 
 @pytest.mark.parametrize("config", RUNS, ids=[p.stem for p in CONFIGS])
 def test_workflow_config_runs_and_equals_the_python_api(config, tmp_path, capsys):
-    if config.stem == "phonons":
+    if config.stem in PHONOPY:
         pytest.importorskip("phonopy")
     assert run_config(config, tmp_path) == 0
     name = config.stem
@@ -64,8 +72,23 @@ def test_workflow_config_runs_and_equals_the_python_api(config, tmp_path, capsys
                                    rtol=1e-12)  # fmt: skip
         assert len(table) == 3 and ref.distinct == [7]  # of 70 orderings, 7 distinct
         return
-    atoms = read(CRYSTALS, TINY[name][1])
-    if name == "eos":
+    atoms = read(MOLECULES if name == "vibrations" else CRYSTALS, TINY[name][1])
+    if name == "vibrations":
+        ref = workflows.vibrations(
+            atoms, EMT(), relax=FIRE(fmax=0.001, max_steps=2000), thermo="ideal_gas",
+            symmetry_number=[2, 3], temperatures=[298.15, 500.0], pressures=[1e5],
+        )  # fmt: skip
+        mine = pd.read_csv(tmp_path / "vibrations" / "0_H2O.thermo.csv")
+        np.testing.assert_allclose(mine["gibbs_energy_eV"],
+                                   ref.thermo()["gibbs_energy_eV"][:2], rtol=1e-12)  # fmt: skip
+        np.testing.assert_allclose(table["zpe_eV"], ref.to_pandas()["zpe_eV"], rtol=1e-12)
+    elif name == "qha":
+        ref = workflows.qha(
+            atoms, EMT(), supercell=2, min_width=0, mesh=[5, 5, 5], n_volumes=5,
+            temperatures=[0, 100, 200, 300, 400],
+        ).to_pandas()
+        np.testing.assert_allclose(table["beta_300K"], ref["beta_300K"], rtol=1e-12)
+    elif name == "eos":
         ref = workflows.eos(atoms, EMT()).to_pandas()
         np.testing.assert_allclose(table["B0"], ref["B0"], rtol=1e-12)
     elif name == "elastic":
@@ -83,7 +106,7 @@ def test_workflow_config_runs_and_equals_the_python_api(config, tmp_path, capsys
 @pytest.mark.parametrize("config", RUNS, ids=[p.stem for p in CONFIGS])
 def test_report_plots_a_workflow_output(config, tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    if config.stem == "phonons":
+    if config.stem in PHONOPY:
         pytest.importorskip("phonopy")
     assert run_config(config, tmp_path) == 0
     capsys.readouterr()

@@ -212,8 +212,9 @@ def test_batch_equals_single_to_a_reordered_sums_rounding(model: SevenNet) -> No
 
 def test_the_network_reads_nothing_on_the_host() -> None:
     """In a step the network itself waits for no device value: sevenn's one-hot
-    embedding (two reads for its class check) is replaced; the one read left is the
-    plugin's own ``nonzero`` dropping skin pairs (DESIGN_NOTES, GPU residency)."""
+    embedding (two reads for its class check) is replaced; the one read left is the plugin's own
+    ``nonzero`` dropping skin pairs
+    (docs/design/16-gpu-residency-one-switch-what-still-syncs.md)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from alchemi_lit.testing import accelerator_path
@@ -355,7 +356,8 @@ def test_sevennet_on_cuda_matches_cpu(model: SevenNet) -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_sevennet_with_cuda_graphs_runs_eagerly_with_one_warning() -> None:
-    """SevenNet's edge filter reads the host (DESIGN_NOTES, "GPU residency"), so a
+    """SevenNet's edge filter reads the host
+    (docs/design/16-gpu-residency-one-switch-what-still-syncs.md), so a
     capture fails: one warning, and the run is the eager one."""
     from loguru import logger
 
