@@ -33,6 +33,7 @@ from .integrators import (
     Langevin,
     NoseHooverChain,
     NPTLangevin,
+    ReplicaExchange,
     SemiGrandMC,
     SwapMC,
     VelocityVerlet,
@@ -45,7 +46,7 @@ from .strategies.single import SingleDeviceStrategy
 
 for _cls in (FIRE, FIRE2, BFGS, LBFGS, VelocityVerlet, Langevin, NoseHooverChain, Berendsen, Bussi):
     register("integrator")(_cls)
-for _cls in (MTKNPT, CRescale, NPTLangevin, SwapMC, SemiGrandMC, Hybrid):
+for _cls in (MTKNPT, CRescale, NPTLangevin, SwapMC, SemiGrandMC, Hybrid, ReplicaExchange):
     register("integrator")(_cls)
 register_preset("integrator", "fire-ase", FIRE, mode="ase")
 register_preset("integrator", "fire-mass-weighted", FIRE, mode="mass_weighted")

@@ -17,7 +17,9 @@ systems seen so far (the total is marked ``~`` while there are such systems).
 A run with band stages (``FIRE(band=NEB(...))``) relaxes bands, not systems: the bar
 then also counts bands -- converged, running, waiting (images whose endpoints are
 still relaxing), unconverged (budget spent) and quarantined -- each band counted once,
-by its first interior image, out of the run's bands where they are known.
+by its first interior image, out of the run's bands where they are known.  A replica
+exchange (``ReplicaExchange``) adds its ladder, the acceptance of each neighbour pair
+and the round trips of the replicas in the batch.
 
 Why it is built like this: the step loop must never wait on the host, so the bar
 reads the batch every ``every`` steps in one small device -> host copy (plus one
@@ -47,6 +49,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from ..core.state import Batch
 from ..engine.hooks import Callback, StepContext
 from ..engine.status import failed_exit
+from ..integrators.tempering import ReplicaExchange
 from .logger import stage_codes
 from .rank_board import RankBoard, RankCounts
 
@@ -112,6 +115,8 @@ class ProgressBar(Callback):
         self._remaining_of: torch.Tensor | None = None  # status code -> steps still possible
         self._optimizing = False
         self._bands = False  # the loop runs a band stage: count bands too
+        self._ladder: list[float] | None = None  # a replica exchange's ladder (K)
+        self._left_rex: list[int] = []  # its counts of the replicas that left the batch
         self._left_bands = [0, 0, 0]  # converged, unconverged, quarantined bands that left
         self._board: RankBoard | None = None  # replicas: every rank's counts (rank 0 reads)
 
@@ -126,7 +131,7 @@ class ProgressBar(Callback):
     # ---------------------------------------------------------------- hooks
     def on_run_start(self, ctx: StepContext) -> None:
         if not self._restored:  # a resumed run keeps what left the batch before
-            self._left_batch, self._left_bands = [0, 0, 0], [0, 0, 0]
+            self._left_batch, self._left_bands, self._left_rex = [0, 0, 0], [0, 0, 0], []
         self._restored = False
         console = self.console if self.console is not None else Console()
         folder = ctx.state.get("progress_dir") if self.enable else None
@@ -138,6 +143,8 @@ class ProgressBar(Callback):
         self._remaining_of = self._budget_table(ctx)
         self._optimizing = any(getattr(s, "is_optimizer", False) for s in ctx.stages)
         self._bands = any(getattr(s, "band", None) is not None for s in ctx.stages)
+        ladders = [s.temperatures for s in ctx.stages if isinstance(s, ReplicaExchange)]
+        self._ladder = ladders[0] if ladders else None
         if not drawn:  # a replica that posts its counts for rank 0's bar
             return
         progress = Progress(
@@ -197,9 +204,13 @@ class ProgressBar(Callback):
             rows.sum(),
         ]
         sums += self._band_counts(b, rows, ctx.exit_code)[:3] if self._bands else []
-        sums = torch.stack(sums).tolist()  # one host copy, at a bookkeeping where systems leave
+        rex = self._exchange_counts(b, rows)
+        sums = torch.stack([*sums, *rex]).tolist()  # one host copy, where systems leave
         self._left_batch = [a + int(v) for a, v in zip(self._left_batch, sums)]
         self._left_bands = [a + int(v) for a, v in zip(self._left_bands, sums[3:])]
+        if rex:
+            gone = sums[len(sums) - len(rex):]
+            self._left_rex = [a + int(v) for a, v in zip(self._left_rex or [0] * len(rex), gone)]
 
     def _band_counts(self, b: Batch, rows: torch.Tensor, exit_code: int) -> list[torch.Tensor]:
         """Converged, unconverged, quarantined, running and waiting bands among ``rows``
@@ -217,7 +228,7 @@ class ProgressBar(Callback):
         of the batch, in one host copy."""
         b = ctx.batch
         if b.num_systems == 0 or self._remaining_of is None:
-            return [0] * (10 if self._bands else 5)
+            return [0] * (10 if self._bands else 5) + self._exchange_counts(None)
         exit_code = ctx.state.get("exit_code", -1)
         table = self._remaining_of
         status = b.status
@@ -235,12 +246,39 @@ class ProgressBar(Callback):
             counts += self._band_counts(b, torch.ones_like(status, dtype=torch.bool), exit_code)
         if b.has_field("mc_attempts"):  # a Monte Carlo chain's acceptance, systems in flight
             counts += [b.mc_accepted.sum(), b.mc_attempts.sum()]
-        return torch.stack(counts).tolist()
+        return torch.stack([*counts, *self._exchange_counts(b)]).tolist()
 
-    def _counts(self, ctx: StepContext) -> tuple[RankCounts, list[int], tuple[int, int]]:
-        """This loop's counts (what it posts for rank 0), its band counts and its Monte
-        Carlo chains' ``(accepted, attempts)`` (systems in flight)."""
+    def _exchange_counts(self, b: Batch | None, rows: torch.Tensor | None = None) -> list[Any]:
+        """Accepted and attempted exchanges per neighbour pair and round trips of the
+        replicas in the batch (of ``rows``; none without a replica exchange)."""
+        if self._ladder is None:
+            return []
+        if b is None or not b.has_field("rex_accepts"):
+            return [torch.tensor(0)] * (2 * len(self._ladder) - 1)
+        keep = torch.ones_like(b.rex_group, dtype=torch.bool) if rows is None else rows
+        acc, att = (torch.where(keep.unsqueeze(-1), f, 0).sum(0) for f in (b.rex_accepts,
+                                                                           b.rex_attempts))
+        return [*acc, *att, torch.where(keep, b.rex_round_trips, 0).sum()]
+
+    def _exchange_text(self, counts: list[int]) -> str:
+        """``"ladder 300-1200 K (4): accepted 41% 38% 40%, 3 round trips"``."""
+        t, pairs = self._ladder or [], len(counts) // 2
+        rates = " ".join(
+            f"{100 * a / n:.0f}%" if n else "--" for a, n in zip(counts[:pairs], counts[pairs:-1])
+        )
+        return f"ladder {t[0]:g}-{t[-1]:g} K ({len(t)}): accepted {rates}, {counts[-1]} round trips"
+
+    def _counts(
+        self, ctx: StepContext
+    ) -> tuple[RankCounts, list[int], tuple[int, int], list[int]]:
+        """This loop's counts (what it posts for rank 0), its band counts, its Monte
+        Carlo chains' ``(accepted, attempts)`` (systems in flight) and its replica
+        exchange's counts (:meth:`_exchange_counts`, this rank's replicas)."""
         counts = self._batch_counts(ctx)
+        n_rex = len(self._exchange_counts(None))  # (last: a replica exchange's counts)
+        rex = [int(a) + g for a, g in zip(counts[len(counts) - n_rex:], self._left_rex or
+                                          [0] * n_rex)] if n_rex else []  # fmt: skip
+        counts = counts[: len(counts) - n_rex]
         mc = ctx.batch.has_field("mc_attempts") and len(counts) > (10 if self._bands else 5)
         chains = (int(counts[-2]), int(counts[-1])) if mc else (0, 0)
         done_b, left_b, atoms_b, systems_b, finished_b, *bands = counts[:-2] if mc else counts
@@ -259,7 +297,7 @@ class ProgressBar(Callback):
         left = int(left_b) + round(unseen_atoms * self._entry_budget())
         estimated = bool(unseen and total_atoms is None)
         finished = gone_systems + int(finished_b)
-        return RankCounts(done, left, finished, total_systems, estimated), bands, chains
+        return RankCounts(done, left, finished, total_systems, estimated), bands, chains, rex
 
     def _entry_budget(self) -> int:
         return int(self._remaining_of.max()) if self._remaining_of is not None else 0
@@ -288,7 +326,7 @@ class ProgressBar(Callback):
 
     def _update(self, ctx: StepContext, steps_done: int) -> None:
         assert self._progress is not None and self._task is not None
-        own, bands, (accepted, attempts) = self._counts(ctx)
+        own, bands, (accepted, attempts), rex = self._counts(ctx)
         counts, running = self._with_other_ranks(ctx, own)
         done, left, finished, total_systems = (
             counts.done, counts.left, counts.finished, counts.total_systems
@@ -307,6 +345,7 @@ class ProgressBar(Callback):
             f"{finished}/{total_systems if total_systems is not None else '?'} systems",
             *([self._band_text(ctx, bands)] if bands else []),
             *([f"MC acceptance {accepted / attempts:.1%}"] if attempts else []),
+            *([self._exchange_text(rex)] if rex else []),
             f"{si(rate)} atom-steps/s ({steps_rate:.0f} steps/s)" if rate else "-- atom-steps/s",
             f"ETA {'≤' if mark == '≤' else ''}{clock(left / rate)}" if rate and left else "ETA --",
             *([f"{running} other replica(s) running"] if running else []),
@@ -347,9 +386,11 @@ class ProgressBar(Callback):
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        return {"left_batch": list(self._left_batch), "left_bands": list(self._left_bands)}
+        return {"left_batch": list(self._left_batch), "left_bands": list(self._left_bands),
+                "left_exchanges": list(self._left_rex)}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._left_batch = [int(v) for v in state.get("left_batch", [0, 0, 0])]
         self._left_bands = [int(v) for v in state.get("left_bands", [0, 0, 0])]
+        self._left_rex = [int(v) for v in state.get("left_exchanges", [])]
         self._restored = True

@@ -50,7 +50,7 @@ class CLI:
             "report": ReportCommand(),
             "merge": MergeCommand(),
             **{name: WorkflowCommand(name) for name in (
-                "eos", "elastic", "phonons", "vibrations", "qha")},
+                "eos", "elastic", "phonons", "vibrations", "qha", "order")},
         }
 
     def add_arguments_to_parser(self, parser: Any) -> None:

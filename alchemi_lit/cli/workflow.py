@@ -1,4 +1,4 @@
-"""``alchemi-lit eos | elastic | phonons | vibrations | qha --config ...``: a property
+"""``alchemi-lit eos | elastic | phonons | vibrations | qha | order --config ...``: a
 workflow from YAML.
 
 The config has ``run``'s sections, read and checked by the same code (``simulator``:
@@ -34,9 +34,12 @@ _HELP = {
     "phonons": "phonons of every structure through phonopy: bands, DOS, free energy",
     "vibrations": "vibrations and thermochemistry of molecules and adsorbates (ASE's)",
     "qha": "quasi-harmonic thermal expansion, B(T), G(T), Cp(T) through phonopy",
+    "order": "orderings of partially occupied structures (CIF), relaxed and ranked by energy",
 }
 #: workflows whose jobs are phonopy's displaced supercells as they are (no stages)
 _NO_STAGES = ("phonons", "qha")
+#: more of a workflow's arguments a config gives elsewhere (order's seed: simulator.seed)
+_ALSO_ELSEWHERE = {"order": {"seed"}}
 
 
 class WorkflowCommand(Command):
@@ -57,7 +60,8 @@ class WorkflowCommand(Command):
         from typing import Literal
 
         parser = cli.config_parser(self.name)
-        parser.add_function_arguments(self.function(), "workflow", skip=_GIVEN_ELSEWHERE)
+        skip = _GIVEN_ELSEWHERE | _ALSO_ELSEWHERE.get(self.name, set())
+        parser.add_function_arguments(self.function(), "workflow", skip=skip)
         parser.add_argument(
             "--workflow.format",
             type=Literal["csv", "parquet"],
@@ -141,12 +145,29 @@ class WorkflowCommand(Command):
         if data.get("first_id") is not None:
             raise CLIError("data.first_id", "a workflow numbers its own jobs: leave it out")
         budgets = _budgets(data.get("sampler"))
-        atoms = _read_structures(data)
+        # (order reads partial occupancies, which run's reader refuses: the path as given)
+        atoms = _disordered(data) if self.name == "order" else _read_structures(data)
         options = dict(resolved.get("workflow") or {})
         args = {"structures": atoms, "model": model, "relax": relax, **budgets, **kwargs}
         if self.name in _NO_STAGES:
             args.pop("relax")
         return args, options
+
+
+def _disordered(data: dict[str, Any]) -> Any:
+    """``order``'s input: the CIF(s) of ``data.structures`` (a file, or a folder of
+    ``*.cif``), read by pymatgen with their partial occupancies."""
+    spec = str(data["structures"])
+    path = Path(spec)
+    if path.is_dir():
+        files = sorted(str(p) for p in path.glob("*.cif"))
+        if not files:
+            raise CLIError("data.structures", f"{spec!r} holds no *.cif files to order")
+        return files
+    if not path.is_file():
+        raise CLIError("data.structures", f"{spec!r} is not a file: give a CIF with partial "
+                       "occupancies (or a folder of them)")  # fmt: skip
+    return [spec]
 
 
 def _budgets(spec: dict[str, Any] | None) -> dict[str, Any]:

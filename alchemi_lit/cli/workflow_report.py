@@ -4,8 +4,8 @@ DIR is a workflow's output folder (``<name>.csv`` or ``.parquet``, ``<name>.sett
 and ``<name>/`` with one JSON per material).  Plots, one PNG per material: E(V) points
 with ASE's fitted curve (eos), the C_ij matrix (elastic), the band path beside the DOS
 (phonons), the frequencies as a stick spectrum (vibrations), V, beta, B and C_p against
-T (qha).  Everything is read from the files, so plotting needs neither the model nor
-phonopy's symmetry set-up again.
+T (qha), the energies of the relaxed orderings by rank (order).  Everything is read from
+the files, so plotting needs neither the model nor phonopy's symmetry set-up again.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ SHOWN = {
     "phonons": ("min_frequency_THz", "stable", "free_energy_300K", "n_displacements"),
     "vibrations": ("n_modes", "n_imaginary", "min_frequency_cm1", "max_frequency_cm1", "zpe_eV"),
     "qha": ("V_300K", "alpha_300K", "B_300K", "Cp_300K", "min_frequency_THz"),
+    "order": ("rank", "energy_per_atom", "above_best_per_atom", "ewald_energy", "converged"),
 }
 
 
@@ -75,6 +76,8 @@ def _plot_all(name: str, folder: Path, table: Any, plots: Path) -> list[Path]:
 
     plt = _pyplot()
     plots.mkdir(parents=True, exist_ok=True)
+    if name == "order":
+        return _orderings(plt, table, plots)
     draw = {"eos": _eos, "elastic": _elastic, "phonons": _phonons, "vibrations": _vibrations,
             "qha": _qha}[name]  # fmt: skip
     written = []
@@ -85,6 +88,23 @@ def _plot_all(name: str, folder: Path, table: Any, plots: Path) -> list[Path]:
         record = json.loads((folder / name / f"{stem}.json").read_text())
         fig = draw(plt, record, f"{stem}")
         png = plots / f"{name}_{stem}.png"
+        fig.savefig(png, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        written.append(png)
+    return written
+
+
+def _orderings(plt: Any, table: Any, plots: Path) -> list[Path]:
+    """Per material: each relaxed ordering's energy above the best (meV/atom), by rank."""
+    written = []
+    for material, rows in table.groupby("material"):
+        fig, ax = plt.subplots(figsize=(4.5, 3.2))
+        ax.plot(rows["rank"], 1000 * rows["above_best_per_atom"], "o-")
+        ax.set_xlabel("ordering (rank)")
+        ax.set_ylabel("above the best (meV/atom)")
+        stem = f"{int(material)}_{rows['formula'].iloc[0]}"
+        ax.set_title(stem)
+        png = plots / f"order_{stem}.png"
         fig.savefig(png, dpi=110, bbox_inches="tight")
         plt.close(fig)
         written.append(png)

@@ -38,6 +38,8 @@ PURPOSE_THERMOSTAT = 3
 PURPOSE_BAROSTAT = 4
 #: a Monte Carlo move's per-system draws (which atoms, which species, accept or not)
 PURPOSE_MC = 5
+#: a replica exchange's acceptance draws (one per neighbour pair of a replica group)
+PURPOSE_EXCHANGE = 6
 
 
 def philox4x32(
@@ -109,6 +111,20 @@ def atom_normals(
     c3 = torch.full_like(c0, purpose & _MASK32)
     k0, k1 = k0.index_select(0, system_idx), k1.index_select(0, system_idx)
     return box_muller(*philox4x32(c0, c1, c2, c3, k0, k1), dtype)
+
+
+def keyed_uniforms(
+    seed: int, key: torch.Tensor, step: torch.Tensor, index: torch.Tensor, purpose: int
+) -> torch.Tensor:
+    """Uniforms on (0, 1), float64, one per element of ``key``/``step``/``index`` (int64,
+    same shape): each a function of ``(seed, key, step, index, purpose)`` alone -- the
+    counter layout of :func:`atom_normals` with ``key`` in place of the ``system_id``
+    (a replica group's id: its exchanges do not depend on the batch it runs in)."""
+    k0 = (key ^ (seed & _MASK32)) & _MASK32
+    k1 = ((key >> 32) ^ ((seed >> 32) & _MASK32) ^ 0x5BD1E995) & _MASK32
+    c3 = torch.full_like(index, purpose & _MASK32)
+    words = philox4x32(index & _MASK32, step & _MASK32, (step >> 32) & _MASK32, c3, k0, k1)
+    return _uniform(words[0])
 
 
 def system_uniforms(

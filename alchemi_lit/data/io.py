@@ -110,9 +110,10 @@ def _ordered(atoms: Any, name: str, policy: Occupancy, path: Path, k: int) -> No
         raise StructureError(
             f"{name} has partially occupied sites: {sites}; ASE reads each as one species "
             f"({atoms.get_chemical_formula()}), another crystal: order it first (a supercell "
-            f"or SQS tool such as pymatgen's OrderDisorderedStructureTransformation or icet), "
-            f"or pass partial_occupancy='majority' (data.partial_occupancy in a config) to "
-            f"take each site's majority species"
+            f"or SQS tool such as pymatgen's OrderDisorderedStructureTransformation or icet; "
+            f"`alchemi-lit order --config ...` or alchemi_lit.workflows.order enumerate its "
+            f"orderings and relax them in one run), or pass partial_occupancy='majority' "
+            f"(data.partial_occupancy in a config) to take each site's majority species"
         )
     taken = []
     for site, (species, rows) in partial.items():

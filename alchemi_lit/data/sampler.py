@@ -29,6 +29,7 @@ from .bands import check_band
 from .datasets import Subset
 from .memory import MemoryReader
 from .open_dataset import open_dataset
+from .replicas import check_group_sizes
 from .sampler_checks import (
     check_arguments,
     check_bands_fit,
@@ -108,7 +109,7 @@ class SizeAwareSampler:
             ids = np.arange(first, first + len(dataset), dtype=np.int64)
         self._setup(
             dataset, max_atoms, max_systems, max_edges, ids, found.sizes, found.bands,
-            skip_invalid, memory_fraction, memory_reader,
+            skip_invalid, memory_fraction, memory_reader, found.groups,
         )  # fmt: skip
         #: the atomic numbers that occur in the dataset (read in the same pass)
         self.elements = found.elements
@@ -118,7 +119,7 @@ class SizeAwareSampler:
         self, dataset: Sequence[Any], max_atoms: int | str, max_systems: int | None,
         max_edges: int | None, ids: np.ndarray, sizes: np.ndarray,
         bands: list[tuple[int, int, int]], skip_invalid: bool, memory_fraction: float,
-        memory_reader: MemoryReader | None,
+        memory_reader: MemoryReader | None, groups: Sequence[tuple[int, int, int]] = (),
     ) -> None:  # fmt: skip
         """The sampler of ``dataset`` from its per-structure facts (read once, by
         :func:`~.scan.scan`, or kept from the sampler :meth:`without` came from)."""
@@ -136,8 +137,10 @@ class SizeAwareSampler:
         #: bands as ``(path_id, start, stop)`` dataset positions; ``unit[k]``: how many
         #: structures are taken with structure k when it heads its unit (a band's first)
         self.bands = bands
+        #: replica groups as ``(group, start, stop)``: units like bands (:mod:`.replicas`)
+        self.groups = list(groups)
         self.unit = np.ones(n, dtype=np.int64)
-        for _, start, stop in self.bands:
+        for _, start, stop in [*self.bands, *self.groups]:
             self.unit[start:stop] = 0
             self.unit[start] = stop - start
         self.edges: np.ndarray | None = None
@@ -175,6 +178,9 @@ class SizeAwareSampler:
 
     def _check_bands_fit(self) -> None:
         check_bands_fit(self)
+        check_group_sizes(self.groups, self.max_systems, "max_systems", self.sizes)
+        if not self.auto:
+            check_group_sizes(self.groups, int(self.max_atoms), "max_atoms", self.sizes)
 
     def __len__(self) -> int:
         return len(self.order)
@@ -183,22 +189,24 @@ class SizeAwareSampler:
         """A sampler of the same data and budgets that leaves out the systems with these
         ids (a restarted run skips the ones already stored); the rest keep their ids."""
         skip = set(int(s) for s in system_ids)
-        for _, start, stop in self.bands:  # a band is done when all its images are
+        for _, start, stop in [*self.bands, *self.groups]:  # done when all its members are
             if not skip.issuperset(int(s) for s in self.system_ids[start:stop]):
                 skip.difference_update(int(s) for s in self.system_ids[start:stop])
         keep = np.flatnonzero(~np.isin(self.system_ids, np.fromiter(skip, np.int64)))
         new_pos = {int(k): j for j, k in enumerate(keep)}
         bands = [(p, new_pos[a], new_pos[a] + b - a) for p, a, b in self.bands if a in new_pos]
-        return self._derived(Subset(self.dataset, keep), self.requested_budget()[0], keep, bands)
+        groups = [(g, new_pos[a], new_pos[a] + b - a) for g, a, b in self.groups if a in new_pos]
+        budget = self.requested_budget()[0]
+        return self._derived(Subset(self.dataset, keep), budget, keep, bands, groups)
 
     def with_budget(self, max_atoms: int | str) -> SizeAwareSampler:
         """A sampler of the same structures and facts with another ``max_atoms`` (no pass
         over the dataset)."""
-        return self._derived(self.dataset, max_atoms, None, self.bands)
+        return self._derived(self.dataset, max_atoms, None, self.bands, self.groups)
 
     def _derived(
         self, dataset: Sequence[Any], max_atoms: int | str, rows: np.ndarray | None,
-        bands: list[tuple[int, int, int]],
+        bands: list[tuple[int, int, int]], groups: list[tuple[int, int, int]],
     ) -> SizeAwareSampler:  # fmt: skip
         """A sampler of ``dataset`` (this one's ``rows``, or all of it) from these facts."""
         sub = SizeAwareSampler.__new__(SizeAwareSampler)
@@ -206,7 +214,7 @@ class SizeAwareSampler:
             self.system_ids[rows], self.sizes[rows])  # fmt: skip
         sub._setup(
             dataset, max_atoms, self.max_systems, self._edge_cap, ids, sizes, bands,
-            self.skip_invalid, self.memory_fraction, self.memory_reader,
+            self.skip_invalid, self.memory_fraction, self.memory_reader, groups,
         )  # fmt: skip
         sub.shard, sub.elements, sub.fallback_atoms = self.shard, self.elements, self.fallback_atoms
         if rows is None:  # the same dataset: its scan's checks and hashes hold

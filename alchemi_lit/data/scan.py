@@ -21,6 +21,7 @@ from ..core.errors import ConfigError, StructureError
 from ..core.structure_hash import StructureHashes
 from .bands import path_of, runs_of_paths
 from .datasets import Subset, parse_shard, shard_range
+from .replicas import group_of, group_runs
 
 #: structures read together in a streamed pass (few enough that a lazily read dataset
 #: is never all in memory)
@@ -42,6 +43,8 @@ class Scanned:
     elements: set[int]
     bad: list[tuple[int, str]]
     hashes: StructureHashes
+    #: replica groups as ``(group, start, stop)`` runs (:mod:`.replicas`)
+    groups: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
 
 
 def scan(dataset: Sequence[Any], owner: str) -> Scanned:
@@ -56,6 +59,7 @@ def scan(dataset: Sequence[Any], owner: str) -> Scanned:
     ids = np.empty(n, dtype=np.int64)
     carried = True  # every structure so far carries an integral info["system_id"]
     paths: list[tuple[int, int | None]] = []
+    groups: list[tuple[int, int | None]] = []
     elements: set[int] = set()
     bad: list[tuple[int, str]] = []
     hashes = StructureHashes()
@@ -79,10 +83,16 @@ def scan(dataset: Sequence[Any], owner: str) -> Scanned:
             p = path_of(atoms)
             if p is not None:
                 paths.append((k, p))
+            g = group_of(atoms)
+            if g is not None:
+                groups.append((k, g))
             hashes.add(atoms)
         validate_structures(chunk, [None] * len(chunk), first_index=start, errors=bad)
     unique = carried and n > 0 and len(np.unique(ids)) == n
-    return Scanned(sizes, ids if unique else None, runs_of_paths(paths), elements, bad, hashes)
+    return Scanned(
+        sizes, ids if unique else None, runs_of_paths(paths), elements, bad, hashes,
+        group_runs(groups),
+    )  # fmt: skip
 
 
 def sharded(

@@ -5,7 +5,7 @@ the steps integrators are made of are in :mod:`.ops`, parameter checks in :mod:`
 """
 
 from ..core.schedule import Ramp
-from . import ops
+from . import exchange, ops
 from .base import FieldSpec, Integrator
 from .berendsen import Berendsen
 from .bfgs import BFGS
@@ -15,6 +15,7 @@ from .crescale import CRescale
 from .fire import FIRE
 from .fire2 import FIRE2
 from .hybrid import Hybrid
+from .ladder import geometric_ladder
 from .langevin import Langevin
 from .lbfgs import LBFGS
 from .md import MDIntegrator
@@ -26,6 +27,7 @@ from .ops import maxwell_boltzmann
 from .params import as_param, check_count, check_param, check_positive, check_range
 from .sgc_mc import SemiGrandMC
 from .swap_mc import SwapMC
+from .tempering import ReplicaExchange
 from .verlet import VelocityVerlet
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "NPTLangevin",
     "NoseHooverChain",
     "Ramp",
+    "ReplicaExchange",
     "SemiGrandMC",
     "SwapMC",
     "VelocityVerlet",
@@ -55,6 +58,8 @@ __all__ = [
     "check_param",
     "check_positive",
     "check_range",
+    "exchange",
+    "geometric_ladder",
     "maxwell_boltzmann",
     "ops",
 ]

@@ -13,7 +13,7 @@ from ..core.units import fs
 from . import ops
 from .base import Integrator
 from .ops import maxwell_boltzmann
-from .params import TIME_STEP, Param, check_param, check_temperature, check_time_constant
+from .params import TIME_STEP, Param, Rows, check_param, check_temperature, check_time_constant
 
 
 class MDIntegrator(Integrator):
@@ -72,7 +72,7 @@ class MDIntegrator(Integrator):
 
 def describe(value: Param | None) -> str:
     """Short text for a parameter in a repr: a number, or ``per-system`` for tensors."""
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, (torch.Tensor, Rows)):
         return "per-system"
     if isinstance(value, Ramp):
         return repr(value)

@@ -31,7 +31,7 @@ from ..core.tensor_ops import all_set, host_reads_free, on_device
 from ..core.units import kB
 from . import formulas
 from .noise import NoiseStream, noise_keys, noise_source, normals
-from .params import Param
+from .params import Param, Rows
 
 
 # ------------------------------------------------------------------ selection
@@ -57,11 +57,14 @@ def masked(moving: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) ->
     return torch.where(moving.unsqueeze(-1) if moving.dim() == 1 else moving, new, old)
 
 
-def per_system(batch: Batch, value: Param) -> Param:
-    """A parameter as a Python number, or a ``[B]`` tensor gathered by ``system_id``
-    (a :class:`~alchemi_lit.core.schedule.Ramp`: its value at each system's step in the stage)."""
+def per_system(batch: Batch, value: Param | Rows) -> Param:
+    """A parameter as a Python number, or a ``[B]`` tensor gathered by ``system_id`` (a
+    :class:`~alchemi_lit.core.schedule.Ramp`: its value at each system's step in the stage;
+    a :class:`~.params.Rows` parameter: its batch field as it is)."""
     if isinstance(value, Ramp):
         return value.values(batch)
+    if isinstance(value, Rows):
+        return getattr(batch, value.field)
     if isinstance(value, torch.Tensor):
         return on_device(value, batch.device, batch.dtype)[batch.system_id]
     return value

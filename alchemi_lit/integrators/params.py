@@ -19,6 +19,7 @@ import re
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -34,6 +35,16 @@ from ..core.units import GPa, bar
 Param = float | torch.Tensor | dict[str, Any]
 #: the parameters a :class:`~alchemi_lit.core.schedule.Ramp` may stand for
 RAMPED = frozenset({"temperature", "pressure_gpa", "pressure_bar", "scalar_pressure"})
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A per-system parameter read from the batch field ``field`` (``[B]``, one value per
+    batch row, not indexed by ``system_id``): what a value that moves between systems
+    during a run is -- a replica exchange's temperatures
+    (:class:`~.tempering.ReplicaExchange`).  :func:`~.ops.per_system` reads it."""
+
+    field: str
 
 
 class Usual(NamedTuple):
@@ -320,6 +331,7 @@ __all__ = [
     "TEMPERATURE",
     "TIME_STEP",
     "Param",
+    "Rows",
     "Usual",
     "as_param",
     "check_count",

@@ -168,14 +168,16 @@ class Results(Sequence[Any]):
         ``pressure`` (GPa, ``-trace(stress)/3``; NaN unless periodic in x, y and z),
         ``steps`` (the system's step count: all stages, all runs it went through),
         ``converged``, ``exit_reason``, ``source_file`` (the file the structure came
-        from, else None); then, per stage of the plan, ``steps[NAME]``,
-        ``exit_reason[NAME]`` and ``energy[NAME]`` (eV when it left the stage) with
-        ``NAME`` the stage label (``0:FIRE``; ``0:FIRE|0:Langevin`` for a column the runs
-        of a store read whole filled with different stages); after a Monte Carlo stage
-        (:class:`~alchemi_lit.integrators.SwapMC`, ...) its chain's statistics, ``mc_attempts``,
-        ``mc_accepted``, ``mc_acceptance``, ``mc_energy_mean``, ``mc_energy_std`` and per
-        species pair or new species (:func:`~alchemi_lit.io.results_table.mc_columns`).
-        Energies, forces and stress are NaN for a system never evaluated.
+        from, else None); after a replica exchange ``replica_group``, ``temperature``
+        (K, the rung each replica ended at) and ``round_trips``; then, per stage of the
+        plan, ``steps[NAME]``, ``exit_reason[NAME]`` and ``energy[NAME]`` (eV when it left
+        the stage) with ``NAME`` the stage label (``0:FIRE``; ``0:FIRE|0:Langevin`` for a
+        column the runs of a store read whole filled with different stages); after a Monte
+        Carlo stage (:class:`~alchemi_lit.integrators.SwapMC`, ...) its chain's statistics,
+        ``mc_attempts``, ``mc_accepted``, ``mc_acceptance``, ``mc_energy_mean``,
+        ``mc_energy_std`` and per species pair or new species
+        (:func:`~alchemi_lit.io.results_table.mc_columns`).  Energies, forces and stress
+        are NaN for a system never evaluated.
         """
         import pandas as pd
 

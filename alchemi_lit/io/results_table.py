@@ -59,6 +59,10 @@ def table_of(batch: Batch | None, stage_names: Sequence[str] | None) -> dict[str
         "exit_reason": _reasons(s["exit_code"]),
         "source_file": [b.info.get(int(i), {}).get("source_file") for i in s["system_id"]],
     }
+    if "rex_temperature" in s:  # a replica exchange's: where each replica ended
+        table["replica_group"] = s["rex_group"]
+        table["temperature"] = s["rex_temperature"].astype(np.float64)
+        table["round_trips"] = s["rex_round_trips"]
     if "stage_steps" in s:
         k = s["stage_steps"].shape[1]
         names = stage_names if stage_names and len(stage_names) == k else None

@@ -41,6 +41,12 @@ MC_COLUMNS = (
     "mc_pair_attempts", "mc_pair_accepted", "mc_species_attempts", "mc_species_accepted",
     "mc_count_sum",
 )  # fmt: skip
+#: a replica exchange's fields (:mod:`alchemi_lit.integrators.exchange`): system columns a
+#: store holds only where the run had them
+REPLICA_COLUMNS = (
+    "rex_group", "rex_rung", "rex_temperature", "rex_round_trips", "rex_end", "rex_attempts",
+    "rex_accepts",
+)  # fmt: skip
 SCHEMA = "alchemi_lit.io.results/1"
 
 
@@ -102,7 +108,7 @@ def read_rows(group: Any, lo: int, hi: int) -> Batch:
     ids = np.asarray(group["systems/system_id"][lo:hi])
     system = {
         k: torch.from_numpy(np.asarray(group[f"systems/{k}"][lo:hi]))
-        for k in (*SYSTEM_COLUMNS, *MC_COLUMNS)
+        for k in (*SYSTEM_COLUMNS, *MC_COLUMNS, *REPLICA_COLUMNS)
         if f"systems/{k}" in group
     }
     offsets = np.asarray(group["systems/atom_offset"][lo:hi])

@@ -37,7 +37,7 @@ from ..core.tensor_ops import identity_key, same_key
 from ..integrators import convergence, ops
 from ..integrators.formulas import SUZUKI_YOSHIDA
 from ..integrators.noise import NoiseStream
-from ..integrators.params import Param
+from ..integrators.params import Param, Rows
 
 T = TypeVar("T")
 BACKEND = "numba"
@@ -56,6 +56,8 @@ def kept(batch: Batch, name: str, params: Sequence[Any], make: Callable[[], T]) 
     if any(isinstance(p, Ramp) for p in params):
         return make()
     atom = batch.atom  # (the stores themselves: a step reads this right after the model)
+    if any(isinstance(p, Rows) for p in params):  # a batch field: keyed by its tensor
+        params = [getattr(batch, p.field) if isinstance(p, Rows) else p for p in params]
     key = identity_key(
         (batch.segments, batch.system["system_id"], atom["masses"], atom["fixed"], *params)
     )

@@ -68,6 +68,24 @@ def quarantine_orphans(batch: Batch, dead: torch.Tensor) -> torch.Tensor:
     return dead | lost
 
 
+def check_replica_ranks(pipeline: Pipeline) -> None:
+    """Before launch: a replica exchange (:class:`~alchemi_lit.integrators.ReplicaExchange`)
+    only on ranks the data enters (each a shard of whole groups): the transfer between
+    ranks keeps bands whole, not replica groups, so a downstream exchange rank could
+    receive a group split over messages."""
+    from ..integrators.tempering import ReplicaExchange
+
+    sources = set(pipeline.sources())
+    for rank, fused in pipeline.stages.items():
+        if rank not in sources and any(isinstance(s, ReplicaExchange) for s in fused.stages):
+            raise ConfigError(
+                f"rank {rank} runs a ReplicaExchange stage downstream of another rank; replica "
+                f"groups cross ranks only whole in a shard, not through a pipeline's transfer: "
+                f"fuse it with the stages before it (relax + ReplicaExchange(...)) on one rank, "
+                f"or run the plan with strategy='replicas'"
+            )
+
+
 def check_bands(
     pipeline: Pipeline,
     sampler: SizeAwareSampler,

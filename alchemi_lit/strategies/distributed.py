@@ -31,7 +31,7 @@ from ..engine.interrupt import RunInterrupted
 from ..integrators.stages import Fused, Pipeline
 from ..io.results import Results
 from ..sinks import ZarrSink
-from .bands import check_bands
+from .bands import check_bands, check_replica_ranks
 from .base import Strategy
 from .buffers import BufferConfig, check_info_fits
 from .launch import StartMethod, launch, rank_device
@@ -141,6 +141,7 @@ class DistributedStrategy(Strategy):
                         f"or set it to 0 (unbounded)"
                     )
         check_bands(self.pipeline, sampler, self.buffer, counted)  # whole, one message each
+        check_replica_ranks(self.pipeline)
         for k in sampler.order:  # each system's info must fit one message's info room
             atoms = sampler.dataset[int(k)]
             check_info_fits(getattr(atoms, "info", None), int(k), self.buffer)

@@ -13,17 +13,18 @@ on a CPU, everything but the graph itself (:mod:`.graphs`).
 ``shape_sensitive_blas()`` makes every matrix product round by its shape, as a BLAS
 library's kernels may on another processor, so a value that depends on its batch mates
 shows on any machine; ``count_products()`` lists the products a computation makes
-(:mod:`.blas`).
+(:mod:`.blas`).  ``DoubleWell`` is an analytic double-well model whose Boltzmann
+marginals are known by quadrature (:mod:`.models`).
 """
 
 from .accelerator import StepProbe, accelerator_path
 from .blas import count_products, shape_sensitive_blas
 from .graphs import emulated_cuda_graphs
 from .integrators import check_integrator
-from .models import check_model, check_pipeline_equals_fused
+from .models import DoubleWell, check_model, check_pipeline_equals_fused
 
 __all__ = [
-    "StepProbe", "accelerator_path", "check_integrator", "check_model",
+    "DoubleWell", "StepProbe", "accelerator_path", "check_integrator", "check_model",
     "check_pipeline_equals_fused", "count_products", "emulated_cuda_graphs",
     "shape_sensitive_blas",
 ]  # fmt: skip

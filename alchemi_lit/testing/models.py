@@ -25,7 +25,49 @@ import torch
 
 from ..core.state import Batch
 from ..integrators import FIRE
+from ..models.base import Model
 from ..simulator import Simulator
+
+
+class DoubleWell(Model):
+    """An analytic double well for every atom, no interactions: ``U = barrier (x² - a²)²
+    / a⁴ + spring (y² + z²) / 2`` (eV, Å), so ``x`` has two minima at ``±a`` separated by
+    ``barrier`` and its Boltzmann marginal ``exp(-U(x) / kT)`` is known by quadrature --
+    the reference of replica-exchange tests.  A system's energy is the sum over its
+    atoms; forces are the exact gradient, stress zero (no cell dependence).
+
+    Args:
+        barrier: height of the barrier at ``x = 0`` (eV).
+        a: position of the minima (Å).
+        spring: harmonic constant across the well (eV/Å²; 0: free in y and z).
+    """
+
+    def __init__(self, barrier: float = 0.1, a: float = 1.0, spring: float = 1.0) -> None:
+        super().__init__(cutoff=1.0, skin=0.0)
+        self.barrier, self.a, self.spring = float(barrier), float(a), float(spring)
+
+    def potential(self, x: torch.Tensor) -> torch.Tensor:
+        """``U(x)`` of the double-well coordinate alone (eV)."""
+        return self.barrier * (x * x - self.a**2) ** 2 / self.a**4
+
+    def forward(
+        self, batch: Batch, compute_stress: bool | None = None, neighbors: Any = None
+    ) -> dict[str, torch.Tensor]:
+        r = batch.positions
+        x, yz = r[:, 0], r[:, 1:]
+        per_atom = self.potential(x) + 0.5 * self.spring * (yz * yz).sum(-1)
+        forces = torch.empty_like(r)
+        forces[:, 0] = -4.0 * self.barrier * x * (x * x - self.a**2) / self.a**4
+        forces[:, 1:] = -self.spring * yz
+        energy = batch.segments.sum(per_atom)
+        out = {"energy": energy, "forces": forces}
+        if self.compute_stress if compute_stress is None else compute_stress:
+            out["stress"] = torch.zeros((batch.num_systems, 3, 3), dtype=r.dtype, device=r.device)
+        return out
+
+    def stress(self, batch: Batch) -> torch.Tensor:
+        return torch.zeros((batch.num_systems, 3, 3), dtype=batch.dtype, device=batch.device)
+
 
 #: the fields a pipeline's results must share with the fused run's, bit for bit
 PIPELINE_COMPARED = ("positions", "velocities", "forces", "energy", "stress", "total_steps")

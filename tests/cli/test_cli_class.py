@@ -105,7 +105,7 @@ def test_added_command(
     assert capsys.readouterr().out.strip() == f"{len(expected)} structures, {atoms} atoms"
     # listed with the built-in commands, which still work
     out = _help_of(trial_cli().main, ["--help"], capsys)
-    commands = "run,validate,plugins,report,merge,eos,elastic,phonons,vibrations,qha,count"
+    commands = "run,validate,plugins,report,merge,eos,elastic,phonons,vibrations,qha,order,count"
     assert out.startswith(f"usage: my-alchemi [--debug] {{{commands}}}")
     assert "count the structures and atoms" in out and "my-alchemi validate --config" in out
     assert trial_cli().main(["plugins", "--kind", "sink"]) == 0
