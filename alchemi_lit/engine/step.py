@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from .. import kernels
+from ..core.constraints import declare_fields
 from ..core.errors import ConfigError
 from ..core.state import (
     EXIT_COMPLETED,
@@ -41,6 +42,7 @@ from ..core.state import (
     Batch,
 )
 from ..core.tensor_ops import kept, may_be_set
+from ..integrators import constrain
 from ..integrators.stage_fields import EXIT_HISTORY, declare_exit_history, record_stage_exit
 from ..integrators.stages import Fused
 from ..models.base import Model
@@ -122,6 +124,7 @@ class FusedLoop:
         batch.ensure_field("stage_steps", "system", (k,), torch.int64, 0)
         batch.ensure_field("stage_exit", "system", (k,), torch.int64, EXIT_RUNNING)
         declare_exit_history(batch, k)  # energy, volume, pressure at exit (NaN before)
+        declare_fields(batch)  # constraints: zero where none, one schema for every batch
         for i, stage in enumerate(self.plan.stages):
             stage.setup(batch, self.seed, prefix=f"stage{self.offset + i}")
         for band in self.carried:
@@ -178,13 +181,13 @@ class FusedLoop:
             ctx.exited = failed if ctx.exited is None else ctx.exited | failed
             self.evict = True  # the run loop removes them before the next forward
         self.num_forward_calls += 1
-        forces = out["forces"]
-        if ctx.has_fixed:
-            forces = forces.masked_fill(batch.fixed.unsqueeze(-1), 0.0)
+        forces, energy, stress = constrain.adjust_results(
+            batch, out["forces"], out["energy"], out.get("stress"), ctx.has_fixed,
+            ctx.has_constraints,
+        )  # fmt: skip
         # systems that left the plan keep the results they left with until they graduate
         status = self.status_masks(batch)
         done = status.finished
-        energy, stress = out["energy"], out.get("stress")
         if status.any_finished:
             forces = torch.where(batch.atom_mask(done).unsqueeze(-1), batch.forces, forces)
             energy = torch.where(done, batch.energy, energy)
@@ -206,8 +209,11 @@ class FusedLoop:
         hooks(H.BEFORE_PRE_UPDATE, ctx)
         # a stage without systems changes nothing (CPU: skipped; accelerators: called)
         active = [(s, m) for s, m, held in zip(stages, masks, by_status.held) if held]
+        before = constrain.snapshot(batch) if ctx.has_constraints else None
         for stage, mask in active:
             stage.pre_update(batch, mask)
+        if before is not None:
+            constrain.after_pre_update(batch, active, before)
         hooks(H.AFTER_PRE_UPDATE, ctx)
         hooks(H.BEFORE_COMPUTE, ctx)
         self.compute(batch, ctx)
@@ -226,6 +232,8 @@ class FusedLoop:
         hooks(H.BEFORE_POST_UPDATE, ctx)
         for stage, mask in active:
             stage.post_update(batch, mask)
+        if ctx.has_constraints:
+            constrain.after_post_update(batch, active)
         hooks(H.AFTER_POST_UPDATE, ctx)
         inc = by_status.steps if masks is by_status.stages else step_increments(masks)
         before = batch.step
