@@ -98,14 +98,26 @@ class BondLengthsKind(Constraint):
         return [FixBondLengths(pairs, float(system["bond_tolerance"]), lengths.tolist())]
 
     # ---------------------------------------------------------------- sweeps
+    def _colours(self, batch: Any, ref: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+        """Per colour: partner index, minimum-image bond vector at ``ref``, ``m_a``,
+        ``m_b`` and the reduced mass -- fixed during the sweeps."""
+        m, out = batch.masses, []
+        for c in range(BOND_SLOTS):
+            other = partner(batch, batch.bond_offset[:, c])
+            r0 = ref - ref.index_select(0, other)
+            mb = m.index_select(0, other)
+            out.append((other, r0, minimum_image(batch, r0), mb, 1.0 / (1.0 / m + 1.0 / mb)))
+        return out
+
     def _sweeps(self, batch: Any, active: torch.Tensor, correct: Any, what: str) -> None:
-        """Run ``correct(colour, on)`` -> ``|x| > tol`` per atom until converged."""
+        """Run ``correct(colour, on, tol)`` -> ``|x| > tol`` per atom until converged."""
         on_all = batch.atom_mask(active).unsqueeze(-1) & (batch.bond_length > 0)
         tol = batch.segments.to_atoms(batch.bond_tolerance)
         reads = host_reads_free(on_all)
+        used = [c for c in range(BOND_SLOTS) if not reads or bool(on_all[:, c].any())]
         for _ in range(MAX_SWEEPS if reads else DEVICE_SWEEPS):
             moved = torch.zeros_like(on_all[:, 0])
-            for c in range(BOND_SLOTS):
+            for c in used:
                 moved = moved | correct(c, on_all[:, c], tol)
             if reads and not bool(moved.any()):
                 return
@@ -118,45 +130,35 @@ class BondLengthsKind(Constraint):
             )
 
     def adjust_positions(self, batch, old, new, active):  # type: ignore[no-untyped-def]
-        m = batch.masses
-        state = {"new": new}
+        m = batch.masses.unsqueeze(-1)
+        colours, state = self._colours(batch, old), {"new": new}
 
         def correct(c: int, on: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
-            other = partner(batch, batch.bond_offset[:, c])
+            other, r0, d0, mb, mu = colours[c]
             new = state["new"]
-            r0 = old - old.index_select(0, other)
-            d0 = minimum_image(batch, r0)
             d1 = new - new.index_select(0, other) - r0 + d0
-            mb = m.index_select(0, other)
-            mu = 1.0 / (1.0 / m + 1.0 / mb)
             cd = batch.bond_length[:, c]
             x = 0.5 * (cd * cd - row_dot(d1)) / row_dot(d0, d1)
             go = on & (x.abs() > tol)
-            x = torch.where(go, x, 0.0)
-            step = (x * mu).unsqueeze(-1) * d0
-            state["new"] = (new + step / m.unsqueeze(-1)).index_add(
-                0, other, -step / mb.unsqueeze(-1)
-            )
+            step = (torch.where(go, x, 0.0) * mu).unsqueeze(-1) * d0
+            state["new"] = (new + step / m).index_add(0, other, -step / mb.unsqueeze(-1))
             return go
 
         self._sweeps(batch, active, correct, "positions (SHAKE)")
         return state["new"]
 
     def adjust_velocities(self, batch, velocities, active):  # type: ignore[no-untyped-def]
-        m, r = batch.masses, batch.positions
-        state = {"v": velocities}
+        m = batch.masses.unsqueeze(-1)
+        colours, state = self._colours(batch, batch.positions), {"v": velocities}
 
         def correct(c: int, on: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
-            other = partner(batch, batch.bond_offset[:, c])
+            other, _, d, mb, mu = colours[c]
             v = state["v"]
-            d = minimum_image(batch, r - r.index_select(0, other))
-            mb = m.index_select(0, other)
-            mu = 1.0 / (1.0 / m + 1.0 / mb)
             cd = batch.bond_length[:, c]
             x = -row_dot(v - v.index_select(0, other), d) / (cd * cd).clamp_min(1e-300)
             go = on & (x.abs() > tol)
             step = (torch.where(go, x, 0.0) * mu).unsqueeze(-1) * d
-            state["v"] = (v + step / m.unsqueeze(-1)).index_add(0, other, -step / mb.unsqueeze(-1))
+            state["v"] = (v + step / m).index_add(0, other, -step / mb.unsqueeze(-1))
             return go
 
         self._sweeps(batch, active, correct, "velocities (RATTLE)")

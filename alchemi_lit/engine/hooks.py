@@ -76,7 +76,7 @@ class StepContext:
     simulator: Any = None
     exit_code: int = -1
     has_fixed: bool = False
-    has_constraints: bool = False
+    constraint_bits: int = 0
     total_systems: int | None = None
     total_atoms: int | None = None
     graduated_systems: int = 0
@@ -95,7 +95,7 @@ class StepContext:
 
 
 _TYPED = (
-    "exit_code", "has_fixed", "has_constraints", "total_systems", "total_atoms",
+    "exit_code", "has_fixed", "constraint_bits", "total_systems", "total_atoms",
     "graduated_systems", "rank",
 )  # fmt: skip
 

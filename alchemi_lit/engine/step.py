@@ -104,6 +104,8 @@ class FusedLoop:
         self.pending = False  # set by the strategy when it appended PENDING systems
         self.evict = False  # set when systems were quarantined for a model error
         self.failed: torch.Tensor | None = None  # [B] quarantined by the last forward
+        #: constraint kinds (bits) the batch may carry: set at bookkeeping by the run loop
+        self.constraint_bits = 0
         # stress costs a [P, 3, 3] reduction per step: only when asked for or needed
         needed = [type(s).__name__ for s in plan.stages if getattr(s, "requires_stress", False)]
         needed += [type(c).__name__ for c in hooks.callbacks if getattr(c, "requires_stress", 0)]
@@ -159,7 +161,14 @@ class FusedLoop:
         batch.stage_exit[:, cols] = batch.stage_exit[:, cols].masked_fill(
             fresh.unsqueeze(-1), EXIT_RUNNING
         )
-        self.plan.stages[0].init_systems(batch, fresh)
+        self._init(self.plan.stages[0], batch, fresh)
+
+    def _init(self, stage: Any, batch: Batch, mask: torch.Tensor) -> None:
+        """``stage.init_systems``; an MD stage's velocities then satisfy the constraints
+        (ASE's ``set_momenta``), whether drawn or brought in."""
+        stage.init_systems(batch, mask)
+        if self.constraint_bits:
+            constrain.after_post_update(batch, [(stage, mask)], self.constraint_bits)
 
     # ----------------------------------------------------------------- step
     def compute(self, batch: Batch, ctx: StepContext) -> None:
@@ -183,7 +192,7 @@ class FusedLoop:
         self.num_forward_calls += 1
         forces, energy, stress = constrain.adjust_results(
             batch, out["forces"], out["energy"], out.get("stress"), ctx.has_fixed,
-            ctx.has_constraints,
+            self.constraint_bits,
         )  # fmt: skip
         # systems that left the plan keep the results they left with until they graduate
         status = self.status_masks(batch)
@@ -209,11 +218,12 @@ class FusedLoop:
         hooks(H.BEFORE_PRE_UPDATE, ctx)
         # a stage without systems changes nothing (CPU: skipped; accelerators: called)
         active = [(s, m) for s, m, held in zip(stages, masks, by_status.held) if held]
-        before = constrain.snapshot(batch) if ctx.has_constraints else None
+        bits = self.constraint_bits
+        before = constrain.snapshot(batch) if bits else None
         for stage, mask in active:
             stage.pre_update(batch, mask)
         if before is not None:
-            constrain.after_pre_update(batch, active, before)
+            constrain.after_pre_update(batch, active, before, bits)
         hooks(H.AFTER_PRE_UPDATE, ctx)
         hooks(H.BEFORE_COMPUTE, ctx)
         self.compute(batch, ctx)
@@ -232,8 +242,8 @@ class FusedLoop:
         hooks(H.BEFORE_POST_UPDATE, ctx)
         for stage, mask in active:
             stage.post_update(batch, mask)
-        if ctx.has_constraints:
-            constrain.after_post_update(batch, active)
+        if bits:
+            constrain.after_post_update(batch, active, bits)
         hooks(H.AFTER_POST_UPDATE, ctx)
         inc = by_status.steps if masks is by_status.stages else step_increments(masks)
         before = batch.step
@@ -332,7 +342,7 @@ class FusedLoop:
                 ctx.exited = leave if ctx.exited is None else ctx.exited | leave
                 ctx.converged = done_conv if ctx.converged is None else ctx.converged | done_conv
             if i + 1 < len(plan):
-                plan.stages[i + 1].init_systems(batch, leave)
+                self._init(plan.stages[i + 1], batch, leave)
 
     def _all_optimizers_converged(
         self, batch: Batch, leave: torch.Tensor, current: torch.Tensor

@@ -16,10 +16,11 @@ calls ``set_positions``, ``get_forces`` and ``set_momenta``::
 
 Only systems in a stage that carry a kind (``constraint_flags``) are touched; nothing
 reads a value on the host (the kinds' own CPU-only convergence loops aside).  The loop
-calls these only when a batch may carry constraints (``StepContext.has_constraints``),
-so a run without any costs nothing.  Applying every kind's force adjustment in MD as
-well (ASE's ``md=True`` skips the projections) changes nothing but rounding: a
-projected kick followed by the projected drift equals ASE's projected displacement.
+calls these only for the kinds a batch may carry (``StepContext.constraint_bits``, read
+at bookkeeping), so a run without constraints costs nothing.  Applying every kind's
+force adjustment in MD as well (ASE's ``md=True`` skips the projections) changes
+nothing but rounding: a projected kick followed by the projected drift equals ASE's
+projected displacement.
 """
 
 from __future__ import annotations
@@ -46,10 +47,21 @@ class Snapshot:
     cell: torch.Tensor
 
 
-def carries_constraints(batch: Batch) -> bool:
-    """Whether ``batch`` may carry a constraint beyond FixAtoms (read on the host: call
-    it at bookkeeping, where the run loop sets ``StepContext.has_constraints``)."""
-    return batch.has_field(FLAGS_FIELD) and bool(batch.system[FLAGS_FIELD].any())
+def constraint_bits(batch: Batch) -> int:
+    """The kinds (``constraint_flags`` bits, OR-ed) ``batch`` carries beyond FixAtoms,
+    read on the host: the run loop calls it at bookkeeping and hands the number to
+    the step loop, so a step applies only the kinds present and reads nothing."""
+    if not batch.has_field(FLAGS_FIELD) or not batch.num_systems:
+        return 0
+    out = 0
+    for value in torch.unique(batch.system[FLAGS_FIELD]).tolist():
+        out |= int(value)
+    return out
+
+
+def _kinds(bits: int) -> list[Constraint]:
+    """The registered kinds among ``bits``, in application order."""
+    return [k for k in constraint_kinds() if k.bit & bits]
 
 
 def snapshot(batch: Batch) -> Snapshot:
@@ -75,14 +87,14 @@ def _moved_by_cell(batch: Batch, before: Snapshot) -> torch.Tensor:
 
 
 def after_pre_update(
-    batch: Batch, stages: Sequence[tuple[Any, torch.Tensor]], before: Snapshot
+    batch: Batch, stages: Sequence[tuple[Any, torch.Tensor]], before: Snapshot, bits: int
 ) -> None:
     """Adjust the cell, positions and (MD) velocities of the systems ``stages`` (pairs
     of a stage and its ``[B]`` mask) just moved (see the module docstring)."""
     if not stages:
         return
     moved = torch.stack([m for _, m in stages]).any(0)
-    kinds = [k for k in constraint_kinds() if not k.native]
+    kinds = [k for k in _kinds(bits) if not k.native]
     cell = batch.cell
     for kind in kinds:
         if type(kind).adjust_cell is not Constraint.adjust_cell:
@@ -112,12 +124,12 @@ def after_pre_update(
 
 def adjust_results(
     batch: Batch, forces: torch.Tensor, energy: torch.Tensor, stress: torch.Tensor | None,
-    fixed: bool, others: bool,
+    fixed: bool, bits: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:  # fmt: skip
     """A forward's energy, forces and stress as ASE's ``get_potential_energy``,
     ``get_forces`` and ``get_stress`` return them with the constraints applied
-    (``fixed``: the batch may have FixAtoms; ``others``: other kinds)."""
-    if not others:
+    (``fixed``: the batch may have FixAtoms; ``bits``: the other kinds it may carry)."""
+    if not bits:
         return (
             (forces.masked_fill(batch.fixed.unsqueeze(-1), 0.0) if fixed else forces),
             energy,
@@ -125,6 +137,8 @@ def adjust_results(
         )
     everyone = torch.ones_like(batch.pbc[:, 0])
     for kind in constraint_kinds():
+        if not (kind.native or kind.bit & bits):
+            continue
         if kind.native:
             if fixed:
                 forces = kind.adjust_forces(batch, forces, everyone)
@@ -139,23 +153,23 @@ def adjust_results(
     return forces, energy, stress
 
 
-def constrain_velocities(batch: Batch, mask: torch.Tensor) -> None:
-    """Velocities of ``mask``'s systems made to satisfy every kind (ASE's
-    ``set_momenta``): after a kick, and after velocities are drawn."""
-    if not batch.has_field(FLAGS_FIELD):
-        return
+def constrain_velocities(batch: Batch, mask: torch.Tensor, bits: int) -> None:
+    """Velocities of ``mask``'s systems made to satisfy the kinds among ``bits`` (ASE's
+    ``set_momenta``): after a kick, and when systems enter an MD stage."""
     v = batch.velocities
-    for kind in constraint_kinds():
+    for kind in _kinds(bits):
         if kind.holonomic and not kind.native:
             v = kind.adjust_velocities(batch, v, _active(batch, mask, kind))
     batch.velocities = v
 
 
-def after_post_update(batch: Batch, stages: Sequence[tuple[Any, torch.Tensor]]) -> None:
+def after_post_update(
+    batch: Batch, stages: Sequence[tuple[Any, torch.Tensor]], bits: int
+) -> None:
     """RATTLE's second half for the MD stages among ``stages``."""
     for stage, mask in stages:
         if not stage.is_optimizer and hasattr(stage, "dt"):
-            constrain_velocities(batch, mask)
+            constrain_velocities(batch, mask, bits)
 
 
 def refuse_holonomic(batch: Batch, mask: torch.Tensor) -> list[tuple[int, str]]:

@@ -11,7 +11,6 @@ from ..core.tensor_ops import row_sum
 from ..core.units import fs
 from . import ops
 from .base import Integrator
-from .constrain import constrain_velocities
 from .ops import maxwell_boltzmann
 from .params import TIME_STEP, Param, check_param, check_temperature, check_time_constant
 
@@ -64,7 +63,6 @@ class MDIntegrator(Integrator):
         if self.temperature is not None:
             still = ops.system_sum(batch, row_sum(batch.velocities.abs())) == 0
             maxwell_boltzmann(batch, mask & still, self.temperature, self.seed)
-            constrain_velocities(batch, mask & still)  # as ASE's set_momenta
 
     def time_constant(self, name: str, value: Param) -> Param:
         """A thermostat's or barostat's time constant ``name`` in fs, checked against the
