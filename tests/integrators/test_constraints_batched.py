@@ -27,11 +27,11 @@ from conftest import argon_bulk
 
 
 def mixed_systems() -> list:
-    """Four systems, each with its own set: the mix, rigid bonds, FixCom + a line, none."""
+    """Four systems, each with its own set: the mix, rigid bonds, FixCom + a spring, none."""
     bonds = cluster(seed=3)
     bonds.set_constraint(FixBondLengths([(0, 1), (2, 3), (3, 4), (2, 4)]))
     com = cluster(seed=5)
-    com.set_constraint([FixCom(), FixedLine([7], (0, 0, 1))])
+    com.set_constraint([FixCom(), Hookean(7, 12, k=2.0, rt=3.0)])
     systems = [constrained("mixed", seed=1), bonds, com, cluster(seed=7)]
     for a in systems:
         a.set_momenta(a.get_momenta())  # (ASE applies the constraints)
@@ -140,8 +140,11 @@ def test_bad_constraints_are_refused_naming_the_system() -> None:
     a.set_constraint(FixSymmetry(a))
     _refused(a, "FixSymmetry", "not supported")
     a = cluster()
-    a.set_constraint([FixedLine([3], (0, 0, 1)), FixCom(), FixedLine([3], (1, 0, 0))])
+    a.set_constraint([FixedLine([3], (0, 0, 1)), FixedLine([3], (1, 0, 0))])
     _refused(a, "atom 3", "two constraints")
+    a = cluster()
+    a.set_constraint([FixCom(), FixAtoms([1])])
+    _refused(a, "FixCom together with FixAtoms")
 
 
 def test_barostats_refuse_constraints_before_the_run() -> None:
