@@ -171,3 +171,6 @@ class BondLengthsKind(Constraint):
 
 
 register_constraint(BondLengthsKind())
+
+
+__all__ = ["BOND_SLOTS", "DEVICE_SWEEPS", "MAX_SWEEPS", "BondLengthsKind"]

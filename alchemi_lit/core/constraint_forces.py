@@ -203,3 +203,9 @@ class ExternalForceKind(Constraint):
 
 for _kind in (HookeanKind(), ExternalForceKind()):
     register_constraint(_kind)
+
+
+__all__ = [
+    "SPRING_ATOM", "SPRING_PLANE", "SPRING_POINT", "ExternalForceKind", "HookeanKind",
+    "minimum_image",
+]  # fmt: skip

@@ -345,3 +345,11 @@ def partner(batch: Any, offset: torch.Tensor) -> torch.Tensor:
 def atoms_of(batch: Any, active: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
     """``[N]`` atoms of ``active``'s systems where ``present`` (an ``[N]`` bool) holds."""
     return batch.atom_mask(active) & present
+
+
+__all__ = [
+    "DOF_FIELD", "FLAGS_FIELD", "REFUSED", "SHARED_FIELDS", "Constraint", "ConstraintField",
+    "Host", "atoms_of", "constraint_kinds", "declare_fields", "decode_system",
+    "encode_structure", "field_specs", "kind_of", "partner", "register_constraint",
+    "stack_fields",
+]  # fmt: skip

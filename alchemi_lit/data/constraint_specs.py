@@ -109,3 +109,6 @@ class ConstrainedDataset(StructureDataset):
 
     def _read(self, k: int) -> Any:
         return apply_specs(self.base[k].copy(), self.specs)  # (a list hands out its own)
+
+
+__all__ = ["ConstrainedDataset", "apply_specs", "build_constraint", "check_specs"]

@@ -188,3 +188,9 @@ def refuse_holonomic(batch: Batch, mask: torch.Tensor) -> list[tuple[int, str]]:
         if names:
             out.append((row, ", ".join(names)))
     return out
+
+
+__all__ = [
+    "Snapshot", "adjust_results", "after_post_update", "after_pre_update",
+    "constrain_velocities", "constraint_bits", "refuse_holonomic", "snapshot",
+]  # fmt: skip

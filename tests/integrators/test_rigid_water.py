@@ -80,18 +80,19 @@ def test_the_thermostat_counts_three_per_atom_less_the_bonds() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)
 def test_rigid_water_equipartition_with_the_removed_dof() -> None:
     """Langevin at 300 K: the mean kinetic temperature over ASE's DOF (6 per rigid water)
     is 300 K within the run's statistical error; bonds stay rigid throughout."""
-    atoms = water_box(3, spacing=3.2, seed=2)
+    atoms = water_box(2, seed=2)
     temps = []
 
     class Temperatures(al.Callback):
         def after_step(self, ctx) -> None:
-            if int(ctx.batch.step[0]) > 300:
+            if int(ctx.batch.step[0]) > 200:
                 temps.append(float(ctx.batch.temperature()[0]))
 
-    stage = Langevin(dt=1.0, temperature=300.0, friction=0.02, steps=2300)
+    stage = Langevin(dt=1.0, temperature=300.0, friction=0.02, steps=1400)
     res = al.Simulator(model=model(), stages=stage, precision="64", sync_every=1,
                        callbacks=[Temperatures()]).run(Batch.from_atoms([atoms]))  # fmt: skip
     t = np.asarray(temps)
