@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .batched_validation import validate_structures
-from .constraints import decode_system, stack_fields
+from .constraint_io import decode_system, stack_fields
 from .errors import StructureError
 from .fields import ARRAYS_KEY, CORE_ARRAYS, EXIT_REASONS, RESULT_INFO_KEYS
 from .validation import (

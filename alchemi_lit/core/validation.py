@@ -61,7 +61,7 @@ def first_few(indices: np.ndarray) -> list[int]:
 def fixed_mask(atoms: Any, index: int, system_id: int | None = None) -> np.ndarray:
     """Atoms fixed by ``FixAtoms`` or by a ``FixCartesian`` of all three directions (the
     core ``fixed`` field).  Every other constraint is read, or refused by name, by
-    :func:`~alchemi_lit.core.constraints.encode_structure`."""
+    :func:`~alchemi_lit.core.constraint_io.encode_structure`."""
     from ase.constraints import FixAtoms, FixCartesian
 
     mask = np.zeros(len(atoms), dtype=bool)
@@ -80,9 +80,9 @@ def fixed_mask(atoms: Any, index: int, system_id: int | None = None) -> np.ndarr
 def constraint_host(atoms: Any, index: int, system_id: int | None, fixed: np.ndarray) -> Any:
     """The constraints of one structure beyond ``fixed``, encoded (None: none); a
     :class:`StructureError` naming the structure for any it cannot take."""
-    from .constraints import encode_structure
+    from .constraint_io import encode_structure
 
-    return encode_structure(atoms, index, system_id, fixed)
+    return encode_structure(atoms, index, system_name(index, system_id), fixed)
 
 
 #: "search the closest pair here" (validate_atoms' default; else a pair found before)

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from .. import kernels
-from ..core.constraints import declare_fields
+from ..core.constraint_io import declare_fields
 from ..core.errors import ConfigError
 from ..core.state import (
     EXIT_COMPLETED,
@@ -104,8 +104,7 @@ class FusedLoop:
         self.pending = False  # set by the strategy when it appended PENDING systems
         self.evict = False  # set when systems were quarantined for a model error
         self.failed: torch.Tensor | None = None  # [B] quarantined by the last forward
-        #: constraint kinds (bits) the batch may carry: set at bookkeeping by the run loop
-        self.constraint_bits = 0
+        self.constraint_bits = 0  # kinds the batch may carry (the run loop's bookkeeping)
         # stress costs a [P, 3, 3] reduction per step: only when asked for or needed
         needed = [type(s).__name__ for s in plan.stages if getattr(s, "requires_stress", False)]
         needed += [type(c).__name__ for c in hooks.callbacks if getattr(c, "requires_stress", 0)]
@@ -164,15 +163,14 @@ class FusedLoop:
         self._init(self.plan.stages[0], batch, fresh)
 
     def _init(self, stage: Any, batch: Batch, mask: torch.Tensor) -> None:
-        """``stage.init_systems``; an MD stage's velocities then satisfy the constraints
-        (ASE's ``set_momenta``), whether drawn or brought in."""
+        """``init_systems``, then MD velocities constrained (ASE's ``set_momenta``)."""
         stage.init_systems(batch, mask)
         if self.constraint_bits:
             constrain.after_post_update(batch, [(stage, mask)], self.constraint_bits)
 
     # ----------------------------------------------------------------- step
     def compute(self, batch: Batch, ctx: StepContext) -> None:
-        """One model forward; writes energy, forces (zero on fixed atoms) and stress.
+        """One model forward; writes energy, forces and stress, constrained.
 
         If the model raises, the batch is bisected to find the system(s) it fails on;
         those are quarantined (``EXIT_MODEL_ERROR``, the error text in ``batch.info``)
@@ -218,8 +216,7 @@ class FusedLoop:
         hooks(H.BEFORE_PRE_UPDATE, ctx)
         # a stage without systems changes nothing (CPU: skipped; accelerators: called)
         active = [(s, m) for s, m, held in zip(stages, masks, by_status.held) if held]
-        bits = self.constraint_bits
-        before = constrain.snapshot(batch) if bits else None
+        before = constrain.snapshot(batch) if (bits := self.constraint_bits) else None
         for stage, mask in active:
             stage.pre_update(batch, mask)
         if before is not None:

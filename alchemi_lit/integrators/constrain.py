@@ -31,7 +31,8 @@ from typing import Any
 
 import torch
 
-from ..core.constraints import FLAGS_FIELD, Constraint, constraint_kinds
+from ..core.constraint_io import constraint_kinds
+from ..core.constraints import FLAGS_FIELD, Constraint
 from ..core.linalg import inverse
 from ..core.state import Batch
 from ..core.tensor_ops import small_matmul
