@@ -19,7 +19,12 @@ from .constraints import Constraint, ConstraintField, Host, partner, register_co
 from .linalg import inverse
 from .tensor_ops import row_dot, rows_times, small_matmul
 
-SPRING_ATOM, SPRING_POINT, SPRING_PLANE = 1, 2, 3
+SPRING_ATOM = 1
+"""``spring_kind`` of a Hookean spring between two atoms (``spring_offset``: the other)."""
+SPRING_POINT = 2
+"""``spring_kind`` of a Hookean tether to a point (``spring_target[:3]``)."""
+SPRING_PLANE = 3
+"""``spring_kind`` of a Hookean spring to a plane ``A x + B y + C z + D = 0``."""
 
 def _shifts(like: torch.Tensor) -> torch.Tensor:
     """The 27 image shifts ``{-1, 0, 1}^3`` ``[27, 3]``, made on ``like``'s device (no

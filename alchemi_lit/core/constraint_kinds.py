@@ -16,7 +16,12 @@ import torch
 from .constraints import Constraint, ConstraintField, Host, register_constraint
 from .tensor_ops import row_dot
 
-AXIS_CARTESIAN, AXIS_PLANE, AXIS_LINE = 1, 2, 3
+AXIS_CARTESIAN = 1
+"""``axis_kind`` of an atom with ``FixCartesian`` of some axes (``axis_vector``: the mask)."""
+AXIS_PLANE = 2
+"""``axis_kind`` of an atom with ``FixedPlane`` (``axis_vector``: the unit normal)."""
+AXIS_LINE = 3
+"""``axis_kind`` of an atom with ``FixedLine`` (``axis_vector``: the unit direction)."""
 
 
 class FixAtomsKind(Constraint):

@@ -161,3 +161,22 @@ def test_every_case_has_the_dof_ase_counts() -> None:
         assert float(Batch.from_atoms([atoms]).degrees_of_freedom()[0]) == (
             atoms.get_number_of_degrees_of_freedom()
         ), name
+
+
+@pytest.mark.parametrize("suffix", ["traj", "extxyz"])
+def test_files_that_carry_constraints_bring_them(tmp_path, suffix: str) -> None:
+    """ASE's .traj keeps every constraint; extxyz keeps FixAtoms and FixCartesian (its
+    ``move_mask``, one FixCartesian per atom) -- both read by ``open_dataset``."""
+    from ase.constraints import FixCartesian
+
+    from alchemi_lit.data import open_dataset
+
+    atoms = cluster(temperature=0.0)
+    atoms.set_constraint([FixAtoms([0]), FixCartesian([1, 2], (False, False, True))])
+    path = tmp_path / f"c.{suffix}"
+    atoms.write(path)
+    (read,) = open_dataset(path)
+    batch = Batch.from_atoms([read])
+    assert float(batch.degrees_of_freedom()[0]) == atoms.get_number_of_degrees_of_freedom()
+    (back,) = batch.to_atoms(results=False)
+    assert back.get_number_of_degrees_of_freedom() == atoms.get_number_of_degrees_of_freedom()
