@@ -11,10 +11,10 @@ the run summary says when this slow path was used.
 How a system is evaluated: an ``ase.Atoms`` is built from the batch row (numbers,
 positions, cell, pbc, masses, and the system's ``info`` and extra per-atom ``arrays``
 that :meth:`Batch.from_atoms` carried, e.g. ``initial_magmoms``), *without*
-constraints: the calculator's raw forces come back and the step loop zeroes those on
-fixed atoms, as for every model (ASE's ``get_forces`` would apply the constraints
-itself).  Energy is ASE's ``"energy"`` (what ``get_potential_energy`` returns); stress
-is ASE's ``(1/V) dE/dε`` in eV/Å^3, the convention of
+constraints: the calculator's raw forces come back and the step loop applies the
+constraints, as for every model (:mod:`~alchemi_lit.integrators.constrain`;
+ASE's ``get_forces`` would apply them itself).  Energy is ASE's ``"energy"`` (what
+``get_potential_energy`` returns); stress is ASE's ``(1/V) dE/dε`` in eV/Å^3, the convention of
 :class:`~alchemi_lit.models.Model`, converted from Voigt order to 3x3; systems without
 a 3-D cell get zero stress without asking the calculator.
 

@@ -1,0 +1,144 @@
+"""Reading constraints from ``ase.Atoms`` into batch fields and back, and declaring the
+fields: the conversions of :mod:`.constraints`' interface, with every registered kind
+(importing this module registers the built-ins of :mod:`.constraint_kinds`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import constraint_kinds as _builtin  # noqa: F401  (registers the built-in kinds)
+from .constraints import (
+    DOF_FIELD,
+    FLAGS_FIELD,
+    Constraint,
+    Host,
+    constraint_kinds,
+    field_specs,
+)
+from .errors import StructureError
+
+
+def declare_fields(batch: Any) -> None:
+    """Create every constraint field on ``batch`` (zero: unconstrained), idempotent."""
+    dtypes = {"float": batch.dtype, "int64": torch.int64, "bool": torch.bool}
+    for name, spec in field_specs().items():
+        batch.ensure_field(name, spec.kind, spec.shape, dtypes[spec.dtype], 0)
+
+
+def kind_of(constraint: Any) -> Constraint | None:
+    """The registered kind for an ASE constraint object (by class name), or None."""
+    name = type(constraint).__name__
+    return next((k for k in constraint_kinds() if name in k.ase_names), None)
+
+
+#: ASE constraints refused by name, with the reason (other unknown ones: generic message)
+REFUSED = {
+    "FixSymmetry": "not supported yet",
+    "FixSubsetCom": "moves every atom to keep a subset's centre of mass (ASE's own "
+    "adjust_positions); use FixCom for the whole structure",
+}
+
+
+def encode_structure(atoms: Any, index: int, name: str, fixed: np.ndarray) -> Host | None:
+    """All constraints of one ``ase.Atoms`` except ``FixAtoms`` (and FixCartesian of
+    x, y, z: ``fixed``) as arrays, or None when it has no other constraint; ``name``:
+    how errors name the structure (:func:`~.validation.system_name`)."""
+    host = None
+    for c in atoms.constraints:
+        kind_name = type(c).__name__
+        if kind_name == "FixAtoms":
+            continue
+        kind = kind_of(c)
+        if kind is None:
+            supported = sorted({n for k in constraint_kinds() for n in k.ase_names})
+            why = REFUSED.get(kind_name, "not supported")
+            raise StructureError(
+                f"{name}: constraint {kind_name} is {why}; supported: "
+                f"{', '.join(supported)}. Remove it (atoms.set_constraint()) or express it "
+                f"with one of those.",
+                index,
+            )
+        if host is None:
+            host = Host(atoms, index, name, fixed)
+        kind.encode(c, host)
+    if host is not None:
+        _refuse_overlaps(host)
+    return host
+
+
+def _refuse_overlaps(host: Host) -> None:
+    """FixCom with another constraint that moves atoms: ASE's result depends on the
+    list's order (its FixCom shifts every atom, fixed ones included, and a later
+    projection undoes part of the shift), so no order-free meaning exists."""
+    com = next((k for k in constraint_kinds() if "FixCom" in k.ase_names), None)
+    if com is None or not host.flags & com.bit:
+        return
+    others = [
+        "/".join(k.ase_names)
+        for k in constraint_kinds()
+        if k.holonomic and k is not com and not k.native and host.flags & k.bit
+    ]
+    if host.fixed.any():
+        others.append("FixAtoms")
+    if others:
+        raise host.refuse(
+            f"FixCom together with {', '.join(others)}: the result would depend on the "
+            f"order ASE applies them in; keep FixCom alone or drop it (fixed atoms already "
+            f"pin the centre of mass's drift)"
+        )
+
+
+def stack_fields(
+    hosts: Iterable[Host | None], counts: list[int], dtype: torch.dtype, device: Any
+) -> dict[str, dict[str, torch.Tensor]]:
+    """The encoded structures as batch fields ``{"atom": {...}, "system": {...}}`` (only
+    fields some structure uses; the step loop declares the rest)."""
+    hosts = list(hosts)
+    if not any(h is not None for h in hosts):
+        return {"atom": {}, "system": {}}
+    specs = field_specs()
+    used = {name for h in hosts if h is not None for name in h.arrays}
+    out: dict[str, dict[str, torch.Tensor]] = {"atom": {}, "system": {}}
+    torch_dtype = {"float": dtype, "int64": torch.int64, "bool": torch.bool}
+    for name in sorted(used):
+        spec = specs[name]
+        np_dtype = {"float": np.float64, "int64": np.int64, "bool": bool}[spec.dtype]
+        parts = []
+        for h, n in zip(hosts, counts):
+            rows = n if spec.kind == "atom" else 1
+            have = h.arrays.get(name) if h is not None else None
+            parts.append(have if have is not None else np.zeros((rows, *spec.shape), np_dtype))
+        out[spec.kind][name] = torch.as_tensor(
+            np.concatenate(parts), dtype=torch_dtype[spec.dtype], device=device
+        )
+    flags = [h.flags if h is not None else 0 for h in hosts]
+    dof = [h.dof if h is not None else 0.0 for h in hosts]
+    out["system"][FLAGS_FIELD] = torch.as_tensor(flags, dtype=torch.int64, device=device)
+    out["system"][DOF_FIELD] = torch.as_tensor(dof, dtype=dtype, device=device)
+    return out
+
+
+def decode_system(
+    atom: dict[str, np.ndarray], system: dict[str, np.ndarray], lo: int, hi: int, b: int
+) -> list[Any]:
+    """ASE constraint objects (all but FixAtoms) of system row ``b`` (atoms ``lo:hi``)."""
+    flags = int(system[FLAGS_FIELD][b]) if FLAGS_FIELD in system else 0
+    if not flags:
+        return []
+    out: list[Any] = []
+    for kind in constraint_kinds():
+        if flags & kind.bit:
+            arrays = {k: atom[k][lo:hi] for k, s in kind.fields.items() if s.kind == "atom"}
+            scalars = {k: system[k][b] for k, s in kind.fields.items() if s.kind == "system"}
+            out.extend(kind.decode(arrays, scalars))
+    return out
+
+
+__all__ = [
+    "REFUSED", "constraint_kinds", "declare_fields", "decode_system", "encode_structure",
+    "kind_of", "stack_fields",
+]  # fmt: skip
