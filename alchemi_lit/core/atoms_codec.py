@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import symmetry
 from .batched_validation import validate_structures
 from .errors import StructureError
 from .fields import ARRAYS_KEY, CORE_ARRAYS, EXIT_REASONS, RESULT_INFO_KEYS
@@ -116,6 +117,12 @@ def fields_from_atoms(
         "converged": torch.zeros(n_sys, dtype=torch.bool, device=device),
         "exit_code": torch.zeros(n_sys, dtype=torch.int64, device=device),
     }
+    packed = symmetry.pack(atoms, ids)  # FixSymmetry's operations, checked
+    if packed is not None:
+        for store, values in zip((atom, system), packed):
+            for k, v in values.items():
+                kind = {"f": dtype, "b": torch.bool}.get(v.dtype.kind, torch.int64)
+                store[k] = t(v, kind)
     return atom, system, info
 
 
@@ -162,6 +169,12 @@ def atoms_from_host(
             atoms.set_momenta(vel * a["masses"][lo:hi, None], apply_constraint=False)
         if a["fixed"][lo:hi].any():
             atoms.set_constraint(FixAtoms(mask=a["fixed"][lo:hi]))
+        if s.get(symmetry.COUNT, np.zeros(b + 1))[b] > 0:
+            kk = int(s[symmetry.COUNT][b])
+            atoms.set_constraint(symmetry.constraint_of(
+                atoms, s[symmetry.ROTATIONS][b, :kk], a[symmetry.SOURCE][lo:hi, :kk],
+                float(s[symmetry.SYMPREC][b]), s[symmetry.ADJUST][b],
+            ))  # fmt: skip
         atoms.info.update(host_info.get(sid, {}))
         for name, values in atoms.info.pop(ARRAYS_KEY, {}).items():
             atoms.set_array(name, values)

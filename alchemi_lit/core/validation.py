@@ -61,7 +61,8 @@ def first_few(indices: np.ndarray) -> list[int]:
 def fixed_mask(atoms: Any, index: int, system_id: int | None = None) -> np.ndarray:
     """Atoms fixed by ``FixAtoms`` or by a ``FixCartesian`` of all three directions.
 
-    Any other constraint is a :class:`StructureError`: dropping it would silently change
+    ``FixSymmetry`` is read elsewhere (:func:`~alchemi_lit.core.symmetry.pack`); any
+    other constraint is a :class:`StructureError`: dropping it would silently change
     the physics.
     """
     from ase.constraints import FixAtoms, FixCartesian
@@ -73,6 +74,8 @@ def fixed_mask(atoms: Any, index: int, system_id: int | None = None) -> np.ndarr
             mask[c.index] = True
         elif isinstance(c, FixCartesian):
             mask[_fully_fixed(c, name, index)] = True
+        elif type(c).__name__ == "FixSymmetry":  # read by core.symmetry.pack
+            continue
         else:
             raise StructureError(
                 f"{name}: constraint {type(c).__name__} is not supported; only FixAtoms (and "

@@ -41,6 +41,7 @@ from ..core.state import (
     Batch,
 )
 from ..core.tensor_ops import kept, may_be_set
+from ..integrators import symmetry
 from ..integrators.stage_fields import EXIT_HISTORY, declare_exit_history, record_stage_exit
 from ..integrators.stages import Fused
 from ..models.base import Model
@@ -181,10 +182,12 @@ class FusedLoop:
         forces = out["forces"]
         if ctx.has_fixed:
             forces = forces.masked_fill(batch.fixed.unsqueeze(-1), 0.0)
+        energy, stress = out["energy"], out.get("stress")
+        if symmetry.constrained(batch):
+            forces, stress = symmetry.adjust_results(batch, forces, stress)
         # systems that left the plan keep the results they left with until they graduate
         status = self.status_masks(batch)
         done = status.finished
-        energy, stress = out["energy"], out.get("stress")
         if status.any_finished:
             forces = torch.where(batch.atom_mask(done).unsqueeze(-1), batch.forces, forces)
             energy = torch.where(done, batch.energy, energy)
@@ -206,8 +209,11 @@ class FusedLoop:
         hooks(H.BEFORE_PRE_UPDATE, ctx)
         # a stage without systems changes nothing (CPU: skipped; accelerators: called)
         active = [(s, m) for s, m, held in zip(stages, masks, by_status.held) if held]
+        geometry = (batch.positions, batch.cell) if symmetry.constrained(batch) else None
         for stage, mask in active:
             stage.pre_update(batch, mask)
+        if geometry is not None:  # FixSymmetry: the step symmetrised (ASE's adjust_*)
+            symmetry.adjust_step(batch, *geometry)
         hooks(H.AFTER_PRE_UPDATE, ctx)
         hooks(H.BEFORE_COMPUTE, ctx)
         self.compute(batch, ctx)
