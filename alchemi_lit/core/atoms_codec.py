@@ -116,6 +116,7 @@ def fields_from_atoms(
         "total_steps": t([steps_taken(a.info) for a in atoms], torch.int64),
         "converged": torch.zeros(n_sys, dtype=torch.bool, device=device),
         "exit_code": torch.zeros(n_sys, dtype=torch.int64, device=device),
+        symmetry.INITIAL: t(symmetry.initial_spacegroups(atoms), torch.int64),
     }
     packed = symmetry.pack(atoms, ids)  # FixSymmetry's operations, checked
     if packed is not None:

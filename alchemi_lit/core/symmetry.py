@@ -24,6 +24,7 @@ the primitive cell).  The batched arithmetic is :mod:`alchemi_lit.integrators.sy
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,10 @@ MAX_OPERATIONS = 192
 #: span; 1e-3 Å reads a relaxed crystal's group through round-off but not a real distortion)
 SPACEGROUP_SYMPREC = 1e-3
 
+#: system field: the space-group number each structure entered the run with
+INITIAL = "spacegroup_initial"
+#: system field: the space-group number each structure left a relaxation with
+FINAL = "spacegroup_final"
 ROTATIONS, COUNT, SOURCE = "symmetry_rotations", "symmetry_count", "symmetry_source"
 SYMPREC, ADJUST = "symmetry_symprec", "symmetry_adjust"
 #: batch fields of the constraint, with kind and trailing shape
@@ -197,16 +202,77 @@ def spacegroup(
 ) -> tuple[str, int]:
     """``(international symbol, number)`` of a periodic structure at ``symprec`` Å
     (spglib); ``("", 0)`` where spglib finds none (a degenerate cell)."""
-    import spglib
+    from ase.spacegroup.symmetrize import spglib_get_symmetry_dataset
 
     try:
         frac = np.linalg.solve(cell.T, positions.T).T
-        data = spglib.get_symmetry_dataset((cell, frac, numbers), symprec=symprec)
-    except Exception:  # spglib raises on degenerate input in newer versions
+        data = spglib_get_symmetry_dataset((cell, frac, numbers), symprec=symprec)
+    except Exception:  # spglib raises on degenerate input (ASE's adapter: new handling)
         return "", 0
     if data is None:
         return "", 0
     return str(data.international), int(data.number)
+
+
+def initial_spacegroups(atoms: list[Any]) -> np.ndarray:
+    """Space-group numbers ``[B]`` of structures as they enter a run, at
+    :data:`SPACEGROUP_SYMPREC` (0 where not periodic in x, y and z): the results table
+    compares each with the final structure's."""
+    out = np.zeros(len(atoms), dtype=np.int64)
+    for k, a in enumerate(atoms):
+        if len(a) and np.asarray(a.pbc).all() and abs(a.cell.volume) > 1e-12:
+            out[k] = spacegroup(a.cell.array, a.positions, a.numbers, SPACEGROUP_SYMPREC)[1]
+    return out
+
+
+def final_spacegroups(
+    cell: np.ndarray, positions: np.ndarray, numbers: np.ndarray, n_atoms: np.ndarray,
+    initial: np.ndarray,
+) -> np.ndarray:
+    """Space-group numbers ``[B]`` of finished systems (host arrays of a batch) at
+    :data:`SPACEGROUP_SYMPREC`, for those with a known initial group (else 0)."""
+    final = np.zeros_like(initial)
+    ptr = np.concatenate([[0], np.cumsum(n_atoms)])
+    for r in np.flatnonzero(initial > 0).tolist():
+        rows = slice(ptr[r], ptr[r + 1])
+        final[r] = spacegroup(cell[r], positions[rows], numbers[rows], SPACEGROUP_SYMPREC)[1]
+    return final
+
+
+@functools.lru_cache(maxsize=1)
+def _groups() -> dict[int, tuple[str, int]]:
+    """ITA number -> (international short symbol, point-group order), from spglib's
+    database (its first Hall setting of each group)."""
+    import spglib
+    from ase.utils import spglib_new_errorhandling
+
+    kinds = spglib_new_errorhandling(spglib.get_spacegroup_type)
+    database = spglib_new_errorhandling(spglib.get_symmetry_from_database)
+    table: dict[int, tuple[str, int]] = {0: ("", 0)}
+    for hall in range(1, 531):
+        kind = kinds(hall)
+        if kind.number not in table:
+            rotations = database(hall)["rotations"]
+            order = len({r.tobytes() for r in np.asarray(rotations, dtype=np.int64)})
+            table[kind.number] = (kind.international_short, order)
+    return table
+
+
+def symbol(number: int) -> str:
+    """The international (Hermann-Mauguin) short symbol of space group ``number``."""
+    return _groups().get(int(number), ("", 0))[0]
+
+
+def verdict(initial: int, final: int) -> str:
+    """``"kept"`` (same group), ``"broken"`` (a smaller point group, or the same order
+    in another group: ``"changed"``), ``"raised"`` (a larger one); ``""`` where either is
+    unknown (not periodic)."""
+    if not initial or not final:
+        return ""
+    if initial == final:
+        return "kept"
+    a, b = _groups()[int(initial)][1], _groups()[int(final)][1]
+    return "broken" if b < a else "raised" if b > a else "changed"
 
 
 __all__ = [
@@ -215,9 +281,13 @@ __all__ = [
     "SPACEGROUP_SYMPREC",
     "check_symprec",
     "constraint_of",
+    "final_spacegroups",
+    "initial_spacegroups",
     "is_fix_symmetry",
     "operation_maps",
     "pack",
     "spacegroup",
+    "symbol",
     "symmetry_constraint",
+    "verdict",
 ]

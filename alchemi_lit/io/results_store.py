@@ -5,7 +5,8 @@ Layout (zarr v3, one store for all systems; ragged per-atom data kept flat)::
     atoms/{positions, forces, velocities, masses, atomic_numbers, tags, fixed}   [A, ...]
     systems/{system_id, energy, stress, cell, pbc, n_atoms, atom_offset, status,
              total_steps, converged, exit_code, stage_steps, stage_exit, stage_energy,
-             stage_volume, stage_pressure, nan_flags}                           [S, ...]
+             stage_volume, stage_pressure, nan_flags, spacegroup_initial,
+             spacegroup_final}                                              [S, ...]
     systems/info   [S] strings: each system's info as JSON (input ase.Atoms.info,
                    error texts; "" when none -- see alchemi_lit.core.info_codec)
     attrs: n_systems, n_atoms (the commit marker), schema,

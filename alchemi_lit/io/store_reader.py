@@ -33,6 +33,8 @@ SYSTEM_COLUMNS = (
     "stage_volume",
     "stage_pressure",
     "nan_flags",
+    "spacegroup_initial",
+    "spacegroup_final",
 )
 SCHEMA = "alchemi_lit.io.results/1"
 
