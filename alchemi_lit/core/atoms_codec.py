@@ -17,11 +17,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import symmetry
+from . import symmetrize, symmetry  # noqa: F401  (symmetrize registers FixSymmetry)
 from .batched_validation import validate_structures
+from .constraints import decode_system, stack_fields
 from .errors import StructureError
 from .fields import ARRAYS_KEY, CORE_ARRAYS, EXIT_REASONS, RESULT_INFO_KEYS
 from .validation import (
+    constraint_host,
     first_few,
     fixed_mask,
     require_atoms,
@@ -73,8 +75,10 @@ def fields_from_atoms(
     cells, pbcs, counts, info = [], [], [], {}
     if validate:
         validate_structures(atoms, ids, min_distance)
+    hosts = []
     for k, (a, sid) in enumerate(zip(atoms, ids)):
         fixed.append(fixed_mask(a, k, sid))
+        hosts.append(constraint_host(a, k, sid, fixed[-1]) if a.constraints else None)
         pos.append(np.asarray(a.positions, dtype=np.float64))
         num.append(np.asarray(a.numbers, dtype=np.int64))
         mass.append(np.asarray(a.get_masses(), dtype=np.float64))
@@ -118,12 +122,15 @@ def fields_from_atoms(
         "exit_code": torch.zeros(n_sys, dtype=torch.int64, device=device),
         symmetry.INITIAL: t(symmetry.initial_spacegroups(atoms), torch.int64),
     }
-    packed = symmetry.pack(atoms, ids)  # FixSymmetry's operations, checked
+    constrained = stack_fields(hosts, counts, dtype, device)
+    atom.update(constrained["atom"])
+    system.update(constrained["system"])
+    packed = symmetry.pack(atoms, ids)  # FixSymmetry's operations (its own fields), checked
     if packed is not None:
         for store, values in zip((atom, system), packed):
             for k, v in values.items():
-                kind = {"f": dtype, "b": torch.bool}.get(v.dtype.kind, torch.int64)
-                store[k] = t(v, kind)
+                kind = {"f": dtype, "b": torch.bool, "i": torch.int64}[v.dtype.kind]
+                store[k] = t(v, torch.int32 if k == symmetry.SOURCE else kind)
     return atom, system, info
 
 
@@ -168,14 +175,12 @@ def atoms_from_host(
         vel = a["velocities"][lo:hi]
         if np.any(vel != 0):
             atoms.set_momenta(vel * a["masses"][lo:hi, None], apply_constraint=False)
-        if a["fixed"][lo:hi].any():
-            atoms.set_constraint(FixAtoms(mask=a["fixed"][lo:hi]))
-        if s.get(symmetry.COUNT, np.zeros(b + 1))[b] > 0:
-            kk = int(s[symmetry.COUNT][b])
-            atoms.set_constraint(symmetry.constraint_of(
-                atoms, s[symmetry.ROTATIONS][b, :kk], a[symmetry.SOURCE][lo:hi, :kk],
-                float(s[symmetry.SYMPREC][b]), s[symmetry.ADJUST][b],
-            ))  # fmt: skip
+        kept = [FixAtoms(mask=a["fixed"][lo:hi])] if a["fixed"][lo:hi].any() else []
+        kept += decode_system(a, s, lo, hi, b)
+        if symmetry.COUNT in s and s[symmetry.COUNT][b] > 0:
+            kept.append(symmetry.restore(a, s, lo, hi, b, atoms))
+        if kept:
+            atoms.set_constraint(kept)
         atoms.info.update(host_info.get(sid, {}))
         for name, values in atoms.info.pop(ARRAYS_KEY, {}).items():
             atoms.set_array(name, values)
@@ -194,7 +199,9 @@ def atoms_from_host(
                 moved[sid] = clashes
             energy = float(s["energy"][b])
             if np.isfinite(energy):
-                props: dict[str, Any] = {"energy": energy, "forces": a["forces"][lo:hi].copy()}
+                forces = a["forces"][lo:hi].copy()
+                energy, forces = _calculator_values(atoms, energy, forces)
+                props: dict[str, Any] = {"energy": energy, "forces": forces}
                 stress = s["stress"][b]  # (NaN: not computed by the run)
                 if abs(np.linalg.det(s["cell"][b])) > 1e-12 and np.isfinite(stress).all():
                     props["stress"] = full_3x3_to_voigt_6_stress(stress)
@@ -209,6 +216,20 @@ def atoms_from_host(
             f"this, or call to_atoms(results=False)"
         )
     return out
+
+
+def _calculator_values(atoms: Any, energy: float, forces: np.ndarray) -> tuple[float, Any]:
+    """The energy and forces a calculator would hold (ASE adds Hookean and
+    ExternalForce terms on every ``get_potential_energy`` / ``get_forces``): the run's
+    values, which include them, less those terms -- so the result Atoms return the
+    run's values, not the terms twice."""
+    for c in atoms.constraints:
+        if hasattr(c, "adjust_potential_energy"):
+            energy -= float(c.adjust_potential_energy(atoms))
+            added = np.zeros_like(forces)
+            c.adjust_forces(atoms, added)
+            forces -= added
+    return energy, forces
 
 
 def steps_taken(info: dict[str, Any]) -> int:

@@ -228,11 +228,9 @@ class Batch:
         return torch.linalg.det(self.system["cell"]).abs()
 
     def temperature(self) -> torch.Tensor:
-        """Instantaneous kinetic temperature per system ``[B]`` in K.
-
-        Degrees of freedom: 3 per free (not fixed) atom; ASE's convention for atoms
-        without constraints, so values compare directly with ``Atoms.get_temperature``.
-        """
+        """Instantaneous kinetic temperature per system ``[B]`` in K, over
+        :meth:`degrees_of_freedom`, so values compare directly with ASE's
+        ``Atoms.get_temperature``."""
         from .units import kB
 
         return 2.0 * self.kinetic_energy() / (self.degrees_of_freedom().clamp_min(1.0) * kB)
@@ -247,10 +245,16 @@ class Batch:
         return 0.5 * seg.sum_xyz(mv2)
 
     def degrees_of_freedom(self) -> torch.Tensor:
-        """``3 x`` free (not fixed) atoms per system ``[B]``, as a float (ASE's count)."""
+        """ASE's ``3 N - sum(constraint.get_removed_dof())`` per system ``[B]``, as a
+        float: 3 per atom not fixed (``FixAtoms``), less what the other constraints
+        remove (``constraint_dof``: 1 per FixedPlane atom or rigid bond, 2 per
+        FixedLine atom, 1 per fixed Cartesian axis, 3 for FixCom)."""
         if self.may_have_fixed_atoms():
-            return 3.0 * self.segments.sum((~self.atom["fixed"]).to(self.dtype))
-        return 3.0 * self.system["n_atoms"].to(self.dtype)
+            dof = 3.0 * self.segments.sum((~self.atom["fixed"]).to(self.dtype))
+        else:
+            dof = 3.0 * self.system["n_atoms"].to(self.dtype)
+        removed = self.system.get("constraint_dof")
+        return dof if removed is None else dof - removed
 
     # ------------------------------------------------------------------ moving
     def to(

@@ -19,7 +19,7 @@ relaxes it -- is checked and packed as
 ``W`` = :data:`MAX_OPERATIONS` for every batch (a field's shape is a run's constant):
 the 48 operations of a cubic point group times up to 4 lattice translations (a
 conventional fcc or rock-salt cell); a larger supercell is refused with the fix (relax
-the primitive cell).  The batched arithmetic is :mod:`alchemi_lit.integrators.symmetry`.
+the primitive cell).  The batched arithmetic is :mod:`alchemi_lit.core.symmetrize`.
 """
 
 from __future__ import annotations
@@ -178,8 +178,22 @@ def pack(
     return atom, system
 
 
-def constraint_of(atoms: Any, rotations: np.ndarray, source: np.ndarray, symprec: float,
-                  adjust: np.ndarray) -> Any:
+def restore(
+    atom: dict[str, np.ndarray], system: dict[str, np.ndarray], lo: int, hi: int, b: int,
+    atoms: Any,
+) -> Any:
+    """The ASE ``FixSymmetry`` of system row ``b`` (atoms ``lo:hi``) of a batch's host
+    arrays, for its result ``atoms``."""
+    k = int(system[COUNT][b])
+    return constraint_of(
+        atoms, system[ROTATIONS][b, :k], atom[SOURCE][lo:hi, :k], float(system[SYMPREC][b]),
+        system[ADJUST][b],
+    )  # fmt: skip
+
+
+def constraint_of(
+    atoms: Any, rotations: np.ndarray, source: np.ndarray, symprec: float, adjust: np.ndarray
+) -> Any:
     """An ASE ``FixSymmetry`` holding a system's packed operations, for a result
     ``ase.Atoms`` -- built without ASE's constructor, which would refine (move) the
     result; the translations are recovered from atom 0's image."""
@@ -286,6 +300,7 @@ __all__ = [
     "is_fix_symmetry",
     "operation_maps",
     "pack",
+    "restore",
     "spacegroup",
     "symbol",
     "symmetry_constraint",

@@ -59,49 +59,30 @@ def first_few(indices: np.ndarray) -> list[int]:
 
 
 def fixed_mask(atoms: Any, index: int, system_id: int | None = None) -> np.ndarray:
-    """Atoms fixed by ``FixAtoms`` or by a ``FixCartesian`` of all three directions.
-
-    ``FixSymmetry`` is read elsewhere (:func:`~alchemi_lit.core.symmetry.pack`); any
-    other constraint is a :class:`StructureError`: dropping it would silently change
-    the physics.
-    """
+    """Atoms fixed by ``FixAtoms`` or by a ``FixCartesian`` of all three directions (the
+    core ``fixed`` field).  Every other constraint is read, or refused by name, by
+    :func:`~alchemi_lit.core.constraints.encode_structure`."""
     from ase.constraints import FixAtoms, FixCartesian
 
-    name = system_name(index, system_id)
     mask = np.zeros(len(atoms), dtype=bool)
     for c in atoms.constraints:
         if isinstance(c, FixAtoms):
             mask[c.index] = True
-        elif isinstance(c, FixCartesian):
-            mask[_fully_fixed(c, name, index)] = True
-        elif type(c).__name__ == "FixSymmetry":  # read by core.symmetry.pack
-            continue
-        else:
-            raise StructureError(
-                f"{name}: constraint {type(c).__name__} is not supported; only FixAtoms (and "
-                f"FixCartesian of all of x, y, z) is. Remove it (atoms.set_constraint()) or "
-                f"express it with FixAtoms.",
-                index,
-            )
+        elif type(c) is FixCartesian:
+            kwargs = c.todict()["kwargs"]  # True = fixed here in every ASE version
+            idx = np.atleast_1d(np.asarray(kwargs["a"], dtype=np.int64))
+            rows = np.broadcast_to(np.asarray(kwargs["mask"], dtype=bool).reshape(-1, 3),
+                                   (len(idx), 3))  # fmt: skip
+            mask[idx[rows.all(axis=1)]] = True
     return mask
 
 
-def _fully_fixed(constraint: Any, name: str, index: int) -> np.ndarray:
-    """Atoms a ``FixCartesian`` fixes in x, y and z; fixing only some directions raises."""
-    kwargs = constraint.todict()["kwargs"]  # True = fixed here in every ASE version
-    atoms = np.atleast_1d(np.asarray(kwargs["a"], dtype=np.int64))
-    mask = np.asarray(kwargs["mask"], dtype=bool).reshape(-1, 3)
-    mask = np.broadcast_to(mask, (len(atoms), 3))
-    partial = mask.any(axis=1) & ~mask.all(axis=1)
-    if partial.any():
-        raise StructureError(
-            f"{name}: FixCartesian fixes only some of x, y, z of atom(s) "
-            f"{first_few(atoms[partial])} (mask {mask[partial][0].tolist()}); partial fixing is "
-            f"not supported. Fix those atoms completely (FixAtoms, or FixCartesian with "
-            f"mask=(True, True, True)) or remove the constraint (atoms.set_constraint()).",
-            index,
-        )
-    return atoms[mask.all(axis=1)]
+def constraint_host(atoms: Any, index: int, system_id: int | None, fixed: np.ndarray) -> Any:
+    """The constraints of one structure beyond ``fixed``, encoded (None: none); a
+    :class:`StructureError` naming the structure for any it cannot take."""
+    from .constraints import encode_structure
+
+    return encode_structure(atoms, index, system_id, fixed)
 
 
 #: "search the closest pair here" (validate_atoms' default; else a pair found before)
@@ -184,7 +165,7 @@ def validate_atoms(
             f"along directions without a lattice vector (periodic directions need independent "
             f"lattice vectors of sensible length)"
         )
-    fixed_mask(atoms, index, system_id)
+    constraint_host(atoms, index, system_id, fixed_mask(atoms, index, system_id))
     check_distances(pos, cell, pbc, heights, min_distance, name, index, system_id, closest)
 
 

@@ -76,6 +76,7 @@ class StepContext:
     simulator: Any = None
     exit_code: int = -1
     has_fixed: bool = False
+    constraint_bits: int = 0
     total_systems: int | None = None
     total_atoms: int | None = None
     graduated_systems: int = 0
@@ -93,7 +94,10 @@ class StepContext:
         return _ContextView(self)
 
 
-_TYPED = ("exit_code", "has_fixed", "total_systems", "total_atoms", "graduated_systems", "rank")
+_TYPED = (
+    "exit_code", "has_fixed", "constraint_bits", "total_systems", "total_atoms",
+    "graduated_systems", "rank",
+)  # fmt: skip
 
 
 class _ContextView(MutableMapping):

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from ..core.heap import kept_heap
 from ..core.state import Batch
+from ..integrators.constrain import constraint_bits
 from ..io.serialize import batch_from_state, batch_state
 from .cadence import MAX_AUTO_INTERVAL, Cadence, SyncEvery
 from .cuda_graph import step_function
@@ -182,6 +183,7 @@ class RunLoop:
                 batch=batch, stages=self.loop.plan.stages, simulator=self.sim
             )
             ctx.has_fixed = bool(batch.fixed.any())
+            ctx.constraint_bits = self.loop.constraint_bits = constraint_bits(batch)
             ctx.exit_code = self.loop.plan.exit
             ctx.graduated_systems = self.stats.graduated
             ctx.state.update(self.context)
@@ -295,6 +297,7 @@ class RunLoop:
         merged = self.feed.admit(batch)
         if merged is not batch and self.ctx is not None:
             self.ctx.has_fixed = bool(merged.fixed.any())
+            self.ctx.constraint_bits = self.loop.constraint_bits = constraint_bits(merged)
         return merged
 
     # ------------------------------------------------------------------ checkpoints

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from .. import kernels
+from ..core.constraints import declare_fields
 from ..core.errors import ConfigError
 from ..core.state import (
     EXIT_COMPLETED,
@@ -41,7 +42,7 @@ from ..core.state import (
     Batch,
 )
 from ..core.tensor_ops import kept, may_be_set
-from ..integrators import symmetry
+from ..integrators import constrain
 from ..integrators.stage_fields import EXIT_HISTORY, declare_exit_history, record_stage_exit
 from ..integrators.stages import Fused
 from ..models.base import Model
@@ -103,6 +104,8 @@ class FusedLoop:
         self.pending = False  # set by the strategy when it appended PENDING systems
         self.evict = False  # set when systems were quarantined for a model error
         self.failed: torch.Tensor | None = None  # [B] quarantined by the last forward
+        #: constraint kinds (bits) the batch may carry: set at bookkeeping by the run loop
+        self.constraint_bits = 0
         # stress costs a [P, 3, 3] reduction per step: only when asked for or needed
         needed = [type(s).__name__ for s in plan.stages if getattr(s, "requires_stress", False)]
         needed += [type(c).__name__ for c in hooks.callbacks if getattr(c, "requires_stress", 0)]
@@ -123,6 +126,7 @@ class FusedLoop:
         batch.ensure_field("stage_steps", "system", (k,), torch.int64, 0)
         batch.ensure_field("stage_exit", "system", (k,), torch.int64, EXIT_RUNNING)
         declare_exit_history(batch, k)  # energy, volume, pressure at exit (NaN before)
+        declare_fields(batch)  # constraints: zero where none, one schema for every batch
         for i, stage in enumerate(self.plan.stages):
             stage.setup(batch, self.seed, prefix=f"stage{self.offset + i}")
         for band in self.carried:
@@ -157,7 +161,14 @@ class FusedLoop:
         batch.stage_exit[:, cols] = batch.stage_exit[:, cols].masked_fill(
             fresh.unsqueeze(-1), EXIT_RUNNING
         )
-        self.plan.stages[0].init_systems(batch, fresh)
+        self._init(self.plan.stages[0], batch, fresh)
+
+    def _init(self, stage: Any, batch: Batch, mask: torch.Tensor) -> None:
+        """``stage.init_systems``; an MD stage's velocities then satisfy the constraints
+        (ASE's ``set_momenta``), whether drawn or brought in."""
+        stage.init_systems(batch, mask)
+        if self.constraint_bits:
+            constrain.after_post_update(batch, [(stage, mask)], self.constraint_bits)
 
     # ----------------------------------------------------------------- step
     def compute(self, batch: Batch, ctx: StepContext) -> None:
@@ -179,12 +190,10 @@ class FusedLoop:
             ctx.exited = failed if ctx.exited is None else ctx.exited | failed
             self.evict = True  # the run loop removes them before the next forward
         self.num_forward_calls += 1
-        forces = out["forces"]
-        if ctx.has_fixed:
-            forces = forces.masked_fill(batch.fixed.unsqueeze(-1), 0.0)
-        energy, stress = out["energy"], out.get("stress")
-        if symmetry.constrained(batch):
-            forces, stress = symmetry.adjust_results(batch, forces, stress)
+        forces, energy, stress = constrain.adjust_results(
+            batch, out["forces"], out["energy"], out.get("stress"), ctx.has_fixed,
+            self.constraint_bits,
+        )  # fmt: skip
         # systems that left the plan keep the results they left with until they graduate
         status = self.status_masks(batch)
         done = status.finished
@@ -209,11 +218,12 @@ class FusedLoop:
         hooks(H.BEFORE_PRE_UPDATE, ctx)
         # a stage without systems changes nothing (CPU: skipped; accelerators: called)
         active = [(s, m) for s, m, held in zip(stages, masks, by_status.held) if held]
-        geometry = (batch.positions, batch.cell) if symmetry.constrained(batch) else None
+        bits = self.constraint_bits
+        before = constrain.snapshot(batch) if bits else None
         for stage, mask in active:
             stage.pre_update(batch, mask)
-        if geometry is not None:  # FixSymmetry: the step symmetrised (ASE's adjust_*)
-            symmetry.adjust_step(batch, *geometry)
+        if before is not None:
+            constrain.after_pre_update(batch, active, before, bits)
         hooks(H.AFTER_PRE_UPDATE, ctx)
         hooks(H.BEFORE_COMPUTE, ctx)
         self.compute(batch, ctx)
@@ -232,6 +242,8 @@ class FusedLoop:
         hooks(H.BEFORE_POST_UPDATE, ctx)
         for stage, mask in active:
             stage.post_update(batch, mask)
+        if bits:
+            constrain.after_post_update(batch, active, bits)
         hooks(H.AFTER_POST_UPDATE, ctx)
         inc = by_status.steps if masks is by_status.stages else step_increments(masks)
         before = batch.step
@@ -330,7 +342,7 @@ class FusedLoop:
                 ctx.exited = leave if ctx.exited is None else ctx.exited | leave
                 ctx.converged = done_conv if ctx.converged is None else ctx.converged | done_conv
             if i + 1 < len(plan):
-                plan.stages[i + 1].init_systems(batch, leave)
+                self._init(plan.stages[i + 1], batch, leave)
 
     def _all_optimizers_converged(
         self, batch: Batch, leave: torch.Tensor, current: torch.Tensor

@@ -32,6 +32,7 @@ from ..core.state import Batch, system_name
 from ..core.tensor_ops import host_reads_free, may_be_set, rows_times, small_matmul
 from ..core.units import GPa, kB
 from . import ops
+from .constrain import refuse_holonomic
 from .md import MDIntegrator
 from .params import Param, check_pressure
 
@@ -93,13 +94,20 @@ class NPTIntegrator(MDIntegrator):
             (fixed, "fixed atoms (FixAtoms), which a fluctuating cell cannot honour"),
         ):
             rows = (mask & bad).nonzero().flatten().tolist()
-            if rows:
-                names = ", ".join(system_name(r, int(batch.system_id[r])) for r in rows[:5])
-                raise ConfigError(
-                    f"{type(self).__name__}: {names}{' ...' if len(rows) > 5 else ''} "
-                    f"{'has' if len(rows) == 1 else 'have'} {why}; NPT needs a periodic 3-D "
-                    f"cell and free atoms: remove the constraint, or run them in NVT"
-                )
+            self._refuse_rows(batch, rows, why)
+        for row, names in refuse_holonomic(batch, mask):
+            why = f"constraints ({names}), which a fluctuating cell cannot honour"
+            self._refuse_rows(batch, [row], why)
+
+    def _refuse_rows(self, batch: Batch, rows: list[int], why: str) -> None:
+        """Raise for ``rows`` (none: nothing)."""
+        if rows:
+            names = ", ".join(system_name(r, int(batch.system_id[r])) for r in rows[:5])
+            raise ConfigError(
+                f"{type(self).__name__}: {names}{' ...' if len(rows) > 5 else ''} "
+                f"{'has' if len(rows) == 1 else 'have'} {why}; NPT needs a periodic 3-D "
+                f"cell and free atoms: remove the constraint, or run them in NVT"
+            )
 
     def kt(self, batch: Batch) -> torch.Tensor:
         """``kT`` per system ``[B]`` (eV)."""

@@ -43,6 +43,8 @@ class Langevin(MDIntegrator):
         steps: the stage's number of steps.
     """
 
+    constraint_drift = 0.5  # B A O A: the last drift is half a step
+
     def __init__(
         self,
         dt: Param = 1.0,

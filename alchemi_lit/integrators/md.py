@@ -38,6 +38,10 @@ class MDIntegrator(Integrator):
     """
 
     budget_name = "steps"
+    #: the fraction of ``dt`` the last drift before the force call spans: the step loop
+    #: turns a constraint's position correction into a velocity over it (RATTLE;
+    #: :mod:`.constrain`)
+    constraint_drift: ClassVar[float] = 1.0
     #: why this method cannot run at 0 K (None: it can, as a quench)
     no_zero_kelvin: ClassVar[str | None] = None
 

@@ -17,7 +17,8 @@ from test_quasi_newton import ASE_OPTIMIZERS, run
 
 import alchemi_lit as al
 from alchemi_lit import Batch
-from alchemi_lit.integrators import BFGS, FIRE, symmetry
+from alchemi_lit.core import symmetrize as symmetry
+from alchemi_lit.integrators import BFGS, FIRE
 from alchemi_lit.models import EMT, LennardJones
 from alchemi_lit.testing import accelerator_path, emulated_cuda_graphs
 from conftest import AseEMT
@@ -116,10 +117,12 @@ def test_mixed_batch_equals_each_alone(path: str) -> None:
 
     def go(s):
         graphs = path == "cuda_graphs"
-        sim = al.Simulator(model=lj(), stages=stage(), precision="64", seed=0, cuda_graphs=graphs)
         if path == "cpu":
-            return sim.run(s)
+            return al.Simulator(model=lj(), stages=stage(), precision="64", seed=0).run(s)
         with accelerator_path(), emulated_cuda_graphs():
+            sim = al.Simulator(
+                model=lj(), stages=stage(), precision="64", seed=0, cuda_graphs=graphs
+            )
             out = sim.run(s)
         if graphs:
             assert sim.strategy.run_loop.step.replays >= 3  # captured, not run eagerly
@@ -138,11 +141,11 @@ def test_replayed_steps_equal_eager_steps() -> None:
     (atoms,) = constrained(emt_cases()[1:2])
     out = []
     for graphs in (False, True):
-        sim = al.Simulator(
-            model=lj(), stages=FIRE(fmax=1e-3, max_steps=6, cell="frechet"), precision="64",
-            seed=0, cuda_graphs=graphs,
-        )  # fmt: skip
         with accelerator_path(), emulated_cuda_graphs():
+            sim = al.Simulator(
+                model=lj(), stages=FIRE(fmax=1e-3, max_steps=6, cell="frechet"),
+                precision="64", seed=0, cuda_graphs=graphs,
+            )  # fmt: skip
             out.append(sim.run([atoms]).to_atoms()[0])
         if graphs:
             assert sim.strategy.run_loop.step.replays >= 3

@@ -29,14 +29,16 @@ convergence test and the results see them as ASE's ``atoms.get_forces()`` does.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 
-from ..core.linalg import inverse, solve
-from ..core.segments import run_sums
-from ..core.state import Batch, system_name
-from ..core.symmetry import ADJUST, COUNT, MAX_OPERATIONS, ROTATIONS, SOURCE
-from ..core.tensor_ops import host_reads_free, rows_times, small_matmul
+from .constraints import Constraint, Host, register_constraint
+from .linalg import inverse
+from .segments import run_sums
+from .symmetry import ADJUST, COUNT, MAX_OPERATIONS, ROTATIONS, SOURCE
+from .tensor_ops import host_reads_free, rows_times, small_matmul
+from .validation import system_name
 
 #: operations symmetrised together (the temporaries are ``[N, BLOCK, 3, 3]``)
 BLOCK = 48
@@ -44,12 +46,7 @@ BLOCK = 48
 WARN_DEFORMATION, MAX_DEFORMATION = 0.15, 0.25
 
 
-def constrained(batch: Batch) -> bool:
-    """Whether the batch carries FixSymmetry fields (some system may be constrained)."""
-    return batch.has_field(COUNT)
-
-
-def _blocks(batch: Batch) -> range:
+def _blocks(batch: Any) -> range:
     """Starts of the operation blocks to add: all of them off CPU, where counts are not
     read; on CPU only up to the largest count (exact zeros are what the rest adds)."""
     count = getattr(batch, COUNT)
@@ -59,7 +56,7 @@ def _blocks(batch: Batch) -> range:
     return range(0, top, BLOCK)
 
 
-def _weights(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+def _weights(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """``(constrained [B] bool, 1 / K [B])`` (1 where free, never a division by zero)."""
     count = getattr(batch, COUNT)
     on = count > 0
@@ -74,7 +71,7 @@ def _cells(on: torch.Tensor, *cells: torch.Tensor) -> list[torch.Tensor]:
     return [torch.where(on[:, None, None], c, eye) for c in cells]
 
 
-def symmetrize_rank1(batch: Batch, vectors: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+def symmetrize_rank1(batch: Any, vectors: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
     """ASE's ``symmetrize_rank1`` of per-atom ``[N, 3]`` vectors in cells ``[B, 3, 3]``
     for the constrained systems (others: ``vectors`` unchanged)."""
     seg = batch.segments
@@ -99,7 +96,7 @@ def symmetrize_rank1(batch: Batch, vectors: torch.Tensor, cell: torch.Tensor) ->
     return torch.where(seg.to_atoms(on)[:, None], out, vectors)
 
 
-def symmetrize_rank2(batch: Batch, tensor: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+def symmetrize_rank2(batch: Any, tensor: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
     """ASE's ``symmetrize_rank2`` of per-system ``[B, 3, 3]`` tensors in cells
     ``[B, 3, 3]`` for the constrained systems (others unchanged)."""
     on, inv_k = _weights(batch)
@@ -120,52 +117,65 @@ def symmetrize_rank2(batch: Batch, tensor: torch.Tensor, cell: torch.Tensor) -> 
     return torch.where(on[:, None, None], out, tensor)
 
 
-def adjust_results(
-    batch: Batch, forces: torch.Tensor, stress: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The model's forces and (where computed) stress symmetrised, as ASE's
-    ``adjust_forces`` and ``adjust_stress`` (the stress first made symmetric, as ASE's
-    Voigt form is; free systems' stress is left as the model gave it)."""
-    forces = symmetrize_rank1(batch, forces, batch.cell)
-    if stress is not None:
-        on, _ = _weights(batch)
+class FixSymmetryKind(Constraint):
+    """ASE's ``FixSymmetry`` in the constraint interface (:mod:`.constraints`): forces
+    and stress symmetrised as the model returns them, the new cell as a symmetrised
+    deformation of the old (``adjust_cell``), the position step symmetrised in the new
+    cell from the old positions carried by it (``adjust_positions``); velocities are
+    left alone, as ASE has no ``adjust_momenta`` for it.
+
+    Its fields are not the interface's zero-filled shared schema: ``W`` operations per
+    atom would cost every run :data:`MAX_OPERATIONS` integers per atom, so they exist
+    only in batches holding a constrained system (:func:`~.symmetry.pack`; a batch
+    concatenated with one gets zeros: free).  ``encode`` only flags the system."""
+
+    ase_names = ("FixSymmetry",)
+    bit = 1 << 6
+    holonomic = True  # it moves positions: barostats refuse it (ASE's cell filters only)
+
+    def encode(self, constraint: Any, host: Host) -> None:
+        host.flags |= self.bit  # (the operations: core.symmetry.pack, checked there)
+
+    def _on(self, batch: Any, active: torch.Tensor) -> torch.Tensor:
+        return active & (getattr(batch, COUNT) > 0) if batch.has_field(COUNT) else active & False
+
+    def adjust_forces(self, batch: Any, forces: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        if not batch.has_field(COUNT):
+            return forces
+        sym = symmetrize_rank1(batch, forces, batch.cell)
+        return torch.where(batch.atom_mask(self._on(batch, active))[:, None], sym, forces)
+
+    def adjust_stress(self, batch: Any, stress: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        if not batch.has_field(COUNT):
+            return stress
         sym = symmetrize_rank2(batch, 0.5 * (stress + stress.transpose(-1, -2)), batch.cell)
-        stress = torch.where(on[:, None, None], sym, stress)
-    return forces, stress
+        return torch.where(self._on(batch, active)[:, None, None], sym, stress)  # (ASE: Voigt)
+
+    def adjust_cell(
+        self, batch: Any, old: torch.Tensor, new: torch.Tensor, active: torch.Tensor
+    ) -> torch.Tensor:
+        if not batch.has_field(COUNT):
+            return new
+        on = self._on(batch, active) & getattr(batch, ADJUST)[:, 1]
+        on = on & (new != old).flatten(1).any(-1)
+        eye = torch.eye(3, dtype=new.dtype, device=new.device)
+        old_cell, new_cell = _cells(on, old, new)
+        deform = small_matmul(inverse(old_cell), new_cell).transpose(-1, -2) - eye
+        _check_deformation(batch, deform, on)  # ASE: (L^-1 cell)^T - I, symmetrised in L
+        sym = symmetrize_rank2(batch, deform, old_cell)
+        return torch.where(on[:, None, None], small_matmul(old_cell, (sym + eye).mT), new)
+
+    def adjust_positions(
+        self, batch: Any, old: torch.Tensor, new: torch.Tensor, active: torch.Tensor
+    ) -> torch.Tensor:
+        if not batch.has_field(COUNT):
+            return new
+        on = self._on(batch, active) & getattr(batch, ADJUST)[:, 0]
+        moved = old + symmetrize_rank1(batch, new - old, batch.cell)
+        return torch.where(batch.atom_mask(on)[:, None], moved, new)
 
 
-def adjust_step(
-    batch: Batch, old_positions: torch.Tensor, old_cell: torch.Tensor
-) -> None:
-    """Symmetrise the step an integrator just took from ``old_positions`` and
-    ``old_cell``: ASE's ``adjust_cell`` on the new cell, the atoms carried by the
-    symmetrised cell where the cell moved, then ``adjust_positions`` on the rest of the
-    position step, in the new cell.  Per ASE's ``adjust_positions`` / ``adjust_cell``
-    flags of each system; free systems keep their step."""
-    seg = batch.segments
-    adjust = getattr(batch, ADJUST)
-    on, _ = _weights(batch)
-    new_cell = batch.cell
-    moved_cell = (new_cell != old_cell).flatten(1).any(-1)
-    eye = torch.eye(3, dtype=batch.dtype, device=batch.device)
-    # (free and non-periodic systems compute through identity cells and are not written)
-    old_cell, valid_new = _cells(on, old_cell, new_cell)
-    deform = solve(old_cell, valid_new).transpose(-1, -2) - eye  # ASE: (L^-1 cell)^T - I
-    symmetrised = on & moved_cell & adjust[:, 1]
-    _check_deformation(batch, deform, symmetrised)
-    sym = symmetrize_rank2(batch, deform, old_cell)
-    sym_cell = small_matmul(old_cell, (sym + eye).transpose(-1, -2))
-    new_cell = torch.where(symmetrised[:, None, None], sym_cell, new_cell)
-    carry = solve(*_cells(on & moved_cell, old_cell, new_cell))
-    carried = rows_times(old_positions, seg.to_atoms(carry))
-    start = torch.where(seg.to_atoms(on & moved_cell)[:, None], carried, old_positions)
-    step = symmetrize_rank1(batch, batch.positions - start, new_cell)
-    positions = torch.where(seg.to_atoms(on & adjust[:, 0])[:, None], start + step, batch.positions)
-    batch.positions = torch.where(seg.to_atoms(on)[:, None], positions, batch.positions)
-    batch.cell = new_cell
-
-
-def _check_deformation(batch: Batch, deform: torch.Tensor, mask: torch.Tensor) -> None:
+def _check_deformation(batch: Any, deform: torch.Tensor, mask: torch.Tensor) -> None:
     """ASE's warning for a cell step the symmetrisation may handle badly (where host
     reads are free; on an accelerator nothing is read)."""
     if not host_reads_free(deform):
@@ -183,11 +193,6 @@ def _check_deformation(batch: Batch, deform: torch.Tensor, mask: torch.Tensor) -
         )
 
 
-__all__ = [
-    "BLOCK",
-    "adjust_results",
-    "adjust_step",
-    "constrained",
-    "symmetrize_rank1",
-    "symmetrize_rank2",
-]
+register_constraint(FixSymmetryKind())
+
+__all__ = ["BLOCK", "FixSymmetryKind", "symmetrize_rank1", "symmetrize_rank2"]

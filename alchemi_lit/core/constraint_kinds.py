@@ -1,0 +1,184 @@
+"""The built-in constraint kinds that project: FixAtoms, FixCartesian / FixedPlane /
+FixedLine (one per-atom "axis" slot) and FixCom -- ASE's semantics, batched.
+
+The interface they implement is :class:`~.constraints.Constraint`; forces that add to
+the model's (Hookean, ExternalForce) are in :mod:`.constraint_forces`, rigid bonds
+(FixBondLengths, RATTLE) in :mod:`.constraint_bonds`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from .constraints import Constraint, ConstraintField, Host, register_constraint
+from .tensor_ops import row_dot
+
+AXIS_CARTESIAN, AXIS_PLANE, AXIS_LINE = 1, 2, 3
+
+
+class FixAtomsKind(Constraint):
+    """ASE ``FixAtoms``, kept in the core ``fixed`` field: every integrator leaves those
+    atoms where they are (:func:`~alchemi_lit.integrators.ops.moving_atoms`), so only the
+    forces (zeroed, as ASE's ``adjust_forces``) go through the orchestration."""
+
+    ase_names = ("FixAtoms",)
+    bit = 1 << 0
+    order = 50
+    native = True
+
+    def encode(self, constraint: Any, host: Host) -> None:
+        raise TypeError("FixAtoms is read into the core 'fixed' field (validation.fixed_mask)")
+
+    def _fixed(self, batch: Any, active: torch.Tensor) -> torch.Tensor:
+        return (batch.atom_mask(active) & batch.fixed).unsqueeze(-1)
+
+    def adjust_positions(self, batch, old, new, active):  # type: ignore[no-untyped-def]
+        return torch.where(self._fixed(batch, active), old, new)
+
+    def adjust_velocities(self, batch, velocities, active):  # type: ignore[no-untyped-def]
+        return velocities.masked_fill(self._fixed(batch, active), 0.0)
+
+    def adjust_forces(self, batch, forces, active):  # type: ignore[no-untyped-def]
+        return forces.masked_fill(self._fixed(batch, active), 0.0)
+
+
+def _direction(host: Host, what: str, direction: Any) -> np.ndarray:
+    d = np.asarray(direction, dtype=np.float64).reshape(-1)
+    norm = float(np.linalg.norm(d)) if d.shape == (3,) else 0.0
+    if not np.isfinite(norm) or norm == 0.0:
+        raise host.refuse(f"{what}: direction {d.tolist()} is not a nonzero 3-vector")
+    return d / norm
+
+
+class AxisKind(Constraint):
+    """ASE ``FixCartesian`` (some of x, y, z), ``FixedPlane`` and ``FixedLine``: one
+    linear projection per atom (``axis_kind`` 1, 2, 3; ``axis_vector``: the fixed-axes
+    mask, the plane's normal, the line's direction).  An atom may have one of them;
+    ``FixCartesian`` of all three axes is ``FixAtoms`` (the ``fixed`` field)."""
+
+    ase_names = ("FixCartesian", "FixedPlane", "FixedLine")
+    bit = 1 << 1
+    order = 60
+    fields: ClassVar[dict[str, ConstraintField]] = {
+        "axis_kind": ConstraintField("atom", dtype="int64"),
+        "axis_vector": ConstraintField("atom", (3,)),
+    }
+    _HINT = "give each atom one of FixCartesian, FixedPlane, FixedLine (or FixAtoms)"
+
+    def encode(self, constraint: Any, host: Host) -> None:
+        name = type(constraint).__name__
+        if name == "FixCartesian":
+            kwargs = constraint.todict()["kwargs"]
+            idx = host.indices(name, kwargs["a"])
+            mask = np.broadcast_to(np.asarray(kwargs["mask"], dtype=bool).reshape(-1, 3),
+                                   (len(idx), 3))  # fmt: skip
+            keep = mask.any(1) & ~mask.all(1)  # all three: already in `fixed`; none: nothing
+            idx, mask = idx[keep], mask[keep]
+            kind, vec, dof = AXIS_CARTESIAN, mask.astype(np.float64), mask.sum(1)
+        else:
+            idx = host.indices(name, constraint.index)
+            vec = np.broadcast_to(_direction(host, name, constraint.dir), (len(idx), 3))
+            kind = AXIS_PLANE if name == "FixedPlane" else AXIS_LINE
+            dof = np.full(len(idx), 1 if name == "FixedPlane" else 2)
+        host.claim("axis", idx, name, self._HINT)
+        host.array("axis_kind")[idx] = kind
+        host.array("axis_vector")[idx] = vec
+        host.flags |= self.bit
+        host.dof += float(np.sum(dof))
+
+    def decode(self, arrays: dict[str, np.ndarray], system: dict[str, Any]) -> list[Any]:
+        from ase.constraints import FixCartesian, FixedLine, FixedPlane
+
+        kinds, vecs, out = arrays["axis_kind"], arrays["axis_vector"], []
+        for kind in (AXIS_CARTESIAN, AXIS_PLANE, AXIS_LINE):
+            rows = np.flatnonzero(kinds == kind)
+            groups: dict[tuple[float, ...], list[int]] = {}
+            for i in rows:
+                groups.setdefault(tuple(vecs[i].tolist()), []).append(int(i))
+            for vec, idx in groups.items():
+                if kind == AXIS_CARTESIAN:
+                    out.append(FixCartesian(idx, mask=[bool(x) for x in vec]))
+                else:
+                    out.append((FixedPlane if kind == AXIS_PLANE else FixedLine)(idx, vec))
+        return out
+
+    def _parts(self, batch: Any, active: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        kind = torch.where(batch.atom_mask(active), batch.axis_kind, 0).unsqueeze(-1)
+        return kind == AXIS_CARTESIAN, kind == AXIS_PLANE, kind == AXIS_LINE, batch.axis_vector
+
+    def _project(self, batch: Any, f: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        cart, plane, line, d = self._parts(batch, active)
+        along = row_dot(f, d).unsqueeze(-1) * d
+        f = torch.where(cart, f * (1.0 - d), f)  # f * ~mask
+        f = torch.where(plane, f - along, f)
+        return torch.where(line, along, f)
+
+    def adjust_positions(self, batch, old, new, active):  # type: ignore[no-untyped-def]
+        cart, plane, line, d = self._parts(batch, active)
+        along = row_dot(new - old, d).unsqueeze(-1) * d
+        new = torch.where(cart & (d != 0), old, new)
+        new = torch.where(plane, new - along, new)
+        return torch.where(line, old + along, new)
+
+    def adjust_velocities(self, batch, velocities, active):  # type: ignore[no-untyped-def]
+        return self._project(batch, velocities, active)  # ASE: adjust_momenta = adjust_forces
+
+    def adjust_forces(self, batch, forces, active):  # type: ignore[no-untyped-def]
+        return self._project(batch, forces, active)
+
+
+class FixComKind(Constraint):
+    """ASE ``FixCom``: the centre of mass of the whole structure does not move
+    (``com_fixed`` per system; 3 DOF removed).  Positions shift by the centre's
+    displacement, velocities lose the centre's velocity, forces lose ``m λ`` with
+    ``λ = Σ m F / Σ m²`` -- ASE's three formulas."""
+
+    ase_names = ("FixCom",)
+    bit = 1 << 2
+    order = 70
+    fields: ClassVar[dict[str, ConstraintField]] = {
+        "com_fixed": ConstraintField("system", dtype="bool"),
+    }
+
+    def encode(self, constraint: Any, host: Host) -> None:
+        if host.array("com_fixed")[0]:
+            raise host.refuse("FixCom given twice; give it once")
+        host.array("com_fixed")[0] = True
+        host.flags |= self.bit
+        host.dof += 3.0
+
+    def decode(self, arrays: dict[str, np.ndarray], system: dict[str, Any]) -> list[Any]:
+        from ase.constraints import FixCom
+
+        return [FixCom()] if bool(system["com_fixed"]) else []
+
+    def _on(self, batch: Any, active: torch.Tensor) -> torch.Tensor:
+        return batch.atom_mask(active & batch.com_fixed).unsqueeze(-1)
+
+    def _mean(self, batch: Any, values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """``Σ w x / Σ w`` per system ``[B, 3]``, gathered onto atoms ``[N, 3]``."""
+        seg = batch.segments
+        num = seg.sum(values * batch.masses.unsqueeze(-1))
+        return seg.to_atoms(num / seg.sum(weights).clamp_min(1e-300).unsqueeze(-1))
+
+    def adjust_positions(self, batch, old, new, active):  # type: ignore[no-untyped-def]
+        diff = self._mean(batch, old, batch.masses) - self._mean(batch, new, batch.masses)
+        return torch.where(self._on(batch, active), new + diff, new)
+
+    def adjust_velocities(self, batch, velocities, active):  # type: ignore[no-untyped-def]
+        v_com = self._mean(batch, velocities, batch.masses)
+        return torch.where(self._on(batch, active), velocities - v_com, velocities)
+
+    def adjust_forces(self, batch, forces, active):  # type: ignore[no-untyped-def]
+        lmd = self._mean(batch, forces, batch.masses * batch.masses)
+        f = forces - batch.masses.unsqueeze(-1) * lmd
+        return torch.where(self._on(batch, active), f, forces)
+
+
+for _kind in (FixAtomsKind(), AxisKind(), FixComKind()):
+    register_constraint(_kind)
+
+from . import constraint_bonds, constraint_forces  # noqa: E402,F401  (register theirs)

@@ -1,0 +1,181 @@
+"""Constraints step for step against ASE (``ase.constraints`` on an ``ase.Atoms`` driven
+by ASE's own optimizers and ``VelocityVerlet``), float64, to 1e-8 Å.
+
+Each case is a small perturbed Lennard-Jones argon cluster (ASE's ``LennardJones`` as the
+reference calculator) carrying one kind of constraint, or a mix; every case runs on the
+CPU's shortcuts and on the accelerator's branches (``code_path``).  ExternalForce under
+velocity Verlet is compared with ASE's ``adjust_momenta`` switched off: ASE inherits the
+default ``adjust_momenta = adjust_forces`` for it, which adds the force (eV/Å) to the
+momenta at every ``set_momenta`` -- a unit error, not a semantics to copy (Hookean
+overrides it with ``pass`` for that reason).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ase import units
+from ase.constraints import (
+    ExternalForce,
+    FixAtoms,
+    FixBondLengths,
+    FixCartesian,
+    FixCom,
+    FixedLine,
+    FixedPlane,
+    Hookean,
+)
+from ase.md.verlet import VelocityVerlet as AseVV
+from ase.optimize import BFGS as AseBFGS
+from ase.optimize import FIRE as AseFIRE
+from ase.optimize import LBFGS as AseLBFGS
+from test_md import Recorder, ase_lj, lj_model, moving_argon
+
+import alchemi_lit as al
+from alchemi_lit.core.state import Batch
+from alchemi_lit.integrators import BFGS, FIRE, LBFGS, VelocityVerlet
+
+
+def _cases() -> dict:
+    return {
+        "FixCartesian": lambda a: [FixCartesian([0, 3, 5], mask=(True, False, True))],
+        "FixedPlane": lambda a: [FixedPlane([1, 2, 7], direction=(1.0, 2.0, -0.5))],
+        "FixedLine": lambda a: [FixedLine([4, 6], direction=(0.3, -1.0, 0.2))],
+        "FixCom": lambda a: [FixCom()],
+        "Hookean": lambda a: [
+            Hookean(0, 9, k=3.0, rt=3.0),
+            Hookean(2, a.positions[2] + (0.4, 0.1, 0.0), k=2.0, rt=0.1),
+            Hookean(5, (0.0, 0.0, 1.0, -a.positions[5, 2] + 0.05), k=4.0),
+        ],
+        "ExternalForce": lambda a: [ExternalForce(3, 11, 0.05)],
+        "mixed": lambda a: [
+            ExternalForce(3, 11, 0.02),
+            Hookean(0, 9, k=3.0, rt=3.0),
+            FixAtoms([8]),
+            FixCartesian([1], mask=(False, False, True)),
+            FixedPlane([2], (0, 1, 0)),
+        ],
+    }
+
+
+CASES = _cases()
+
+
+def cluster(seed: int = 0, temperature: float = 40.0):
+    """A 32-atom argon crystal fragment, isolated (no cell), perturbed and moving."""
+    atoms = moving_argon(1, temperature=temperature, seed=seed)[0]
+    atoms.pbc = False
+    atoms.cell = None
+    return atoms
+
+
+def constrained(name: str, seed: int = 0, moving: bool = True):
+    atoms = cluster(seed, 40.0 if moving else 0.0)
+    if not moving:
+        atoms.set_momenta(np.zeros((len(atoms), 3)), apply_constraint=False)
+    atoms.set_constraint(CASES[name](atoms))
+    if moving:  # ASE's set_momenta applies the constraints: start from allowed momenta
+        atoms.set_momenta(atoms.get_momenta())
+    return atoms
+
+
+def run(atoms_list, stage, fields=("positions",)):
+    rec = Recorder(fields)
+    batch = Batch.from_atoms(atoms_list)
+    sim = al.Simulator(model=lj_model(), stages=stage, precision="64", sync_every=1,
+                       callbacks=[rec])  # fmt: skip
+    return sim.run(batch), rec
+
+
+def ase_copy(atoms):
+    ref = atoms.copy()
+    ref.calc = ase_lj()
+    return ref
+
+
+def deviation(dyn, ref, frames) -> float:
+    """Largest distance from ASE's positions over ``frames`` (ASE's first ``irun`` yield
+    comes before any step)."""
+    worst, steps = 0.0, dyn.irun(fmax=1e-6, steps=len(frames)) if hasattr(dyn, "fmax") else None
+    if steps is None:  # MD
+        for frame in frames:
+            dyn.run(1)
+            worst = max(worst, float(np.abs(ref.positions - frame).max()))
+        return worst
+    n = 0
+    for n, _ in enumerate(steps):
+        if n >= 1:
+            worst = max(worst, float(np.abs(ref.positions - frames[n - 1]).max()))
+    assert n == len(frames)
+    return worst
+
+
+OPTIMIZERS = {
+    "FIRE": (lambda: FIRE(fmax=1e-6, max_steps=25), AseFIRE),
+    "BFGS": (lambda: BFGS(fmax=1e-6, max_steps=25), AseBFGS),
+    "LBFGS": (lambda: LBFGS(fmax=1e-6, max_steps=25), AseLBFGS),
+}
+
+
+@pytest.mark.parametrize("opt", list(OPTIMIZERS))
+@pytest.mark.parametrize("name", list(CASES))
+def test_optimizers_follow_ase_step_for_step(name: str, opt: str, code_path) -> None:
+    atoms = constrained(name, moving=False)
+    ours, ase_opt = OPTIMIZERS[opt]
+    _, rec = run([atoms], ours())
+    frames = rec.trajectory(0)
+    assert len(frames) == 25
+    ref = ase_copy(atoms)
+    assert deviation(ase_opt(ref, logfile=None), ref, frames) < 1e-8
+
+
+class _PlainExternalForce(ExternalForce):
+    """ASE's ExternalForce without its inherited ``adjust_momenta`` (module docstring)."""
+
+    def adjust_momenta(self, atoms, momenta) -> None:
+        return None
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_velocity_verlet_follows_ase_step_for_step(name: str, code_path) -> None:
+    atoms = constrained(name)
+    _, rec = run([atoms], VelocityVerlet(dt=4.0, steps=30))
+    ref = ase_copy(atoms)
+    ref.set_constraint([
+        _PlainExternalForce(*c.indices, c.external_force) if isinstance(c, ExternalForce)
+        else c for c in ref.constraints
+    ])  # fmt: skip
+    assert deviation(AseVV(ref, timestep=4.0 * units.fs), ref, rec.trajectory(0)) < 1e-8
+
+
+def test_rigid_bonds_under_velocity_verlet_follow_ase(code_path) -> None:
+    """RATTLE: two rigid bonds and a rigid triangle in an argon cluster."""
+    atoms = cluster(seed=3)
+    atoms.set_constraint(FixBondLengths([(0, 1), (2, 3), (3, 4), (2, 4)]))
+    atoms.set_momenta(atoms.get_momenta())
+    _, rec = run([atoms], VelocityVerlet(dt=4.0, steps=30))
+    ref = ase_copy(atoms)
+    assert deviation(AseVV(ref, timestep=4.0 * units.fs), ref, rec.trajectory(0)) < 1e-8
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_temperature_and_dof_equal_ase(name: str) -> None:
+    atoms = constrained(name)
+    batch = Batch.from_atoms([atoms])
+    assert float(batch.degrees_of_freedom()[0]) == atoms.get_number_of_degrees_of_freedom()
+    assert float(batch.temperature()[0]) == pytest.approx(atoms.get_temperature(), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_results_carry_the_constraints_back_to_ase(name: str) -> None:
+    atoms = constrained(name, moving=False)
+    res = al.Simulator(model=lj_model(), stages=FIRE(fmax=0.5, max_steps=3),
+                       precision="64").run(Batch.from_atoms([atoms]))  # fmt: skip
+    out = res.to_atoms()[0] if hasattr(res, "to_atoms") else res[0]
+    assert sorted(type(c).__name__ for c in out.constraints) == sorted(
+        type(c).__name__ for c in atoms.constraints
+    )
+    check = out.copy()
+    check.calc = ase_lj()
+    assert np.abs(out.get_forces() - check.get_forces()).max() < 1e-10
+    assert out.get_potential_energy() == pytest.approx(check.get_potential_energy(), abs=1e-10)
