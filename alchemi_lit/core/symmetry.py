@@ -134,6 +134,51 @@ def operation_maps(constraint: Any, atoms: Any, name: str) -> tuple[np.ndarray, 
     return rotations, maps
 
 
+def fix_symmetry(
+    atoms: Any, symprec: float = 0.01, adjust_positions: bool = True, adjust_cell: bool = True
+) -> list[Any]:
+    """Copies of ``ase.Atoms`` (one or a list) with ASE's ``FixSymmetry(atoms, symprec)``
+    set -- whose constructor refines each structure to its group at ``symprec`` Å -- for
+    a symmetry-preserving relaxation (cell filters and optimizers honour it).
+
+    Refused before any run, naming the structure: ``symprec <= 0``, a structure not
+    periodic in x, y and z, one already carrying constraints, and one whose refinement
+    lands in another space group than spglib finds at ``symprec`` (ASE's
+    ``IntermediateDatasetError``: ``symprec`` straddles a distortion; choose it above or
+    below)."""
+    from ase import Atoms
+    from ase.constraints import FixSymmetry
+
+    many = [atoms] if isinstance(atoms, Atoms) else list(atoms)
+    out = []
+    for k, a in enumerate(many):
+        name = system_name(k, None)
+        value = check_symprec(symprec, name)
+        if not np.asarray(a.pbc).all() or abs(a.cell.volume) <= 1e-12:
+            raise StructureError(
+                f"{name}: FixSymmetry needs a crystal periodic in x, y and z (pbc "
+                f"{np.asarray(a.pbc).tolist()}, volume {abs(a.cell.volume):.3g} Å^3)", k
+            )
+        if a.constraints:
+            raise StructureError(
+                f"{name}: already has constraints {[type(c).__name__ for c in a.constraints]}; "
+                f"FixSymmetry is not combined with others here (remove them first)", k
+            )
+        before = spacegroup(a.cell.array, a.positions, a.numbers, value)
+        copy = a.copy()
+        copy.set_constraint(FixSymmetry(copy, symprec=value, adjust_positions=adjust_positions,
+                                        adjust_cell=adjust_cell))  # fmt: skip
+        after = spacegroup(copy.cell.array, copy.positions, copy.numbers, value)
+        if after[1] != before[1]:
+            raise StructureError(
+                f"{name}: refined at symprec={value} Å it is {after[0]} ({after[1]}), not the "
+                f"{before[0]} ({before[1]}) spglib finds at that symprec: the tolerance "
+                f"straddles a distortion; choose symprec clearly above or below it", k
+            )
+        out.append(copy)
+    return out
+
+
 def pack(
     atoms: list[Any], ids: list[int]
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
@@ -296,6 +341,7 @@ __all__ = [
     "check_symprec",
     "constraint_of",
     "final_spacegroups",
+    "fix_symmetry",
     "initial_spacegroups",
     "is_fix_symmetry",
     "operation_maps",
