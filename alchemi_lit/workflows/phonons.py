@@ -145,8 +145,8 @@ def phonons(
             at most one per material, and none when the supercells are so small that
             phonopy's work is shorter than starting a worker.  Results do not depend
             on it.
-        max_atoms, max_systems, resume, prerelax, fix_symmetry, prerelax_symprec,
-            **simulator: as :func:`~.elastic.elastic`.
+        max_atoms, max_systems, resume, **simulator: as :func:`~.elastic.elastic`.
+        prerelax, fix_symmetry, prerelax_symprec: as :func:`~.elastic.elastic`.
 
     Returns:
         :class:`PhononResults`.
