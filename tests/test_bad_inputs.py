@@ -148,11 +148,11 @@ def store_holding_the_ids(c: dict[str, Any], tmp: Path) -> None:
 
 
 def constrained_traj(c: dict[str, Any], tmp: Path) -> None:
-    """An ASE trajectory (keeps constraints) with a FixBondLength constraint."""
-    from ase.constraints import FixBondLength
+    """An ASE trajectory (keeps constraints) with a FixScaled constraint (unsupported)."""
+    from ase.constraints import FixScaled
 
     atoms = bulk("Cu", "fcc", a=3.6, cubic=True)
-    atoms.set_constraint(FixBondLength(0, 1))
+    atoms.set_constraint(FixScaled(0, mask=(True, False, False)))
     path = tmp / "constrained.traj"
     atoms.write(path)
     c["simulator"]["model"] = {"class_path": "EMT"}
@@ -183,11 +183,11 @@ def iron_batch() -> Batch:
     return Batch.from_atoms([bulk("Fe", "bcc", a=2.87, cubic=True)])
 
 
-def fix_bond_length() -> Batch:
-    from ase.constraints import FixBondLength
+def fix_scaled() -> Batch:
+    from ase.constraints import FixScaled
 
     a = argon()[0]
-    a.set_constraint(FixBondLength(0, 1))
+    a.set_constraint(FixScaled(0, mask=(True, False, False)))
     return Batch.from_atoms([a])
 
 
@@ -871,7 +871,7 @@ CASES: list[Case] = [
     ),
     Case(
         "unsupported-constraint",
-        r"constraint FixBondLengths? is not supported; only FixAtoms",
+        r"constraint FixScaled is not supported; supported: ExternalForce, FixAtoms",
         edit(constrained_traj),
         "data.structures",
     ),
@@ -949,8 +949,8 @@ CASES: list[Case] = [
     ),
     Case(
         "api-unsupported-constraint",
-        r"system 0: constraint FixBondLengths? is not supported",
-        call=lambda _: fix_bond_length(),
+        r"system 0: constraint FixScaled is not supported",
+        call=lambda _: fix_scaled(),
         exc=StructureError,
     ),
     Case(

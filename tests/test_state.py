@@ -9,7 +9,7 @@ import pytest
 import torch
 from ase import Atoms
 from ase.calculators.singlepoint import SinglePointCalculator
-from ase.constraints import FixAtoms, FixBondLength, FixCartesian
+from ase.constraints import FixAtoms, FixInternals, FixScaled
 from ase.md import velocitydistribution
 
 from alchemi_lit import Batch, StructureError
@@ -108,7 +108,7 @@ def test_round_trip_results_info_and_fixed_mask() -> None:
 
 
 def test_unsupported_constraints_raise_naming_the_system() -> None:
-    for bad in (FixCartesian(0, mask=(True, False, False)), FixBondLength(0, 1)):
+    for bad in (FixScaled(0, mask=(True, False, False)), FixInternals(bonds=[(2.0, [0, 1])])):
         structures = perturbed_argon(3, 1, 0.1, seed=2)
         structures[2].set_constraint(bad)
         with pytest.raises(StructureError, match="system 2") as err:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from ase import Atoms
 from ase.calculators.lj import LennardJones as AseLJ
-from ase.constraints import FixAtoms, FixBondLength, FixCartesian
+from ase.constraints import FixAtoms, FixBondLength, FixCartesian, FixScaled
 
 import alchemi_lit as al
 from alchemi_lit.core.errors import BatchError, StructureError, StructureWarning
@@ -107,11 +107,15 @@ ERRORS: dict[str, tuple[Callable[[], Atoms], type[Exception], str]] = {
         StructureError,
         "remove the duplicate",
     ),
-    "fix-bond-length": (lambda: constrained(FixBondLength(0, 1)), StructureError, "FixAtoms"),
-    "partial-fix-cartesian": (
-        lambda: constrained(FixCartesian([1, 3], mask=(True, True, False))),
+    "unsupported-constraint": (
+        lambda: constrained(FixScaled(0, mask=(True, False, False))),
         StructureError,
-        "remove the constraint",
+        "Remove it (atoms.set_constraint())",
+    ),
+    "fixed-atom-in-a-rigid-bond": (
+        lambda: constrained([FixAtoms([0]), FixBondLength(0, 1)]),
+        StructureError,
+        "drop one of the constraints",
     ),
 }
 
@@ -144,12 +148,10 @@ def test_coincident_atoms_are_an_error_even_with_the_warning_off() -> None:
     al.Batch.from_atoms([moved(2, by=1e-6)], validate=False)  # unchecked on request
 
 
-def test_partial_fix_cartesian_names_atoms_and_what_to_do() -> None:
-    with pytest.raises(StructureError) as err:
-        al.Batch.from_atoms(with_bad(constrained(FixCartesian([1, 3], (True, False, True)))), IDS)
-    msg = str(err.value)
-    assert "atom(s) [1, 3]" in msg and "partial fixing is not supported" in msg
-    assert "FixAtoms" in msg and "mask=(True, True, True)" in msg
+def test_partial_fix_cartesian_comes_back_as_itself() -> None:
+    a = constrained(FixCartesian([1, 3], (True, False, True)))
+    (back,) = al.Batch.from_atoms([a]).to_atoms(results=False)
+    assert back.constraints[0].todict() == a.constraints[0].todict()
 
 
 def test_full_fix_cartesian_is_fix_atoms() -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import ConfigError
 from .checks import dataclass_params
 from .config import BUILTIN_PREFIX
 from .errors import CLIError, key_for, one_line
@@ -91,7 +92,7 @@ def build(
             raise CLIError("data.shard", one_line(str(exc))) from exc
         shard_outputs(resolved, shard)
     sim = simulator(resolved)
-    structures = _read_structures(data)
+    structures = _constrained(_read_structures(data), data.get("constraints"))
     first = data.get("first_id")
     ids = None if first is None else range(int(first), int(first) + len(structures))
     spec = data.get("sampler")
@@ -179,6 +180,19 @@ def shard_path(path: str | Path, tag: str) -> Path:
     no suffix: appended)."""
     p = Path(path)
     return p.with_name(f"{p.stem}{tag}{p.suffix}") if p.suffix else p.with_name(p.name + tag)
+
+
+def _constrained(structures: Any, specs: Any) -> Any:
+    """``structures`` with ``data.constraints`` applied to each (on access)."""
+    if not specs:
+        return structures
+    from ..data.constraint_specs import ConstrainedDataset
+
+    try:
+        return ConstrainedDataset(structures, specs)
+    except ConfigError as exc:
+        text = str(exc)
+        raise CLIError(text.split(":", 1)[0], one_line(text.split(":", 1)[1])) from exc
 
 
 def _read_structures(data: dict[str, Any]) -> Any:

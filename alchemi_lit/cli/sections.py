@@ -58,6 +58,10 @@ class DataConfig:
             ``alchemi-lit plugins --kind sampler``); without it the budget is measured
             (``max_atoms: auto``) on a CUDA device with the single strategy, else bounded
             (8192 atoms, or the model's CPU batch size), as the log says.
+        constraints: ASE constraints given to every structure, after those its file
+            carries: a list of ``{type: FixAtoms, tags: [2, 3]}``-style mappings (ASE's
+            class name, its arguments, atoms chosen by ``indices`` or ``tags``; see
+            :mod:`~alchemi_lit.data.constraint_specs`).
         shard: ``i/n`` (``--shard i/n``): run only shard ``i`` of ``n``, the contiguous
             structures ``[i*N//n, (i+1)*N//n)`` of the ``N``, keeping their global
             ``system_id``; every store, trajectory and checkpoint folder gets
@@ -72,6 +76,7 @@ class DataConfig:
     partial_occupancy: Literal["error", "majority"] = "error"
     first_id: int | None = None
     sampler: dict[str, Any] | None = None
+    constraints: list[dict[str, Any]] | None = None
     shard: str | None = None
 
 

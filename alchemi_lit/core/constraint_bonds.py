@@ -166,7 +166,8 @@ class BondLengthsKind(Constraint):
 
     def adjust_forces(self, batch, forces, active):  # type: ignore[no-untyped-def]
         m = batch.masses.unsqueeze(-1)  # ASE: adjust_momenta applied to the forces
-        return self.adjust_velocities(batch, forces / m, active) * m
+        adjusted = self.adjust_velocities(batch, forces / m, active) * m
+        return torch.where(batch.atom_mask(active).unsqueeze(-1), adjusted, forces)
 
 
 register_constraint(BondLengthsKind())

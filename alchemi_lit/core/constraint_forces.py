@@ -10,18 +10,22 @@ second where the first is taken), with the partner as an offset inside the syste
 
 from __future__ import annotations
 
-import itertools
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from .constraints import Constraint, ConstraintField, Host, partner, register_constraint
-from .tensor_ops import row_dot
+from .linalg import inverse
+from .tensor_ops import row_dot, rows_times, small_matmul
 
 SPRING_ATOM, SPRING_POINT, SPRING_PLANE = 1, 2, 3
 
-_SHIFTS = torch.tensor(list(itertools.product((-1.0, 0.0, 1.0), repeat=3)))
+def _shifts(like: torch.Tensor) -> torch.Tensor:
+    """The 27 image shifts ``{-1, 0, 1}^3`` ``[27, 3]``, made on ``like``'s device (no
+    copy from the host, which a CUDA graph could not capture)."""
+    one = torch.arange(-1, 2, device=like.device).to(like.dtype)
+    return torch.cartesian_prod(one, one, one)
 
 
 def minimum_image(batch: Any, d: torch.Tensor) -> torch.Tensor:
@@ -33,10 +37,10 @@ def minimum_image(batch: Any, d: torch.Tensor) -> torch.Tensor:
     cell = torch.where(pbc.unsqueeze(-1), batch.cell, torch.eye(3, dtype=d.dtype, device=d.device))
     cell_a = seg.to_atoms(cell)  # [N, 3, 3]
     pbc_a = seg.to_atoms(pbc).to(d.dtype)  # [N, 3]
-    frac = torch.linalg.solve(cell_a.transpose(1, 2), d.unsqueeze(-1)).squeeze(-1)
+    frac = rows_times(d, seg.to_atoms(inverse(cell)))  # (a row's bits: its own alone)
     frac = frac - torch.round(frac) * pbc_a
-    shifts = _SHIFTS.to(d)[None] * pbc_a[:, None]  # [N, 27, 3]
-    images = torch.einsum("nsk,nkj->nsj", frac[:, None] + shifts, cell_a)
+    shifts = _shifts(d)[None] * pbc_a[:, None]  # [N, 27, 3]
+    images = small_matmul(frac[:, None] + shifts, cell_a)
     best = (images * images).sum(-1).argmin(1)
     return images[torch.arange(len(d), device=d.device), best]
 

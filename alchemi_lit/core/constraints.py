@@ -263,7 +263,31 @@ def encode_structure(atoms: Any, index: int, system_id: int, fixed: np.ndarray) 
         if host is None:
             host = Host(atoms, index, system_id, fixed)
         kind.encode(c, host)
+    if host is not None:
+        _refuse_overlaps(host)
     return host
+
+
+def _refuse_overlaps(host: Host) -> None:
+    """FixCom with another constraint that moves atoms: ASE's result depends on the
+    list's order (its FixCom shifts every atom, fixed ones included, and a later
+    projection undoes part of the shift), so no order-free meaning exists."""
+    com = next((k for k in constraint_kinds() if "FixCom" in k.ase_names), None)
+    if com is None or not host.flags & com.bit:
+        return
+    others = [
+        "/".join(k.ase_names)
+        for k in constraint_kinds()
+        if k.holonomic and k is not com and not k.native and host.flags & k.bit
+    ]
+    if host.fixed.any():
+        others.append("FixAtoms")
+    if others:
+        raise host.refuse(
+            f"FixCom together with {', '.join(others)}: the result would depend on the "
+            f"order ASE applies them in; keep FixCom alone or drop it (fixed atoms already "
+            f"pin the centre of mass's drift)"
+        )
 
 
 def stack_fields(

@@ -26,7 +26,7 @@ import torch
 from ..core import random as rng
 from ..core.backends import primitive
 from ..core.state import Batch
-from ..core.tensor_ops import all_set, host_reads_free, on_device
+from ..core.tensor_ops import all_set, host_reads_free, may_be_set, on_device
 from ..core.units import kB
 from . import formulas
 from .noise import NoiseStream, noise_keys, noise_source, normals
@@ -223,6 +223,9 @@ def bussi_noise(
     atom_normals` or a source of the same numbers (:func:`noise_source`)."""
     seg, local = batch.segments, batch.segments.local_index
     z = draw(*noise_keys(batch, seed, rng.PURPOSE_THERMOSTAT))
+    removed = batch.system.get("constraint_dof")
+    if removed is not None and may_be_set(removed != 0):
+        return _bussi_noise_of(batch, z, batch.degrees_of_freedom())
     if not batch.may_have_fixed_atoms():  # the first free atom is each system's first
         r1 = z[:, 0].index_select(0, seg.starts)
         return r1, seg.sum_xyz(z * z) - r1 * r1
@@ -236,6 +239,22 @@ def bussi_noise(
     sq = z * z
     sq[:, 0] = torch.where(is_first, torch.zeros_like(sq[:, 0]), sq[:, 0])
     s = system_sum(batch, torch.where(free, sq.sum(-1), torch.zeros_like(sq[:, 0])))
+    return r1, s
+
+
+def _bussi_noise_of(batch: Batch, z: torch.Tensor, dof: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Bussi's ``(R1, S)`` when constraints remove degrees of freedom: of the free atoms'
+    normals in order (3 per atom), ``R1`` is the first and ``S`` the squares of the next
+    ``Nf - 1`` -- a chi-squared of ``Nf - 1`` degrees, as Bussi's formula needs."""
+    free = (~batch.fixed).to(torch.int64)
+    before = torch.cumsum(free, 0) - free  # free atoms before each atom, batch-wide
+    rank = before - before.index_select(0, batch.segments.starts).index_select(0, batch.system_idx)
+    component = 3 * rank.unsqueeze(-1) + torch.arange(3, device=batch.device)
+    nf = dof.index_select(0, batch.system_idx).unsqueeze(-1)
+    counted = (free.unsqueeze(-1) == 1) & (component < nf)
+    first = counted & (component == 0)
+    r1 = system_sum(batch, torch.where(first, z, 0.0).sum(-1))
+    s = system_sum(batch, torch.where(counted & ~first, z * z, 0.0).sum(-1))
     return r1, s
 
 

@@ -133,7 +133,14 @@ def baoab_opening(
     _noisy_step(batch, mask, stream, rng.PURPOSE_NOISE, half_step, constants)
 
 
-@ops.bussi_opening.register(BACKEND, _moves)
+def _all_dof_free(batch: Batch, *args: Any, **kwargs: Any) -> bool:
+    """The kernel counts 3 degrees of freedom per free atom: not for systems whose
+    constraints remove some (``constraint_dof``; the torch reference counts those)."""
+    removed = batch.system.get("constraint_dof")
+    return _moves(batch) and (removed is None or not bool(removed.any()))
+
+
+@ops.bussi_opening.register(BACKEND, _all_dof_free)
 def bussi_opening(
     batch: Batch, mask: torch.Tensor, stream: NoiseStream, dt: Param, taut: Param,
     temperature: Param,
