@@ -118,7 +118,8 @@ def run_ase(atoms: list[Any], calc: Any, fmax: float, max_steps: int, device: st
             finals.append(a)
         wall = time.perf_counter() - t0
     return {"wall": wall, "steps": steps, "forward_calls": sum(steps) + len(steps),
-            "constraint_s": timer.seconds, "energy_per_atom": energies, "final": finals}  # fmt: skip
+            "constraint_s": timer.seconds, "energy_per_atom": energies,
+            "final": finals}  # fmt: skip
 
 
 def run_alchemi(

@@ -46,7 +46,9 @@ def test_symmetrisation_equals_ase() -> None:
             continue
         c, lat = atoms.constraints[0], atoms.cell.array
         inv = atoms.cell.reciprocal().T
-        ref1 = symmetrize_rank1(lat, inv, forces[rows].numpy(), c.rotations, c.translations, c.symm_map)
+        ref1 = symmetrize_rank1(
+            lat, inv, forces[rows].numpy(), c.rotations, c.translations, c.symm_map
+        )
         ref2 = symmetrize_rank2(lat, inv, stress[k].numpy(), c.rotations)
         assert np.abs(f_sym[rows] - ref1).max() < 1e-12, k
         assert np.abs(s_sym[k] - ref2).max() < 1e-12, k
@@ -79,11 +81,13 @@ def compare_with_ase(systems, res, rec, make_opt) -> float:
     return worst
 
 
-@pytest.mark.parametrize("optimizer", [BFGS, FIRE])
+@pytest.mark.parametrize("optimizer", [BFGS, pytest.param(FIRE, marks=pytest.mark.slow)])
 def test_cell_relaxation_matches_ase_step_for_step(optimizer) -> None:
     systems = constrained(emt_cases())
     res, rec = run(systems, optimizer(fmax=1e-5, max_steps=STEPS, cell="frechet"), EMT())
-    worst = compare_with_ase(systems, res, rec, lambda t: ASE_OPTIMIZERS[optimizer](t, logfile=None))
+    worst = compare_with_ase(
+        systems, res, rec, lambda t: ASE_OPTIMIZERS[optimizer](t, logfile=None)
+    )
     for before, after in zip(systems, res.to_atoms()):  # every operation kept
         assert keeps_operations(before, after), before.get_chemical_formula()
     print(f"{optimizer.__name__}+FixSymmetry: worst deviation from ASE {worst:.1e} Å")

@@ -17,7 +17,7 @@ from alchemi_lit.report import summarize, summary_table
 from alchemi_lit.workflows import eos
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "integrators"))
-from prototypes import perturbed, prototypes  # noqa: E402
+from prototypes import perturbed, prototypes
 
 
 def test_eos_prerelax_keeps_the_space_group() -> None:
