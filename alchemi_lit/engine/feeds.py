@@ -120,16 +120,19 @@ def _relaxes(plan: Any) -> bool:
     return any(_relaxes(p) if hasattr(p, "stages") else p.is_optimizer for p in parts)
 
 
-def record_final_spacegroups(batch: Batch) -> None:
+def record_final_spacegroups(batch: Batch, relaxed: bool = True) -> None:
     """The finished systems' space groups (host, spglib: once per system, as it leaves
-    a run with a relaxation) into ``spacegroup_final``, for the results table."""
+    a run with a relaxation; 0 where the plan relaxed nothing) into
+    ``spacegroup_final``, for the results table."""
+    batch.ensure_field(symmetry.FINAL, "system", (), torch.int64)
+    if not relaxed:
+        return
     host = {k: getattr(batch, k).detach().cpu().numpy() for k in
             ("cell", "positions", "atomic_numbers", "n_atoms", symmetry.INITIAL)}  # fmt: skip
     final = symmetry.final_spacegroups(
         host["cell"].astype(np.float64), host["positions"].astype(np.float64),
         host["atomic_numbers"], host["n_atoms"], host[symmetry.INITIAL],
     )  # fmt: skip
-    batch.ensure_field(symmetry.FINAL, "system", (), torch.int64)
     batch.system[symmetry.FINAL] = torch.as_tensor(final, device=batch.device)
 
 
@@ -166,8 +169,8 @@ class SinkDelivery:
             graduates.stress = torch.full_like(graduates.stress, float("nan"))
         if self.status_offset:
             graduates.status = graduates.status + self.status_offset
-        if self.relaxes and graduates.has_field(symmetry.INITIAL):
-            record_final_spacegroups(graduates)
+        if graduates.has_field(symmetry.INITIAL):  # (0 after MD only: every store row has one)
+            record_final_spacegroups(graduates, self.relaxes)
         self.sinks.write(graduates)
         self.delivered += graduates.num_systems
 
