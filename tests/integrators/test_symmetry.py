@@ -117,7 +117,7 @@ def test_mixed_batch_equals_each_alone(path: str) -> None:
     systems[1].rattle(0.03, seed=5)
 
     def stage():
-        return FIRE(fmax=1e-3, max_steps=8, cell="frechet")
+        return FIRE(fmax=1e-3, max_steps=5, cell="frechet")
 
     def go(s):
         graphs = path == "cuda_graphs"
@@ -147,11 +147,44 @@ def test_replayed_steps_equal_eager_steps() -> None:
     for graphs in (False, True):
         with accelerator_path(), emulated_cuda_graphs():
             sim = al.Simulator(
-                model=lj(), stages=FIRE(fmax=1e-3, max_steps=6, cell="frechet"),
+                model=lj(), stages=FIRE(fmax=1e-3, max_steps=4, cell="frechet"),
                 precision="64", seed=0, cuda_graphs=graphs,
             )  # fmt: skip
             out.append(sim.run([atoms]).to_atoms()[0])
         if graphs:
-            assert sim.strategy.run_loop.step.replays >= 3
+            assert sim.strategy.run_loop.step.replays >= 2
     assert np.array_equal(out[0].positions, out[1].positions)
     assert np.array_equal(out[0].cell.array, out[1].cell.array)
+
+
+def test_resume_from_checkpoint_is_bit_identical(tmp_path) -> None:
+    """The operations live in batch fields: a constrained relaxation interrupted and
+    resumed from its checkpoint ends exactly as the uninterrupted one (and keeps its
+    FixSymmetry on the result Atoms)."""
+    from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback
+    from alchemi_lit.data import SizeAwareSampler
+
+    systems = constrained(emt_cases()[1:3])
+
+    def make(where, extra=()):
+        return al.Simulator(
+            model=EMT(), stages=FIRE(fmax=1e-4, max_steps=14, cell="frechet"),
+            callbacks=[Checkpoint(where, every=4), *extra], precision="64",
+        )  # fmt: skip
+
+    def crash(ctx):
+        if ctx.step == 9:
+            raise RuntimeError("crash")
+
+    ref = make(tmp_path / "a").run(SizeAwareSampler(systems, max_atoms=4))
+    with pytest.raises(RuntimeError, match="crash"):
+        make(tmp_path / "b", [LambdaCallback(HookStageEnum.AFTER_STEP, crash)]).run(
+            SizeAwareSampler(systems, max_atoms=4)
+        )
+    resumed = make(tmp_path / "b").run(
+        SizeAwareSampler(systems, max_atoms=4), resume=str(tmp_path / "b")
+    )
+    assert ref.steps.tolist() == resumed.steps.tolist()
+    for key in ("positions", "cell", "energy"):
+        assert torch.equal(getattr(ref.batch, key), getattr(resumed.batch, key)), key
+    assert all(a.constraints for a in resumed.to_atoms())
