@@ -61,3 +61,16 @@ def test_space_group_names_and_verdicts() -> None:
     assert verdict(225, 225) == "kept" and verdict(221, 160) == "broken"
     assert verdict(160, 221) == "raised" and verdict(47, 71) == "changed"  # mmm both
     assert verdict(0, 225) == ""
+
+
+def test_fix_symmetry_from_a_run_config() -> None:
+    """``data.constraints: [{type: FixSymmetry, symprec: ...}]`` (data/constraint_specs.py)
+    refines each structure as ASE's constructor does, and the batch reads it."""
+    from alchemi_lit.data.constraint_specs import apply_specs, check_specs
+
+    specs = check_specs([{"type": "FixSymmetry", "symprec": 0.01}])
+    atoms = bulk("Cu", "hcp", a=2.6, c=4.3)
+    atoms.positions[1] += 0.003  # below symprec: refined away
+    (c,) = apply_specs(atoms, specs).constraints
+    assert isinstance(c, FixSymmetry) and len(c.rotations) == 24
+    assert int(Batch.from_atoms([atoms]).symmetry_count[0]) == 24
