@@ -50,7 +50,8 @@ def report_workflow(folder: str | Path, plots: str | Path | None, console: Any) 
         raise ConfigError(f"{str(path)!r} is not a workflow's output folder (no *.settings.json)")
     csv, parquet = path / f"{name}.csv", path / f"{name}.parquet"
     table = pd.read_csv(csv) if csv.exists() else pd.read_parquet(parquet)
-    shown = ["material", "formula", *SHOWN[name], "error"]
+    kept = [c for c in ("symmetry",) if c in table]  # a pre-relaxation's verdict
+    shown = ["material", "formula", *SHOWN[name], *kept, "error"]
     out = Table(title=f"alchemi-lit report: {name} ({path})")
     for col in shown:
         out.add_column(col, overflow="fold")

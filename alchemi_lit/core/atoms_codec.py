@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import symmetrize, symmetry  # noqa: F401  (symmetrize registers FixSymmetry)
 from .batched_validation import validate_structures
 from .constraint_io import decode_system, stack_fields
 from .errors import StructureError
@@ -119,10 +120,17 @@ def fields_from_atoms(
         "total_steps": t([steps_taken(a.info) for a in atoms], torch.int64),
         "converged": torch.zeros(n_sys, dtype=torch.bool, device=device),
         "exit_code": torch.zeros(n_sys, dtype=torch.int64, device=device),
+        symmetry.INITIAL: t(symmetry.initial_spacegroups(atoms), torch.int64),
     }
     constrained = stack_fields(hosts, counts, dtype, device)
     atom.update(constrained["atom"])
     system.update(constrained["system"])
+    packed = symmetry.pack(atoms, ids)  # FixSymmetry's operations (its own fields), checked
+    if packed is not None:
+        for store, values in zip((atom, system), packed):
+            for k, v in values.items():
+                kind = {"f": dtype, "b": torch.bool, "i": torch.int64}[v.dtype.kind]
+                store[k] = t(v, torch.int32 if k == symmetry.SOURCE else kind)
     return atom, system, info
 
 
@@ -169,6 +177,8 @@ def atoms_from_host(
             atoms.set_momenta(vel * a["masses"][lo:hi, None], apply_constraint=False)
         kept = [FixAtoms(mask=a["fixed"][lo:hi])] if a["fixed"][lo:hi].any() else []
         kept += decode_system(a, s, lo, hi, b)
+        if symmetry.COUNT in s and s[symmetry.COUNT][b] > 0:
+            kept.append(symmetry.restore(a, s, lo, hi, b, atoms))
         if kept:
             atoms.set_constraint(kept)
         atoms.info.update(host_info.get(sid, {}))

@@ -37,7 +37,6 @@ def kind_of(constraint: Any) -> Constraint | None:
 
 #: ASE constraints refused by name, with the reason (other unknown ones: generic message)
 REFUSED = {
-    "FixSymmetry": "not supported yet",
     "FixSubsetCom": "moves every atom to keep a subset's centre of mass (ASE's own "
     "adjust_positions); use FixCom for the whole structure",
 }

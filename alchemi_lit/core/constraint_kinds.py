@@ -186,6 +186,6 @@ class FixComKind(Constraint):
 for _kind in (FixAtomsKind(), AxisKind(), FixComKind()):
     register_constraint(_kind)
 
-from . import constraint_bonds, constraint_forces  # noqa: E402,F401  (register theirs)
+from . import constraint_bonds, constraint_forces, symmetrize  # noqa: E402,F401  (register theirs)
 
 __all__ = ["AXIS_CARTESIAN", "AXIS_LINE", "AXIS_PLANE", "AxisKind", "FixAtomsKind", "FixComKind"]

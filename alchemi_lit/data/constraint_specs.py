@@ -13,6 +13,7 @@ structure by ``indices`` (a list, or a ``"start:stop:step"`` slice) or by ``tags
         - {type: FixedPlane, indices: "0:4", direction: [0, 0, 1]}
         - {type: Hookean, a1: 0, a2: 1, k: 5.0, rt: 1.2}
         - {type: FixBondLengths, pairs: [[0, 1], [0, 2]]}
+        - {type: FixSymmetry, symprec: 0.01}                     # refines, keeps the group
 
 Each structure gets these after the constraints its file carries (ASE's ``.traj`` keeps
 constraints; extxyz keeps ``FixAtoms`` / ``FixCartesian`` as its ``move_mask`` column).
@@ -40,6 +41,7 @@ _TYPES: dict[str, tuple[str, tuple[str, ...]]] = {
     "Hookean": ("", ("a1", "a2", "k", "rt")),
     "ExternalForce": ("", ("a1", "a2", "f_ext")),
     "FixBondLengths": ("", ("pairs", "tolerance", "bondlengths")),
+    "FixSymmetry": ("", ("symprec", "adjust_positions", "adjust_cell")),
 }
 
 
@@ -87,6 +89,8 @@ def build_constraint(spec: dict[str, Any], atoms: Any) -> Any:
         args["a2"] = tuple(args["a2"])
     if select:
         args[select] = _selected(spec, atoms)
+    if kind == "FixSymmetry":  # ASE's constructor refines the structure it is given
+        return ac.FixSymmetry(atoms, **args)
     return getattr(ac, kind)(**args)
 
 

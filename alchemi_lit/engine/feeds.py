@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
+from ..core import symmetry
 from ..core.state import Batch
 from ..data.sampler import SizeAwareSampler
 from ..integrators.stage_fields import without_stage_fields
@@ -111,6 +113,29 @@ class SamplerFeed:
         self.inflight_edges = int(state["inflight_edges"])
 
 
+def _relaxes(plan: Any) -> bool:
+    """Whether a plan (fused, or a pipeline of fused plans) has an optimizer stage."""
+    stages = getattr(plan, "stages", ())
+    parts = stages.values() if isinstance(stages, dict) else stages
+    return any(_relaxes(p) if hasattr(p, "stages") else p.is_optimizer for p in parts)
+
+
+def record_final_spacegroups(batch: Batch, relaxed: bool = True) -> None:
+    """The finished systems' space groups (host, spglib: once per system, as it leaves
+    a run with a relaxation; 0 where the plan relaxed nothing) into
+    ``spacegroup_final``, for the results table."""
+    batch.ensure_field(symmetry.FINAL, "system", (), torch.int64)
+    if not relaxed:
+        return
+    host = {k: getattr(batch, k).detach().cpu().numpy() for k in
+            ("cell", "positions", "atomic_numbers", "n_atoms", symmetry.INITIAL)}  # fmt: skip
+    final = symmetry.final_spacegroups(
+        host["cell"].astype(np.float64), host["positions"].astype(np.float64),
+        host["atomic_numbers"], host["n_atoms"], host[symmetry.INITIAL],
+    )  # fmt: skip
+    batch.system[symmetry.FINAL] = torch.as_tensor(final, device=batch.device)
+
+
 class SinkDelivery:
     """Write graduates to the sinks (a priority chain that never drops a system).
 
@@ -133,6 +158,7 @@ class SinkDelivery:
         self.status_offset = int(status_offset)
         self.info = dict(info or {})
         self.delivered = 0
+        self.relaxes = _relaxes(getattr(sim, "plan", None))
 
     def open(self, run_info: dict[str, Any]) -> None:
         self.sinks.open({**run_info, **self.info})
@@ -143,6 +169,8 @@ class SinkDelivery:
             graduates.stress = torch.full_like(graduates.stress, float("nan"))
         if self.status_offset:
             graduates.status = graduates.status + self.status_offset
+        if graduates.has_field(symmetry.INITIAL):  # (0 after MD only: every store row has one)
+            record_final_spacegroups(graduates, self.relaxes)
         self.sinks.write(graduates)
         self.delivered += graduates.num_systems
 

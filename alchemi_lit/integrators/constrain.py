@@ -100,12 +100,9 @@ def after_pre_update(
     for kind in kinds:
         if type(kind).adjust_cell is not Constraint.adjust_cell:
             cell = kind.adjust_cell(batch, before.cell, cell, _active(batch, moved, kind))
-    if cell is not batch.cell:  # re-express the positions in the adjusted cell
-        strain = small_matmul(inverse(batch.cell), cell)
-        batch.positions = small_matmul(
-            batch.positions.unsqueeze(-2), batch.segments.to_atoms(strain)
-        ).squeeze(-2)
-        batch.cell = cell
+    # ASE's set_cell(scale_atoms=True) then set_positions(target): the old positions are
+    # carried by the adjusted cell (below); the integrator's target is not re-expressed
+    batch.cell = cell
     old = _moved_by_cell(batch, before)
     unconstrained = batch.positions
     new = unconstrained

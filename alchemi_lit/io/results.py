@@ -168,7 +168,10 @@ class Results(Sequence[Any]):
         ``pressure`` (GPa, ``-trace(stress)/3``; NaN unless periodic in x, y and z),
         ``steps`` (the system's step count: all stages, all runs it went through),
         ``converged``, ``exit_reason``, ``source_file`` (the file the structure came
-        from, else None); after a replica exchange ``replica_group``, ``temperature``
+        from, else None), ``spacegroup_initial`` / ``spacegroup_final`` (spglib's
+        number at 1 mÅ as the structure entered and left a relaxation; 0 where not
+        periodic or not relaxed) and ``symmetry`` (``kept``, ``broken``, ``raised``,
+        ``changed`` or ""); after a replica exchange ``replica_group``, ``temperature``
         (K, the rung each replica ended at) and ``round_trips``; then, per stage of the
         plan, ``steps[NAME]``, ``exit_reason[NAME]`` and ``energy[NAME]`` (eV when it left
         the stage) with ``NAME`` the stage label (``0:FIRE``; ``0:FIRE|0:Langevin`` for a

@@ -5,9 +5,10 @@ Layout (zarr v3, one store for all systems; ragged per-atom data kept flat)::
     atoms/{positions, forces, velocities, masses, atomic_numbers, tags, fixed}   [A, ...]
     systems/{system_id, energy, stress, cell, pbc, n_atoms, atom_offset, status,
              total_steps, converged, exit_code, stage_steps, stage_exit, stage_energy,
-             stage_volume, stage_pressure, nan_flags, and a Monte Carlo run's
-             mc_* statistics (store_reader.MC_COLUMNS), a replica exchange's rex_*
-             fields (store_reader.REPLICA_COLUMNS)}                             [S, ...]
+             stage_volume, stage_pressure, nan_flags, spacegroup_initial,
+             spacegroup_final, and a Monte Carlo run's mc_* statistics
+             (store_reader.MC_COLUMNS), a replica exchange's rex_* fields
+             (store_reader.REPLICA_COLUMNS)}                                    [S, ...]
     systems/info   [S] strings: each system's info as JSON (input ase.Atoms.info,
                    error texts; "" when none -- see alchemi_lit.core.info_codec)
     attrs: n_systems, n_atoms (the commit marker), schema,

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core import symmetry
 from ..core.state import EXIT_REASONS, Batch
 
 #: The columns of :meth:`Results.to_pandas` before the per-stage ones, in order.
@@ -27,6 +28,9 @@ COLUMNS = (
     "converged",
     "exit_reason",
     "source_file",
+    "spacegroup_initial",
+    "spacegroup_final",
+    "symmetry",
 )
 
 
@@ -58,6 +62,7 @@ def table_of(batch: Batch | None, stage_names: Sequence[str] | None) -> dict[str
         "converged": s["converged"],
         "exit_reason": _reasons(s["exit_code"]),
         "source_file": [b.info.get(int(i), {}).get("source_file") for i in s["system_id"]],
+        **_spacegroups(s),
     }
     if "rex_temperature" in s:  # a replica exchange's: where each replica ended
         table["replica_group"] = s["rex_group"]
@@ -125,6 +130,17 @@ def join(pieces: list[Any]) -> Any:
     if isinstance(pieces[0], np.ndarray):
         return np.concatenate(pieces)
     return [v for piece in pieces for v in piece]
+
+
+def _spacegroups(s: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Space-group numbers as the systems entered the run and as they left its
+    relaxation (spglib at :data:`~alchemi_lit.core.symmetry.SPACEGROUP_SYMPREC`, found on
+    the host when each system finished; 0 where not periodic or not relaxed) and whether
+    the symmetry was kept (:func:`~alchemi_lit.core.symmetry.verdict`)."""
+    zeros = np.zeros(len(s["n_atoms"]), dtype=np.int64)
+    initial, final = s.get(symmetry.INITIAL, zeros), s.get(symmetry.FINAL, zeros)
+    verdicts = [symmetry.verdict(a, b) for a, b in zip(initial.tolist(), final.tolist())]
+    return {"spacegroup_initial": initial, "spacegroup_final": final, "symmetry": verdicts}
 
 
 def _reasons(codes: np.ndarray) -> list[str]:

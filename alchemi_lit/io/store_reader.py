@@ -33,6 +33,8 @@ SYSTEM_COLUMNS = (
     "stage_volume",
     "stage_pressure",
     "nan_flags",
+    "spacegroup_initial",
+    "spacegroup_final",
 )
 #: a Monte Carlo stage's chain statistics (:mod:`alchemi_lit.integrators.mc_ops`): system
 #: columns a store holds only where the run had them

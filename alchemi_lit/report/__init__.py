@@ -162,6 +162,9 @@ def summarize(
                         stage[key] = _spread((history[:, j].astype(np.float64) * scale)[left])
                 stages.append(stage)
         out["stages"] = stages
+        symmetry = _symmetry(arr) if out["has_optimizer"] else None
+        if symmetry:
+            out["symmetry"] = symmetry
         if "total_steps" in arr:
             out["atom_steps"] = int((n_atoms * arr["total_steps"].astype(np.int64)).sum())
     if stats:
@@ -178,6 +181,23 @@ def summarize(
         if stats.get("skipped"):  # left out by SizeAwareSampler(skip_invalid=True)
             out["skipped"] = list(stats["skipped"])
     return out
+
+
+def _symmetry(arr: Mapping[str, np.ndarray]) -> dict[str, Any] | None:
+    """Space groups kept, broken, raised or changed by the relaxation (the results
+    table's ``symmetry``), with the ``system_id`` of the first broken ones."""
+    from ..core.symmetry import verdict
+
+    if "spacegroup_initial" not in arr or "spacegroup_final" not in arr:
+        return None
+    pairs = zip(arr["spacegroup_initial"].tolist(), arr["spacegroup_final"].tolist())
+    verdicts = [verdict(a, b) for a, b in pairs]
+    counts = Counter(v for v in verdicts if v)
+    if not counts:
+        return None
+    ids = arr["system_id"].tolist() if "system_id" in arr else list(range(len(verdicts)))
+    broken = [int(i) for i, v in zip(ids, verdicts) if v in ("broken", "changed")][:5]
+    return {**dict(sorted(counts.items())), "broken_ids": broken}
 
 
 def _fmt_spread(x: Mapping[str, Any], unit: str, digits: int) -> str:
@@ -217,6 +237,12 @@ def summary_table(
         more = f"; ... {len(skipped) - 5} more" if len(skipped) > 5 else ""
         table.add_row("skipped", escape(f"{len(skipped)} (skip_invalid: {why}{more})"))
     table.add_row("exit reasons", _fmt_reasons(summary["exit_reasons"]))
+    symmetry = summary.get("symmetry")
+    if symmetry:
+        counts = {k: v for k, v in symmetry.items() if k != "broken_ids"}
+        ids = symmetry["broken_ids"]
+        where = f" (system_id {', '.join(map(str, ids))}{' ...' if len(ids) == 5 else ''})"
+        table.add_row("space group", _fmt_reasons(counts) + (where if ids else ""))
     epa = summary.get("energy_per_atom")
     if epa and epa.get("mean") is not None:
         table.add_row(

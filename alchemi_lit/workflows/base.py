@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from .jobs import JobRun
+from .prerelax import COLUMNS as PRERELAX_COLUMNS
 
 #: the columns every workflow table starts with
 LEAD_COLUMNS = ("material", "formula", "n_atoms")
@@ -29,8 +30,9 @@ class MaterialResults:
     ``formula``, ``n_atoms``, the workflow's columns, ``error`` (missing -- None or
     NaN, as pandas stores it -- or why the material has no values: a failed job or fit;
     the others still finished) and ``source_file``.  ``jobs``: the run's raw per-job results
-    (:class:`~alchemi_lit.io.results.Results` in ``jobs.results``).  ``write(dir)`` saves
-    the table and per-material files.
+    (:class:`~alchemi_lit.io.results.Results` in ``jobs.results``); with a
+    pre-relaxation (``prerelax=``) the table also has :data:`~.prerelax.COLUMNS`.
+    ``write(dir)`` saves the table and per-material files.
     """
 
     #: the workflow's own columns, after :data:`LEAD_COLUMNS`
@@ -45,6 +47,7 @@ class MaterialResults:
         errors: list[str | None],
         jobs: JobRun,
         settings: dict[str, Any],
+        symmetry: list[dict[str, Any]] | None = None,
     ) -> None:
         self.structures = list(structures)
         self.values = values
@@ -52,6 +55,8 @@ class MaterialResults:
         self.jobs = jobs
         #: the workflow's parameters (strains, supercells, tolerances ...), as given
         self.settings = settings
+        #: per material, the pre-relaxation's space groups and convergence (None: none ran)
+        self.symmetry = symmetry
 
     def __len__(self) -> int:
         return len(self.structures)
@@ -89,10 +94,14 @@ class MaterialResults:
                 "n_atoms": len(atoms),
             }
             row.update({c: self.values[i].get(c, np.nan) for c in self.columns})
+            if self.symmetry is not None:
+                row.update(self.symmetry[i])
             row["error"] = self.errors[i]
             row["source_file"] = atoms.info.get("source_file")
             rows.append(row)
-        return pd.DataFrame(rows, columns=[*LEAD_COLUMNS, *self.columns, "error", "source_file"])
+        extra = PRERELAX_COLUMNS if self.symmetry is not None else ()
+        columns = [*LEAD_COLUMNS, *self.columns, *extra, "error", "source_file"]
+        return pd.DataFrame(rows, columns=columns)
 
     def write(self, directory: str | Path, format: str = "csv") -> list[Path]:
         """Write the table (``<name>.csv`` or ``.parquet``, through pandas) and one file

@@ -19,6 +19,8 @@ from ..models.base import Model
 from .base import MaterialResults
 from .jobs import Job, as_structures, check_materials, fresh_atoms, relax_plan, run_jobs
 from .moduli import moduli
+from .prerelax import prerelax as run_prerelax
+from .prerelax import prerelax_plan
 
 #: Voigt order of the strain and stress components (ASE's): xx, yy, zz, yz, xz, xy
 VOIGT = ((0, 0), (1, 1), (2, 2), (1, 2), (0, 2), (0, 1))
@@ -56,6 +58,9 @@ def elastic(
     max_atoms: int | str | None = None,
     max_systems: int | None = None,
     resume: Any = None,
+    prerelax: Any = None,
+    fix_symmetry: bool = True,
+    prerelax_symprec: float = 0.01,
     **simulator: Any,
 ) -> ElasticResults:
     """Elastic tensors of every structure in one batched run.
@@ -74,6 +79,14 @@ def elastic(
         max_atoms, max_systems: inflight batching budgets (None: one batch; on a CPU,
             chunks of the model's ``cpu_batch_atoms`` where it sets one).
         resume: continue an interrupted run (as ``Simulator.run``).
+        prerelax: relax every input structure (cell and atoms) before the jobs: ``True``
+            (FIRE on a Frechet cell filter to 0.01 eV/Å), or optimizers with ``cell=``;
+            None: the structures are used as given (relaxed already).
+        fix_symmetry: keep each structure's space group through the pre-relaxation
+            (ASE's ``FixSymmetry`` at ``prerelax_symprec`` Å, which refines it first);
+            the table's ``spacegroup_initial``/``spacegroup_final``/``symmetry`` say
+            whether it held (:mod:`~.prerelax`).
+        prerelax_symprec: FixSymmetry's spglib tolerance (Å, > 0).
         **simulator: more ``Simulator`` arguments (``sinks``, ``callbacks`` ...).
 
     Returns:
@@ -82,6 +95,10 @@ def elastic(
     magnitudes = _check_strains(strains)
     materials = as_structures(structures, "elastic")
     check_materials(materials, model, "elastic")
+    inputs, plan0 = materials, prerelax_plan(prerelax, "elastic")
+    materials, symmetry = run_prerelax(
+        materials, model, plan0, fix_symmetry, prerelax_symprec, "elastic", simulator
+    )
     plan = relax_plan(relax, "elastic")
     jobs = [
         Job(i, f"{i}:e{j + 1}={d:+g}", _strained(atoms, j, d, {"material": i, "voigt": j}))
@@ -105,7 +122,9 @@ def elastic(
         values.append(record)
         errors.append(error)
     settings = {"strains": magnitudes.tolist(), "relax": repr(plan) if plan is not None else None}
-    return ElasticResults(materials, values, errors, run, settings)
+    settings.update(prerelax=repr(plan0) if plan0 is not None else None,
+                    fix_symmetry=bool(fix_symmetry), prerelax_symprec=float(prerelax_symprec))
+    return ElasticResults(inputs, values, errors, run, settings, symmetry)
 
 
 def fit_tensor(magnitudes: np.ndarray, sigma: np.ndarray) -> np.ndarray:

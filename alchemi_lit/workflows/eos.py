@@ -17,6 +17,8 @@ from ..core.errors import ConfigError
 from ..models.base import Model
 from .base import MaterialResults
 from .jobs import Job, as_structures, check_materials, fresh_atoms, relax_plan, run_jobs
+from .prerelax import prerelax as run_prerelax
+from .prerelax import prerelax_plan
 
 #: ASE's EOS forms with B0' as a fitted parameter (``eos_parameters[2]``)
 _WITH_BP = ("murnaghan", "birch", "birchmurnaghan", "pouriertarantola", "vinet")
@@ -56,6 +58,9 @@ def eos(
     max_atoms: int | str | None = None,
     max_systems: int | None = None,
     resume: Any = None,
+    prerelax: Any = None,
+    fix_symmetry: bool = True,
+    prerelax_symprec: float = 0.01,
     **simulator: Any,
 ) -> EOSResults:
     """Fit the equation of state of every structure in one batched run.
@@ -78,6 +83,14 @@ def eos(
             or on a CPU chunks of the model's ``cpu_batch_atoms`` where it sets one;
             ``"auto"`` measures the device's memory).
         resume: continue an interrupted run (as ``Simulator.run``: True or a checkpoint).
+        prerelax: relax every input structure (cell and atoms) before the jobs: ``True``
+            (FIRE on a Frechet cell filter to 0.01 eV/Å), or optimizers with ``cell=``;
+            None: the structures are used as given (relaxed already).
+        fix_symmetry: keep each structure's space group through the pre-relaxation
+            (ASE's ``FixSymmetry`` at ``prerelax_symprec`` Å, which refines it first);
+            the table's ``spacegroup_initial``/``spacegroup_final``/``symmetry`` say
+            whether it held (:mod:`~.prerelax`).
+        prerelax_symprec: FixSymmetry's spglib tolerance (Å, > 0).
         **simulator: more ``Simulator`` arguments: ``sinks``, ``callbacks``,
             ``precision``, ``seed``, ``accelerator`` ...
 
@@ -101,6 +114,10 @@ def eos(
         )
     materials = as_structures(structures, "eos")
     check_materials(materials, model, "eos")
+    inputs, plan0 = materials, prerelax_plan(prerelax, "eos")
+    materials, symmetry = run_prerelax(
+        materials, model, plan0, fix_symmetry, prerelax_symprec, "eos", simulator
+    )
     plan = relax_plan(relax, "eos", cell_allowed=_keeps_volume)
     strains = np.linspace(-float(max_strain), float(max_strain), int(n_points))
     jobs = [
@@ -129,7 +146,9 @@ def eos(
         errors.append(error)
     settings = {"n_points": int(n_points), "max_strain": float(max_strain), "eos": eos,
                 "relax": repr(plan) if plan is not None else None}  # fmt: skip
-    return EOSResults(materials, values, errors, run, settings)
+    settings.update(prerelax=repr(plan0) if plan0 is not None else None,
+                    fix_symmetry=bool(fix_symmetry), prerelax_symprec=float(prerelax_symprec))
+    return EOSResults(inputs, values, errors, run, settings, symmetry)
 
 
 class _FitError(ValueError):

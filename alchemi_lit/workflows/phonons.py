@@ -22,6 +22,8 @@ from .base import MaterialResults
 from .jobs import Job, as_structures, check_materials, run_jobs
 from .phonopy_calls import kj_per_mol, thermal
 from .phonopy_setup import build_phonopys, require_phonopy, setup_costs, supercell_matrices
+from .prerelax import prerelax as run_prerelax
+from .prerelax import prerelax_plan
 
 
 class PhononResults(MaterialResults):
@@ -108,6 +110,9 @@ def phonons(
     max_systems: int | None = None,
     resume: Any = None,
     workers: int | str = "auto",
+    prerelax: Any = None,
+    fix_symmetry: bool = True,
+    prerelax_symprec: float = 0.01,
     **simulator: Any,
 ) -> PhononResults:
     """Harmonic phonons of every structure through phonopy, forces from one batched run.
@@ -141,6 +146,7 @@ def phonons(
             phonopy's work is shorter than starting a worker.  Results do not depend
             on it.
         max_atoms, max_systems, resume, **simulator: as :func:`~.elastic.elastic`.
+        prerelax, fix_symmetry, prerelax_symprec: as :func:`~.elastic.elastic`.
 
     Returns:
         :class:`PhononResults`.
@@ -153,6 +159,10 @@ def phonons(
         )
     materials = as_structures(structures, "phonons")
     check_materials(materials, model, "phonons")
+    inputs, plan0 = materials, prerelax_plan(prerelax, "phonons")
+    materials, symmetry = run_prerelax(
+        materials, model, plan0, fix_symmetry, prerelax_symprec, "phonons", simulator
+    )
     width = 2.0 * float(model.cutoff) if min_width is None else float(min_width)
     matrices = supercell_matrices(supercell, materials, width, model)
     temps = np.unique(np.append(np.asarray(temperatures, dtype=np.float64), 300.0))
@@ -190,4 +200,6 @@ def phonons(
         "band_path": band_path, "npoints": npoints, "mesh": mesh, "temperatures": temps.tolist(),
         "imaginary_tolerance": imaginary_tolerance, "workers": n_workers,
     }  # fmt: skip
-    return PhononResults(materials, values, errors, run, settings)
+    settings.update(prerelax=repr(plan0) if plan0 is not None else None,
+                    fix_symmetry=bool(fix_symmetry), prerelax_symprec=float(prerelax_symprec))
+    return PhononResults(inputs, values, errors, run, settings, symmetry)

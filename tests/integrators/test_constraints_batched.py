@@ -137,8 +137,8 @@ def test_bad_constraints_are_refused_naming_the_system() -> None:
     a.set_constraint(FixedLine([40], (0, 0, 1)))
     _refused(a, "atom index 40 out of range")
     a = argon_bulk(1)
-    a.set_constraint(FixSymmetry(a))
-    _refused(a, "FixSymmetry", "not supported")
+    a.set_constraint(FixSymmetry(a))  # supported now (core/symmetrize.py): read, not refused
+    assert int(al.Batch.from_atoms([a]).symmetry_count[0]) == 192  # 48 x 4 translations
     a = cluster()
     a.set_constraint([FixedLine([3], (0, 0, 1)), FixedLine([3], (1, 0, 0))])
     _refused(a, "atom 3", "two constraints")

@@ -1,0 +1,43 @@
+"""Perturbed crystals for the FixSymmetry tests: perturbations that keep a (sub)group,
+so a symmetry-constrained relaxation has internal coordinates and a cell to relax."""
+
+from __future__ import annotations
+
+import numpy as np
+from ase import Atoms
+from ase.build import bulk
+from ase.constraints import FixSymmetry
+
+
+def _stretch(atoms: Atoms, diag: tuple[float, float, float], shear: float = 0.0) -> Atoms:
+    out = atoms.copy()
+    m = np.diag(diag)
+    m[0, 1] = shear
+    out.set_cell(out.cell.array @ m, scale_atoms=True)
+    return out
+
+
+def emt_cases() -> list[Atoms]:
+    """Five EMT crystals: Fm-3m (48 operations, cell only), P6_3/mmc hcp at a wrong c/a,
+    P4/mmm (a conventional Cu cell, one atom lifted, tetragonal strain), R3m (L1_2 Cu3Au,
+    the Au lifted along [111]) and a monoclinic sheared Pt pair (low symmetry)."""
+    fcc = _stretch(bulk("Cu", "fcc", a=3.61), (1.03, 1.03, 1.03))
+    hcp = bulk("Cu", "hcp", a=2.60, c=4.45)
+    tet = _stretch(bulk("Cu", "fcc", a=3.61, cubic=True), (1.0, 1.0, 1.03))
+    tet.positions[1, 2] += 0.08
+    l12 = bulk("Cu", "fcc", a=3.75, cubic=True)
+    l12.numbers[0] = 79
+    l12.positions[0] += 0.05
+    mono = _stretch(bulk("Pt", "fcc", a=3.92, cubic=True) * (1, 1, 1), (1.02, 0.99, 1.0), 0.03)
+    mono.positions[1] += (0.04, 0.04, 0.0)
+    return [fcc, hcp, tet, l12, mono]
+
+
+def constrained(atoms: list[Atoms], symprec: float = 1e-3) -> list[Atoms]:
+    """Copies with ASE's FixSymmetry (its constructor refines each structure)."""
+    out = []
+    for a in atoms:
+        a = a.copy()
+        a.set_constraint(FixSymmetry(a, symprec=symprec))
+        out.append(a)
+    return out
