@@ -45,7 +45,7 @@ REFUSED = {
 def encode_structure(atoms: Any, index: int, name: str, fixed: np.ndarray) -> Host | None:
     """All constraints of one ``ase.Atoms`` except ``FixAtoms`` (and FixCartesian of
     x, y, z: ``fixed``) as arrays, or None when it has no other constraint; ``name``:
-    how errors name the structure (:func:`~.validation.system_name`)."""
+    how errors name the structure (:func:`~.errors.system_name`)."""
     host = None
     for c in atoms.constraints:
         kind_name = type(c).__name__

@@ -71,3 +71,13 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
     one-line warning about a fallback quotes."""
     return (str(exc).strip().splitlines() or [""])[0][:limit]
 
+
+def system_name(index: int, system_id: int | None = None) -> str:
+    """How every message names a system: ``system 2 (system_id 30)``.
+
+    ``index`` is the position in the caller's input, ``system_id`` the global id; the id
+    is left out when unknown or equal to the index (the default ids): ``system 2``.
+    """
+    if system_id is None or int(system_id) == int(index):
+        return f"system {index}"
+    return f"system {index} (system_id {int(system_id)})"

@@ -34,11 +34,11 @@ from typing import Any
 import torch
 
 from .constraints import Constraint, Host, register_constraint
+from .errors import system_name
 from .linalg import inverse
 from .segments import run_sums
 from .symmetry import ADJUST, COUNT, MAX_OPERATIONS, ROTATIONS, SOURCE
 from .tensor_ops import host_reads_free, rows_times, small_matmul
-from .validation import system_name
 
 #: operations symmetrised together (the temporaries are ``[N, BLOCK, 3, 3]``)
 BLOCK = 48

@@ -29,8 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import StructureError
-from .validation import system_name
+from .errors import StructureError, system_name
 
 #: operations a system may carry (the width of the symmetry fields)
 MAX_OPERATIONS = 192

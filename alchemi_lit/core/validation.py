@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import numpy as np
 import torch
 
-from .errors import BatchError, StructureError, StructureWarning
+from .errors import BatchError, StructureError, StructureWarning, system_name
 from .geometry import COINCIDENT_DISTANCE, closest_pair, periodic_heights
 
 #: A periodic cell thinner than this (Å) along a periodic direction is (nearly) singular:
@@ -26,15 +26,6 @@ from .geometry import COINCIDENT_DISTANCE, closest_pair, periodic_heights
 MIN_CELL_HEIGHT = 1e-3
 
 
-def system_name(index: int, system_id: int | None = None) -> str:
-    """How every message names a system: ``system 2 (system_id 30)``.
-
-    ``index`` is the position in the caller's input, ``system_id`` the global id; the id
-    is left out when unknown or equal to the index (the default ids): ``system 2``.
-    """
-    if system_id is None or int(system_id) == int(index):
-        return f"system {index}"
-    return f"system {index} (system_id {int(system_id)})"
 
 
 def warn_structure(message: str, index: int | None = None, system_id: int | None = None) -> None:

@@ -23,11 +23,11 @@ from .mtk import MTKNPT
 from .neb import NEB
 from .nose_hoover import NoseHooverChain
 from .npt_langevin import NPTLangevin
-from .ops import maxwell_boltzmann
 from .params import as_param, check_count, check_param, check_positive, check_range
 from .sgc_mc import SemiGrandMC
 from .swap_mc import SwapMC
 from .tempering import ReplicaExchange
+from .velocities import maxwell_boltzmann
 from .verlet import VelocityVerlet
 
 __all__ = [

@@ -12,8 +12,8 @@ from ..core.tensor_ops import row_sum
 from ..core.units import fs
 from . import ops
 from .base import Integrator
-from .ops import maxwell_boltzmann
 from .params import TIME_STEP, Param, Rows, check_param, check_temperature, check_time_constant
+from .velocities import maxwell_boltzmann
 
 
 class MDIntegrator(Integrator):

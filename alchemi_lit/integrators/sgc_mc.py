@@ -22,10 +22,9 @@ from typing import ClassVar
 import torch
 from ase.data import atomic_masses, chemical_symbols
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, system_name
 from ..core.state import Batch
 from ..core.tensor_ops import on_device
-from ..core.validation import system_name
 from . import mc_ops as mc
 from . import ops
 from .base import FieldSpec, Integrator

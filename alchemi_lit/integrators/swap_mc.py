@@ -22,9 +22,8 @@ from typing import ClassVar
 import torch
 from ase.data import chemical_symbols
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, system_name
 from ..core.state import Batch
-from ..core.validation import system_name
 from . import mc_ops as mc
 from . import ops
 from .base import FieldSpec, Integrator
