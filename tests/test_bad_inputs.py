@@ -382,7 +382,7 @@ CASES: list[Case] = [
     ),
     Case(
         "list-for-per-system-dt",
-        r"expected float or Tensor, got \[1, -1\]",
+        r"expected float or Tensor or dict\[str, Any\], got \[1, -1\]",
         md(dt=[1, -1]),
         "simulator.stages.0.init_args.dt",
     ),

@@ -120,7 +120,7 @@ def fields_from_atoms(
         "total_steps": t([steps_taken(a.info) for a in atoms], torch.int64),
         "converged": torch.zeros(n_sys, dtype=torch.bool, device=device),
         "exit_code": torch.zeros(n_sys, dtype=torch.int64, device=device),
-        symmetry.INITIAL: t(symmetry.initial_spacegroups(atoms), torch.int64),
+        symmetry.INITIAL: torch.zeros(n_sys, dtype=torch.int64, device=device),  # (feeds)
     }
     constrained = stack_fields(hosts, counts, dtype, device)
     atom.update(constrained["atom"])

@@ -23,7 +23,12 @@ from .errors import StructureError
 
 
 def declare_fields(batch: Any) -> None:
-    """Create every constraint field on ``batch`` (zero: unconstrained), idempotent."""
+    """Create every constraint field on a ``batch`` holding a constrained system (zero:
+    unconstrained), idempotent.  A batch with none gets no field: the 22 numbers per atom
+    would cost every unconstrained run memory and copies; a constrained system joining
+    it later brings its fields, and concatenation fills the others with zeros."""
+    if not batch.has_field(FLAGS_FIELD):
+        return
     dtypes = {"float": batch.dtype, "int64": torch.int64, "bool": torch.bool}
     for name, spec in field_specs().items():
         batch.ensure_field(name, spec.kind, spec.shape, dtypes[spec.dtype], 0)

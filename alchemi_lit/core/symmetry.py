@@ -262,6 +262,8 @@ def spacegroup(
     (spglib); ``("", 0)`` where spglib finds none (a degenerate cell)."""
     from ase.spacegroup.symmetrize import spglib_get_symmetry_dataset
 
+    if not (np.isfinite(cell).all() and np.isfinite(positions).all()):
+        return "", 0  # (spglib crashes the process on NaN)
     try:
         frac = np.linalg.solve(cell.T, positions.T).T
         data = spglib_get_symmetry_dataset((cell, frac, numbers), symprec=symprec)
@@ -272,29 +274,20 @@ def spacegroup(
     return str(data.international), int(data.number)
 
 
-def initial_spacegroups(atoms: list[Any]) -> np.ndarray:
-    """Space-group numbers ``[B]`` of structures as they enter a run, at
-    :data:`SPACEGROUP_SYMPREC` (0 where not periodic in x, y and z): the results table
-    compares each with the final structure's."""
-    out = np.zeros(len(atoms), dtype=np.int64)
-    for k, a in enumerate(atoms):
-        if len(a) and np.asarray(a.pbc).all() and abs(a.cell.volume) > 1e-12:
-            out[k] = spacegroup(a.cell.array, a.positions, a.numbers, SPACEGROUP_SYMPREC)[1]
-    return out
-
-
-def final_spacegroups(
+def spacegroups_of(
     cell: np.ndarray, positions: np.ndarray, numbers: np.ndarray, n_atoms: np.ndarray,
-    initial: np.ndarray,
+    rows: np.ndarray,
 ) -> np.ndarray:
-    """Space-group numbers ``[B]`` of finished systems (host arrays of a batch) at
-    :data:`SPACEGROUP_SYMPREC`, for those with a known initial group (else 0)."""
-    final = np.zeros_like(initial)
+    """Space-group numbers ``[B]`` at :data:`SPACEGROUP_SYMPREC` of the systems ``rows``
+    (``[B]`` bool) of a batch's host arrays, 0 elsewhere.  spglib takes about half a
+    millisecond for a small rattled cell, so runs ask only where a relaxation makes the
+    answer worth it (``engine/feeds.py``)."""
+    out = np.zeros(len(n_atoms), dtype=np.int64)
     ptr = np.concatenate([[0], np.cumsum(n_atoms)])
-    for r in np.flatnonzero(initial > 0).tolist():
-        rows = slice(ptr[r], ptr[r + 1])
-        final[r] = spacegroup(cell[r], positions[rows], numbers[rows], SPACEGROUP_SYMPREC)[1]
-    return final
+    for r in np.flatnonzero(rows).tolist():
+        span = slice(ptr[r], ptr[r + 1])
+        out[r] = spacegroup(cell[r], positions[span], numbers[span], SPACEGROUP_SYMPREC)[1]
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -339,14 +332,13 @@ __all__ = [
     "SPACEGROUP_SYMPREC",
     "check_symprec",
     "constraint_of",
-    "final_spacegroups",
     "fix_symmetry",
-    "initial_spacegroups",
     "is_fix_symmetry",
     "operation_maps",
     "pack",
     "restore",
     "spacegroup",
+    "spacegroups_of",
     "symbol",
     "symmetry_constraint",
     "verdict",

@@ -37,8 +37,10 @@ def empty_batch(sim: Any, loops: list[Any]) -> Batch:
 class BatchFeed:
     """A run over one prepared batch: nothing is ever added."""
 
-    def __init__(self, batch: Batch) -> None:
+    def __init__(self, batch: Batch, relaxes: bool = False) -> None:
         self.batch = batch
+        if relaxes:
+            record_initial_spacegroups(batch)
 
     def initial(self) -> Batch:
         return self.batch
@@ -69,6 +71,7 @@ class SamplerFeed:
 
     def __init__(self, sim: Any, loop: Any, sampler: SizeAwareSampler) -> None:
         self.sim, self.loop, self.sampler = sim, loop, sampler
+        self.relaxes = plan_relaxes(getattr(sim, "plan", None))
         self.inflight_edges = 0
         self.occupancy: list[float] = []
 
@@ -87,7 +90,10 @@ class SamplerFeed:
             return None
         if self.count_edges:
             self.inflight_edges += self.sampler.edges_of(ids)
-        return self.sim.prepare(Batch.from_atoms(picked, system_ids=ids, validate=False))
+        fresh = Batch.from_atoms(picked, system_ids=ids, validate=False)
+        if self.relaxes:
+            record_initial_spacegroups(fresh)  # (on the host, before it moves)
+        return self.sim.prepare(fresh)
 
     def admit(self, batch: Batch) -> Batch:
         max_atoms, max_systems, max_edges = self.sampler.budget()
@@ -113,11 +119,29 @@ class SamplerFeed:
         self.inflight_edges = int(state["inflight_edges"])
 
 
-def _relaxes(plan: Any) -> bool:
+def plan_relaxes(plan: Any) -> bool:
     """Whether a plan (fused, or a pipeline of fused plans) has an optimizer stage."""
     stages = getattr(plan, "stages", ())
     parts = stages.values() if isinstance(stages, dict) else stages
-    return any(_relaxes(p) if hasattr(p, "stages") else p.is_optimizer for p in parts)
+    return any(plan_relaxes(p) if hasattr(p, "stages") else p.is_optimizer for p in parts)
+
+
+def _host(batch: Batch, *names: str) -> list[np.ndarray]:
+    return [getattr(batch, k).detach().cpu().numpy() for k in names]
+
+
+def record_initial_spacegroups(batch: Batch) -> None:
+    """The space groups of systems entering a run with a relaxation (host, spglib: once
+    per system) into ``spacegroup_initial``, where periodic in x, y and z; a plan
+    without one leaves them 0 (the results table then shows no verdict)."""
+    cell, pos, numbers, n_atoms, pbc = _host(
+        batch, "cell", "positions", "atomic_numbers", "n_atoms", "pbc"
+    )
+    rows = pbc.all(-1) & (n_atoms > 0) & (np.abs(np.linalg.det(cell.astype(np.float64))) > 1e-12)
+    initial = symmetry.spacegroups_of(
+        cell.astype(np.float64), pos.astype(np.float64), numbers, n_atoms, rows
+    )
+    batch.system[symmetry.INITIAL] = torch.as_tensor(initial, device=batch.device)
 
 
 def record_final_spacegroups(batch: Batch, relaxed: bool = True) -> None:
@@ -127,12 +151,12 @@ def record_final_spacegroups(batch: Batch, relaxed: bool = True) -> None:
     batch.ensure_field(symmetry.FINAL, "system", (), torch.int64)
     if not relaxed:
         return
-    host = {k: getattr(batch, k).detach().cpu().numpy() for k in
-            ("cell", "positions", "atomic_numbers", "n_atoms", symmetry.INITIAL)}  # fmt: skip
-    final = symmetry.final_spacegroups(
-        host["cell"].astype(np.float64), host["positions"].astype(np.float64),
-        host["atomic_numbers"], host["n_atoms"], host[symmetry.INITIAL],
-    )  # fmt: skip
+    cell, pos, numbers, n_atoms, initial = _host(
+        batch, "cell", "positions", "atomic_numbers", "n_atoms", symmetry.INITIAL
+    )
+    final = symmetry.spacegroups_of(
+        cell.astype(np.float64), pos.astype(np.float64), numbers, n_atoms, initial > 0
+    )
     batch.system[symmetry.FINAL] = torch.as_tensor(final, device=batch.device)
 
 
@@ -158,7 +182,7 @@ class SinkDelivery:
         self.status_offset = int(status_offset)
         self.info = dict(info or {})
         self.delivered = 0
-        self.relaxes = _relaxes(getattr(sim, "plan", None))
+        self.relaxes = plan_relaxes(getattr(sim, "plan", None))
 
     def open(self, run_info: dict[str, Any]) -> None:
         self.sinks.open({**run_info, **self.info})

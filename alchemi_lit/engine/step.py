@@ -125,7 +125,7 @@ class FusedLoop:
         batch.ensure_field("stage_steps", "system", (k,), torch.int64, 0)
         batch.ensure_field("stage_exit", "system", (k,), torch.int64, EXIT_RUNNING)
         declare_exit_history(batch, k)  # energy, volume, pressure at exit (NaN before)
-        declare_fields(batch)  # constraints: zero where none, one schema for every batch
+        declare_fields(batch)  # constraints: on batches holding a constrained system
         for i, stage in enumerate(self.plan.stages):
             stage.setup(batch, self.seed, prefix=f"stage{self.offset + i}")
         for band in self.carried:

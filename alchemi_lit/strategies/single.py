@@ -32,7 +32,7 @@ from ..core.errors import ConfigError
 from ..core.state import Batch
 from ..data.bands import PATH_KEY
 from ..data.sampler import SizeAwareSampler
-from ..engine.feeds import BatchFeed, SamplerFeed, SinkDelivery
+from ..engine.feeds import BatchFeed, SamplerFeed, SinkDelivery, plan_relaxes
 from ..engine.hooks import HookDispatcher
 from ..engine.interrupt import RunInterrupted
 from ..engine.memory_probe import MemoryProbe
@@ -116,7 +116,8 @@ class SingleDeviceStrategy(Strategy):
             queued = set(source.order.tolist())
             bands = sum(start in queued for _, start, _ in source.bands)
         else:
-            feed, total, atoms = BatchFeed(source), source.num_systems, source.num_atoms
+            feed = BatchFeed(source, plan_relaxes(sim.plan))
+            total, atoms = source.num_systems, source.num_atoms
             bands = len({i.get(PATH_KEY) for i in source.info.values()} - {None})
         if resume is not None and "feed" not in resume:
             raise ConfigError(
