@@ -1,4 +1,4 @@
-"""A results store of 20,000 tiny systems (8-atom cells): appended with flat memory, read lazily.
+"""A results store of 10,240 tiny systems (8-atom cells): appended with flat memory, read lazily.
 
 Memory is measured with ``tracemalloc`` (NumPy's buffers, which the store's arrays are
 read into, are traced), never time: ``len`` reads only the commit marker, a column
@@ -22,7 +22,7 @@ from ase.build import bulk
 import alchemi_lit as al
 from alchemi_lit.sinks import ZarrSink, read_results
 
-N, FLUSH = 20_000, 1024
+N, FLUSH = 10_240, 512  # 20 appends, 20 chunks a column
 CELL = bulk("Ar", "fcc", a=5.26, cubic=True).repeat((2, 1, 1))  # 8 atoms, as in the issue
 
 
@@ -110,7 +110,7 @@ def test_len_reads_no_systems(store):
     results, _ = traced_peak(lambda: read_results(path))
     n, peak = traced_peak(lambda: len(results))
     assert n == N
-    assert peak < 100_000  # bytes: the ids alone would be 160 kB, the atoms ~15 MB
+    assert peak < 40_000  # bytes: the ids alone would be 82 kB, the atoms ~8 MB
     text, peak = traced_peak(lambda: repr(results))  # print(results): two columns read
     assert text == f"Results(systems={N}, converged=0, steps=0)"
     assert peak < 1_000_000
@@ -120,7 +120,7 @@ def test_len_reads_no_systems(store):
 def test_a_column_subset_is_read_a_chunk_at_a_time(store):
     path, _ = store
     subset, chunked = traced_peak(
-        lambda: read_results(path).to_pandas(columns=["system_id", "energy"], chunk_systems=1024)
+        lambda: read_results(path).to_pandas(columns=["system_id", "energy"], chunk_systems=512)
     )
     assert list(subset.columns) == ["system_id", "energy"]
     assert subset.system_id.tolist() == list(range(N))
