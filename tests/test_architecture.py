@@ -136,26 +136,11 @@ def test_the_cpu_kernels_are_registered_for_every_primitive(monkeypatch, batch):
     assert ops.kick_drift.choose(batch, mask, 1.0) == "torch"
 
 
-def test_the_old_import_paths_still_work():
-    """Plugins written against the former base keep importing (and using) its names."""
-    from alchemi_lit.integrators import MDIntegrator as md_cls
-    from alchemi_lit.integrators import maxwell_boltzmann as mb
-    from alchemi_lit.integrators.base import (
-        FieldSpec,
-        Integrator,
-        MDIntegrator,
-        Param,
-        _check_param,
-        as_param,
-        maxwell_boltzmann,
-        system_sum,
-    )
+def test_integrator_names_have_one_import_path():
+    """No alias of a never-released path (#42): the names live where they are defined."""
+    from alchemi_lit.integrators import MDIntegrator, base, maxwell_boltzmann, md, velocities
 
-    assert MDIntegrator is md_cls and maxwell_boltzmann is mb and system_sum is ops.system_sum
-    assert FieldSpec("system").kind == "system" and Param is not None
-    assert _check_param("fmax (eV/Å)", "Mine", 0.1) == 0.1  # (name, owner, value) as before
-    assert _check_param("finc", "Mine", 1.0, 1.0, strict=False) == 1.0
-    assert as_param([1.0, 2.0]).dtype == torch.float64
-    assert Integrator.moving_atoms is ops.moving_atoms and Integrator.masked is ops.masked
-    with pytest.raises(ImportError, match="kick_stage"):
-        from alchemi_lit.integrators.base import kick_stage  # noqa: F401
+    assert MDIntegrator is md.MDIntegrator and maxwell_boltzmann is velocities.maxwell_boltzmann
+    for old in ("MDIntegrator", "maxwell_boltzmann", "system_sum", "_check_param", "as_param"):
+        assert not hasattr(base, old), old
+    assert base.Integrator.moving_atoms is ops.moving_atoms and base.Integrator.masked is ops.masked

@@ -26,14 +26,10 @@ import torch
 from ..core.state import Batch
 from . import ops
 from .convergence import Criterion
-from .params import Param, as_param, check_count, check_param
+from .params import check_count
 
 if TYPE_CHECKING:
     from .stages import Fused, Pipeline
-
-#: the former private name of :func:`~.params.check_param` (plugins written against it)
-_check_param = check_param
-system_sum = ops.system_sum
 
 
 @dataclass(frozen=True)
@@ -131,13 +127,4 @@ class Integrator:
     per_xyz = staticmethod(ops.per_xyz)
 
 
-def __getattr__(name: str) -> Any:
-    """Names that moved to :mod:`.md` and :mod:`.ops`, importable from here as before."""
-    if name in ("MDIntegrator", "maxwell_boltzmann"):
-        from . import md
-
-        return getattr(md, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["FieldSpec", "Integrator", "Param", "as_param", "check_param", "system_sum"]
+__all__ = ["FieldSpec", "Integrator"]

@@ -28,11 +28,12 @@ from ..core.errors import ConfigError
 from ..core.linalg import one_at_a_time
 from ..core.state import Batch, system_name
 from ..core.tensor_ops import may_be_set
-from .base import FieldSpec, _check_param
+from .base import FieldSpec
 from .cell import CellFilter
 from .convergence import Criterion
 from .extended import CellOptimizer, dense_groups, set_diagonal
 from .neb import NEB, as_band
+from .params import check_param
 
 
 class BFGS(CellOptimizer):
@@ -57,8 +58,8 @@ class BFGS(CellOptimizer):
         name = type(self).__name__
         if self.maxstep > 1.0:  # as ASE
             warnings.warn(f"{name}: a *very* large maxstep, {self.maxstep} Å", stacklevel=2)
-        self.alpha = _check_param("alpha (eV/Å^2)", name, alpha)
-        self.max_memory_gb = _check_param("max_memory_gb", name, max_memory_gb)
+        self.alpha = check_param("alpha (eV/Å^2)", name, alpha)
+        self.max_memory_gb = check_param("max_memory_gb", name, max_memory_gb)
         if int(max_atoms) < 1:
             raise ConfigError(f"{name}: max_atoms must be >= 1, got {max_atoms}")
         self.max_atoms = int(max_atoms)

@@ -20,10 +20,11 @@ import torch
 
 from ..core.errors import ConfigError
 from ..core.state import Batch
-from .base import FieldSpec, _check_param
+from .base import FieldSpec
 from .cell import CellFilter
 from .convergence import Criterion
 from .extended import CellOptimizer, History, max_row_norm_sq
+from .params import check_param
 
 
 class LBFGS(CellOptimizer):
@@ -46,8 +47,8 @@ class LBFGS(CellOptimizer):
         name = type(self).__name__
         if self.maxstep > 1.0:  # as ASE
             raise ConfigError(f"{name}: maxstep {self.maxstep} Å is much too large (max 1 Å)")
-        self.damping = _check_param("damping", name, damping)
-        self.alpha = _check_param("alpha (eV/Å^2)", name, alpha)
+        self.damping = check_param("damping", name, damping)
+        self.alpha = check_param("alpha (eV/Å^2)", name, alpha)
         if int(memory) < 1:
             raise ConfigError(f"{name}: memory must be >= 1 step, got {memory}")
         self.memory = m = int(memory)
