@@ -110,11 +110,9 @@ class BFGS(CellOptimizer):
         x_atoms, x_cell = self.view.coordinates(batch)
         f_atoms, f_cell = self.view.forces(batch)
         new_atoms, new_cell = x_atoms, x_cell
-        state = [getattr(batch, f"bfgs_{k}") for k in ("hessian", "r0", "f0")]
-        cells = [
-            getattr(batch, f"bfgs_{k}_cell") if self.view.width else x_cell
-            for k in ("hessian", "r0", "f0")
-        ]
+        keys = ("hessian", "r0", "f0")
+        state = [getattr(batch, f"bfgs_{k}") for k in keys]
+        cells = [getattr(batch, f"bfgs_{k}_cell") if self.view.width else x_cell for k in keys]
         for group in dense_groups(batch, mask, self.view):
             x, f = group.pack(x_atoms, x_cell), group.pack(f_atoms, f_cell)
             hess, r0, f0 = (group.pack(a, c) for a, c in zip(state, cells))
