@@ -1,4 +1,5 @@
-"""report.plot_observables draws each observable a store holds, and only those."""
+"""report.plot_observables draws each observable a store holds, and only those;
+`alchemi-lit report OBS.zarr` prints a row per system of what the store holds."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from ase.build import bulk
 
 from alchemi_lit import Simulator
 from alchemi_lit.callbacks import MSD, RDF, VACF, BlockAverages
+from alchemi_lit.cli import main
 from alchemi_lit.integrators import Langevin
+from alchemi_lit.io.observables_store import read_observables
 from alchemi_lit.models import LennardJones
-from alchemi_lit.report.observables import plot_observables
+from alchemi_lit.report.observables import is_observables_store, plot_observables
 
 
 def run(callbacks, n: int = 1) -> None:
@@ -38,3 +41,20 @@ def test_each_observable_of_the_store_gets_its_figure(tmp_path: Path) -> None:
     files = plot_observables(store, tmp_path / "plots")
     assert sorted(f.name for f in files) == ["averages.png", "msd.png", "rdf.png", "vacf.png"]
     assert all(f.stat().st_size > 1000 for f in files)
+
+
+def test_the_report_command_tables_an_observables_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "obs.zarr"
+    run([MSD(window=3, every=2, path=store), BlockAverages(("temperature",), every=2, path=store)],
+        n=2)  # fmt: skip
+    assert is_observables_store(store) and not is_observables_store(tmp_path)
+    capsys.readouterr()
+    assert main(["report", str(store)]) == 0
+    out = capsys.readouterr().out
+    msd, averages = read_observables(store, "msd"), read_observables(store, "averages")
+    assert "D (Å²/fs)" in out and "temperature (K)" in out
+    for k in range(2):  # each system's row shows its stored values
+        assert f"{msd['D'][k]:.5g} ± {msd['D_error'][k]:.2g}" in out
+        assert f"{averages['temperature'][k]:.5g}" in out

@@ -7,7 +7,9 @@
 * ``averages.png``  each block-averaged quantity per system with its error bar.
 
 Only the observables the store holds are drawn; matplotlib is the optional ``plots``
-extra, as for :mod:`.plots`.
+extra, as for :mod:`.plots`.  :func:`report_observables` is ``alchemi-lit report OBS.zarr``:
+one table row per system (D with its error, the first g(r) peak, the VDOS peak, each
+block average with its error) before the plots, so a missing matplotlib fails only them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io.observables_store import read_observables
+from ..io.observables_store import FORMAT, read_observables
 from .plots import _axis_style, _pyplot, _save
 
 
@@ -43,6 +45,65 @@ def plot_observables(path: str | Path, out_dir: str | Path, max_systems: int = 6
             fig = draw(plt, data, min(int(max_systems), len(data["system_id"])))
             written.append(_save(fig, out / f"{name}.png", plt))
     return written
+
+
+def is_observables_store(path: str | Path) -> bool:
+    """Whether ``path`` is a store the observable callbacks wrote."""
+    if not (Path(path) / "zarr.json").is_file():
+        return False
+    import zarr
+
+    return zarr.open_group(str(path), mode="r").attrs.get("format") == FORMAT
+
+
+def report_observables(path: str | Path, plots: str | Path | None, console: Any) -> list[Path]:
+    """Print one row per system of what the store at ``path`` holds; with ``plots``, the
+    figures of :func:`plot_observables` there."""
+    from rich.table import Table
+
+    columns: dict[str, dict[int, str]] = {}
+    for name in _held(path):
+        data = read_observables(path, name)
+        for key, values in _summary_columns(name, data).items():
+            columns[key] = dict(zip((int(s) for s in data["system_id"]), values))
+    ids = sorted({s for col in columns.values() for s in col})
+    table = Table(title=f"alchemi-lit report: observables ({path})", title_justify="left")
+    for col in ("system_id", *columns):
+        table.add_column(col)
+    for sid in ids:
+        table.add_row(str(sid), *(col.get(sid, "") for col in columns.values()))
+    console.print(table)
+    if plots is None:
+        return []
+    written = plot_observables(path, plots)
+    for png in written:
+        console.print(f"wrote {png}")
+    return written
+
+
+def _summary_columns(name: str, data: dict[str, Any]) -> dict[str, list[str]]:
+    """The table's columns for one observable, a formatted value per stored system."""
+    if name == "msd":
+        return {"D (Å²/fs)": [_pm(d, e) for d, e in zip(data["D"], data["D_error"])]}
+    if name == "vacf":
+        peak = [f[np.argmax(v)] for f, v in zip(data["frequency"], data["vdos"])]
+        return {"D Green-Kubo (Å²/fs)": [_pm(d, e) for d, e in zip(
+                    data["D_green_kubo"], data["D_green_kubo_error"])],
+                "VDOS peak (THz)": [f"{p:.3g}" for p in peak]}  # fmt: skip
+    if name == "rdf":
+        first = [int(np.argmax(g[0])) for g in data["g"]]
+        return {"g(r) peak": [f"{g[0, k]:.3g} at {r[k]:.3g} Å"
+                              for g, r, k in zip(data["g"], data["r"], first)]}  # fmt: skip
+    if name == "averages":
+        units = data["meta"].get("units", {})
+        quantities = data["meta"].get("quantities", [])
+        return {f"{q} ({units.get(q, '')})": list(map(_pm, data[q], data[f"{q}_error"]))
+                for q in quantities}  # fmt: skip
+    return {}
+
+
+def _pm(value: float, error: float) -> str:
+    return f"{value:.5g} ± {error:.2g}"
 
 
 def _label(data: dict[str, Any], k: int) -> str:
@@ -106,4 +167,4 @@ def _averages(plt: Any, data: dict[str, Any], n: int) -> Any:
     return fig
 
 
-__all__ = ["plot_observables"]
+__all__ = ["is_observables_store", "plot_observables", "report_observables"]
