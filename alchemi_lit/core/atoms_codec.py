@@ -155,7 +155,6 @@ def atoms_from_host(
     """
     from ase import Atoms
     from ase.calculators.singlepoint import SinglePointCalculator
-    from ase.constraints import FixAtoms
     from ase.stress import full_3x3_to_voigt_6_stress
 
     a, s = host_atom, host_system
@@ -175,10 +174,7 @@ def atoms_from_host(
         vel = a["velocities"][lo:hi]
         if np.any(vel != 0):
             atoms.set_momenta(vel * a["masses"][lo:hi, None], apply_constraint=False)
-        kept = [FixAtoms(mask=a["fixed"][lo:hi])] if a["fixed"][lo:hi].any() else []
-        kept += decode_system(a, s, lo, hi, b)
-        if symmetry.COUNT in s and s[symmetry.COUNT][b] > 0:
-            kept.append(symmetry.restore(a, s, lo, hi, b, atoms))
+        kept = decode_system(a, s, lo, hi, b, atoms)  # (in memory or read from a store)
         if kept:
             atoms.set_constraint(kept)
         atoms.info.update(host_info.get(sid, {}))

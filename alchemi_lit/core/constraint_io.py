@@ -4,13 +4,14 @@ fields: the conversions of :mod:`.constraints`' interface, with every registered
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
 from . import constraint_kinds as _builtin  # noqa: F401  (registers the built-in kinds)
+from . import symmetry
 from .constraints import (
     DOF_FIELD,
     FLAGS_FIELD,
@@ -127,22 +128,66 @@ def stack_fields(
 
 
 def decode_system(
-    atom: dict[str, np.ndarray], system: dict[str, np.ndarray], lo: int, hi: int, b: int
+    atom: Mapping[str, np.ndarray],
+    system: Mapping[str, np.ndarray],
+    lo: int,
+    hi: int,
+    b: int,
+    atoms: Any,
 ) -> list[Any]:
-    """ASE constraint objects (all but FixAtoms) of system row ``b`` (atoms ``lo:hi``)."""
+    """Every ASE constraint object of system row ``b`` (atoms ``lo:hi``) of a batch's
+    host arrays, for its result ``atoms``: ``FixAtoms`` (the ``fixed`` column), each
+    flagged kind's ``decode`` and ``FixSymmetry`` from its operations.  The one way
+    back, whether the arrays came from a batch in memory or from a results store."""
+    from ase.constraints import FixAtoms
+
+    fixed = atom["fixed"][lo:hi]
+    out: list[Any] = [FixAtoms(mask=fixed)] if fixed.any() else []
     flags = int(system[FLAGS_FIELD][b]) if FLAGS_FIELD in system else 0
-    if not flags:
-        return []
-    out: list[Any] = []
-    for kind in constraint_kinds():
+    for kind in constraint_kinds() if flags else ():
         if flags & kind.bit:
             arrays = {k: atom[k][lo:hi] for k, s in kind.fields.items() if s.kind == "atom"}
             scalars = {k: system[k][b] for k, s in kind.fields.items() if s.kind == "system"}
             out.extend(kind.decode(arrays, scalars))
+    if symmetry.COUNT in system and system[symmetry.COUNT][b] > 0:
+        out.append(symmetry.restore(atom, system, lo, hi, b, atoms))
     return out
 
 
+def stored_fields() -> dict[str, str]:
+    """Every constraint field (name -> ``"atom"`` or ``"system"``): the interface's,
+    shared and per kind, and FixSymmetry's operations -- what a results store keeps of
+    a batch holding a constrained system, so :func:`decode_system` works on its rows."""
+    out = {name: spec.kind for name, spec in field_specs().items()}
+    out.update({name: kind for name, (kind, _) in symmetry.FIELDS.items()})
+    return out
+
+
+def holds_constraints(system: Mapping[str, Any]) -> bool:
+    """Whether per-system arrays (numpy or torch) hold a system with a constraint other
+    than FixAtoms (a nonzero ``constraint_flags``; FixSymmetry sets its bit too)."""
+    flags = system.get(FLAGS_FIELD)
+    return flags is not None and bool((flags != 0).any())
+
+
+def declare_for(batch: Any, names: Iterable[str]) -> None:
+    """Declare on ``batch`` the fields a run needs on every batch when its structures
+    carry constraints of these ASE class ``names`` (a sampler's scan): a pipeline's
+    wire schema is one for all ranks and messages, and a field missing from it would
+    be dropped in transit (the constraint lost on the next rank)."""
+    kinds = set(names) - {"FixAtoms"}
+    if not kinds:
+        return
+    batch.ensure_field(FLAGS_FIELD, "system", (), torch.int64, 0)
+    declare_fields(batch)
+    if "FixSymmetry" in kinds:  # (the dtypes atoms_codec gives symmetry.pack's arrays)
+        dtypes = {symmetry.COUNT: torch.int64, symmetry.SOURCE: torch.int32,
+                  symmetry.ADJUST: torch.bool}  # fmt: skip
+        for name, (kind, shape) in symmetry.FIELDS.items():
+            batch.ensure_field(name, kind, shape, dtypes.get(name, batch.dtype), 0)
+
+
 __all__ = [
-    "REFUSED", "constraint_kinds", "declare_fields", "decode_system", "encode_structure",
-    "kind_of", "stack_fields",
+    "REFUSED", "constraint_kinds", "declare_fields", "declare_for", "decode_system",
+    "encode_structure", "holds_constraints", "kind_of", "stack_fields", "stored_fields",
 ]  # fmt: skip

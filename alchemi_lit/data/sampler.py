@@ -111,8 +111,8 @@ class SizeAwareSampler:
             dataset, max_atoms, max_systems, max_edges, ids, found.sizes, found.bands,
             skip_invalid, memory_fraction, memory_reader, found.groups,
         )  # fmt: skip
-        #: the atomic numbers that occur in the dataset (read in the same pass)
-        self.elements = found.elements
+        #: the atomic numbers and ASE constraint class names that occur (the same pass)
+        self.elements, self.constraint_names = found.elements, found.constraints
         self._prechecked, self.content_hashes = found.bad, found.hashes
 
     def _setup(
@@ -217,6 +217,7 @@ class SizeAwareSampler:
             self.skip_invalid, self.memory_fraction, self.memory_reader, groups,
         )  # fmt: skip
         sub.shard, sub.elements, sub.fallback_atoms = self.shard, self.elements, self.fallback_atoms
+        sub.constraint_names = self.constraint_names
         if rows is None:  # the same dataset: its scan's checks and hashes hold
             sub._prechecked, sub.content_hashes = self._prechecked, self.content_hashes
         return sub

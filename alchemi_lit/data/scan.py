@@ -45,6 +45,8 @@ class Scanned:
     hashes: StructureHashes
     #: replica groups as ``(group, start, stop)`` runs (:mod:`.replicas`)
     groups: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
+    #: class names of the ASE constraints that occur (a pipeline's wire schema needs them)
+    constraints: set[str] = dataclasses.field(default_factory=set)
 
 
 def scan(dataset: Sequence[Any], owner: str) -> Scanned:
@@ -61,6 +63,7 @@ def scan(dataset: Sequence[Any], owner: str) -> Scanned:
     paths: list[tuple[int, int | None]] = []
     groups: list[tuple[int, int | None]] = []
     elements: set[int] = set()
+    constraints: set[str] = set()
     bad: list[tuple[int, str]] = []
     hashes = StructureHashes()
     for start in range(0, n, SCAN_CHUNK):
@@ -75,6 +78,7 @@ def scan(dataset: Sequence[Any], owner: str) -> Scanned:
                 )
             sizes[k] = len(atoms)
             elements.update(np.unique(atoms.numbers).tolist())
+            constraints.update(type(c).__name__ for c in atoms.constraints)
             sid = atoms.info.get("system_id")
             if carried and isinstance(sid, numbers.Integral) and not isinstance(sid, bool):
                 ids[k] = int(sid)
@@ -91,7 +95,7 @@ def scan(dataset: Sequence[Any], owner: str) -> Scanned:
     unique = carried and n > 0 and len(np.unique(ids)) == n
     return Scanned(
         sizes, ids if unique else None, runs_of_paths(paths), elements, bad, hashes,
-        group_runs(groups),
+        group_runs(groups), constraints,
     )  # fmt: skip
 
 

@@ -8,21 +8,24 @@ passes them on uses an outbox instead, see :mod:`alchemi_lit.strategies.pipeline
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..core import symmetry
+from ..core.constraint_io import declare_for
 from ..core.state import Batch
 from ..data.sampler import SizeAwareSampler
 from ..integrators.stage_fields import without_stage_fields
 from ..sinks import SinkChain
 
 
-def empty_batch(sim: Any, loops: list[Any]) -> Batch:
+def empty_batch(sim: Any, loops: list[Any], constraints: Iterable[str] = ()) -> Batch:
     """A batch of no systems with every field the ``loops`` declare (what a run with
-    nothing to do yet starts from; a pipeline rank's schema comes from all ranks)."""
+    nothing to do yet starts from; a pipeline rank's schema comes from all ranks), and
+    those of the ASE ``constraints`` (class names) the run's input carries."""
     from ase import Atoms
 
     one = [Atoms("H", positions=[[0, 0, 0]])]  # (not model-checked: it is never evaluated)
@@ -31,6 +34,7 @@ def empty_batch(sim: Any, loops: list[Any]) -> Batch:
     for loop in loops:
         loop.declare(b)
     b.ensure_field("nan_flags", "system", dtype=torch.int64, fill=0)
+    declare_for(b, constraints)
     return b
 
 

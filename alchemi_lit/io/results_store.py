@@ -11,6 +11,10 @@ Layout (zarr v3, one store for all systems; ragged per-atom data kept flat)::
              (store_reader.REPLICA_COLUMNS)}                                    [S, ...]
     systems/info   [S] strings: each system's info as JSON (input ase.Atoms.info,
                    error texts; "" when none -- see alchemi_lit.core.info_codec)
+    atoms/, systems/ {every field of core.constraint_io.stored_fields(): the
+                   constraint kinds', constraint_flags, constraint_dof, FixSymmetry's
+                   symmetry_*}: only once a constrained system was written (zero:
+                   none; see .store_constraints)
     attrs: n_systems, n_atoms (the commit marker), schema,
            runs (one entry per run that wrote here: plan, stage_names, model, config,
                  versions, first_row -- its first system row -- and, once it finished,

@@ -14,6 +14,7 @@ import torch
 from ..core.errors import ConfigError
 from ..core.info_codec import info_from_json
 from ..core.state import MODEL_ERROR_KEY, Batch
+from .store_constraints import drop_if_unconstrained, stored_columns
 
 ATOM_COLUMNS = ("positions", "forces", "velocities", "masses", "atomic_numbers", "tags", "fixed")
 SYSTEM_COLUMNS = (
@@ -113,15 +114,20 @@ def read_rows(group: Any, lo: int, hi: int) -> Batch:
         for k in (*SYSTEM_COLUMNS, *MC_COLUMNS, *REPLICA_COLUMNS)
         if f"systems/{k}" in group
     }
+    constraints = stored_columns(group)  # (a store that held a constrained system)
+    for k in (k for k, kind in constraints.items() if kind == "system"):
+        system[k] = torch.from_numpy(np.asarray(group[f"systems/{k}"][lo:hi]))
+    atom_columns = (*ATOM_COLUMNS, *(k for k, kind in constraints.items() if kind == "atom"))
     offsets = np.asarray(group["systems/atom_offset"][lo:hi])
     counts = system["n_atoms"].numpy()
     # systems are stored in write order; gather their atoms (from the span they cover)
     first, end = int(offsets.min()), min(int((offsets + counts).max()), n_atoms)
-    atom = {k: torch.from_numpy(np.asarray(group[f"atoms/{k}"][first:end])) for k in ATOM_COLUMNS}
+    atom = {k: torch.from_numpy(np.asarray(group[f"atoms/{k}"][first:end])) for k in atom_columns}
     packed = np.concatenate([[0], np.cumsum(counts)[:-1]])
     if end - first != int(counts.sum()) or not np.array_equal(offsets - first, packed):
         index = np.concatenate([np.arange(o, o + c) for o, c in zip(offsets - first, counts)])
         atom = {k: v[torch.as_tensor(index, dtype=torch.long)] for k, v in atom.items()}
+    drop_if_unconstrained(atom, system)  # (fields only where a system is constrained)
     atom["system_idx"] = torch.repeat_interleave(torch.arange(hi - lo), system["n_atoms"])
     info: dict[int, dict[str, Any]] = {}
     if "systems/info" in group:  # stores written before info was kept have none

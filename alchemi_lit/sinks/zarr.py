@@ -27,6 +27,7 @@ from ..io.results_store import (
     read_store_batch,
     stored_system_ids,
 )
+from ..io.store_constraints import columns_to_write
 from ..io.store_reader import MC_COLUMNS, REPLICA_COLUMNS
 from .base import Sink, SinkFlushError, id_list
 
@@ -195,6 +196,9 @@ class ZarrSink(Sink):
             self._put(group, f"atoms/{name}", data, n_atom0)
         for name, data in systems.items():
             self._put(group, f"systems/{name}", data, n_sys0)
+        # constraints: only once the store holds a constrained system (zero: none)
+        for key, data in columns_to_write(host.atom, host.system, group).items():
+            self._put(group, key, data, n_atom0 if key[0] == "a" else n_sys0, zero_fill=True)
         infos = [info_to_json(host.info.get(sid)) for sid in systems["system_id"].tolist()]
         self._put(group, "systems/info", np.array(infos, dtype=object), n_sys0)
         errors = {
@@ -207,7 +211,9 @@ class ZarrSink(Sink):
         # commit marker last: readers never see half-written systems
         group.attrs.update(n_systems=n_sys0 + host.num_systems, n_atoms=n_atom0 + host.num_atoms)
 
-    def _put(self, group: Any, name: str, data: np.ndarray, start: int) -> None:
+    def _put(
+        self, group: Any, name: str, data: np.ndarray, start: int, zero_fill: bool = False
+    ) -> None:
         if data.dtype == np.float32 or data.dtype == np.float64:
             data = data.astype(np.float64, copy=False)
         end = start + len(data)
@@ -225,6 +231,8 @@ class ZarrSink(Sink):
             dtype = str if data.dtype == object else data.dtype  # object: JSON strings
             # rows of earlier runs that lacked this column read as NaN, not as 0 eV
             fill = {"fill_value": np.nan} if data.dtype == np.float64 else {}
+            if zero_fill:  # (earlier rows of a constraint column: unconstrained)
+                fill = {"fill_value": data.dtype.type(0)}
             if self.shards is not None:  # a shard holds whole chunks
                 fill["shards"] = (chunk[0] * self.shards, *chunk[1:])
             arr = group.create_array(

@@ -311,6 +311,7 @@ class DistributedStrategy(Strategy):
             timeout_s=self.timeout_s,
             resume=resume,
         )
+        worker.constraints = frozenset(sampler.constraint_names)  # (the full input's: all alike)
         shares = rank_totals(self.pipeline, sampler)
         known = shares.get(rank)
         worker.context["ranks"] = self.pipeline.num_ranks

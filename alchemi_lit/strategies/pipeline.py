@@ -169,6 +169,9 @@ class RoundCheckpoints:
 class PipelineWorker:
     """One rank of a pipeline run (see module docstring)."""
 
+    #: ASE constraint class names the run's input carries (every rank's wire schema)
+    constraints: frozenset[str] = frozenset()
+
     def __init__(
         self,
         sim: Simulator,
@@ -228,7 +231,7 @@ class PipelineWorker:
     def empty(self) -> Batch:
         """A batch of no systems with every field any rank of the pipeline declares."""
         loops = [self._loop_of(r, HookDispatcher([])) for r in sorted(self.pipeline.stages)]
-        return empty_batch(self.sim, loops)
+        return empty_batch(self.sim, loops, self.constraints)
 
     def setup(self) -> None:
         """Agree with every rank on the wire format, then build this rank's loop."""
