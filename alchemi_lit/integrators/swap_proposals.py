@@ -77,10 +77,10 @@ def choose(batch: Batch, mask: torch.Tensor, rows: torch.Tensor, temperature: to
     """The chosen member ``[B]`` (0: ``x``, ``j + 1``: copy ``j``'s proposal), with
     probability ``∝ exp(-E / kT)``; a NaN energy has weight 0.  Every row of a group
     computes the same numbers in the same order, so the same choice."""
-    beta = 1.0 / (kB * torch.as_tensor(temperature, dtype=torch.float64, device=batch.device))
     e = torch.cat([batch.mc_energy.unsqueeze(-1), batch.energy.index_select(0, rows.flatten())
                    .view(rows.shape)], dim=-1).to(torch.float64)  # fmt: skip
-    logw = -e * beta.reshape(-1, 1) if beta.dim() else -e * beta
+    kt = kB * temperature  # (a number, or [B]: no tensor from Python values in a capture)
+    logw = -e / (kt.to(torch.float64).unsqueeze(-1) if isinstance(kt, torch.Tensor) else kt)
     logw = torch.where(torch.isnan(logw), -torch.inf, logw)
     p = torch.softmax(logw, dim=-1)
     cdf = torch.cumsum(p, dim=-1)
