@@ -43,11 +43,12 @@ MC_COLUMNS = (
     "mc_pair_attempts", "mc_pair_accepted", "mc_species_attempts", "mc_species_accepted",
     "mc_count_sum",
 )  # fmt: skip
-#: a replica exchange's fields (:mod:`alchemi_lit.integrators.exchange`): system columns a
-#: store holds only where the run had them
+#: a replica exchange's fields (:mod:`alchemi_lit.integrators.exchange`) and the chains of
+#: ``SwapMC(proposals=k)`` (:mod:`alchemi_lit.integrators.swap_proposals`): system columns
+#: a store holds only where the run had them
 REPLICA_COLUMNS = (
     "rex_group", "rex_rung", "rex_temperature", "rex_round_trips", "rex_end", "rex_attempts",
-    "rex_accepts",
+    "rex_accepts", "mc_chain", "mc_copy",
 )  # fmt: skip
 SCHEMA = "alchemi_lit.io.results/1"
 

@@ -234,3 +234,32 @@ def test_unsupported_combinations_are_refused_naming_the_fix():
     split = list(Copies(data, 3))[:-1]  # chain 1 lacks its copy 2
     with pytest.raises(ConfigError, match=r"chain 1 entered with copies \[0, 1\]"):
         run(plan(), split)
+
+
+def test_yaml_run_makes_the_copies_and_the_table_has_one_row_per_chain(tmp_path):
+    """``alchemi-lit run`` with ``proposals: 2``: the CLI expands the structures; the store
+    keeps every row (``mc_chain``, ``mc_copy``), its table one row per chain."""
+    import ase.io
+    import yaml
+
+    from alchemi_lit.cli import main
+    from alchemi_lit.sinks import read_results
+
+    ase.io.write(tmp_path / "cells.extxyz", alloys())
+    store = tmp_path / "mc.zarr"
+    stage = {"class_path": "SwapMC",
+             "init_args": {"species": ["Cu", "Au"], "temperature": 900.0, "steps": 12,
+                           "proposals": 3}}  # fmt: skip
+    config = {"simulator": {"model": {"class_path": "EMT"}, "stages": [stage], "seed": 3,
+                            "precision": "64", "sinks": [{"class_path": "ZarrSink",
+                            "init_args": {"store": str(store), "mode": "w"}}]},
+              "data": {"structures": str(tmp_path / "cells.extxyz")}}  # fmt: skip
+    (tmp_path / "mc.yaml").write_text(yaml.safe_dump(config))
+    assert main(["run", "--config", str(tmp_path / "mc.yaml")]) == 0
+    stored = read_results(store)
+    assert len(stored) == 9
+    table = stored.to_pandas()
+    assert table["mc_chain"].tolist() == [0, 1, 2] and table["system_id"].tolist() == [0, 3, 6]
+    in_memory = run(plan(), ase.io.read(tmp_path / "cells.extxyz", ":")).to_pandas()
+    for column in ("energy", "mc_attempts", "mc_accepted", "mc_energy_mean"):
+        np.testing.assert_array_equal(table[column], in_memory[column], err_msg=column)
