@@ -225,6 +225,9 @@ class Simulator:
         times) are recorded in the ``runs`` attribute of every results store it wrote.
         """
         started = time.time()
+        from .integrators.proposal_copies import expand
+
+        data = expand(self.plan, data)  # SwapMC(proposals=k): k rows a chain
         data = run_input(data, self.device, self.model, self.strategy)  # never one huge batch
         from .engine.fingerprint import input_digest, run_fingerprint
 

@@ -93,6 +93,9 @@ def build(
         shard_outputs(resolved, shard)
     sim = simulator(resolved)
     structures = _constrained(_read_structures(data), data.get("constraints"))
+    from ..integrators.proposal_copies import expand
+
+    structures = expand(sim.plan, structures)  # SwapMC(proposals=k): k rows a chain
     first = data.get("first_id")
     ids = None if first is None else range(int(first), int(first) + len(structures))
     spec = data.get("sampler")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..core.errors import ConfigError
 from ..core.state import Batch
 from .base import Integrator
 from .md import MDIntegrator
@@ -41,6 +42,11 @@ class Hybrid(Integrator):
             raise TypeError(f"Hybrid: md must be an MD integrator (Langevin(...)), got {md!r}")
         if not hasattr(mc, "_numbers"):
             raise TypeError(f"Hybrid: mc must be a Monte Carlo move (SwapMC(...)), got {mc!r}")
+        if getattr(mc, "proposals", 1) > 1:
+            raise ConfigError(
+                f"Hybrid: {mc!r} has proposals > 1, whose copies of a chain the MD steps would "
+                f"make differ (their noise is per system); give the Hybrid's SwapMC proposals=1"
+            )
         self.every = check_count("Hybrid", "every", every, 1, "MD steps between attempts")
         super().__init__(md.steps + md.steps // self.every)
         self.md, self.mc = md, mc

@@ -134,6 +134,26 @@ def keep_kinetic_energy(batch: Batch, old_masses: torch.Tensor) -> None:
     batch.velocities = batch.velocities * factor
 
 
+def permutation(batch: Batch, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The atom order ``[N]`` with atoms ``a[k]`` and ``b[k]`` exchanged (``a == b``: none)."""
+    perm = torch.arange(batch.num_atoms, device=batch.device)
+    return perm.scatter(0, a, b).scatter(0, b, a)
+
+
+def exchange(batch: Batch, a: torch.Tensor, b: torch.Tensor) -> None:
+    """Exchange the species and masses of atoms ``a[k]`` and ``b[k]`` of each system."""
+    perm = permutation(batch, a, b)
+    batch.atomic_numbers = batch.atomic_numbers.index_select(0, perm)
+    batch.masses = batch.masses.index_select(0, perm)
+
+
+def pair_kind(ia: torch.Tensor, ib: torch.Tensor, m: int) -> torch.Tensor:
+    """The index of the species pair ``(ia, ib)`` (positions in a move's ``m`` species)
+    in the order (0, 1), (0, 2) ... (1, 2) ...: a swap's ``mc_pair_*`` column."""
+    lo, hi = torch.minimum(ia, ib), torch.maximum(ia, ib)
+    return lo * m - lo * (lo + 1) // 2 + (hi - lo - 1)
+
+
 def declare_statistics(batch: Batch, owner: str, numbers: torch.Tensor, kinds: str) -> None:
     """The statistics kept in the results (not stage-private): attempts, acceptances, the
     sums of the chain's energy and its square, ``mc_species`` (the move's atomic numbers)
@@ -196,7 +216,8 @@ def record_counts(batch: Batch, mask: torch.Tensor, numbers: torch.Tensor) -> No
 
 
 __all__ = [
-    "SAVED", "STATISTICS", "count", "declare_statistics", "draws", "keep_kinetic_energy",
-    "metropolis", "one_hot", "pick", "record", "record_counts", "reset_statistics",
-    "restore", "save", "set_species", "species_index", "species_numbers", "table",
+    "SAVED", "STATISTICS", "count", "declare_statistics", "draws", "exchange",
+    "keep_kinetic_energy", "metropolis", "one_hot", "pair_kind", "permutation", "pick",
+    "record", "record_counts", "reset_statistics", "restore", "save", "set_species",
+    "species_index", "species_numbers", "table",
 ]  # fmt: skip

@@ -1,17 +1,13 @@
 """Canonical swap Monte Carlo: exchange the species of two unlike atoms, Metropolis.
 
 One attempt a step (:mod:`.mc_ops`): ``pre_update`` picks atom ``a`` uniformly among the
-system's swappable atoms (one of ``species``, not fixed), atom ``b`` uniformly among the
-swappable atoms of another species, and exchanges their atomic numbers and masses (the
-positions stay, so neighbour lists stay valid); the step's batched forward evaluates
-every system's proposal; ``post_update`` accepts with ``min(1, exp(-ΔE / kT))`` or puts
-the species, masses, energy, forces and stress back.  The proposal is symmetric: the
-composition does not change, so picking the pair ``{a, b}`` has the same probability
-``(1/n)(1/(n - n_A) + 1/(n - n_B))`` before and after the swap, and Metropolis on ``ΔE``
-satisfies detailed balance (design record 57).  As LAMMPS ``fix atom/swap ... ke yes``,
-an accepted swap of atoms of different mass keeps each atom's kinetic energy
-(``v *= sqrt(m_old / m_new)``), which matters only in a hybrid run (:class:`~.hybrid.
-Hybrid`).
+swappable atoms (one of ``species``, not fixed), ``b`` among those of another species,
+and exchanges their atomic numbers and masses (positions stay, so neighbour lists stay
+valid); the step's forward evaluates every proposal; ``post_update`` accepts with
+``min(1, exp(-ΔE / kT))`` or puts species, masses, energy, forces and stress back.  The
+proposal is symmetric (a swap keeps the composition, so the pair has probability
+``(1/n)(1/(n - n_A) + 1/(n - n_B))`` both ways; design record 57).  An accepted swap keeps
+each atom's kinetic energy (LAMMPS ``ke yes``).  ``proposals=k``: :mod:`.swap_proposals`.
 """
 
 from __future__ import annotations
@@ -26,9 +22,12 @@ from ..core.errors import ConfigError, system_name
 from ..core.state import Batch
 from . import mc_ops as mc
 from . import ops
+from . import proposal_copies as copies
+from . import swap_proposals as props
 from .base import FieldSpec, Integrator
+from .mc_ops import exchange, permutation
 from .md import describe
-from .params import Param, check_temperature
+from .params import Param, check_count, check_temperature
 
 NO_ZERO = "the Metropolis rule exp(-ΔE / kT) needs kT > 0 (at 0 K it is a quench)"
 
@@ -41,6 +40,8 @@ class SwapMC(Integrator):
             atoms of other elements and fixed atoms (``FixAtoms``) never move.
         temperature: K, > 0 (a number, or one per system indexed by system_id).
         steps: attempts per system.
+        proposals: swaps evaluated per chain per step (>= 1), as many batch rows per
+            structure (the run makes the copies; :mod:`.swap_proposals`).
     """
 
     budget_name = "steps"
@@ -50,25 +51,32 @@ class SwapMC(Integrator):
         "mc_site_b": FieldSpec("system", dtype="int64"),
     }
 
-    def __init__(self, species: Sequence[str | int], temperature: Param = 300.0, steps: int = 1000):
+    def __init__(self, species: Sequence[str | int], temperature: Param = 300.0,
+                 steps: int = 1000, proposals: int = 1) -> None:  # fmt: skip
         super().__init__(steps)
         owner = type(self).__name__
         numbers = mc.species_numbers(owner, species)
         self.species = tuple(chemical_symbols[z] for z in numbers)
         self._numbers = torch.tensor(numbers)  # (kept: copied to the device once)
         self.temperature = check_temperature(owner, temperature, NO_ZERO)
-        m = len(self.species)
-        self.pairs = [(x, y) for x in range(m) for y in range(x + 1, m)]
+        self.pairs = [(x, y) for x in range(len(numbers)) for y in range(x + 1, len(numbers))]
+        self.proposals = check_count(owner, "proposals", proposals, 1, "swaps per chain per step")
+        if self.proposals > 1:
+            copies.check_single_temperature(self)
+            self.fields = {**self.fields, **props.FIELDS}
 
     @property
     def steps(self) -> int:
         return self.max_steps
 
     def __repr__(self) -> str:
-        return f"SwapMC(species={self.species}, T={describe(self.temperature)}, steps={self.steps})"
+        t, k = describe(self.temperature), f", proposals={self.proposals}" * (self.proposals > 1)
+        return f"SwapMC(species={self.species}, T={t}, steps={self.steps}{k})"
 
     def setup(self, batch: Batch, seed: int, prefix: str) -> None:
         self.refuse(batch, torch.ones_like(batch.pbc[:, 0]))  # before any model call
+        if self.proposals > 1:
+            copies.enter(batch, self.proposals, f"SwapMC(proposals={self.proposals})")
         super().setup(batch, seed, prefix)
         mc.declare_statistics(batch, type(self).__name__, self._numbers, "pair")
 
@@ -93,22 +101,35 @@ class SwapMC(Integrator):
         super().init_systems(batch, mask)
         mc.reset_statistics(batch, mask, self._numbers)
 
-    def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        mc.save(batch, mask)
-        u = mc.draws(self.seed, batch)
-        eligible = (
-            batch.atom_mask(mask) & ~batch.fixed & (mc.species_index(batch, self._numbers) >= 0)
-        )
+    def swap(self, batch: Batch, mask: torch.Tensor, eligible: torch.Tensor, u: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Atom ``a`` uniform among ``eligible`` (by ``u[:, 0]``), ``b`` among those of
+        another species (``u[:, 1]``), exchanged; returns ``(a, b)`` (``a == b``: none)."""
         a, _ = mc.pick(batch, eligible, u[:, 0])
         za = batch.atomic_numbers.index_select(0, a).index_select(0, batch.system_idx)
         b, found = mc.pick(batch, eligible & (batch.atomic_numbers != za), u[:, 1])
         b = torch.where(mask & found, b, a)  # no partner: a swap of a with itself
         exchange(batch, a, b)
+        return a, b
+
+    def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        mc.save(batch, mask)
+        eligible = (
+            batch.atom_mask(mask) & ~batch.fixed & (mc.species_index(batch, self._numbers) >= 0)
+        )
         starts = batch.ptr[:-1]
+        if self.proposals > 1:  # the group's auxiliary swap z, then this copy's swap of z
+            x, y = self.swap(batch, mask, eligible, props.aux_draws(self.seed, batch))
+            batch.mc_aux_a = torch.where(mask, x - starts, batch.mc_aux_a)
+            batch.mc_aux_b = torch.where(mask, y - starts, batch.mc_aux_b)
+        u = props.copy_draws if self.proposals > 1 else mc.draws
+        a, b = self.swap(batch, mask, eligible, u(self.seed, batch))
         batch.mc_site_a = torch.where(mask, a - starts, batch.mc_site_a)
         batch.mc_site_b = torch.where(mask, b - starts, batch.mc_site_b)
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
+        if self.proposals > 1:
+            return props.post_update(self, batch, mask)
         starts = batch.ptr[:-1]
         a = torch.where(mask, batch.mc_site_a + starts, starts)
         b = torch.where(mask, batch.mc_site_b + starts, starts)
@@ -117,31 +138,13 @@ class SwapMC(Integrator):
         temperature = ops.per_system(batch, self.temperature)
         accept = moved & mc.metropolis(delta, temperature, mc.draws(self.seed, batch)[:, 2])
         reject = mask & ~accept
-        old_masses = batch.masses.index_select(0, permutation(batch, a, b))
+        old = batch.masses.index_select(0, permutation(batch, a, b))
         mc.restore(batch, reject)
         exchange(batch, torch.where(reject, a, starts), torch.where(reject, b, starts))
-        mc.keep_kinetic_energy(
-            batch, torch.where(batch.atom_mask(accept), old_masses, batch.masses)
-        )
+        mc.keep_kinetic_energy(batch, torch.where(batch.atom_mask(accept), old, batch.masses))
         idx = mc.species_index(batch, self._numbers)
-        ia, ib = idx.index_select(0, a), idx.index_select(0, b)
-        lo, hi = torch.minimum(ia, ib), torch.maximum(ia, ib)
-        m = len(self.species)
-        kind = lo * m - lo * (lo + 1) // 2 + (hi - lo - 1)  # the pair's index in self.pairs
+        kind = mc.pair_kind(idx.index_select(0, a), idx.index_select(0, b), len(self.species))
         mc.record(batch, mask, accept, kind, "pair")
-
-
-def permutation(batch: Batch, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The atom order ``[N]`` with atoms ``a[k]`` and ``b[k]`` exchanged (``a == b``: none)."""
-    perm = torch.arange(batch.num_atoms, device=batch.device)
-    return perm.scatter(0, a, b).scatter(0, b, a)
-
-
-def exchange(batch: Batch, a: torch.Tensor, b: torch.Tensor) -> None:
-    """Exchange the species and masses of atoms ``a[k]`` and ``b[k]`` of each system."""
-    perm = permutation(batch, a, b)
-    batch.atomic_numbers = batch.atomic_numbers.index_select(0, perm)
-    batch.masses = batch.masses.index_select(0, perm)
 
 
 __all__ = ["SwapMC", "exchange", "permutation"]

@@ -57,6 +57,11 @@ def tempered(owner: str, stage: Integrator) -> Integrator:
             f"({names}, or a Hybrid of them), got {stage!r}; the exchange acceptance assumes "
             f"it (NVE, Berendsen, barostats and SemiGrandMC's chemical potentials do not)"
         )
+    if getattr(stage, "proposals", 1) > 1:
+        raise ConfigError(
+            f"{owner}: {stage!r} has proposals > 1, whose chains (groups of copies) cannot "
+            f"also be replicas of a temperature ladder; use proposals=1 under ReplicaExchange"
+        )
     inner = copy.copy(stage)
     inner.temperature = Rows(exchange.TEMPERATURE)
     return inner

@@ -50,6 +50,9 @@ REPLICA_COLUMNS = (
     "rex_group", "rex_rung", "rex_temperature", "rex_round_trips", "rex_end", "rex_attempts",
     "rex_accepts",
 )  # fmt: skip
+#: the chain and copy of a row of ``SwapMC(proposals=k)``
+#: (:mod:`alchemi_lit.integrators.swap_proposals`), where the run had them
+CHAIN_COLUMNS = ("mc_chain", "mc_copy")
 SCHEMA = "alchemi_lit.io.results/1"
 
 
@@ -111,7 +114,7 @@ def read_rows(group: Any, lo: int, hi: int) -> Batch:
     ids = np.asarray(group["systems/system_id"][lo:hi])
     system = {
         k: torch.from_numpy(np.asarray(group[f"systems/{k}"][lo:hi]))
-        for k in (*SYSTEM_COLUMNS, *MC_COLUMNS, *REPLICA_COLUMNS)
+        for k in (*SYSTEM_COLUMNS, *MC_COLUMNS, *REPLICA_COLUMNS, *CHAIN_COLUMNS)
         if f"systems/{k}" in group
     }
     constraints = stored_columns(group)  # (a store that held a constrained system)

@@ -28,7 +28,7 @@ from ..io.results_store import (
     stored_system_ids,
 )
 from ..io.store_constraints import columns_to_write
-from ..io.store_reader import MC_COLUMNS, REPLICA_COLUMNS
+from ..io.store_reader import CHAIN_COLUMNS, MC_COLUMNS, REPLICA_COLUMNS
 from .base import Sink, SinkFlushError, id_list
 
 
@@ -189,7 +189,7 @@ class ZarrSink(Sink):
         n_atom0 = int(group.attrs["n_atoms"])
         atoms = {k: host.atom[k].numpy() for k in ATOM_COLUMNS}
         # (MC statistics, replica-exchange fields: where the run has them)
-        columns = (*SYSTEM_COLUMNS, *MC_COLUMNS, *REPLICA_COLUMNS)
+        columns = (*SYSTEM_COLUMNS, *MC_COLUMNS, *REPLICA_COLUMNS, *CHAIN_COLUMNS)
         systems = {k: host.system[k].numpy() for k in columns if k in host.system}
         systems["atom_offset"] = n_atom0 + np.concatenate([[0], np.cumsum(systems["n_atoms"])[:-1]])
         for name, data in atoms.items():

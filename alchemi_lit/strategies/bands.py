@@ -77,12 +77,15 @@ def check_replica_ranks(pipeline: Pipeline) -> None:
 
     sources = set(pipeline.sources())
     for rank, fused in pipeline.stages.items():
-        if rank not in sources and any(isinstance(s, ReplicaExchange) for s in fused.stages):
+        grouped = [isinstance(s, ReplicaExchange) or getattr(s, "proposals", 1) > 1
+                   for s in fused.stages]  # fmt: skip
+        if rank not in sources and any(grouped):
             raise ConfigError(
-                f"rank {rank} runs a ReplicaExchange stage downstream of another rank; replica "
-                f"groups cross ranks only whole in a shard, not through a pipeline's transfer: "
-                f"fuse it with the stages before it (relax + ReplicaExchange(...)) on one rank, "
-                f"or run the plan with strategy='replicas'"
+                f"rank {rank} runs a ReplicaExchange or SwapMC(proposals > 1) stage downstream of "
+                f"another rank; replica groups and chains of copies cross ranks only whole in a "
+                f"shard, not through a pipeline's transfer: fuse it with the stages before it "
+                f"(relax + ReplicaExchange(...)) on one rank, or run the plan with "
+                f"strategy='replicas'"
             )
 
 
