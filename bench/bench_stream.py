@@ -163,6 +163,18 @@ def report(samples: list, n: int, store: Path, runs: list[int] | None = None) ->
     ids = stored_system_ids(store)
     once = len(ids) == n and np.array_equal(np.sort(ids), np.arange(n))
     print(f"every structure stored once: {once} ({len(ids)} rows, {len(np.unique(ids))} ids)")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from common import format_table  # writes this run's record (bench/records.py)
+
+    killed = f"killed at {int(done[runs[1] - 1]):,}, resumed" if runs and len(runs) > 1 else "-"
+    print(format_table(
+        ["N", "structures/s (tenths)", "last / first tenth",
+         "resident MiB: first minute / peak / last", "kill", "stored once", "wall s"],
+        [[f"{n:,}", f"{min(rates):.0f}-{max(rates):.0f}" if rates else "-",
+          f"{rates[-1] / rates[0]:.2f}" if len(rates) == 10 else "-",
+          f"{level:.0f} / {peak:.0f} / {rss[live][-1]:.0f}", killed, str(once), f"{t[-1]:.0f}"]],
+        title="Structures streamed from one file, no batch budget (bench_stream.py)",
+    ))  # fmt: skip
 
 
 def main() -> None:
