@@ -2,11 +2,15 @@
 
 Why its own all-pairs code and not the models' neighbour list: an RDF sample needs every
 pair within ``rmax`` of one frame, binned exactly as ``ase.geometry.rdf.get_rdf`` bins
-them, on whatever device the batch lives, reading nothing on the host.  The pairs of
-each system are enumerated once per batch layout (``n_atoms^2`` per system, so this
-suits systems up to a few thousand atoms); each sample is then a handful of elementwise
-operations and one ``index_add_`` of 0/1 weights, whose sums are exact integers whatever
-their order -- a system's histogram does not depend on its batch mates, on any device.
+them, on whatever device the batch lives, reading nothing on the host.  Each unordered
+pair ``i < j`` of a system is counted once with weight 2 (both orders: ASE's counts), so a
+sample handles ``n (n - 1) / 2`` pairs per system, from fractional coordinates computed
+once per atom; the counts are sums of small integers, exact whatever their order -- a
+system's histogram does not depend on its batch mates, on any device.  The histogram is a
+primitive (:class:`~alchemi_lit.core.backends.Primitive`): on CPU a numba kernel loops
+over each system's pairs without building them (``alchemi_lit.kernels.rdf``); the torch
+reference below is the accelerator path, its pairs enumerated once per batch layout
+(``n^2 / 2`` per system: it suits systems up to a few thousand atoms).
 
 Conventions (ASE's, so that :func:`rdf_frame` equals ``get_rdf`` to rounding): bin edges
 ``linspace(0, rmax, nbins + 1)``; a pair at distance ``d`` goes to bin
@@ -25,11 +29,13 @@ from collections.abc import Sequence
 
 import torch
 
+from .backends import primitive
+
 
 def all_pairs(n_atoms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every ordered pair ``(i, j)`` of atoms of the same system, self-pairs included
-    (they fall in no bin), as global atom indices ``[P]`` -- ``sum(n_atoms^2)`` pairs.
-    (One host read of the total, made once per batch layout.)"""
+    """Every unordered pair ``i < j`` of atoms of the same system, as global atom indices
+    ``[P]`` -- ``sum(n (n - 1) / 2)`` pairs.  (Host reads of the counts, made once per
+    batch layout.)"""
     device = n_atoms.device
     n = n_atoms.to(torch.int64)
     squares = n * n
@@ -40,7 +46,9 @@ def all_pairs(n_atoms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     first_atom = torch.cumsum(n, 0) - n
     local = torch.arange(total, device=device) - first_pair[system]
     size = n[system]
-    return first_atom[system] + local // size, first_atom[system] + local % size
+    i, j = local // size, local % size
+    keep = i < j
+    return first_atom[system][keep] + i[keep], first_atom[system][keep] + j[keep]
 
 
 def cell_fits(cell: torch.Tensor, pbc: torch.Tensor, rmax: float) -> torch.Tensor:
@@ -60,13 +68,14 @@ def pair_distances(
     i: torch.Tensor, j: torch.Tensor,
 ) -> torch.Tensor:  # fmt: skip
     """``[P]`` minimum-image distances of the pairs ``(i, j)`` (``system``: each atom's
-    row), elementwise per pair -- no matrix product spans systems."""
-    row = system[i]
-    d = positions[j] - positions[i]
+    row): fractional coordinates once per atom, then elementwise per pair -- no matrix
+    product spans systems."""
     inverse = torch.linalg.inv_ex(cell).inverse  # [B, 3, 3] (no error check: no host read)
-    frac = (d.unsqueeze(-1) * inverse[row]).sum(-2)
-    frac = frac - torch.where(pbc[row], torch.round(frac), torch.zeros_like(frac))
-    d = (frac.unsqueeze(-1) * cell[row]).sum(-2)
+    frac = (positions.unsqueeze(-1) * inverse[system]).sum(-2)  # [N, 3]
+    row = system[i]
+    df = frac[j] - frac[i]
+    df = df - torch.where(pbc[row], torch.round(df), torch.zeros_like(df))
+    d = (df.unsqueeze(-1) * cell[row]).sum(-2)
     return torch.sqrt((d * d).sum(-1))
 
 
@@ -84,12 +93,37 @@ def shell_volumes(rmax: float, nbins: int, dtype: torch.dtype = torch.float64) -
 
 def pair_weights(numbers: torch.Tensor, i: torch.Tensor, j: torch.Tensor,
                  partials: Sequence[tuple[int, int]]) -> torch.Tensor:  # fmt: skip
-    """``[1 + len(partials), P]`` 0/1 weights: all pairs, then the pairs with the first
-    atom of element ``a`` and the second of ``b`` for each ``(a, b)`` in ``partials``."""
+    """``[1 + len(partials), P]`` weights of the unordered pairs :func:`all_pairs` gives:
+    2 for every pair (both orders), then for each ``(a, b)`` of ``partials`` how many of
+    the pair's two orders have the first atom of element ``a`` and the second of ``b``."""
     zi, zj = numbers[i], numbers[j]
-    rows = [torch.ones_like(zi, dtype=torch.bool)]
-    rows += [(zi == a) & (zj == b) for a, b in partials]
+    rows = [torch.full_like(zi, 2)]
+    rows += [((zi == a) & (zj == b)).long() + ((zi == b) & (zj == a)).long()
+             for a, b in partials]  # fmt: skip
     return torch.stack(rows).to(torch.float64)
+
+
+@primitive
+def pair_histogram(
+    positions: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor, system: torch.Tensor,
+    numbers: torch.Tensor, n_atoms: torch.Tensor, pairs: tuple[torch.Tensor, torch.Tensor],
+    weights: torch.Tensor, rmax: float, nbins: int, partials: Sequence[tuple[int, int]],
+) -> torch.Tensor:  # fmt: skip
+    """*Primitive.*  ``[B, 1 + len(partials), nbins]`` pair counts of one frame, in the
+    positions' dtype: bin ``ceil(d / dr) - 1`` of each pair within ``rmax`` (ASE's), with
+    the :func:`pair_weights` of ``pairs`` (the numba kernel counts the same pairs from
+    ``n_atoms`` and ``numbers`` alone)."""
+    i, j = pairs
+    b, k = len(n_atoms), weights.shape[0]
+    dr = float(rmax / nbins)
+    d = pair_distances(positions, cell, pbc, system, i, j)
+    index = torch.clamp(torch.ceil(d / dr), max=nbins + 1).to(torch.int64)  # 0: none, nbins+1: out
+    row = system[i]
+    flat = (row * k).unsqueeze(0) + torch.arange(k, device=d.device).unsqueeze(1)
+    flat = flat * (nbins + 2) + index.unsqueeze(0)
+    counts = torch.zeros(b * k * (nbins + 2), dtype=positions.dtype, device=d.device)
+    counts.index_add_(0, flat.reshape(-1), weights.to(positions.dtype).reshape(-1))
+    return counts.reshape(b, k, nbins + 2)[:, :, 1 : nbins + 1]
 
 
 def rdf_frame(
@@ -101,22 +135,13 @@ def rdf_frame(
     """``[B, 1 + len(partials), nbins]`` g(r) of one frame of every system: the total
     RDF, then the partial of each ``(a, b)`` of ``partials`` (atomic numbers; NaN where
     a system has no atom of ``a`` or ``b``).  ``weights`` are :func:`pair_weights`."""
-    i, j = pairs
-    b, k = len(n_atoms), weights.shape[0]
-    dtype = positions.dtype
-    dr = float(rmax / nbins)
-    d = pair_distances(positions, cell, pbc, system, i, j)
-    index = torch.clamp(torch.ceil(d / dr), max=nbins + 1).to(torch.int64)  # 0: none, nbins+1: out
-    row = system[i]
-    flat = (row * k).unsqueeze(0) + torch.arange(k, device=d.device).unsqueeze(1)
-    flat = flat * (nbins + 2) + index.unsqueeze(0)
-    counts = torch.zeros(b * k * (nbins + 2), dtype=dtype, device=d.device)
-    counts.index_add_(0, flat.reshape(-1), weights.to(dtype).reshape(-1))
-    counts = counts.reshape(b, k, nbins + 2)[:, :, 1 : nbins + 1]
+    b, dtype = len(n_atoms), positions.dtype
+    counts = pair_histogram(positions, cell, pbc, system, numbers, n_atoms, pairs, weights,
+                            rmax, nbins, tuple(partials))  # fmt: skip
     volume = torch.linalg.det(cell).abs()
     centres, others = element_counts(numbers, system, b, partials, dtype)
     density = others / volume.unsqueeze(-1)
-    shells = shell_volumes(rmax, nbins, dtype).to(d.device)
+    shells = shell_volumes(rmax, nbins, dtype).to(positions.device)
     norm = (centres * density).unsqueeze(-1) * shells
     return torch.where(norm > 0, counts / norm.clamp_min(1e-300), float("nan"))
 
@@ -155,5 +180,5 @@ def element_pairs(spec: Sequence[Sequence[int | str]]) -> list[tuple[int, int]]:
 
 __all__ = [
     "all_pairs", "bin_edges", "cell_fits", "element_counts", "element_pairs", "pair_distances",
-    "pair_weights", "rdf_frame", "shell_volumes",
+    "pair_histogram", "pair_weights", "rdf_frame", "shell_volumes",
 ]  # fmt: skip

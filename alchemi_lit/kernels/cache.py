@@ -40,6 +40,7 @@ COMPILED_SOURCES = (
     "kernels/dynamics.py",
     "kernels/fire.py",
     "kernels/philox.py",
+    "kernels/rdf.py",
     "kernels/reductions.py",
     "kernels/scalar_xp.py",
     "integrators/formulas.py",
