@@ -14,17 +14,19 @@ on a CPU, everything but the graph itself (:mod:`.graphs`).
 library's kernels may on another processor, so a value that depends on its batch mates
 shows on any machine; ``count_products()`` lists the products a computation makes
 (:mod:`.blas`).  ``DoubleWell`` is an analytic double-well model whose Boltzmann
-marginals are known by quadrature (:mod:`.models`).
+marginals are known by quadrature (:mod:`.models`).  ``constraint_cases()`` gives ASE
+constraint sets of every kind the framework applies, and a mix (:mod:`.constraints`).
 """
 
 from .accelerator import StepProbe, accelerator_path
 from .blas import count_products, shape_sensitive_blas
+from .constraints import constraint_cases
 from .graphs import emulated_cuda_graphs
 from .integrators import check_integrator
 from .models import DoubleWell, check_model, check_pipeline_equals_fused
 
 __all__ = [
     "DoubleWell", "StepProbe", "accelerator_path", "check_integrator", "check_model",
-    "check_pipeline_equals_fused", "count_products", "emulated_cuda_graphs",
+    "check_pipeline_equals_fused", "constraint_cases", "count_products", "emulated_cuda_graphs",
     "shape_sensitive_blas",
 ]  # fmt: skip

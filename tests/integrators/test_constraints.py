@@ -19,11 +19,8 @@ from ase.constraints import (
     ExternalForce,
     FixAtoms,
     FixBondLengths,
-    FixCartesian,
-    FixCom,
     FixedLine,
     FixedPlane,
-    Hookean,
 )
 from ase.md.bussi import Bussi as AseBussi
 from ase.md.verlet import VelocityVerlet as AseVV
@@ -35,31 +32,10 @@ from test_md import SEED, BussiNoise, Recorder, ase_lj, lj_model, moving_argon
 import alchemi_lit as al
 from alchemi_lit.core.state import Batch
 from alchemi_lit.integrators import BFGS, FIRE, LBFGS, Bussi, VelocityVerlet
+from alchemi_lit.testing import constraint_cases
 
-
-def _cases() -> dict:
-    return {
-        "FixCartesian": lambda a: [FixCartesian([0, 3, 5], mask=(True, False, True))],
-        "FixedPlane": lambda a: [FixedPlane([1, 2, 7], direction=(1.0, 2.0, -0.5))],
-        "FixedLine": lambda a: [FixedLine([4, 6], direction=(0.3, -1.0, 0.2))],
-        "FixCom": lambda a: [FixCom()],
-        "Hookean": lambda a: [
-            Hookean(0, 9, k=3.0, rt=3.0),
-            Hookean(2, a.positions[2] + (0.4, 0.1, 0.0), k=2.0, rt=0.1),
-            Hookean(5, (0.0, 0.0, 1.0, -a.positions[5, 2] + 0.05), k=4.0),
-        ],
-        "ExternalForce": lambda a: [ExternalForce(3, 11, 0.05)],
-        "mixed": lambda a: [
-            ExternalForce(3, 11, 0.02),
-            Hookean(0, 9, k=3.0, rt=3.0),
-            FixAtoms([8]),
-            FixCartesian([1], mask=(False, False, True)),
-            FixedPlane([2], (0, 1, 0)),
-        ],
-    }
-
-
-CASES = _cases()
+#: FixAtoms and rigid bonds are checked apart (test_optimizers.py, test_rigid_water.py)
+CASES = {k: v for k, v in constraint_cases().items() if k not in ("FixAtoms", "FixBondLengths")}
 #: the fast tier runs the mix (every kind but rigid bonds at once); each kind alone: slow
 NAMES = [n if n == "mixed" else pytest.param(n, marks=pytest.mark.slow) for n in CASES]
 

@@ -17,15 +17,7 @@ import zarr
 from ase.build import bulk
 from ase.cluster import Icosahedron
 from ase.constraints import (
-    ExternalForce,
-    FixAtoms,
-    FixBondLengths,
-    FixCartesian,
-    FixCom,
-    FixedLine,
-    FixedPlane,
     FixSymmetry,
-    Hookean,
 )
 
 import alchemi_lit as al
@@ -35,28 +27,9 @@ from alchemi_lit.integrators import FIRE
 from alchemi_lit.io.store_constraints import stored_columns
 from alchemi_lit.models import LennardJones
 from alchemi_lit.sinks import ZarrSink, merge_stores, read_results
+from alchemi_lit.testing import constraint_cases
 
-CASES = {
-    "FixAtoms": lambda a: [FixAtoms([0, 4])],
-    "FixCartesian": lambda a: [FixCartesian([0, 3, 5], mask=(True, False, True))],
-    "FixedPlane": lambda a: [FixedPlane([1, 2, 7], direction=(1.0, 2.0, -0.5))],
-    "FixedLine": lambda a: [FixedLine([4, 6], direction=(0.3, -1.0, 0.2))],
-    "FixCom": lambda a: [FixCom()],
-    "FixBondLengths": lambda a: [FixBondLengths([(0, 1), (2, 3), (5, 6)])],
-    "Hookean": lambda a: [  # two atoms, an atom and a point, an atom and a plane
-        Hookean(0, 9, k=3.0, rt=3.0),
-        Hookean(2, a.positions[2] + (0.4, 0.1, 0.0), k=2.0, rt=0.1),
-        Hookean(5, (0.0, 0.0, 1.0, -a.positions[5, 2] + 0.05), k=4.0),
-    ],
-    "ExternalForce": lambda a: [ExternalForce(3, 11, 0.05)],
-    "mixed": lambda a: [
-        ExternalForce(3, 11, 0.02),
-        Hookean(0, 9, k=3.0, rt=3.0),
-        FixAtoms([8]),
-        FixCartesian([1], mask=(False, False, True)),
-        FixedPlane([2], (0, 1, 0)),
-    ],
-}
+CASES = constraint_cases()
 NAMES = [*CASES, "FixSymmetry", "none"]
 
 
