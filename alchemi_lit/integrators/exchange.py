@@ -101,7 +101,8 @@ def attempt(batch: Batch, mask: torch.Tensor, ladder: torch.Tensor, every: int,
         return  # so the kernels' kept constants hold; an accelerator always runs it)
     partner, found = partners(batch, due, n)
     parity = (done // every) % 2
-    same_step = batch.step.index_select(0, partner) == batch.step
+    same_step = (batch.step.index_select(0, partner) == batch.step) & (
+        batch.total_steps.index_select(0, partner) == batch.total_steps)  # (a pipeline's too)
     pair = found & same_step & (rung % 2 == parity) & (rung < n - 1)
     temperature = getattr(batch, TEMPERATURE)
     p = acceptance(temperature, temperature.index_select(0, partner), batch.energy,

@@ -78,9 +78,10 @@ class ReplicaExchange(Integrator):
         temperatures: the ladder in K, strictly increasing, at least 2 (one per replica).
         every: steps between exchange attempts (>= 1); even and odd pairs alternate.
 
-    Neighbours exchange when both are at the same step of the stage: replicas that
-    enter it together, as the identical copies of ``make_replicas`` do (also after a
-    relaxation stage, which they leave at the same step).
+    Neighbours exchange when both are at the same step of the stage and of the run
+    (``total_steps``): replicas that enter it together, as the identical copies of
+    ``make_replicas`` do after a relaxation; members that left it at different steps
+    never pair, on one device as across pipeline ranks (where the first ones wait).
     """
 
     budget_name = "steps"
@@ -113,11 +114,14 @@ class ReplicaExchange(Integrator):
         self.md.compile()
 
     def setup(self, batch: Batch, seed: int, prefix: str) -> None:
-        """The thermostat's fields, the replica fields (kept with the results) and each
-        new system's group and rung from its ``info`` (all replicas of a group must be
-        in the batch: the sampler takes a group whole)."""
         self.seed = int(seed)
         self.md.setup(batch, seed, prefix)
+        self.declare(batch)
+
+    def declare(self, batch: Batch) -> None:
+        """The replica fields (kept with the results) and each new system's group and rung
+        from its ``info``, all of a group in the batch (the sampler takes it whole); a
+        pipeline's other ranks declare them too, so a group crosses ranks whole."""
         n = len(self._ladder)
         exchange.declare(batch, n)
         group, rung = getattr(batch, exchange.GROUP).clone(), getattr(batch, exchange.RUNG).clone()

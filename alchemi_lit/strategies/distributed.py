@@ -31,13 +31,13 @@ from ..engine.interrupt import RunInterrupted
 from ..integrators.stages import Fused, Pipeline
 from ..io.results import Results
 from ..sinks import ZarrSink
-from .bands import check_bands, check_replica_ranks
 from .base import Strategy
 from .buffers import BufferConfig, check_info_fits
 from .launch import StartMethod, launch, rank_device
 from .pipeline import INTERRUPTED, CommMode, HistoryLayout, PipelineError, PipelineWorker
 from .rank_stores import merge_parts, merge_stores, part_path, rank_sinks, results_from, to_numpy
 from .shares import rank_totals, shard
+from .units import check_units
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
@@ -140,8 +140,7 @@ class DistributedStrategy(Strategy):
                         f"holds {self.buffer.num_edges} (BufferConfig.num_edges); raise num_edges "
                         f"or set it to 0 (unbounded)"
                     )
-        check_bands(self.pipeline, sampler, self.buffer, counted)  # whole, one message each
-        check_replica_ranks(self.pipeline)
+        check_units(self.pipeline, sampler, self.buffer, counted)  # whole, one message each
         for k in sampler.order:  # each system's info must fit one message's info room
             atoms = sampler.dataset[int(k)]
             check_info_fits(getattr(atoms, "info", None), int(k), self.buffer)

@@ -40,6 +40,7 @@ from ..sinks import HostMemory, SinkChain
 from .buffers import BufferConfig, MessageLayout, schema_digest, schema_of
 from .exchange import Abort, CommMode, Exchange, PipelineError
 from .rank_io import Outbox, RankIO
+from .units import carriers, group_unit
 
 if TYPE_CHECKING:
     from ..simulator import Simulator
@@ -218,15 +219,8 @@ class PipelineWorker:
             self.sim.model, self.pipeline.stages[r], hooks, seed=self.sim.seed,
             forward=self.sim.forward_fn(), history_offset=h.offsets[r], history_width=h.width,
             optimizer_columns=h.optimizer_columns, stress=self.sim.stress,
-            carried=self._carried_bands(r),
+            carried=carriers(self.pipeline, r),  # (the other ranks' bands and groups)
         )  # fmt: skip
-
-    def _carried_bands(self, r: int) -> list[Any]:
-        """The band filters of the other ranks' stages: every rank's systems carry the band
-        fields from the start (see FusedLoop), as they would in one fused plan."""
-        own = {id(s) for s in self.pipeline.stages[r].stages}
-        stages = [s for q, plan in sorted(self.pipeline.stages.items()) for s in plan.stages]
-        return [s.band for s in stages if id(s) not in own and getattr(s, "band", None)]
 
     def empty(self) -> Batch:
         """A batch of no systems with every field any rank of the pipeline declares."""
@@ -266,7 +260,7 @@ class PipelineWorker:
         feed = SamplerFeed(self.sim, self.loop, self.sampler) if self.sampler is not None else None
         self.io = RankIO(
             self.sim, self.loop, feed, delivery, downs, self.buffer, self.capacity, self.stats,
-            self.empty,
+            self.empty, group_unit(self.pipeline),
         )  # fmt: skip
         self.exchange = Exchange(
             (self.rank, self.pipeline.upstream(self.rank), downs), self.layout, self.mode,

@@ -17,8 +17,8 @@ from ..core.state import EXIT_MODEL_ERROR, EXIT_QUARANTINED, Batch
 from ..engine.feeds import SamplerFeed
 from ..io.serialize import batch_from_state, batch_state
 from ..models.neighbors import batch_pair_counts
-from .bands import quarantine_orphans, sendable
 from .buffers import INFO_OVERHEAD, BufferConfig, check_info_fits
+from .units import Unit, quarantine_orphans, sendable
 
 
 class Outbox:
@@ -55,7 +55,8 @@ class RankIO:
 
     ``capacity``: (max_atoms, max_systems) the rank may hold -- batch, inbox and
     outbox together, so back-pressure reaches the source; ``empty``: a batch of no
-    systems with the pipeline's fields.
+    systems with the pipeline's fields; ``unit``: the replica groups or chains the
+    transfer keeps whole (None: bands only).
     """
 
     def __init__(
@@ -69,8 +70,10 @@ class RankIO:
         capacity: tuple[int, int],
         stats: Any,
         empty: Callable[[], Batch],
+        unit: Unit | None = None,
     ) -> None:
         self.sim, self.loop, self.source = sim, loop, sampler_feed
+        self.unit = unit  # the groups sent whole, as bands are (:func:`.units.group_unit`)
         self.delivery, self.downs, self.buffer = delivery, downs, buffer
         self.max_atoms, self.max_systems = capacity
         self.stats, self.empty = stats, empty
@@ -178,8 +181,9 @@ class RankIO:
         free_systems = max(0, min(self.max_systems - systems, 1 << 40))
         n = len(ups)
         largest = min(self.buffer.num_atoms, self.max_atoms)
-        # a unit may be a whole band (:mod:`.bands`): as many systems as a message holds
-        most = min(self.buffer.num_systems, self.max_systems) if batch.has_field("neb_count") else 1
+        # a unit may be a whole band or group (:mod:`.units`): as many systems as a message
+        banded = batch.has_field("neb_count") or self.unit is not None
+        most = min(self.buffer.num_systems, self.max_systems) if banded else 1
         if n == 1 or (free_atoms // n >= largest and free_systems // n >= most):
             return {u: (free_atoms // n, free_systems // n) for u in ups}
         turn = ups[round_ % n]
@@ -187,7 +191,7 @@ class RankIO:
 
     def route(self, credit: dict[int, tuple[int, int]]) -> dict[int, Batch]:
         """Split the outbox among downstream ranks: most credit first, within buffers, in
-        order; a band goes whole, once all of it is here (:mod:`.bands`)."""
+        order; a band or group goes whole, once all of it is here (:mod:`.units`)."""
         out = self.outbox.batch if self.outbox is not None else None
         if out is None or out.num_systems == 0 or not self.downs:
             return {}
@@ -203,15 +207,15 @@ class RankIO:
         edges = batch_pair_counts(out, radius) if buf.num_edges else [0] * out.num_systems
         atoms = out.n_atoms.tolist()
         chosen: dict[int, list[int]] = {d: [] for d in self.downs}
-        units, left = sendable(out)
+        units, left = sendable(out, self.unit)
         blocked = False
         for unit in units:
             need = [sum(atoms[r] for r in unit), len(unit), sum(edges[r] for r in unit),
                     sum(info[r] for r in unit)]  # fmt: skip
             if len(unit) > 1 and need[3] > empty[3]:
                 raise ConfigError(
-                    f"band path_id {int(out.neb_path[unit[0]])} carries {need[3]} bytes of info, "
-                    f"more than one transfer message holds (BufferConfig.info_bytes="
+                    f"the band or group of system_id {ids[unit[0]]} carries {need[3]} bytes of "
+                    f"info, more than one transfer message holds (BufferConfig.info_bytes="
                     f"{buf.info_bytes}); raise info_bytes to at least {need[3] + INFO_OVERHEAD}"
                 )
             fits = [

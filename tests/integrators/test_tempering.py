@@ -314,15 +314,3 @@ def test_a_results_store_keeps_the_replica_fields(tmp_path):
     lazy = read_results(tmp_path / "rex.zarr")  # read back from the store
     for column in ("replica_group", "temperature", "round_trips"):
         assert memory[column].tolist() == lazy.to_pandas()[column].tolist(), column
-
-
-@pytest.mark.multirank
-@pytest.mark.timeout(120)
-def test_a_pipeline_rank_downstream_with_an_exchange_is_refused_before_launch():
-    from alchemi_lit.integrators import FIRE
-
-    plan = FIRE(fmax=0.05, max_steps=5) | ReplicaExchange(Langevin(steps=10), LADDER)
-    sim = al.Simulator(MODEL, plan, strategy="pipeline", devices=2, start_method="fork",
-                       timeout=30.0, precision="64")  # fmt: skip
-    with pytest.raises(ConfigError, match=r"rank 1 runs a ReplicaExchange.*relax \+ Replica"):
-        sim.run(make_replicas(particle(), len(LADDER)))

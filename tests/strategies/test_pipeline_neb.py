@@ -2,7 +2,7 @@
 
 Rank 0 relaxes the endpoints and passes the images on unrelaxed, exactly as the fused
 plan's first stage does; a band leaves a rank only whole, in one message, and enters
-the next rank's batch as one unit (:mod:`alchemi_lit.strategies.bands`).  Bit for bit
+the next rank's batch as one unit (:mod:`alchemi_lit.strategies.units`).  Bit for bit
 against the fused plan on one process: the same code runs on every band, whichever
 ranks and batches it went through.  Multi-rank runs are forked gloo ranks with a hard
 timeout; small EMT bands and few steps keep them quick.
