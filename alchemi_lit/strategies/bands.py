@@ -81,11 +81,11 @@ def check_replica_ranks(pipeline: Pipeline) -> None:
                    for s in fused.stages]  # fmt: skip
         if rank not in sources and any(grouped):
             raise ConfigError(
-                f"rank {rank} runs a ReplicaExchange or SwapMC(proposals > 1) stage downstream of "
-                f"another rank; replica groups and chains of copies cross ranks only whole in a "
-                f"shard, not through a pipeline's transfer: fuse it with the stages before it "
-                f"(relax + ReplicaExchange(...)) on one rank, or run the plan with "
-                f"strategy='replicas'"
+                f"rank {rank} runs a ReplicaExchange or Monte Carlo (proposals > 1) stage "
+                f"downstream of another rank; replica groups and chains of copies cross ranks "
+                f"only whole in a shard, not through a pipeline's transfer: fuse it with the "
+                f"stages before it (relax + ReplicaExchange(...)) on one rank, or run the plan "
+                f"with strategy='replicas'"
             )
 
 

@@ -233,7 +233,7 @@ def test_unsupported_combinations_are_refused_naming_the_fix():
         run(plan(), SizeAwareSampler(Copies(data, 3), max_atoms=500, max_systems=2))
     from alchemi_lit.strategies.bands import check_replica_ranks
 
-    with pytest.raises(ConfigError, match=r"SwapMC\(proposals > 1\) stage downstream"):
+    with pytest.raises(ConfigError, match=r"Monte Carlo \(proposals > 1\) stage downstream"):
         check_replica_ranks(FIRE(fmax=0.1) | plan())  # a pipeline's transfer splits chains
     split = list(Copies(data, 3))[:-1]  # chain 1 lacks its copy 2
     with pytest.raises(ConfigError, match=r"chain 1 entered with copies \[0, 1\]"):
