@@ -117,14 +117,15 @@ class SemiGrandMC(Integrator):
         idx = mc.species_index(batch, self._numbers)
         eligible = batch.atom_mask(mask) & ~batch.fixed & (idx >= 0)
         starts = batch.ptr[:-1]
-        if self.proposals > 1:  # the chain's auxiliary change z, then this copy's change of z
+        many = self.proposals > 1  # (then a change redraws among all m: sgc_moves)
+        if many:  # the chain's auxiliary change z, then this copy's change of z
             aux = props.aux_draws(self.seed, batch)
-            a, old, mass = moves.change(self, batch, mask, eligible, aux)
+            a, old, mass = moves.change(self, batch, mask, eligible, aux, redraw=True)
             batch.mc_aux_a = torch.where(mask, a - starts, batch.mc_aux_a)
             batch.mc_aux_old = torch.where(mask, old, batch.mc_aux_old)
             batch.mc_aux_mass = torch.where(mask, mass, batch.mc_aux_mass)
-        u = props.copy_draws if self.proposals > 1 else mc.draws
-        a, old, mass = moves.change(self, batch, mask, eligible, u(self.seed, batch))
+        u = (props.copy_draws if many else mc.draws)(self.seed, batch)
+        a, old, mass = moves.change(self, batch, mask, eligible, u, redraw=many)
         batch.mc_old_species = torch.where(mask, old, batch.mc_old_species)
         batch.mc_old_mass = torch.where(mask, mass, batch.mc_old_mass)
         batch.mc_site_a = torch.where(mask, a - starts, batch.mc_site_a)

@@ -28,15 +28,17 @@ FIELDS: dict[str, FieldSpec] = {
 
 
 def change(stage: Any, batch: Batch, mask: torch.Tensor, eligible: torch.Tensor,
-           u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+           u: torch.Tensor, redraw: bool = False) -> tuple[torch.Tensor, ...]:  # fmt: skip
     """Atom ``a`` of each system of ``mask``, uniform among ``eligible`` (by ``u[:, 0]``),
-    takes a species uniform among the other ``m - 1`` (``u[:, 1]``) and its standard mass;
-    returns ``a`` ``[B]``, its old species index (-1: none changed) and old mass."""
+    takes a species uniform among the other ``m - 1`` (``u[:, 1]``; ``redraw``: among all
+    ``m``, its own included) and its standard mass; returns ``a`` ``[B]``, its old
+    species index (-1: none changed) and old mass."""
     idx = mc.species_index(batch, stage._numbers)
     a, found = mc.pick(batch, eligible, u[:, 0])
     moved, m = mask & found, len(stage.species)
     old = idx.index_select(0, a)
-    shift = 1 + (u[:, 1] * (m - 1)).floor().to(torch.int64).clamp(max=m - 2)
+    width = m if redraw else m - 1
+    shift = int(not redraw) + (u[:, 1] * width).floor().to(torch.int64).clamp(max=width - 1)
     new = torch.where(moved, (old + shift) % m, old.clamp(min=0))
     here_z, here_m = batch.atomic_numbers.index_select(0, a), batch.masses.index_select(0, a)
     masses = on_device(stage._masses, batch.device, batch.dtype)
@@ -98,9 +100,9 @@ def post_update(stage: Any, batch: Batch, mask: torch.Tensor) -> None:
     kind = mc.species_index(batch, stage._numbers).index_select(0, a).clamp(min=0)
     undo(stage, batch, mask, a, batch.mc_aux_old, batch.mc_aux_mass)  # back to x
     e_x = batch.mc_energy.to(torch.float64) - chemical_work(stage, batch)
-    source, moved = props.conclude(stage, batch, mask, proposed, e_x, e_y)
-    here = mc.species_index(batch, stage._numbers).index_select(0, a)
-    back = (batch.mc_site_a.index_select(0, source) == batch.mc_aux_a) & (here == batch.mc_aux_old)
+    x = batch.atomic_numbers
+    _, moved = props.conclude(stage, batch, mask, proposed, e_x, e_y)
+    back = mc.count(batch, batch.atomic_numbers != x) == 0  # the chosen proposal is x
     mc.record(batch, mask, moved & ~back, kind, "species")
     mc.record_counts(batch, mask, stage._numbers)
 
