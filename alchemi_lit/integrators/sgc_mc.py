@@ -11,7 +11,8 @@ The proposal is symmetric (the same atom, and the old species among the new one'
 Sign convention (LAMMPS ``fix atom/swap ... semi-grand yes``, whose ``delta_mu`` are
 ``μ_s - μ_first``): a larger ``μ_s`` favours species ``s``; only differences matter.
 The new atom takes the species' standard mass (``ase.data.atomic_masses``), keeping its
-kinetic energy (``v *= sqrt(m_old / m_new)``).  ``proposals=k``: :mod:`.sgc_moves`.
+kinetic energy (``v *= sqrt(m_old / m_new)``).  ``proposals=k``: :mod:`.proposals`, the
+change's part (and why it then redraws among all ``m``) in :mod:`.sgc_moves`.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ class SemiGrandMC(Integrator):
         temperature: K, > 0 (a number, or one per system indexed by system_id).
         steps: attempts per system.
         proposals: changes evaluated per chain per step (>= 1), as many batch rows per
-            structure (the run makes the copies; the generalized Metropolis-Hastings rule
-            of :mod:`.proposals` with weights ``exp(-(E - Σ μ N)/kT)``).
+            structure (the run makes the copies): the generalized Metropolis-Hastings rule
+            of :mod:`.proposals`, the next state one of ``x`` and the ``k`` proposals with
+            weights ``exp(-(E - Σ μ N)/kT)``; one temperature (not per system_id).
     """
 
     budget_name = "steps"

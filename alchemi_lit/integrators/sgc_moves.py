@@ -1,8 +1,14 @@
-"""The semi-grand change of :class:`~.sgc_mc.SemiGrandMC`: making one, undoing one, and
-its part of ``proposals=k`` (the generalized Metropolis-Hastings step is
-:mod:`.proposals`).  The change kernel is symmetric -- the same atom, and the old
-species among the new one's ``m - 1`` others; the changeable atoms (free, of the given
-species) are the same in every state -- so that step holds with ``π ∝ exp(-(E - μ·N)/kT)``.
+"""The semi-grand change of :class:`~.sgc_mc.SemiGrandMC`: making one, undoing one, the
+one-proposal Metropolis rule, and the change's part of ``proposals=k`` (the generalized
+Metropolis-Hastings step is :mod:`.proposals`, with ``π ∝ exp(-(E - μ·N)/kT)``).
+
+Why a change *redraws* the species among all ``m`` (its own included) when
+``proposals > 1``: there ``x``, ``z = K(x)`` and ``y_j = K(z)`` are two changes apart,
+and two changes each to *another* species keep the parity of a binary composition
+(``N_Au`` moves by 0 or 2), so the chain would never leave the parity it started in.
+The redraw kernel (a site uniform among the ``n`` changeable ones, a species uniform
+among ``m``) is symmetric too -- the changeable atoms are the same in every state -- and
+reaches any composition: ``y_j = z``, one change from ``x``, is among the proposals.
 """
 
 from __future__ import annotations
@@ -88,9 +94,9 @@ def chemical_work(stage: Any, batch: Batch) -> torch.Tensor:
 
 
 def post_update(stage: Any, batch: Batch, mask: torch.Tensor) -> None:
-    """Choose among ``{x, y_1 .. y_k}`` by ``exp(-(E - μ·N)/kT)`` (:func:`.proposals.
-    conclude`); statistics: accepted when the chosen state is not ``x``, counted under the
-    auxiliary change's new species."""
+    """Choose among ``{x, y_1 .. y_k}`` by ``exp(-(E - μ·N)/kT)``
+    (:func:`.proposals.conclude`); statistics: accepted when the chosen state is not
+    ``x``, counted under the auxiliary change's new species."""
     starts = batch.ptr[:-1]
     a = torch.where(mask, batch.mc_aux_a + starts, starts)
     c = torch.where(mask, batch.mc_site_a + starts, starts)
