@@ -227,7 +227,7 @@ class Simulator:
         started = time.time()
         from .integrators.proposal_copies import expand
 
-        data = expand(self.plan, data)  # SwapMC(proposals=k): k rows a chain
+        data = expand(self.plan, data)  # proposals=k (SwapMC, SemiGrandMC): k rows a chain
         data = run_input(data, self.device, self.model, self.strategy)  # never one huge batch
         from .engine.fingerprint import input_digest, run_fingerprint
 

@@ -95,7 +95,7 @@ def build(
     structures = _constrained(_read_structures(data), data.get("constraints"))
     from ..integrators.proposal_copies import expand
 
-    structures = expand(sim.plan, structures)  # SwapMC(proposals=k): k rows a chain
+    structures = expand(sim.plan, structures)  # proposals=k (SwapMC, SemiGrandMC): k rows a chain
     first = data.get("first_id")
     ids = None if first is None else range(int(first), int(first) + len(structures))
     spec = data.get("sampler")

@@ -45,7 +45,7 @@ class Hybrid(Integrator):
         if getattr(mc, "proposals", 1) > 1:
             raise ConfigError(
                 f"Hybrid: {mc!r} has proposals > 1, whose copies of a chain the MD steps would "
-                f"make differ (their noise is per system); give the Hybrid's SwapMC proposals=1"
+                f"make differ (their noise is per system); give the Hybrid's move proposals=1"
             )
         self.every = check_count("Hybrid", "every", every, 1, "MD steps between attempts")
         super().__init__(md.steps + md.steps // self.every)

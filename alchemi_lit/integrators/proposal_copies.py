@@ -1,4 +1,4 @@
-"""The ``k`` copies of each structure that ``SwapMC(proposals=k)`` runs as one chain.
+"""The ``k`` copies of each structure that a move with ``proposals=k`` runs as one chain.
 
 Why copies made before the run: an integrator cannot add batch rows for a forward (a
 refill adds systems), so a chain's ``k`` proposals need ``k`` systems from the start.
@@ -22,15 +22,15 @@ from ..core.errors import ConfigError
 from ..core.state import Batch
 from ..data.replicas import GROUP_KEY, RUNG_KEY
 from .extended import CellOptimizer
-from .swap_proposals import CHAIN, COPY
+from .proposals import CHAIN, COPY
 
 
 def check_single_temperature(stage: Any) -> None:
     """A list of temperatures is per system_id, which the copies renumber: refused."""
     if isinstance(stage.temperature, torch.Tensor) and stage.temperature.dim() > 0:
         raise ConfigError(
-            f"SwapMC(proposals={stage.proposals}): give one temperature (a number or a "
-            f"schedule), not one per system_id: the copies of each chain get their own ids"
+            f"{stage!r}: give one temperature (a number or a schedule), not one per "
+            f"system_id: the copies of each chain (proposals > 1) get their own ids"
         )
 
 
@@ -43,9 +43,9 @@ def plan_proposals(stages: Sequence[Any]) -> int:
     for s in stages:
         if not (isinstance(s, CellOptimizer) or int(getattr(s, "proposals", 1)) == k):
             raise ConfigError(
-                f"SwapMC(proposals={k}) shares the plan with {s!r}: the copies of a chain "
-                f"must stay identical, so its plan may hold relaxations (FIRE, BFGS ...) and "
-                f"SwapMC stages of the same proposals only; run the other stages in another run"
+                f"proposals={k} shares the plan with {s!r}: the copies of a chain must stay "
+                f"identical, so its plan may hold relaxations (FIRE, BFGS ...) and Monte Carlo "
+                f"stages of the same proposals only; run the other stages in another run"
             )
     return k
 
@@ -103,13 +103,13 @@ def expand(plan: Any, data: Any) -> Any:
         if data.groups:
             return data
         raise ConfigError(
-            f"SwapMC(proposals={k}): the sampler's structures are not in chains of {k} "
+            f"proposals={k}: the sampler's structures are not in chains of {k} "
             f"copies; build it over alchemi_lit.integrators.proposal_copies.Copies(structures, "
             f"{k}), or give run() the structures and it makes the copies"
         )
     if isinstance(data, Batch):
         raise ConfigError(
-            f"SwapMC(proposals={k}) runs each structure as {k} copies: give run() the "
+            f"proposals={k} runs each structure as {k} copies: give run() the "
             f"ase.Atoms (or a path), not a Batch"
         )
     if len(data) and GROUP_KEY in data[0].info:

@@ -11,7 +11,8 @@ The proposal is symmetric (the same atom, and the old species among the new one'
 Sign convention (LAMMPS ``fix atom/swap ... semi-grand yes``, whose ``delta_mu`` are
 ``μ_s - μ_first``): a larger ``μ_s`` favours species ``s``; only differences matter.
 The new atom takes the species' standard mass (``ase.data.atomic_masses``), keeping its
-kinetic energy (``v *= sqrt(m_old / m_new)``).
+kinetic energy (``v *= sqrt(m_old / m_new)``).  ``proposals=k``: :mod:`.proposals`, the
+change's part (and why it then redraws among all ``m``) in :mod:`.sgc_moves`.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from ase.data import atomic_masses, chemical_symbols
 
 from ..core.errors import ConfigError, system_name
 from ..core.state import Batch
-from ..core.tensor_ops import on_device
 from . import mc_ops as mc
-from . import ops
+from . import proposal_copies as copies
+from . import proposals as props
+from . import sgc_moves as moves
 from .base import FieldSpec, Integrator
 from .md import describe
-from .params import Param, check_temperature
+from .params import Param, check_count, check_temperature
 from .swap_mc import NO_ZERO
 
 
@@ -43,6 +45,10 @@ class SemiGrandMC(Integrator):
             other elements and fixed atoms never change.
         temperature: K, > 0 (a number, or one per system indexed by system_id).
         steps: attempts per system.
+        proposals: changes evaluated per chain per step (>= 1), as many batch rows per
+            structure (the run makes the copies): the generalized Metropolis-Hastings rule
+            of :mod:`.proposals`, the next state one of ``x`` and the ``k`` proposals with
+            weights ``exp(-(E - Σ μ N)/kT)``; one temperature (not per system_id).
     """
 
     budget_name = "steps"
@@ -53,12 +59,8 @@ class SemiGrandMC(Integrator):
         "mc_old_mass": FieldSpec("system"),
     }
 
-    def __init__(
-        self,
-        chemical_potentials: Mapping[str, float],
-        temperature: Param = 300.0,
-        steps: int = 1000,
-    ) -> None:
+    def __init__(self, chemical_potentials: Mapping[str, float], temperature: Param = 300.0,
+                 steps: int = 1000, proposals: int = 1) -> None:  # fmt: skip
         super().__init__(steps)
         owner = type(self).__name__
         given = isinstance(chemical_potentials, Mapping)
@@ -75,17 +77,23 @@ class SemiGrandMC(Integrator):
         self.chemical_potentials = dict(zip(self.species, mu))
         self._mu = torch.tensor(mu, dtype=torch.float64)
         self.temperature = check_temperature(owner, temperature, NO_ZERO)
+        self.proposals = check_count(owner, "proposals", proposals, 1, "changes per chain per step")
+        if self.proposals > 1:
+            copies.check_single_temperature(self)
+            self.fields = {**self.fields, **moves.FIELDS}
 
     @property
     def steps(self) -> int:
         return self.max_steps
 
     def __repr__(self) -> str:
-        t = describe(self.temperature)
-        return f"SemiGrandMC(mu={self.chemical_potentials}, T={t}, steps={self.steps})"
+        t, k = describe(self.temperature), f", proposals={self.proposals}" * (self.proposals > 1)
+        return f"SemiGrandMC(mu={self.chemical_potentials}, T={t}, steps={self.steps}{k})"
 
     def setup(self, batch: Batch, seed: int, prefix: str) -> None:
         self.refuse(batch, torch.ones_like(batch.pbc[:, 0]))
+        if self.proposals > 1:
+            copies.enter(batch, self.proposals, repr(self))
         super().setup(batch, seed, prefix)
         mc.declare_statistics(batch, type(self).__name__, self._numbers, "species")
 
@@ -108,42 +116,24 @@ class SemiGrandMC(Integrator):
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
         mc.save(batch, mask)
-        u = mc.draws(self.seed, batch)
         idx = mc.species_index(batch, self._numbers)
-        a, found = mc.pick(batch, batch.atom_mask(mask) & ~batch.fixed & (idx >= 0), u[:, 0])
-        moved, m = mask & found, len(self.species)
-        old = idx.index_select(0, a)
-        shift = 1 + (u[:, 1] * (m - 1)).floor().to(torch.int64).clamp(max=m - 2)
-        new = torch.where(moved, (old + shift) % m, old.clamp(min=0))
-        here_z, here_m = batch.atomic_numbers.index_select(0, a), batch.masses.index_select(0, a)
-        batch.mc_old_species = torch.where(mask, torch.where(moved, old, -1), batch.mc_old_species)
-        batch.mc_old_mass = torch.where(mask, here_m, batch.mc_old_mass)
-        batch.mc_site_a = torch.where(mask, a - batch.ptr[:-1], batch.mc_site_a)
-        masses = on_device(self._masses, batch.device, batch.dtype)
-        z = torch.where(moved, mc.table(batch, self._numbers)[new], here_z)
-        mc.set_species(batch, a, z, torch.where(moved, masses[new], here_m))
+        eligible = batch.atom_mask(mask) & ~batch.fixed & (idx >= 0)
+        starts = batch.ptr[:-1]
+        many = self.proposals > 1  # (then a change redraws among all m: sgc_moves)
+        if many:  # the chain's auxiliary change z, then this copy's change of z
+            aux = props.aux_draws(self.seed, batch)
+            a, old, mass = moves.change(self, batch, mask, eligible, aux, redraw=True)
+            batch.mc_aux_a = torch.where(mask, a - starts, batch.mc_aux_a)
+            batch.mc_aux_old = torch.where(mask, old, batch.mc_aux_old)
+            batch.mc_aux_mass = torch.where(mask, mass, batch.mc_aux_mass)
+        u = (props.copy_draws if many else mc.draws)(self.seed, batch)
+        a, old, mass = moves.change(self, batch, mask, eligible, u, redraw=many)
+        batch.mc_old_species = torch.where(mask, old, batch.mc_old_species)
+        batch.mc_old_mass = torch.where(mask, mass, batch.mc_old_mass)
+        batch.mc_site_a = torch.where(mask, a - starts, batch.mc_site_a)
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
-        starts = batch.ptr[:-1]
-        a = torch.where(mask, batch.mc_site_a + starts, starts)
-        old = batch.mc_old_species.clamp(min=0)
-        moved = mask & (batch.mc_old_species >= 0)
-        new = mc.species_index(batch, self._numbers).index_select(0, a).clamp(min=0)
-        mu = on_device(self._mu, batch.device, batch.dtype)
-        delta = batch.energy - batch.mc_energy - (mu[new] - mu[old])
-        temperature = ops.per_system(batch, self.temperature)
-        accept = moved & mc.metropolis(delta, temperature, mc.draws(self.seed, batch)[:, 2])
-        reject = moved & ~accept
-        mc.restore(batch, mask & ~accept)
-        here_z, here_m = batch.atomic_numbers.index_select(0, a), batch.masses.index_select(0, a)
-        old_mass = torch.where(moved, batch.mc_old_mass, here_m)
-        at_a = torch.zeros_like(batch.masses).scatter(0, a, old_mass)  # old masses at the sites
-        old_z = torch.where(reject, mc.table(batch, self._numbers)[old], here_z)
-        mc.set_species(batch, a, old_z, torch.where(reject, old_mass, here_m))
-        changed = batch.atom_mask(accept) & (at_a > 0)
-        mc.keep_kinetic_energy(batch, torch.where(changed, at_a, batch.masses))
-        mc.record(batch, mask, accept, new, "species")
-        mc.record_counts(batch, mask, self._numbers)
+        (moves.post_update if self.proposals > 1 else moves.metropolis)(self, batch, mask)
 
 
 __all__ = ["SemiGrandMC"]

@@ -23,7 +23,8 @@ from ..core.state import Batch
 from . import mc_ops as mc
 from . import ops
 from . import proposal_copies as copies
-from . import swap_proposals as props
+from . import proposals as props
+from . import swap_proposals as swaps
 from .base import FieldSpec, Integrator
 from .mc_ops import exchange, permutation
 from .md import describe
@@ -41,7 +42,7 @@ class SwapMC(Integrator):
         temperature: K, > 0 (a number, or one per system indexed by system_id).
         steps: attempts per system.
         proposals: swaps evaluated per chain per step (>= 1), as many batch rows per
-            structure (the run makes the copies; :mod:`.swap_proposals`).
+            structure (the run makes the copies; :mod:`.proposals`).
     """
 
     budget_name = "steps"
@@ -63,7 +64,7 @@ class SwapMC(Integrator):
         self.proposals = check_count(owner, "proposals", proposals, 1, "swaps per chain per step")
         if self.proposals > 1:
             copies.check_single_temperature(self)
-            self.fields = {**self.fields, **props.FIELDS}
+            self.fields = {**self.fields, **swaps.FIELDS}
 
     @property
     def steps(self) -> int:
@@ -114,9 +115,8 @@ class SwapMC(Integrator):
 
     def pre_update(self, batch: Batch, mask: torch.Tensor) -> None:
         mc.save(batch, mask)
-        eligible = (
-            batch.atom_mask(mask) & ~batch.fixed & (mc.species_index(batch, self._numbers) >= 0)
-        )
+        idx = mc.species_index(batch, self._numbers)
+        eligible = batch.atom_mask(mask) & ~batch.fixed & (idx >= 0)
         starts = batch.ptr[:-1]
         if self.proposals > 1:  # the group's auxiliary swap z, then this copy's swap of z
             x, y = self.swap(batch, mask, eligible, props.aux_draws(self.seed, batch))
@@ -129,7 +129,7 @@ class SwapMC(Integrator):
 
     def post_update(self, batch: Batch, mask: torch.Tensor) -> None:
         if self.proposals > 1:
-            return props.post_update(self, batch, mask)
+            return swaps.post_update(self, batch, mask)
         starts = batch.ptr[:-1]
         a = torch.where(mask, batch.mc_site_a + starts, starts)
         b = torch.where(mask, batch.mc_site_b + starts, starts)

@@ -179,7 +179,7 @@ class Results(Sequence[Any]):
         Carlo stage (:class:`~alchemi_lit.integrators.SwapMC`, ...) its chain's statistics,
         ``mc_attempts``, ``mc_accepted``, ``mc_acceptance``, ``mc_energy_mean``,
         ``mc_energy_std`` and per species pair or new species
-        (:func:`~alchemi_lit.io.results_table.mc_columns`); after ``SwapMC(proposals=k)``
+        (:func:`~alchemi_lit.io.results_table.mc_columns`); after ``proposals=k``
         ``mc_chain``, one row per chain (its copy 0; the batch and stores keep all ``k``).
         Energies, forces and stress are NaN for a system never evaluated.
         """

@@ -80,7 +80,7 @@ def table_of(batch: Batch | None, stage_names: Sequence[str] | None) -> dict[str
                 table[f"energy[{name}]"] = s["stage_energy"][:, j].astype(np.float64)
     if "mc_attempts" in s:
         table.update(mc_columns(s))
-    if "mc_copy" in s:  # SwapMC(proposals=k): one row per chain, its copy 0
+    if "mc_copy" in s:  # proposals=k (SwapMC, SemiGrandMC): one row per chain, its copy 0
         table["mc_chain"] = s["mc_chain"]
         keep = s["mc_copy"] <= 0
         table = {k: v[keep] if isinstance(v, np.ndarray) else [x for x, m in zip(v, keep) if m]

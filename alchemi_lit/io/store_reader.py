@@ -50,8 +50,8 @@ REPLICA_COLUMNS = (
     "rex_group", "rex_rung", "rex_temperature", "rex_round_trips", "rex_end", "rex_attempts",
     "rex_accepts",
 )  # fmt: skip
-#: the chain and copy of a row of ``SwapMC(proposals=k)``
-#: (:mod:`alchemi_lit.integrators.swap_proposals`), where the run had them
+#: the chain and copy of a row of ``SwapMC`` / ``SemiGrandMC(proposals=k)``
+#: (:mod:`alchemi_lit.integrators.proposals`), where the run had them
 CHAIN_COLUMNS = ("mc_chain", "mc_copy")
 SCHEMA = "alchemi_lit.io.results/1"
 

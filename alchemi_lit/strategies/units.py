@@ -3,7 +3,8 @@
 A unit is systems that must be in one batch together: a nudged elastic band (the
 systems sharing ``neb_path``, :mod:`~alchemi_lit.integrators.neb`), a replica-exchange
 group (``rex_group``, :mod:`~alchemi_lit.integrators.tempering`) or the copies of a
-``SwapMC(proposals=k)`` chain (``mc_chain``, :mod:`~alchemi_lit.integrators.proposal_copies`).
+Monte Carlo chain with ``proposals=k`` (``mc_chain``,
+:mod:`~alchemi_lit.integrators.proposal_copies`).
 Their members finish a rank at different times (``relax | neb`` passes the images on at
 once; a group's members may leave a relaxation at different steps).  Holding them on
 the *receiving* rank until the unit is complete can deadlock: its budget fills with
@@ -85,8 +86,8 @@ def quarantine_orphans(batch: Batch, dead: torch.Tensor) -> torch.Tensor:
 
 def grouped(stage: Any) -> Unit | None:
     """The unit a stage needs whole: a replica exchange's groups (one replica per rung)
-    or a ``SwapMC(proposals=k)`` chain's ``k`` copies; None for any other stage."""
-    from ..integrators.swap_proposals import CHAIN
+    or a Monte Carlo chain's ``k`` copies (``proposals=k``); None for any other stage."""
+    from ..integrators.proposals import CHAIN
     from ..integrators.tempering import ReplicaExchange
 
     if isinstance(stage, ReplicaExchange):
@@ -102,7 +103,7 @@ def group_unit(pipeline: Pipeline) -> Unit | None:
     found = {grouped(s) for plan in pipeline.stages.values() for s in plan.stages} - {None}
     if len(found) > 1:
         raise ConfigError(
-            f"the pipeline's ReplicaExchange / SwapMC(proposals > 1) stages need groups of "
+            f"the pipeline's ReplicaExchange / Monte Carlo (proposals > 1) stages need groups of "
             f"different sizes ({sorted(k for _, k in found)} systems); its groups cross ranks "
             f"whole, one size for the run: give them one ladder length (or one proposals)"
         )
@@ -117,9 +118,9 @@ def group_unit(pipeline: Pipeline) -> Unit | None:
         if yes and len(yes) < len(downs):
             raise ConfigError(
                 f"pipeline rank {r} fans out to ranks {downs}, of which {yes} run a "
-                f"ReplicaExchange or SwapMC(proposals > 1) stage and the others do not; groups "
-                f"go to whichever branch has room, so some would never be exchanged: give every "
-                f"branch the same stages, or run that stage after the branches join"
+                f"ReplicaExchange or Monte Carlo (proposals > 1) stage and the others do not; "
+                f"groups go to whichever branch has room, so some would never be exchanged: give "
+                f"every branch the same stages, or run that stage after the branches join"
             )
     return next(iter(found), None)
 
@@ -136,7 +137,7 @@ class Members:
 
         k = int(getattr(self.stage, "proposals", 1))
         if k > 1:
-            proposal_copies.enter(batch, k, f"SwapMC(proposals={k})")
+            proposal_copies.enter(batch, k, f"{type(self.stage).__name__}(proposals={k})")
         else:
             self.stage.declare(batch)
 

@@ -24,7 +24,14 @@ import alchemi_lit as al
 from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.core.state import Batch
 from alchemi_lit.data import SizeAwareSampler, make_replicas
-from alchemi_lit.integrators import FIRE, Langevin, ReplicaExchange, SwapMC, geometric_ladder
+from alchemi_lit.integrators import (
+    FIRE,
+    Langevin,
+    ReplicaExchange,
+    SemiGrandMC,
+    SwapMC,
+    geometric_ladder,
+)
 from alchemi_lit.integrators.stages import Pipeline
 from alchemi_lit.models import EMT
 from alchemi_lit.strategies.buffers import BufferConfig
@@ -95,9 +102,11 @@ def test_relax_then_replica_exchange_across_two_ranks_equals_the_fused_plan():
 
 
 @pytest.mark.multirank
-def test_relax_then_swap_chains_across_two_ranks_equals_the_fused_plan():
-    """``SwapMC(proposals=2)`` on tiny Cu-Au EMT cells: each chain's two copies relax on
-    rank 0, cross in one message and run their chain on rank 1."""
+@pytest.mark.parametrize("kind", ["swap", "semi-grand"])
+def test_relax_then_mc_chains_across_two_ranks_equals_the_fused_plan(kind: str):
+    """``SwapMC(proposals=2)`` and ``SemiGrandMC(proposals=2)`` on tiny Cu-Au EMT cells:
+    each chain's two copies relax on rank 0, cross in one message and run their chain on
+    rank 1."""
     cells = []
     for k in range(3):
         atoms = bulk("Cu", "fcc", a=3.85, cubic=True)
@@ -107,7 +116,9 @@ def test_relax_then_swap_chains_across_two_ranks_equals_the_fused_plan():
 
     def plan(pipe: bool) -> Any:
         relax = FIRE(fmax=0.1, max_steps=6)
-        mc = SwapMC(["Cu", "Au"], temperature=900.0, steps=10, proposals=2)
+        mc = (SwapMC(["Cu", "Au"], temperature=900.0, steps=10, proposals=2) if kind == "swap"
+              else SemiGrandMC({"Cu": 0.0, "Au": -0.3}, temperature=900.0, steps=10,
+                               proposals=2))  # fmt: skip
         return relax | mc if pipe else relax + mc
 
     fused = run(plan(False), cells, EMT())
