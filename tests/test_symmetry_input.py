@@ -1,6 +1,7 @@
 """FixSymmetry in and out of a batch (core/symmetry.py): ASE's constraint read into the
-batch and written back onto result Atoms, bad input refused before any run naming the
-system, and the space-group columns of the results table (spglib as the reference)."""
+batch and written back onto result Atoms, with fixed atoms when they are whole orbits,
+bad input refused before any run naming the system, and the space-group columns of the
+results table (spglib as the reference)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from ase import Atoms
 from ase.build import bulk
-from ase.constraints import FixAtoms, FixSymmetry
+from ase.constraints import FixAtoms, FixBondLengths, FixCartesian, FixSymmetry, Hookean
 
 from alchemi_lit import Batch
 from alchemi_lit.core.errors import StructureError
@@ -48,11 +49,57 @@ def test_bad_input_is_refused_before_the_run_naming_the_system() -> None:
     with pytest.raises(StructureError, match="periodic in x, y and z"):
         fix_symmetry(Atoms("Cu2", positions=[[0, 0, 0], [0, 0, 2.5]]))
     both = good.copy()
-    both.set_constraint([FixAtoms([0]), FixSymmetry(both)])
-    assert "FixSymmetry together with ['FixAtoms']" in _error([both])
+    both.set_constraint([Hookean(0, (0.0, 0.0, 0.0), k=1.0, rt=0.5), FixSymmetry(both)])
+    assert "FixSymmetry together with ['Hookean'] is not supported" in _error([both])
     big = fix_symmetry(bulk("Cu") * (2, 2, 2))[0]  # 48 x 8 operations
     assert len(big.constraints[0].rotations) > MAX_OPERATIONS
     assert "relax the primitive cell" in _error([big])
+
+
+def tetragonal():
+    """A conventional Cu cell, tetragonal, atom 1 lifted: orbits {0, 3}, {1}, {2}."""
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True)
+    atoms.set_cell(atoms.cell.array @ np.diag([1.0, 1.0, 1.03]), scale_atoms=True)
+    atoms.positions[1, 2] += 0.08
+    return atoms
+
+
+def test_fixed_atoms_go_with_fix_symmetry_only_as_whole_orbits() -> None:
+    """Fixed atoms (FixAtoms, FixCartesian of x, y, z) that every operation maps onto
+    fixed atoms are kept, in a batch and by ``fix_symmetry``; others are refused naming
+    the system, the atoms and the orbit; other kinds with FixSymmetry are refused by
+    name."""
+    atoms = tetragonal()
+    sym = FixSymmetry(atoms, symprec=1e-3)
+    orbit = atoms.copy()
+    orbit.set_constraint([sym, FixCartesian([0, 3], mask=(True, True, True))])
+    (back,) = Batch.from_atoms([orbit]).to_atoms(results=False)
+    assert [type(c).__name__ for c in back.constraints] == ["FixAtoms", "FixSymmetry"]
+    assert sorted(back.constraints[0].index.tolist()) == [0, 3]
+    half = atoms.copy()
+    half.set_constraint([sym, FixAtoms([0, 1])])
+    message = _error([bulk("Au", cubic=True), half])
+    assert "system 1: FixSymmetry with fixed atoms needs the fixed set to be whole" in message
+    assert "fixed atom(s) [0] have images [3] that are not fixed" in message
+    assert "atom 0's orbit is [0, 3]" in message and "drop FixSymmetry" in message
+    for other in (FixCartesian([2], mask=(False, False, True)), FixBondLengths([(0, 1)])):
+        mixed = atoms.copy()
+        mixed.set_constraint([sym, other])
+        assert f"FixSymmetry together with ['{type(other).__name__}']" in _error([mixed])
+
+    start = tetragonal()
+    start.positions[3, 0] += 0.0004  # (below symprec: refined, fixed or not)
+    alone = fix_symmetry(start, symprec=1e-3)[0]
+    start.set_constraint(FixAtoms([0, 3]))
+    (made,) = fix_symmetry(start, symprec=1e-3)
+    assert [type(c).__name__ for c in made.constraints] == ["FixAtoms", "FixSymmetry"]
+    assert np.abs(made.positions - alone.positions).max() < 1e-12  # (refined as alone)
+    start.set_constraint(FixAtoms([3]))
+    with pytest.raises(StructureError, match=r"fixed atom\(s\) \[3\] have images \[0\]"):
+        fix_symmetry(start, symprec=1e-3)
+    start.set_constraint(Hookean(0, 1, k=1.0, rt=2.0))
+    with pytest.raises(StructureError, match=r"already has constraints \['Hookean'\]"):
+        fix_symmetry(start)
 
 
 def test_space_group_names_and_verdicts() -> None:
@@ -74,3 +121,15 @@ def test_fix_symmetry_from_a_run_config() -> None:
     (c,) = apply_specs(atoms, specs).constraints
     assert isinstance(c, FixSymmetry) and len(c.rotations) == 24
     assert int(Batch.from_atoms([atoms]).symmetry_count[0]) == 24
+    lifted = tetragonal()
+    lifted.positions[3, 0] += 0.0004  # (below symprec: refined, fixed or not)
+    alone = lifted.copy()
+    FixSymmetry(alone, symprec=1e-3)  # (the reference refinement: no constraint)
+    lifted.set_constraint(FixAtoms([3]))  # (as a file carries it)
+    specs = check_specs([{"type": "FixAtoms", "indices": [0]},
+                         {"type": "FixSymmetry", "symprec": 1e-3}])  # fmt: skip
+    *_, sym = apply_specs(lifted, specs).constraints
+    assert isinstance(sym, FixSymmetry)
+    assert np.abs(lifted.positions - alone.positions).max() < 1e-12
+    (back,) = Batch.from_atoms([lifted]).to_atoms(results=False)
+    assert sorted(back.constraints[0].index.tolist()) == [0, 3]

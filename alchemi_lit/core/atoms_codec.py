@@ -20,12 +20,12 @@ import torch
 from . import symmetrize, symmetry  # noqa: F401  (symmetrize registers FixSymmetry)
 from .batched_validation import validate_structures
 from .constraint_io import decode_system, stack_fields
+from .constraints import fixed_mask
 from .errors import StructureError
 from .fields import ARRAYS_KEY, CORE_ARRAYS, EXIT_REASONS, RESULT_INFO_KEYS
 from .validation import (
     constraint_host,
     first_few,
-    fixed_mask,
     require_atoms,
     require_unique_ids,
     system_name,
@@ -125,7 +125,7 @@ def fields_from_atoms(
     constrained = stack_fields(hosts, counts, dtype, device)
     atom.update(constrained["atom"])
     system.update(constrained["system"])
-    packed = symmetry.pack(atoms, ids)  # FixSymmetry's operations (its own fields), checked
+    packed = symmetry.pack(atoms, ids, fixed)  # FixSymmetry's operations (own fields), checked
     if packed is not None:
         for store, values in zip((atom, system), packed):
             for k, v in values.items():

@@ -35,7 +35,7 @@ class FixAtomsKind(Constraint):
     native = True
 
     def encode(self, constraint: Any, host: Host) -> None:
-        raise TypeError("FixAtoms is read into the core 'fixed' field (validation.fixed_mask)")
+        raise TypeError("FixAtoms is read into the core 'fixed' field (constraints.fixed_mask)")
 
     def _fixed(self, batch: Any, active: torch.Tensor) -> torch.Tensor:
         return (batch.atom_mask(active) & batch.fixed).unsqueeze(-1)

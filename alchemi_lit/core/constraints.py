@@ -218,6 +218,34 @@ def field_specs() -> dict[str, ConstraintField]:
     return specs
 
 
+def fixes_atoms(constraint: Any) -> bool:
+    """Whether ``constraint`` only fixes whole atoms: ``FixAtoms``, or a ``FixCartesian``
+    of x, y and z for every atom it names (the core ``fixed`` field either way)."""
+    name = type(constraint).__name__
+    if name != "FixCartesian":
+        return name == "FixAtoms"
+    return bool(np.asarray(constraint.todict()["kwargs"]["mask"], dtype=bool).all())
+
+
+def fixed_mask(atoms: Any, index: int, system_id: int | None = None) -> np.ndarray:
+    """Atoms fixed by ``FixAtoms`` or by a ``FixCartesian`` of all three directions (the
+    core ``fixed`` field).  Every other constraint is read, or refused by name, by
+    :func:`~.constraint_io.encode_structure`."""
+    from ase.constraints import FixAtoms, FixCartesian
+
+    mask = np.zeros(len(atoms), dtype=bool)
+    for c in atoms.constraints:
+        if isinstance(c, FixAtoms):
+            mask[c.index] = True
+        elif type(c) is FixCartesian:
+            kwargs = c.todict()["kwargs"]  # True = fixed here in every ASE version
+            idx = np.atleast_1d(np.asarray(kwargs["a"], dtype=np.int64))
+            rows = np.broadcast_to(np.asarray(kwargs["mask"], dtype=bool).reshape(-1, 3),
+                                   (len(idx), 3))  # fmt: skip
+            mask[idx[rows.all(axis=1)]] = True
+    return mask
+
+
 def partner(batch: Any, offset: torch.Tensor) -> torch.Tensor:
     """Flat index of each atom's partner ``[N]`` from an offset field (itself where the
     offset is 0)."""
@@ -231,5 +259,7 @@ def atoms_of(batch: Any, active: torch.Tensor, present: torch.Tensor) -> torch.T
 
 __all__ = [
     "DOF_FIELD", "FLAGS_FIELD", "SHARED_FIELDS", "Constraint", "ConstraintField", "Host",
-    "atoms_of", "constraint_kinds", "field_specs", "partner", "register_constraint",
+    "atoms_of", "constraint_kinds", "field_specs", "fixed_mask", "fixes_atoms",
+    "partner",
+    "register_constraint",
 ]  # fmt: skip

@@ -122,7 +122,10 @@ class FixSymmetryKind(Constraint):
     and stress symmetrised as the model returns them, the new cell as a symmetrised
     deformation of the old (``adjust_cell``), the position step symmetrised in the new
     cell from the old positions carried by it (``adjust_positions``); velocities are
-    left alone, as ASE has no ``adjust_momenta`` for it.
+    left alone, as ASE has no ``adjust_momenta`` for it.  Fixed atoms (whole orbits,
+    checked by :func:`~.symmetry.pack`) stay where the cell carries them: a cell
+    filter moves them with the unsymmetrised cell, and ASE's ``FixAtoms`` puts them
+    back onto the symmetrised one, whichever comes first in its list.
 
     Its fields are not the interface's zero-filled shared schema: ``W`` operations per
     atom would cost every run :data:`MAX_OPERATIONS` integers per atom, so they exist
@@ -172,6 +175,7 @@ class FixSymmetryKind(Constraint):
             return new
         on = self._on(batch, active) & getattr(batch, ADJUST)[:, 0]
         moved = old + symmetrize_rank1(batch, new - old, batch.cell)
+        moved = torch.where(batch.fixed[:, None], old, moved)  # ASE's FixAtoms after it
         return torch.where(batch.atom_mask(on)[:, None], moved, new)
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .constraints import fixed_mask, fixes_atoms
 from .errors import StructureError, system_name
 
 #: operations a system may carry (the width of the symmetry fields)
@@ -138,13 +139,16 @@ def fix_symmetry(
 ) -> list[Any]:
     """Copies of ``ase.Atoms`` (one or a list) with ASE's ``FixSymmetry(atoms, symprec)``
     set -- whose constructor refines each structure to its group at ``symprec`` Å -- for
-    a symmetry-preserving relaxation (cell filters and optimizers honour it).
+    a symmetry-preserving relaxation (cell filters and optimizers honour it).  Fixed
+    atoms (``FixAtoms``, ``FixCartesian`` of x, y and z) are kept, before FixSymmetry,
+    when they are whole symmetry orbits (:func:`check_fixed_orbits`); the refinement
+    moves them too, onto their symmetric sites.
 
     Refused before any run, naming the structure: ``symprec <= 0``, a structure not
-    periodic in x, y and z, one already carrying constraints, and one whose refinement
-    lands in another space group than spglib finds at ``symprec`` (ASE's
-    ``IntermediateDatasetError``: ``symprec`` straddles a distortion; choose it above or
-    below)."""
+    periodic in x, y and z, one carrying another constraint, fixed atoms that are not
+    whole orbits, and one whose refinement lands in another space group than spglib
+    finds at ``symprec`` (ASE's ``IntermediateDatasetError``: ``symprec`` straddles a
+    distortion; choose it above or below)."""
     from ase import Atoms
     from ase.constraints import FixSymmetry
 
@@ -158,15 +162,17 @@ def fix_symmetry(
                 f"{name}: FixSymmetry needs a crystal periodic in x, y and z (pbc "
                 f"{np.asarray(a.pbc).tolist()}, volume {abs(a.cell.volume):.3g} Å^3)", k
             )
-        if a.constraints:
+        others = [type(c).__name__ for c in a.constraints if not fixes_atoms(c)]
+        if others:
             raise StructureError(
-                f"{name}: already has constraints {[type(c).__name__ for c in a.constraints]}; "
-                f"FixSymmetry is not combined with others here (remove them first)", k
-            )
+                f"{name}: already has constraints {others}; FixSymmetry goes only with "
+                f"fixed atoms (FixAtoms) here: remove the others first", k
+            )  # fmt: skip
         before = spacegroup(a.cell.array, a.positions, a.numbers, value)
-        copy = a.copy()
-        copy.set_constraint(FixSymmetry(copy, symprec=value, adjust_positions=adjust_positions,
-                                        adjust_cell=adjust_cell))  # fmt: skip
+        copy, kept = a.copy(), [c.copy() for c in a.constraints]
+        copy.set_constraint()  # (ASE's refinement would otherwise leave fixed atoms off-site)
+        made = FixSymmetry(copy, symprec=value, adjust_positions=adjust_positions,
+                           adjust_cell=adjust_cell)  # fmt: skip
         after = spacegroup(copy.cell.array, copy.positions, copy.numbers, value)
         if after[1] != before[1]:
             raise StructureError(
@@ -174,15 +180,41 @@ def fix_symmetry(
                 f"{before[0]} ({before[1]}) spglib finds at that symprec: the tolerance "
                 f"straddles a distortion; choose symprec clearly above or below it", k
             )
+        check_fixed_orbits(np.asarray(made.symm_map), fixed_mask(a, k), name, k)
+        copy.set_constraint([*kept, made])
         out.append(copy)
     return out
 
 
+def check_fixed_orbits(maps: np.ndarray, fixed: np.ndarray, name: str, index: int) -> None:
+    """Refuse fixed atoms that are not whole orbits of the operations ``maps``
+    (``symm_map [K, n]``).  Why: only then does every operation send fixed atoms onto
+    fixed atoms, so the symmetrised step and the fixed atoms commute (in either order
+    of ASE's list) and the relaxation keeps the group; otherwise ASE's result depends
+    on the list's order and breaks the symmetry."""
+    if not fixed.any():
+        return
+    images = fixed[maps]  # [K, n]: the image of atom i under operation k is fixed
+    bad = np.flatnonzero(fixed & ~images.all(axis=0))
+    if bad.size:
+        loose = np.unique(maps[:, bad][~images[:, bad]])
+        orbit = np.unique(maps[:, bad[0]]).tolist()
+        raise StructureError(
+            f"{name}: FixSymmetry with fixed atoms needs the fixed set to be whole symmetry "
+            f"orbits: fixed atom(s) {bad[:8].tolist()} have images {loose[:8].tolist()} "
+            f"that are not fixed; fix whole orbits (atom {int(bad[0])}'s orbit is {orbit}) "
+            f"or drop FixSymmetry",
+            index,
+        )
+
+
 def pack(
-    atoms: list[Any], ids: list[int]
+    atoms: list[Any], ids: list[int], fixed: list[np.ndarray]
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
-    """The constraint's fields (atom, system) of a list of ``ase.Atoms``, or None when
-    none carries ``FixSymmetry`` (the fields then stay out of the batch)."""
+    """The constraint's fields (atom, system) of a list of ``ase.Atoms`` (``fixed``: each
+    one's fixed atoms), or None when none carries ``FixSymmetry`` (the fields then stay
+    out of the batch).  Fixed atoms may go with it when they are whole orbits
+    (:func:`check_fixed_orbits`); any other constraint is refused by name."""
     found = [symmetry_constraint(a, k, sid) for k, (a, sid) in enumerate(zip(atoms, ids))]
     if all(c is None for c in found):
         return None
@@ -197,18 +229,21 @@ def pack(
         source = np.broadcast_to(local[:, None], (len(a), w)).copy()
         if c is not None:
             name = system_name(k, sid)
-            others = [type(o).__name__ for o in a.constraints if not is_fix_symmetry(o)]
+            others = [type(o).__name__ for o in a.constraints
+                      if not (is_fix_symmetry(o) or fixes_atoms(o))]  # fmt: skip
             if others:
                 raise StructureError(
                     f"{name}: FixSymmetry together with {others} is not supported (the "
-                    f"symmetrised step would move fixed atoms); keep one of them", k
-                )
+                    f"symmetrised step would undo or break them); keep FixSymmetry with "
+                    f"FixAtoms only, or drop one of them", k
+                )  # fmt: skip
             rotations, maps = operation_maps(c, a, name)
             if not np.asarray(a.pbc).all():
                 raise StructureError(
                     f"{name}: FixSymmetry needs a crystal periodic in x, y and z (pbc "
                     f"{np.asarray(a.pbc).tolist()}); remove the constraint", k
                 )
+            check_fixed_orbits(maps, fixed[k], name, k)
             kk = len(rotations)
             rot[k, :kk] = rotations
             count[k] = kk
@@ -330,6 +365,7 @@ __all__ = [
     "FIELDS",
     "MAX_OPERATIONS",
     "SPACEGROUP_SYMPREC",
+    "check_fixed_orbits",
     "check_symprec",
     "constraint_of",
     "fix_symmetry",

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 import numpy as np
 import torch
 
+from .constraints import fixed_mask
 from .errors import BatchError, StructureError, StructureWarning, system_name
 from .geometry import COINCIDENT_DISTANCE, closest_pair, periodic_heights
 
@@ -47,25 +48,6 @@ def _outside_level() -> int:
 def first_few(indices: np.ndarray) -> list[int]:
     """The first few of ``indices`` for a message."""
     return np.asarray(indices)[:10].tolist()
-
-
-def fixed_mask(atoms: Any, index: int, system_id: int | None = None) -> np.ndarray:
-    """Atoms fixed by ``FixAtoms`` or by a ``FixCartesian`` of all three directions (the
-    core ``fixed`` field).  Every other constraint is read, or refused by name, by
-    :func:`~alchemi_lit.core.constraint_io.encode_structure`."""
-    from ase.constraints import FixAtoms, FixCartesian
-
-    mask = np.zeros(len(atoms), dtype=bool)
-    for c in atoms.constraints:
-        if isinstance(c, FixAtoms):
-            mask[c.index] = True
-        elif type(c) is FixCartesian:
-            kwargs = c.todict()["kwargs"]  # True = fixed here in every ASE version
-            idx = np.atleast_1d(np.asarray(kwargs["a"], dtype=np.int64))
-            rows = np.broadcast_to(np.asarray(kwargs["mask"], dtype=bool).reshape(-1, 3),
-                                   (len(idx), 3))  # fmt: skip
-            mask[idx[rows.all(axis=1)]] = True
-    return mask
 
 
 def constraint_host(atoms: Any, index: int, system_id: int | None, fixed: np.ndarray) -> Any:

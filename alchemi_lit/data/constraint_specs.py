@@ -19,6 +19,9 @@ Each structure gets these after the constraints its file carries (ASE's ``.traj`
 constraints; extxyz keeps ``FixAtoms`` / ``FixCartesian`` as its ``move_mask`` column).
 A wrong ``type`` or argument is a config error naming ``data.constraints[i]``; an index
 out of range in a structure is the structure's error, naming it, before the run.
+``FixSymmetry`` goes with fixed atoms only (``FixAtoms``, ``FixCartesian`` of x, y and
+z), and only when they are whole symmetry orbits; its refinement moves every atom onto
+its symmetric site, the fixed ones included.
 """
 
 from __future__ import annotations
@@ -89,8 +92,13 @@ def build_constraint(spec: dict[str, Any], atoms: Any) -> Any:
         args["a2"] = tuple(args["a2"])
     if select:
         args[select] = _selected(spec, atoms)
-    if kind == "FixSymmetry":  # ASE's constructor refines the structure it is given
-        return ac.FixSymmetry(atoms, **args)
+    if kind == "FixSymmetry":  # ASE's constructor refines the structure it is given,
+        kept = atoms.constraints  # every atom: a file's FixAtoms would leave some off-site
+        atoms.set_constraint()
+        try:
+            return ac.FixSymmetry(atoms, **args)
+        finally:
+            atoms.set_constraint(kept)
     return getattr(ac, kind)(**args)
 
 

@@ -1,8 +1,8 @@
 """Results stores keep every constraint kind (#43): a run through a ZarrSink read back
 with ``read_results(...).to_atoms()`` gives each system the constraints it entered with,
 equal to the in-memory results'; an unconstrained run writes no constraint array; a
-merge carries them; a pipeline's results keep them (FixSymmetry included) and equal the
-fused run's.
+merge carries them; a pipeline's results keep them (FixSymmetry included, alone and
+with fixed atoms) and equal the fused run's.
 
 Reference: the input's ASE constraints (``todict()``; FixSymmetry by its operations,
 ``symm_map`` and parameters) and the same run's in-memory ``Results.to_atoms()``.
@@ -16,9 +16,7 @@ import pytest
 import zarr
 from ase.build import bulk
 from ase.cluster import Icosahedron
-from ase.constraints import (
-    FixSymmetry,
-)
+from ase.constraints import FixAtoms, FixSymmetry
 
 import alchemi_lit as al
 from alchemi_lit.core.constraint_io import stored_fields
@@ -30,7 +28,7 @@ from alchemi_lit.sinks import ZarrSink, merge_stores, read_results
 from alchemi_lit.testing import constraint_cases
 
 CASES = constraint_cases()
-NAMES = [*CASES, "FixSymmetry", "none"]
+NAMES = [*CASES, "FixSymmetry", "FixSymmetry+FixAtoms", "none"]
 
 
 def cluster(seed: int):
@@ -52,6 +50,10 @@ def crystal():
 def make(name: str, seed: int = 0):
     if name == "FixSymmetry":
         return crystal()
+    if name == "FixSymmetry+FixAtoms":  # (atoms 0 and 3: one orbit of its P4/mmm)
+        atoms = crystal()
+        atoms.set_constraint([*atoms.constraints, FixAtoms([0, 3])])
+        return atoms
     atoms = cluster(seed)
     if name != "none":
         atoms.set_constraint(CASES[name](atoms))
