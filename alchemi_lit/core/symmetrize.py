@@ -123,9 +123,10 @@ class FixSymmetryKind(Constraint):
     deformation of the old (``adjust_cell``), the position step symmetrised in the new
     cell from the old positions carried by it (``adjust_positions``); velocities are
     left alone, as ASE has no ``adjust_momenta`` for it.  Fixed atoms (whole orbits,
-    checked by :func:`~.symmetry.pack`) stay where the cell carries them: a cell
-    filter moves them with the unsymmetrised cell, and ASE's ``FixAtoms`` puts them
-    back onto the symmetrised one, whichever comes first in its list.
+    checked by :func:`~.symmetry.pack`) end exactly where the symmetrised cell carries
+    them, as ASE's ``FixAtoms`` leaves them in either order of its list: a cell filter
+    carried them by the unsymmetrised cell, and the symmetrised step brings them back
+    only to rounding.
 
     Its fields are not the interface's zero-filled shared schema: ``W`` operations per
     atom would cost every run :data:`MAX_OPERATIONS` integers per atom, so they exist

@@ -20,6 +20,10 @@ relaxes it -- is checked and packed as
 the 48 operations of a cubic point group times up to 4 lattice translations (a
 conventional fcc or rock-salt cell); a larger supercell is refused with the fix (relax
 the primitive cell).  The batched arithmetic is :mod:`alchemi_lit.core.symmetrize`.
+
+Of the other constraints only fixed atoms (``FixAtoms``, ``FixCartesian`` of x, y, z)
+may go with it, and only as whole orbits (:func:`check_fixed_orbits`): then they need no
+field of their own (the core ``fixed`` mask) and commute with the symmetrisation.
 """
 
 from __future__ import annotations
