@@ -41,11 +41,14 @@ from . import ops
 
 @dataclass
 class Snapshot:
-    """Positions and cell before a step's position updates."""
+    """Positions and cell before a step's position updates, and the cell tensor itself
+    with its version: a step that neither replaced nor wrote it changed no cell, which
+    is known without reading a value."""
 
     positions: torch.Tensor
-    velocities: torch.Tensor
     cell: torch.Tensor
+    cell_tensor: torch.Tensor
+    cell_version: int
 
 
 def constraint_bits(batch: Batch) -> int:
@@ -68,7 +71,8 @@ def _kinds(bits: int) -> list[Constraint]:
 def snapshot(batch: Batch) -> Snapshot:
     """The references :func:`after_pre_update` adjusts from (copies: a kernel may write
     in place)."""
-    return Snapshot(batch.positions.clone(), batch.velocities.clone(), batch.cell.clone())
+    cell = batch.cell
+    return Snapshot(batch.positions.clone(), cell.clone(), cell, cell._version)
 
 
 def _active(batch: Batch, mask: torch.Tensor, kind: Constraint) -> torch.Tensor:
@@ -77,7 +81,10 @@ def _active(batch: Batch, mask: torch.Tensor, kind: Constraint) -> torch.Tensor:
 
 def _moved_by_cell(batch: Batch, before: Snapshot) -> torch.Tensor:
     """The old positions carried by each system's cell change (``r h_old^-1 h_new``,
-    ASE's ``set_cell(scale_atoms=True)``), unchanged where the cell did not change."""
+    ASE's ``set_cell(scale_atoms=True)``), unchanged where the cell did not change
+    (all of them, without arithmetic, when no stage touched the cell tensor: MD)."""
+    if batch.cell is before.cell_tensor and batch.cell._version == before.cell_version:
+        return before.positions
     changed = (batch.cell != before.cell).flatten(1).any(-1)
     eye = torch.eye(3, dtype=batch.dtype, device=batch.device).expand_as(batch.cell)
     safe = torch.where(changed.view(-1, 1, 1), before.cell, eye)

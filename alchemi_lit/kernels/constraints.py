@@ -1,0 +1,208 @@
+"""The constraint kinds' per-step work as compiled CPU loops (see :mod:`alchemi_lit.kernels`):
+SHAKE / RATTLE sweeps to convergence, Hookean springs and ExternalForce pulls, one call each.
+
+Why: the torch path (:mod:`alchemi_lit.core.constraint_bonds`, :mod:`~alchemi_lit.core.
+constraint_forces`) computes every slot of every atom -- 27 periodic images of each and a
+host read per SHAKE sweep -- where only a quarter of the atoms may carry a constraint.
+A loop visits the constrained atoms alone and sweeps each system until it has converged,
+as ASE does; the arithmetic is the torch path's, term after term.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.constraint_forces import SPRING_ATOM, SPRING_PLANE
+from .cache import compiled
+
+
+@compiled
+def mic(d0, d1, d2, cell, inv, pbc):
+    """``(d0, d1, d2)`` as its shortest periodic image (the torch ``minimum_image``):
+    fractional coordinates wrapped along periodic axes, then the shortest of the 27
+    neighbouring images (the first one on a tie, as ``argmin``).  ``cell`` / ``inv``
+    ``[3, 3]``: the system's cell with identity rows along open axes and its inverse;
+    ``pbc`` ``[3]`` 1.0 / 0.0."""
+    f = np.empty(3)
+    for j in range(3):
+        f[j] = d0 * inv[0, j] + d1 * inv[1, j] + d2 * inv[2, j]
+        f[j] = f[j] - np.rint(f[j]) * pbc[j]
+    best, b0, b1, b2 = np.inf, 0.0, 0.0, 0.0
+    for a in range(-1, 2):
+        for b in range(-1, 2):
+            for c in range(-1, 2):
+                g0, g1, g2 = f[0] + a * pbc[0], f[1] + b * pbc[1], f[2] + c * pbc[2]
+                i0 = g0 * cell[0, 0] + g1 * cell[1, 0] + g2 * cell[2, 0]
+                i1 = g0 * cell[0, 1] + g1 * cell[1, 1] + g2 * cell[2, 1]
+                i2 = g0 * cell[0, 2] + g1 * cell[1, 2] + g2 * cell[2, 2]
+                sq = i0 * i0 + i1 * i1 + i2 * i2
+                if sq < best:
+                    best, b0, b1, b2 = sq, i0, i1, i2
+    return b0, b1, b2
+
+
+@compiled
+def bond_vectors(ref, offset, length, starts, counts, active, cell, inv, pbc):
+    """Per bond slot ``[N, C]``: the bond vector at ``ref`` (``r0``) and its minimum
+    image (``d0``), each ``[N, C, 3]`` (zeros where no bond or the system is not active)."""
+    r0 = np.zeros((ref.shape[0], offset.shape[1], 3))
+    d0 = np.zeros_like(r0)
+    for s in range(starts.shape[0]):
+        if not active[s]:
+            continue
+        for i in range(starts[s], starts[s] + counts[s]):
+            for c in range(offset.shape[1]):
+                if length[i, c] > 0:
+                    j = i + offset[i, c]
+                    for k in range(3):
+                        r0[i, c, k] = ref[i, k] - ref[j, k]
+                    d0[i, c, 0], d0[i, c, 1], d0[i, c, 2] = mic(
+                        r0[i, c, 0], r0[i, c, 1], r0[i, c, 2], cell[s], inv[s], pbc[s]
+                    )
+    return r0, d0
+
+
+@compiled
+def shake(new, r0, d0, masses, offset, length, starts, counts, active, tol, max_sweeps):
+    """SHAKE: ``new`` positions (a copy) with every bond of the active systems at its
+    length, colour after colour, sweeping each system until no correction exceeds its
+    ``tol``; and the first system row that did not converge in ``max_sweeps`` (-1: none)."""
+    new = new.copy()
+    for s in range(starts.shape[0]):
+        if not active[s]:
+            continue
+        moved = True
+        for _ in range(max_sweeps):
+            moved = False
+            for c in range(offset.shape[1]):
+                for i in range(starts[s], starts[s] + counts[s]):
+                    cd = length[i, c]
+                    if cd <= 0:
+                        continue
+                    j = i + offset[i, c]
+                    e0 = new[i, 0] - new[j, 0] - r0[i, c, 0] + d0[i, c, 0]
+                    e1 = new[i, 1] - new[j, 1] - r0[i, c, 1] + d0[i, c, 1]
+                    e2 = new[i, 2] - new[j, 2] - r0[i, c, 2] + d0[i, c, 2]
+                    g0, g1, g2 = d0[i, c, 0], d0[i, c, 1], d0[i, c, 2]
+                    x = 0.5 * (cd * cd - (e0 * e0 + e1 * e1 + e2 * e2)) / (
+                        g0 * e0 + g1 * e1 + g2 * e2
+                    )
+                    if abs(x) > tol[s]:
+                        moved = True
+                        _push(new, i, j, x, g0, g1, g2, masses)
+            if not moved:
+                break
+        if moved:
+            return new, s
+    return new, -1
+
+
+@compiled
+def rattle(v, d0, masses, offset, length, starts, counts, active, tol, max_sweeps):
+    """RATTLE: velocities ``v`` (a copy) without a component along any bond of the
+    active systems, swept as :func:`shake`; and the first unconverged row (-1: none)."""
+    v = v.copy()
+    for s in range(starts.shape[0]):
+        if not active[s]:
+            continue
+        moved = True
+        for _ in range(max_sweeps):
+            moved = False
+            for c in range(offset.shape[1]):
+                for i in range(starts[s], starts[s] + counts[s]):
+                    cd = length[i, c]
+                    if cd <= 0:
+                        continue
+                    j = i + offset[i, c]
+                    g0, g1, g2 = d0[i, c, 0], d0[i, c, 1], d0[i, c, 2]
+                    dot = (v[i, 0] - v[j, 0]) * g0 + (v[i, 1] - v[j, 1]) * g1
+                    dot = dot + (v[i, 2] - v[j, 2]) * g2
+                    x = -dot / max(cd * cd, 1e-300)
+                    if abs(x) > tol[s]:
+                        moved = True
+                        _push(v, i, j, x, g0, g1, g2, masses)
+            if not moved:
+                break
+        if moved:
+            return v, s
+    return v, -1
+
+
+@compiled
+def _push(a, i, j, x, g0, g1, g2, masses):
+    """``a[i] += x mu g / m_i``, ``a[j] -= x mu g / m_j`` (``mu``: the reduced mass)."""
+    mu = 1.0 / (1.0 / masses[i] + 1.0 / masses[j])
+    xm = x * mu
+    s0, s1, s2 = xm * g0, xm * g1, xm * g2
+    a[i, 0] += s0 / masses[i]
+    a[i, 1] += s1 / masses[i]
+    a[i, 2] += s2 / masses[i]
+    a[j, 0] += -s0 / masses[j]
+    a[j, 1] += -s1 / masses[j]
+    a[j, 2] += -s2 / masses[j]
+
+
+@compiled
+def springs(r, kind, offset, k, rt, target, starts, counts, active, cell, inv, pbc):
+    """Hookean springs (the torch ``spring_terms``): the force on each atom ``[N, 3]``
+    and each slot's energy ``[N]``, visiting only the atoms that carry a spring."""
+    force, energy = np.zeros_like(r), np.zeros(r.shape[0])
+    for s in range(starts.shape[0]):
+        if not active[s]:
+            continue
+        for i in range(starts[s], starts[s] + counts[s]):
+            kd = kind[i]
+            if kd == SPRING_PLANE:
+                n0, n1, n2 = target[i, 0], target[i, 1], target[i, 2]
+                norm = max(np.sqrt(n0 * n0 + n1 * n1 + n2 * n2), 1e-300)
+                dist = (r[i, 0] * n0 + r[i, 1] * n1 + r[i, 2] * n2 + target[i, 3]) / norm
+                if dist >= 0:
+                    scale = -(k[i] * dist / norm)
+                    force[i, 0] += scale * n0
+                    force[i, 1] += scale * n1
+                    force[i, 2] += scale * n2
+                if dist > 0:
+                    energy[i] = 0.5 * k[i] * dist * dist
+            elif kd != 0:  # SPRING_ATOM or SPRING_POINT
+                j = i + offset[i]
+                if kd == SPRING_ATOM:
+                    p0, p1, p2 = r[j, 0], r[j, 1], r[j, 2]
+                else:
+                    p0, p1, p2 = target[i, 0], target[i, 1], target[i, 2]
+                d0, d1, d2 = mic(p0 - r[i, 0], p1 - r[i, 1], p2 - r[i, 2], cell[s], inv[s], pbc[s])
+                length = np.sqrt(d0 * d0 + d1 * d1 + d2 * d2)
+                stretch = length - rt[i]
+                if stretch > 0:
+                    scale = k[i] * stretch / max(length, 1e-300)
+                    f0, f1, f2 = scale * d0, scale * d1, scale * d2
+                    force[i, 0] += f0
+                    force[i, 1] += f1
+                    force[i, 2] += f2
+                    energy[i] = 0.5 * k[i] * stretch * stretch
+                    if kd == SPRING_ATOM:
+                        force[j, 0] += -f0
+                        force[j, 1] += -f1
+                        force[j, 2] += -f2
+    return force, energy
+
+
+@compiled
+def pulls(r, offset, pull, starts, counts, active):
+    """ExternalForce pulls (the torch ``pull_terms``): the force on each atom ``[N, 3]``
+    and each slot's energy ``[N]``, visiting only the atoms that carry a pull."""
+    force, energy = np.zeros_like(r), np.zeros(r.shape[0])
+    for s in range(starts.shape[0]):
+        if not active[s]:
+            continue
+        for i in range(starts[s], starts[s] + counts[s]):
+            if offset[i] == 0:
+                continue
+            j = i + offset[i]
+            d0, d1, d2 = r[i, 0] - r[j, 0], r[i, 1] - r[j, 1], r[i, 2] - r[j, 2]
+            length = np.sqrt(d0 * d0 + d1 * d1 + d2 * d2)
+            scale = pull[i] / max(length, 1e-300)
+            for c, dc in enumerate((d0, d1, d2)):
+                force[i, c] += scale * dc
+                force[j, c] += -(scale * dc)
+            energy[i] = -length * pull[i]
+    return force, energy
