@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from .backends import primitive
 from .constraints import Constraint, ConstraintField, Host, register_constraint
 from .tensor_ops import row_dot
 
@@ -110,29 +111,43 @@ class AxisKind(Constraint):
                     out.append((FixedPlane if kind == AXIS_PLANE else FixedLine)(idx, vec))
         return out
 
-    def _parts(self, batch: Any, active: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        kind = torch.where(batch.atom_mask(active), batch.axis_kind, 0).unsqueeze(-1)
-        return kind == AXIS_CARTESIAN, kind == AXIS_PLANE, kind == AXIS_LINE, batch.axis_vector
-
-    def _project(self, batch: Any, f: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        cart, plane, line, d = self._parts(batch, active)
-        along = row_dot(f, d).unsqueeze(-1) * d
-        f = torch.where(cart, f * (1.0 - d), f)  # f * ~mask
-        f = torch.where(plane, f - along, f)
-        return torch.where(line, along, f)
-
     def adjust_positions(self, batch, old, new, active):  # type: ignore[no-untyped-def]
-        cart, plane, line, d = self._parts(batch, active)
-        along = row_dot(new - old, d).unsqueeze(-1) * d
-        new = torch.where(cart & (d != 0), old, new)
-        new = torch.where(plane, new - along, new)
-        return torch.where(line, old + along, new)
+        return axis_positions(batch, old, new, active)
 
     def adjust_velocities(self, batch, velocities, active):  # type: ignore[no-untyped-def]
-        return self._project(batch, velocities, active)  # ASE: adjust_momenta = adjust_forces
+        return axis_project(batch, velocities, active)  # ASE: adjust_momenta = adjust_forces
 
     def adjust_forces(self, batch, forces, active):  # type: ignore[no-untyped-def]
-        return self._project(batch, forces, active)
+        return axis_project(batch, forces, active)
+
+
+def _axis_parts(batch: Any, active: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    kind = torch.where(batch.atom_mask(active), batch.axis_kind, 0).unsqueeze(-1)
+    return kind == AXIS_CARTESIAN, kind == AXIS_PLANE, kind == AXIS_LINE, batch.axis_vector
+
+
+@primitive
+def axis_project(batch: Any, f: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """Forces or velocities ``f`` ``[N, 3]`` without the components the axis kinds of
+    ``active``'s systems fix (ASE's ``adjust_forces`` of each)."""
+    cart, plane, line, d = _axis_parts(batch, active)
+    along = row_dot(f, d).unsqueeze(-1) * d
+    f = torch.where(cart, f * (1.0 - d), f)  # f * ~mask
+    f = torch.where(plane, f - along, f)
+    return torch.where(line, along, f)
+
+
+@primitive
+def axis_positions(
+    batch: Any, old: torch.Tensor, new: torch.Tensor, active: torch.Tensor
+) -> torch.Tensor:
+    """Positions ``new`` with the part of the move from ``old`` that the axis kinds of
+    ``active``'s systems fix undone (ASE's ``adjust_positions`` of each)."""
+    cart, plane, line, d = _axis_parts(batch, active)
+    along = row_dot(new - old, d).unsqueeze(-1) * d
+    new = torch.where(cart & (d != 0), old, new)
+    new = torch.where(plane, new - along, new)
+    return torch.where(line, old + along, new)
 
 
 class FixComKind(Constraint):
@@ -188,4 +203,7 @@ for _kind in (FixAtomsKind(), AxisKind(), FixComKind()):
 
 from . import constraint_bonds, constraint_forces, symmetrize  # noqa: E402,F401  (register theirs)
 
-__all__ = ["AXIS_CARTESIAN", "AXIS_LINE", "AXIS_PLANE", "AxisKind", "FixAtomsKind", "FixComKind"]
+__all__ = [
+    "AXIS_CARTESIAN", "AXIS_LINE", "AXIS_PLANE", "AxisKind", "FixAtomsKind", "FixComKind",
+    "axis_positions", "axis_project",
+]  # fmt: skip

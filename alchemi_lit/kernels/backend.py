@@ -29,8 +29,6 @@ import numpy as np
 import torch
 
 from .. import kernels
-from ..core import constraint_bonds as bonds
-from ..core import constraint_forces as forces
 from ..core import random as rng
 from ..core import segments
 from ..core.schedule import Ramp
@@ -259,67 +257,6 @@ def largest_force_below(batch: Batch, fmax: float) -> torch.Tensor:
     starts, counts = batch.segments.bounds
     below = kernels.load("reductions").max_sq_norm_below
     return torch.from_numpy(below(batch.forces.numpy(), starts, counts, fmax**2))
-
-
-def _constraint_take(batch: Batch, *tensors: torch.Tensor) -> bool:
-    """The constraint kernels compute in float64 (the torch path takes other dtypes)."""
-    return batch.dtype == torch.float64 and kernels.usable(
-        batch.positions, batch.masses, batch.cell, *tensors
-    )
-
-
-def _bond_sweeps(batch: Batch, ref: torch.Tensor, active: torch.Tensor) -> tuple[Any, ...]:
-    """The sweep kernels' inputs: bond vectors at ``ref`` and their minimum images, then
-    masses, bonds, bounds, ``active``, tolerances and the sweep limit."""
-    cell, inv = forces.mic_cells(batch)
-    starts, counts = batch.segments.bounds
-    offset, length, on = batch.bond_offset.numpy(), batch.bond_length.numpy(), active.numpy()
-    r0, d0 = kernels.load("constraints").bond_vectors(
-        ref.numpy(), offset, length, starts, counts, on, cell.numpy(), inv.numpy(),
-        batch.pbc.to(batch.dtype).numpy(),
-    )  # fmt: skip
-    rest = (batch.masses.numpy(), offset, length, starts, counts, on)
-    return r0, d0, (*rest, batch.bond_tolerance.numpy(), bonds.MAX_SWEEPS)
-
-
-@bonds.shake.register(BACKEND, _constraint_take)
-def shake(batch: Batch, old: torch.Tensor, new: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-    r0, d0, rest = _bond_sweeps(batch, old, active)
-    out, failed = kernels.load("constraints").shake(new.numpy(), r0, d0, *rest)
-    if failed >= 0:
-        raise bonds.unconverged(batch, int(failed), "positions (SHAKE)")
-    return torch.from_numpy(out)
-
-
-@bonds.rattle.register(BACKEND, _constraint_take)
-def rattle(batch: Batch, velocities: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-    _, d0, rest = _bond_sweeps(batch, batch.positions, active)
-    out, failed = kernels.load("constraints").rattle(velocities.numpy(), d0, *rest)
-    if failed >= 0:
-        raise bonds.unconverged(batch, int(failed), "velocities (RATTLE)")
-    return torch.from_numpy(out)
-
-
-@forces.spring_terms.register(BACKEND, _constraint_take)
-def spring_terms(batch: Batch, active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    cell, inv = forces.mic_cells(batch)
-    starts, counts = batch.segments.bounds
-    force, energy = kernels.load("constraints").springs(
-        batch.positions.numpy(), batch.spring_kind.numpy(), batch.spring_offset.numpy(),
-        batch.spring_k.numpy(), batch.spring_rt.numpy(), batch.spring_target.numpy(), starts,
-        counts, active.numpy(), cell.numpy(), inv.numpy(), batch.pbc.to(batch.dtype).numpy(),
-    )  # fmt: skip
-    return torch.from_numpy(force), torch.from_numpy(energy)
-
-
-@forces.pull_terms.register(BACKEND, _constraint_take)
-def pull_terms(batch: Batch, active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    starts, counts = batch.segments.bounds
-    force, energy = kernels.load("constraints").pulls(
-        batch.positions.numpy(), batch.pull_offset.numpy(), batch.pull_force.numpy(), starts,
-        counts, active.numpy(),
-    )  # fmt: skip
-    return torch.from_numpy(force), torch.from_numpy(energy)
 
 
 def _noisy_step(

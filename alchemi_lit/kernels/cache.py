@@ -46,6 +46,7 @@ COMPILED_SOURCES = (
     "integrators/formulas.py",
     "core/random.py",
     "core/constraint_forces.py",
+    "core/constraint_kinds.py",
 )
 
 #: cache folders of other source versions untouched this long are removed

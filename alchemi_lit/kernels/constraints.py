@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.constraint_forces import SPRING_ATOM, SPRING_PLANE
+from ..core.constraint_kinds import AXIS_CARTESIAN, AXIS_LINE, AXIS_PLANE
 from .cache import compiled
 
 
@@ -206,3 +207,57 @@ def pulls(r, offset, pull, starts, counts, active):
                 force[j, c] += -(scale * dc)
             energy[i] = -length * pull[i]
     return force, energy
+
+
+@compiled
+def axis_project(f, kind, vec, starts, counts, active):
+    """FixCartesian / FixedPlane / FixedLine on forces or velocities (the torch
+    ``axis_project``): a copy of ``f`` with the fixed components removed."""
+    out = f.copy()
+    for s in range(starts.shape[0]):
+        if not active[s]:
+            continue
+        for i in range(starts[s], starts[s] + counts[s]):
+            kd = kind[i]
+            if kd == 0:
+                continue
+            d0, d1, d2 = vec[i, 0], vec[i, 1], vec[i, 2]
+            if kd == AXIS_CARTESIAN:
+                for c in range(3):
+                    out[i, c] = f[i, c] * (1.0 - vec[i, c])  # f * ~mask
+                continue
+            dot = f[i, 0] * d0 + f[i, 1] * d1 + f[i, 2] * d2
+            a0, a1, a2 = dot * d0, dot * d1, dot * d2
+            if kd == AXIS_PLANE:
+                out[i, 0], out[i, 1], out[i, 2] = f[i, 0] - a0, f[i, 1] - a1, f[i, 2] - a2
+            elif kd == AXIS_LINE:
+                out[i, 0], out[i, 1], out[i, 2] = a0, a1, a2
+    return out
+
+
+@compiled
+def axis_positions(old, new, kind, vec, starts, counts, active):
+    """FixCartesian / FixedPlane / FixedLine on a move ``old -> new`` (the torch
+    ``axis_positions``): a copy of ``new`` with the fixed part of the move undone."""
+    out = new.copy()
+    for s in range(starts.shape[0]):
+        if not active[s]:
+            continue
+        for i in range(starts[s], starts[s] + counts[s]):
+            kd = kind[i]
+            if kd == 0:
+                continue
+            if kd == AXIS_CARTESIAN:
+                for c in range(3):
+                    if vec[i, c] != 0:
+                        out[i, c] = old[i, c]
+                continue
+            d0, d1, d2 = vec[i, 0], vec[i, 1], vec[i, 2]
+            m0, m1, m2 = new[i, 0] - old[i, 0], new[i, 1] - old[i, 1], new[i, 2] - old[i, 2]
+            dot = m0 * d0 + m1 * d1 + m2 * d2
+            a0, a1, a2 = dot * d0, dot * d1, dot * d2
+            if kd == AXIS_PLANE:
+                out[i, 0], out[i, 1], out[i, 2] = new[i, 0] - a0, new[i, 1] - a1, new[i, 2] - a2
+            elif kd == AXIS_LINE:
+                out[i, 0], out[i, 1], out[i, 2] = old[i, 0] + a0, old[i, 1] + a1, old[i, 2] + a2
+    return out

@@ -1,0 +1,121 @@
+"""The constraint kinds' compiled CPU kernels (:mod:`.constraints`) as a backend:
+implementations of the primitives of :mod:`alchemi_lit.core.constraint_bonds` (SHAKE,
+RATTLE), :mod:`~alchemi_lit.core.constraint_forces` (Hookean, ExternalForce) and
+:mod:`~alchemi_lit.core.constraint_kinds` (FixCartesian, FixedPlane, FixedLine),
+registered with :mod:`alchemi_lit.core.backends` when it first dispatches.
+
+Each takes float64 inputs that :func:`~alchemi_lit.kernels.usable` accepts (on the
+accelerator path the kernels are off: the torch references, fixed sweeps, no host
+reads).  Held to the references by ``tests/kernels/test_constraint_kernels.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import kernels
+from ..core import constraint_bonds as bonds
+from ..core import constraint_forces as forces
+from ..core import constraint_kinds as axes
+from ..core.state import Batch
+from .backend import BACKEND, kept
+
+
+def _constraint_take(batch: Batch, *tensors: torch.Tensor) -> bool:
+    """The constraint kernels compute in float64 (the torch path takes other dtypes)."""
+    return batch.dtype == torch.float64 and kernels.usable(
+        batch.positions, batch.masses, batch.cell, *tensors
+    )
+
+
+def _lattice(batch: Batch) -> tuple[np.ndarray, ...]:
+    """The minimum image's lattice per system (cell, inverse, pbc as 1.0 / 0.0), kept
+    while the cell is (an inverse per step would cost more than the kernels)."""
+
+    def make() -> tuple[np.ndarray, ...]:
+        cell, inv = forces.mic_cells(batch)
+        return cell.numpy(), inv.numpy(), batch.pbc.to(batch.dtype).numpy()
+
+    return kept(batch, "lattice", (batch.cell, batch.pbc), make)
+
+
+def _bond_sweeps(batch: Batch, ref: torch.Tensor, active: torch.Tensor) -> tuple[Any, ...]:
+    """The sweep kernels' inputs: bond vectors at ``ref`` and their minimum images (kept
+    while ``ref`` is: RATTLE runs twice a step at the same positions), then masses,
+    bonds, bounds, ``active``, tolerances and the sweep limit."""
+    starts, counts = batch.segments.bounds
+    offset, length = batch.bond_offset.numpy(), batch.bond_length.numpy()
+    every = np.ones(len(starts), dtype=np.bool_)
+    r0, d0 = kept(
+        batch, "bonds", (ref, batch.bond_offset, batch.bond_length, batch.cell, batch.pbc),
+        lambda: kernels.load("constraints").bond_vectors(
+            ref.numpy(), offset, length, starts, counts, every, *_lattice(batch)
+        ),
+    )  # fmt: skip
+    rest = (batch.masses.numpy(), offset, length, starts, counts, active.numpy())
+    return r0, d0, (*rest, batch.bond_tolerance.numpy(), bonds.MAX_SWEEPS)
+
+
+@bonds.shake.register(BACKEND, _constraint_take)
+def shake(batch: Batch, old: torch.Tensor, new: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    r0, d0, rest = _bond_sweeps(batch, old, active)
+    out, failed = kernels.load("constraints").shake(new.numpy(), r0, d0, *rest)
+    if failed >= 0:
+        raise bonds.unconverged(batch, int(failed), "positions (SHAKE)")
+    return torch.from_numpy(out)
+
+
+@bonds.rattle.register(BACKEND, _constraint_take)
+def rattle(batch: Batch, velocities: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    _, d0, rest = _bond_sweeps(batch, batch.positions, active)
+    out, failed = kernels.load("constraints").rattle(velocities.numpy(), d0, *rest)
+    if failed >= 0:
+        raise bonds.unconverged(batch, int(failed), "velocities (RATTLE)")
+    return torch.from_numpy(out)
+
+
+@forces.spring_terms.register(BACKEND, _constraint_take)
+def spring_terms(batch: Batch, active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    starts, counts = batch.segments.bounds
+    force, energy = kernels.load("constraints").springs(
+        batch.positions.numpy(), batch.spring_kind.numpy(), batch.spring_offset.numpy(),
+        batch.spring_k.numpy(), batch.spring_rt.numpy(), batch.spring_target.numpy(), starts,
+        counts, active.numpy(), *_lattice(batch),
+    )  # fmt: skip
+    return torch.from_numpy(force), torch.from_numpy(energy)
+
+
+@forces.pull_terms.register(BACKEND, _constraint_take)
+def pull_terms(batch: Batch, active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    starts, counts = batch.segments.bounds
+    force, energy = kernels.load("constraints").pulls(
+        batch.positions.numpy(), batch.pull_offset.numpy(), batch.pull_force.numpy(), starts,
+        counts, active.numpy(),
+    )  # fmt: skip
+    return torch.from_numpy(force), torch.from_numpy(energy)
+
+
+@axes.axis_project.register(BACKEND, _constraint_take)
+def axis_project(batch: Batch, f: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    starts, counts = batch.segments.bounds
+    return torch.from_numpy(kernels.load("constraints").axis_project(
+        f.numpy(), batch.axis_kind.numpy(), batch.axis_vector.numpy(), starts, counts,
+        active.numpy(),
+    ))  # fmt: skip
+
+
+@axes.axis_positions.register(BACKEND, _constraint_take)
+def axis_positions(
+    batch: Batch, old: torch.Tensor, new: torch.Tensor, active: torch.Tensor
+) -> torch.Tensor:
+    starts, counts = batch.segments.bounds
+    return torch.from_numpy(kernels.load("constraints").axis_positions(
+        old.numpy(), new.numpy(), batch.axis_kind.numpy(), batch.axis_vector.numpy(), starts,
+        counts, active.numpy(),
+    ))  # fmt: skip
+
+
+__all__: list[str] = []
