@@ -99,10 +99,10 @@ def after_pre_update(
 ) -> None:
     """Adjust the cell, positions and (MD) velocities of the systems ``stages`` (pairs
     of a stage and its ``[B]`` mask) just moved (see the module docstring)."""
-    if not stages:
-        return
-    moved = torch.stack([m for _, m in stages]).any(0)
     kinds = [k for k in _kinds(bits) if not k.native]
+    if not stages or not any(k.holonomic for k in kinds):  # (forces only: nothing moves)
+        return
+    moved = stages[0][1] if len(stages) == 1 else torch.stack([m for _, m in stages]).any(0)
     cell = batch.cell
     for kind in kinds:
         if type(kind).adjust_cell is not Constraint.adjust_cell:
@@ -140,15 +140,15 @@ def adjust_results(
             energy,
             stress,
         )
-    everyone = torch.ones_like(batch.pbc[:, 0])
+    flags = batch.system[FLAGS_FIELD]
     for kind in constraint_kinds():
         if not (kind.native or kind.bit & bits):
             continue
         if kind.native:
             if fixed:
-                forces = kind.adjust_forces(batch, forces, everyone)
+                forces = kind.adjust_forces(batch, forces, torch.ones_like(batch.pbc[:, 0]))
             continue
-        active = _active(batch, everyone, kind)
+        active = (flags & kind.bit) != 0  # (every system that carries the kind)
         extra = kind.energy(batch, active)
         if extra is not None:
             energy = energy + extra

@@ -1,0 +1,130 @@
+"""The constraint kinds' numba kernels (``alchemi_lit.kernels.constraints``) against their
+torch references, on one batch carrying every kernel's kind, periodic and open systems.
+
+Tolerance: 1e-12 (Å, Å/fs, eV/Å, eV) -- the kernels add the references' terms in the
+same order, but torch's ``norm`` and fused vector operations may round an ulp apart,
+and a SHAKE sweep feeds such an ulp to the next.  Decisions (which bond is corrected,
+which spring pulls) must match: a wrong one would differ by far more.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from ase.constraints import (
+    ExternalForce,
+    FixBondLengths,
+    FixCartesian,
+    FixedLine,
+    FixedPlane,
+    Hookean,
+)
+
+from alchemi_lit.core import constraint_bonds as bonds
+from alchemi_lit.core.constraint_bonds import rattle, shake
+from alchemi_lit.core.constraint_forces import pull_terms, spring_terms
+from alchemi_lit.core.constraint_kinds import axis_positions, axis_project
+from alchemi_lit.core.errors import StructureError
+from alchemi_lit.core.state import Batch
+from conftest import perturbed_argon
+
+pytest.importorskip("numba")
+TOL = 1e-12
+
+
+def systems() -> list:
+    """Three 32-atom argon systems (two periodic, one open) with every kernel's kinds,
+    links that cross the periodic boundary, and a rigid bond chain (one atom in two)."""
+    out = perturbed_argon(3, 2, 0.08, seed=4)
+    out[2].pbc = False
+    for k, a in enumerate(out):
+        far = int(np.argmax(np.linalg.norm(a.positions - a.positions[0], axis=1)))
+        a.set_constraint([
+            FixCartesian([1, 2], mask=(True, False, True)),
+            FixedPlane([3], direction=(1.0, 2.0, -0.5)),
+            FixedLine([4], direction=(0.3, -1.0, 0.2)),
+            Hookean(0, far, k=3.0, rt=1.0),  # (across the cell: its minimum image is short)
+            Hookean(5, a.positions[5] + (0.4, 0.1, 0.0), k=2.0, rt=0.1),
+            Hookean(6, (0.0, 0.0, 1.0, -a.positions[6, 2] + 0.05 * k), k=4.0),
+            ExternalForce(7, far - 1, 0.05),
+            FixBondLengths([(8, 9), (9, 10), (10, 11), (12, far - 2)]),
+        ])  # fmt: skip
+    return out
+
+
+def batch_of(atoms: list, seed: int = 0) -> Batch:
+    batch = Batch.from_atoms(atoms)
+    g = torch.Generator().manual_seed(seed)
+    batch.velocities = torch.randn(batch.positions.shape, generator=g, dtype=batch.dtype) * 0.02
+    batch.forces = torch.randn(batch.positions.shape, generator=g, dtype=batch.dtype)
+    return batch
+
+
+def both(prim, *args):
+    assert prim.choose(*args) == "numba"
+    return prim(*args), prim.reference(*args)
+
+
+ACTIVE = torch.tensor([True, False, True])  # (the second system is left alone)
+
+
+def test_axis_kernels_equal_the_reference() -> None:
+    batch = batch_of(systems())
+    new = batch.positions + 0.05 * torch.randn_like(batch.positions)
+    got, want = both(axis_positions, batch, batch.positions, new, ACTIVE)
+    assert (got - want).abs().max() < TOL and not torch.equal(got, new)
+    assert torch.equal(got[32:64], new[32:64])
+    for f in (batch.forces, batch.velocities):
+        got, want = both(axis_project, batch, f, ACTIVE)
+        assert (got - want).abs().max() < TOL and torch.equal(got[32:64], f[32:64])
+
+
+@pytest.mark.parametrize("prim", [spring_terms, pull_terms])
+def test_force_kernels_equal_the_reference(prim) -> None:
+    batch = batch_of(systems())
+    (force, energy), (force_ref, energy_ref) = both(prim, batch, ACTIVE)
+    assert (force - force_ref).abs().max() < TOL and (energy - energy_ref).abs().max() < TOL
+    assert force.abs().sum() > 0 and energy.abs().sum() > 0  # (the springs do pull)
+    assert not force[32:64].any() and not energy[32:64].any()
+
+
+def test_shake_and_rattle_kernels_equal_the_reference_and_hold_the_bonds() -> None:
+    batch = batch_of(systems())
+    new = batch.positions + 0.02 * torch.randn_like(batch.positions)
+    got, want = both(shake, batch, batch.positions, new, ACTIVE)
+    assert (got - want).abs().max() < TOL and torch.equal(got[32:64], new[32:64])
+    batch.positions = got
+    got, want = both(rattle, batch, batch.velocities, ACTIVE)
+    assert (got - want).abs().max() < TOL and torch.equal(got[32:64], batch.velocities[32:64])
+    for a in (0, 2):  # each bond at its length, no relative velocity along it
+        rows, cols = np.nonzero(batch.bond_length[32 * a : 32 * (a + 1)].numpy())
+        for i, c in zip(rows + 32 * a, cols):
+            j = i + int(batch.bond_offset[i, c])
+            d = batch.positions[i] - batch.positions[j]
+            if a == 0:  # (periodic: the bond may cross the cell, compare its image)
+                d = d - torch.round(d @ torch.linalg.inv(batch.cell[0])) @ batch.cell[0]
+            assert abs(float(d.norm()) - float(batch.bond_length[i, c])) < 1e-10
+            assert abs(float((got[i] - got[j]) @ d)) < 1e-10
+
+
+def test_a_system_swept_alone_equals_it_in_its_batch() -> None:
+    """Each system sweeps to its own convergence: its result is its own (#41)."""
+    atoms = systems()
+    batch, alone = batch_of(atoms), batch_of(atoms[2:])
+    alone.positions = batch.positions[64:].clone()
+    step = 0.02 * torch.randn_like(batch.positions)
+    every = torch.ones(3, dtype=torch.bool)
+    together = shake(batch, batch.positions, batch.positions + step, every)
+    single = shake(alone, alone.positions, alone.positions + step[64:], every[:1])
+    assert torch.equal(together[64:], single)
+
+
+@pytest.mark.parametrize("use", ["numba", "torch"])
+def test_unconverged_sweeps_raise_naming_the_system(monkeypatch, use: str) -> None:
+    monkeypatch.setattr(bonds, "MAX_SWEEPS", 1)  # (a chain needs more than one sweep)
+    batch = batch_of(systems())
+    new = batch.positions + 0.05 * torch.randn_like(batch.positions)
+    run = shake if use == "numba" else shake.reference
+    with pytest.raises(StructureError, match="system 0: FixBondLengths positions"):
+        run(batch, batch.positions, new, ACTIVE)
