@@ -175,27 +175,43 @@ class FixComKind(Constraint):
 
         return [FixCom()] if bool(system["com_fixed"]) else []
 
-    def _on(self, batch: Any, active: torch.Tensor) -> torch.Tensor:
-        return batch.atom_mask(active & batch.com_fixed).unsqueeze(-1)
-
-    def _mean(self, batch: Any, values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """``Σ w x / Σ w`` per system ``[B, 3]``, gathered onto atoms ``[N, 3]``."""
-        seg = batch.segments
-        num = seg.sum(values * batch.masses.unsqueeze(-1))
-        return seg.to_atoms(num / seg.sum(weights).clamp_min(1e-300).unsqueeze(-1))
-
     def adjust_positions(self, batch, old, new, active):  # type: ignore[no-untyped-def]
-        diff = self._mean(batch, old, batch.masses) - self._mean(batch, new, batch.masses)
-        return torch.where(self._on(batch, active), new + diff, new)
+        return fix_com(batch, new, old, COM_POSITIONS, active)
 
     def adjust_velocities(self, batch, velocities, active):  # type: ignore[no-untyped-def]
-        v_com = self._mean(batch, velocities, batch.masses)
-        return torch.where(self._on(batch, active), velocities - v_com, velocities)
+        return fix_com(batch, velocities, velocities, COM_VELOCITIES, active)
 
     def adjust_forces(self, batch, forces, active):  # type: ignore[no-untyped-def]
-        lmd = self._mean(batch, forces, batch.masses * batch.masses)
-        f = forces - batch.masses.unsqueeze(-1) * lmd
-        return torch.where(self._on(batch, active), f, forces)
+        return fix_com(batch, forces, forces, COM_FORCES, active)
+
+
+COM_POSITIONS, COM_VELOCITIES, COM_FORCES = 0, 1, 2
+"""What :func:`fix_com` adjusts: positions, velocities or forces (ASE's three formulas)."""
+
+
+def _mean(batch: Any, values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``Σ m x / Σ w`` per system ``[B, 3]``, gathered onto atoms ``[N, 3]``."""
+    seg = batch.segments
+    num = seg.sum(values * batch.masses.unsqueeze(-1))
+    return seg.to_atoms(num / seg.sum(weights).clamp_min(1e-300).unsqueeze(-1))
+
+
+@primitive
+def fix_com(
+    batch: Any, values: torch.Tensor, ref: torch.Tensor, what: int, active: torch.Tensor
+) -> torch.Tensor:
+    """``values`` ``[N, 3]`` of the FixCom systems among ``active`` adjusted (``what``):
+    positions shifted by the centre's move from ``ref``, velocities less the centre's,
+    forces less ``m λ`` with ``λ = Σ m F / Σ m²``."""
+    on = batch.atom_mask(active & batch.com_fixed).unsqueeze(-1)
+    m = batch.masses
+    if what == COM_POSITIONS:
+        out = values + (_mean(batch, ref, m) - _mean(batch, values, m))
+    elif what == COM_VELOCITIES:
+        out = values - _mean(batch, values, m)
+    else:
+        out = values - m.unsqueeze(-1) * _mean(batch, values, m * m)
+    return torch.where(on, out, values)
 
 
 for _kind in (FixAtomsKind(), AxisKind(), FixComKind()):
@@ -204,6 +220,16 @@ for _kind in (FixAtomsKind(), AxisKind(), FixComKind()):
 from . import constraint_bonds, constraint_forces, symmetrize  # noqa: E402,F401  (register theirs)
 
 __all__ = [
-    "AXIS_CARTESIAN", "AXIS_LINE", "AXIS_PLANE", "AxisKind", "FixAtomsKind", "FixComKind",
-    "axis_positions", "axis_project",
+    "AXIS_CARTESIAN",
+    "AXIS_LINE",
+    "AXIS_PLANE",
+    "COM_FORCES",
+    "COM_POSITIONS",
+    "COM_VELOCITIES",
+    "AxisKind",
+    "FixAtomsKind",
+    "FixComKind",
+    "axis_positions",
+    "axis_project",
+    "fix_com",
 ]  # fmt: skip

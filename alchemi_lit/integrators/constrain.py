@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..core.backends import primitive
 from ..core.constraint_io import constraint_kinds
 from ..core.constraints import FLAGS_FIELD, Constraint
 from ..core.linalg import inverse
@@ -121,10 +122,21 @@ def after_pre_update(
         if stage.is_optimizer or not hasattr(stage, "dt"):
             continue
         dt = ops.per_system(batch, stage.dt) * getattr(stage, "constraint_drift", 1.0)
-        rate = batch.segments.to_atoms(dt).unsqueeze(-1) if isinstance(dt, torch.Tensor) else dt
-        on = batch.atom_mask(mask & (batch.system[FLAGS_FIELD] != 0)).unsqueeze(-1)
-        v = batch.velocities + (new - unconstrained) / rate
-        batch.velocities = torch.where(on, v, batch.velocities)
+        batch.velocities = drift_velocities(
+            batch, batch.velocities, new, unconstrained, dt, mask & (batch.system[FLAGS_FIELD] != 0)
+        )
+
+
+@primitive
+def drift_velocities(
+    batch: Batch, velocities: torch.Tensor, new: torch.Tensor, unconstrained: torch.Tensor,
+    dt: float | torch.Tensor, systems: torch.Tensor,
+) -> torch.Tensor:  # fmt: skip
+    """``velocities + (new - unconstrained) / dt`` on the atoms of ``systems`` (``dt``: a
+    number or ``[B]``, the drift's step): RATTLE's first half, ASE's ``p = (r_new - r) m / dt``."""
+    rate = batch.segments.to_atoms(dt).unsqueeze(-1) if isinstance(dt, torch.Tensor) else dt
+    on = batch.atom_mask(systems).unsqueeze(-1)
+    return torch.where(on, velocities + (new - unconstrained) / rate, velocities)
 
 
 def adjust_results(
@@ -197,5 +209,6 @@ def refuse_holonomic(batch: Batch, mask: torch.Tensor) -> list[tuple[int, str]]:
 
 __all__ = [
     "Snapshot", "adjust_results", "after_post_update", "after_pre_update",
-    "constrain_velocities", "constraint_bits", "refuse_holonomic", "snapshot",
+    "constrain_velocities", "constraint_bits", "drift_velocities", "refuse_holonomic",
+    "snapshot",
 ]  # fmt: skip

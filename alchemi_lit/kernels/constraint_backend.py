@@ -1,7 +1,8 @@
 """The constraint kinds' compiled CPU kernels (:mod:`.constraints`) as a backend:
 implementations of the primitives of :mod:`alchemi_lit.core.constraint_bonds` (SHAKE,
 RATTLE), :mod:`~alchemi_lit.core.constraint_forces` (Hookean, ExternalForce) and
-:mod:`~alchemi_lit.core.constraint_kinds` (FixCartesian, FixedPlane, FixedLine),
+:mod:`~alchemi_lit.core.constraint_kinds` (FixCartesian, FixedPlane, FixedLine, FixCom)
+and :mod:`alchemi_lit.integrators.constrain` (RATTLE's first half),
 registered with :mod:`alchemi_lit.core.backends` when it first dispatches.
 
 Each takes float64 inputs that :func:`~alchemi_lit.kernels.usable` accepts (on the
@@ -21,11 +22,13 @@ from ..core import constraint_bonds as bonds
 from ..core import constraint_forces as forces
 from ..core import constraint_kinds as axes
 from ..core.state import Batch
+from ..integrators import constrain
 from .backend import BACKEND, kept
 
 
-def _constraint_take(batch: Batch, *tensors: torch.Tensor) -> bool:
+def _constraint_take(batch: Batch, *args: Any) -> bool:
     """The constraint kernels compute in float64 (the torch path takes other dtypes)."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
     return batch.dtype == torch.float64 and kernels.usable(
         batch.positions, batch.masses, batch.cell, *tensors
     )
@@ -115,6 +118,31 @@ def axis_positions(
     return torch.from_numpy(kernels.load("constraints").axis_positions(
         old.numpy(), new.numpy(), batch.axis_kind.numpy(), batch.axis_vector.numpy(), starts,
         counts, active.numpy(),
+    ))  # fmt: skip
+
+
+
+@axes.fix_com.register(BACKEND, _constraint_take)
+def fix_com(
+    batch: Batch, values: torch.Tensor, ref: torch.Tensor, what: int, active: torch.Tensor
+) -> torch.Tensor:
+    starts, counts = batch.segments.bounds
+    return torch.from_numpy(kernels.load("constraints").fix_com(
+        values.numpy(), ref.numpy(), batch.masses.numpy(), what, starts, counts,
+        (active & batch.com_fixed).numpy(),
+    ))  # fmt: skip
+
+
+
+@constrain.drift_velocities.register(BACKEND, _constraint_take)
+def drift_velocities(
+    batch: Batch, velocities: torch.Tensor, new: torch.Tensor, unconstrained: torch.Tensor,
+    dt: float | torch.Tensor, systems: torch.Tensor,
+) -> torch.Tensor:  # fmt: skip
+    starts, counts = batch.segments.bounds
+    return torch.from_numpy(kernels.load("constraints").drift_velocities(
+        velocities.numpy(), new.numpy(), unconstrained.numpy(),
+        kernels.per_system(batch, dt), starts, counts, systems.numpy(),
     ))  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """The constraint kinds' per-step work as compiled CPU loops (see :mod:`alchemi_lit.kernels`):
-SHAKE / RATTLE sweeps to convergence, Hookean springs and ExternalForce pulls, one call each.
+SHAKE / RATTLE sweeps to convergence, Hookean springs, ExternalForce pulls, the axis
+projections (FixCartesian, FixedPlane, FixedLine) and FixCom, one call each.
 
 Why: the torch path (:mod:`alchemi_lit.core.constraint_bonds`, :mod:`~alchemi_lit.core.
 constraint_forces`) computes every slot of every atom -- 27 periodic images of each and a
@@ -13,7 +14,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.constraint_forces import SPRING_ATOM, SPRING_PLANE
-from ..core.constraint_kinds import AXIS_CARTESIAN, AXIS_LINE, AXIS_PLANE
+from ..core.constraint_kinds import (
+    AXIS_CARTESIAN,
+    AXIS_LINE,
+    AXIS_PLANE,
+    COM_FORCES,
+    COM_POSITIONS,
+    COM_VELOCITIES,
+)  # fmt: skip
 from .cache import compiled
 
 
@@ -260,4 +268,48 @@ def axis_positions(old, new, kind, vec, starts, counts, active):
                 out[i, 0], out[i, 1], out[i, 2] = new[i, 0] - a0, new[i, 1] - a1, new[i, 2] - a2
             elif kd == AXIS_LINE:
                 out[i, 0], out[i, 1], out[i, 2] = old[i, 0] + a0, old[i, 1] + a1, old[i, 2] + a2
+    return out
+
+
+@compiled
+def fix_com(x, ref, masses, what, starts, counts, on):
+    """FixCom (the torch ``fix_com``) for the systems ``on``: a copy of ``x`` moved by
+    the centre's move from ``ref`` (``COM_POSITIONS``), less the centre's velocity
+    (``COM_VELOCITIES``) or less ``m λ`` (``COM_FORCES``); the sums run atom after atom
+    from zero, as the run sums of the reference."""
+    out = x.copy()
+    for s in range(starts.shape[0]):
+        if not on[s]:
+            continue
+        a, e = starts[s], starts[s] + counts[s]
+        w = 0.0
+        for i in range(a, e):
+            w += masses[i] * masses[i] if what == COM_FORCES else masses[i]
+        w = max(w, 1e-300)
+        for c in range(3):
+            acc, acc_ref = 0.0, 0.0
+            for i in range(a, e):
+                acc += x[i, c] * masses[i]
+                acc_ref += ref[i, c] * masses[i]
+            mean = acc / w
+            for i in range(a, e):
+                if what == COM_POSITIONS:
+                    out[i, c] = x[i, c] + (acc_ref / w - mean)
+                elif what == COM_VELOCITIES:
+                    out[i, c] = x[i, c] - mean
+                else:
+                    out[i, c] = x[i, c] - masses[i] * mean
+    return out
+
+
+@compiled
+def drift_velocities(v, new, unconstrained, dt, starts, counts, on):
+    """``v + (new - unconstrained) / dt[s]`` on the atoms of the systems ``on`` (the
+    torch ``constrain.drift_velocities``: RATTLE's first half), a copy."""
+    out = v.copy()
+    for s in range(starts.shape[0]):
+        if on[s]:
+            for i in range(starts[s], starts[s] + counts[s]):
+                for c in range(3):
+                    out[i, c] = v[i, c] + (new[i, c] - unconstrained[i, c]) / dt[s]
     return out

@@ -16,6 +16,7 @@ from ase.constraints import (
     ExternalForce,
     FixBondLengths,
     FixCartesian,
+    FixCom,
     FixedLine,
     FixedPlane,
     Hookean,
@@ -24,9 +25,17 @@ from ase.constraints import (
 from alchemi_lit.core import constraint_bonds as bonds
 from alchemi_lit.core.constraint_bonds import rattle, shake
 from alchemi_lit.core.constraint_forces import pull_terms, spring_terms
-from alchemi_lit.core.constraint_kinds import axis_positions, axis_project
+from alchemi_lit.core.constraint_kinds import (
+    COM_FORCES,
+    COM_POSITIONS,
+    COM_VELOCITIES,
+    axis_positions,
+    axis_project,
+    fix_com,
+)
 from alchemi_lit.core.errors import StructureError
 from alchemi_lit.core.state import Batch
+from alchemi_lit.integrators.constrain import drift_velocities
 from conftest import perturbed_argon
 
 pytest.importorskip("numba")
@@ -128,3 +137,29 @@ def test_unconverged_sweeps_raise_naming_the_system(monkeypatch, use: str) -> No
     run = shake if use == "numba" else shake.reference
     with pytest.raises(StructureError, match="system 0: FixBondLengths positions"):
         run(batch, batch.positions, new, ACTIVE)
+
+
+def test_fix_com_kernel_equals_the_reference() -> None:
+    atoms = perturbed_argon(3, 2, 0.08, seed=5)  # (FixCom goes with forces only)
+    for a in atoms[1:]:  # (the first: no FixCom, untouched)
+        a.set_constraint([FixCom(), Hookean(0, 1, k=1.0, rt=2.0)])
+    batch = batch_of(atoms)
+    batch.masses = batch.masses * (1.0 + 0.5 * torch.rand(len(batch.masses), dtype=batch.dtype))
+    every = torch.ones(3, dtype=torch.bool)
+    new = batch.positions + 0.05 * torch.randn_like(batch.positions)
+    cases = [(new, batch.positions, COM_POSITIONS), (batch.velocities, batch.velocities,
+             COM_VELOCITIES), (batch.forces, batch.forces, COM_FORCES)]  # fmt: skip
+    for values, ref, what in cases:
+        got, want = both(fix_com, batch, values, ref, what, every)
+        assert (got - want).abs().max() < TOL and torch.equal(got[:32], values[:32])
+        assert not torch.equal(got[32:], values[32:])
+
+
+@pytest.mark.parametrize("per_system", [False, True])
+def test_drift_velocities_kernel_equals_the_reference(per_system: bool) -> None:
+    batch = batch_of(systems())
+    new = batch.positions + 0.05 * torch.randn_like(batch.positions)
+    dt = torch.tensor([1.0, 2.0, 0.5], dtype=batch.dtype) if per_system else 2.0
+    got, want = both(drift_velocities, batch, batch.velocities, new, batch.positions, dt, ACTIVE)
+    assert (got - want).abs().max() < TOL and torch.equal(got[32:64], batch.velocities[32:64])
+    assert not torch.equal(got[:32], batch.velocities[:32])
