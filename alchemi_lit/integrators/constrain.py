@@ -69,9 +69,11 @@ def _kinds(bits: int) -> list[Constraint]:
     return [k for k in constraint_kinds() if k.bit & bits]
 
 
-def snapshot(batch: Batch) -> Snapshot:
+def snapshot(batch: Batch, bits: int) -> Snapshot | None:
     """The references :func:`after_pre_update` adjusts from (copies: a kernel may write
-    in place)."""
+    in place); None where no kind among ``bits`` moves positions (nothing to adjust)."""
+    if not any(k.holonomic and not k.native for k in _kinds(bits)):
+        return None
     cell = batch.cell
     return Snapshot(batch.positions.clone(), cell.clone(), cell, cell._version)
 
@@ -100,9 +102,9 @@ def after_pre_update(
 ) -> None:
     """Adjust the cell, positions and (MD) velocities of the systems ``stages`` (pairs
     of a stage and its ``[B]`` mask) just moved (see the module docstring)."""
-    kinds = [k for k in _kinds(bits) if not k.native]
-    if not stages or not any(k.holonomic for k in kinds):  # (forces only: nothing moves)
+    if not stages:
         return
+    kinds = [k for k in _kinds(bits) if not k.native]
     moved = stages[0][1] if len(stages) == 1 else torch.stack([m for _, m in stages]).any(0)
     cell = batch.cell
     for kind in kinds:

@@ -46,19 +46,21 @@ def _lattice(batch: Batch) -> tuple[np.ndarray, ...]:
 
 
 def _bond_sweeps(batch: Batch, ref: torch.Tensor, active: torch.Tensor) -> tuple[Any, ...]:
-    """The sweep kernels' inputs: bond vectors at ``ref`` and their minimum images (kept
-    while ``ref`` is: RATTLE runs twice a step at the same positions), then masses,
-    bonds, bounds, ``active``, tolerances and the sweep limit."""
-    starts, counts = batch.segments.bounds
-    offset, length = batch.bond_offset.numpy(), batch.bond_length.numpy()
-    every = np.ones(len(starts), dtype=np.bool_)
-    r0, d0 = kept(
-        batch, "bonds", (ref, batch.bond_offset, batch.bond_length, batch.cell, batch.pbc),
-        lambda: kernels.load("constraints").bond_vectors(
-            ref.numpy(), offset, length, starts, counts, every, *_lattice(batch)
-        ),
+    """The sweep kernels' inputs: the bonds as a list (kept while the bond fields are),
+    their vectors at ``ref`` and minimum images (kept while ``ref`` is: RATTLE runs twice
+    a step at the same positions), then masses, bonds, ``active``, tolerances and the
+    sweep limit."""
+    k = kernels.load("constraints")
+    a, b, cd, first = kept(
+        batch, "bond list", (batch.bond_offset, batch.bond_length),
+        lambda: k.bond_list(batch.bond_offset.numpy(), batch.bond_length.numpy(),
+                            *batch.segments.bounds),
     )  # fmt: skip
-    rest = (batch.masses.numpy(), offset, length, starts, counts, active.numpy())
+    r0, d0 = kept(
+        batch, "bond vectors", (ref, batch.bond_offset, batch.bond_length, batch.cell, batch.pbc),
+        lambda: k.bond_vectors(ref.numpy(), a, b, first, *_lattice(batch)),
+    )  # fmt: skip
+    rest = (batch.masses.numpy(), a, b, cd, first, active.numpy())
     return r0, d0, (*rest, batch.bond_tolerance.numpy(), bonds.MAX_SWEEPS)
 
 
@@ -82,23 +84,37 @@ def rattle(batch: Batch, velocities: torch.Tensor, active: torch.Tensor) -> torc
 
 @forces.spring_terms.register(BACKEND, _constraint_take)
 def spring_terms(batch: Batch, active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    starts, counts = batch.segments.bounds
-    force, energy = kernels.load("constraints").springs(
-        batch.positions.numpy(), batch.spring_kind.numpy(), batch.spring_offset.numpy(),
-        batch.spring_k.numpy(), batch.spring_rt.numpy(), batch.spring_target.numpy(), starts,
-        counts, active.numpy(), *_lattice(batch),
-    )  # fmt: skip
-    return torch.from_numpy(force), torch.from_numpy(energy)
+    fields = (batch.spring_kind, batch.spring_offset, batch.spring_k, batch.spring_rt,
+              batch.spring_target)  # fmt: skip
+
+    def make() -> tuple[torch.Tensor, torch.Tensor]:
+        force, energy = kernels.load("constraints").springs(
+            batch.positions.numpy(), *(f.numpy() for f in fields), *batch.segments.bounds,
+            active.numpy(), *_lattice(batch),
+        )  # fmt: skip
+        return torch.from_numpy(force), torch.from_numpy(energy)
+
+    return kept(batch, "springs", _once_a_step(batch, active, fields), make)
 
 
 @forces.pull_terms.register(BACKEND, _constraint_take)
 def pull_terms(batch: Batch, active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    starts, counts = batch.segments.bounds
-    force, energy = kernels.load("constraints").pulls(
-        batch.positions.numpy(), batch.pull_offset.numpy(), batch.pull_force.numpy(), starts,
-        counts, active.numpy(),
-    )  # fmt: skip
-    return torch.from_numpy(force), torch.from_numpy(energy)
+    fields = (batch.pull_offset, batch.pull_force)
+
+    def make() -> tuple[torch.Tensor, torch.Tensor]:
+        force, energy = kernels.load("constraints").pulls(
+            batch.positions.numpy(), *(f.numpy() for f in fields), *batch.segments.bounds,
+            active.numpy(),
+        )  # fmt: skip
+        return torch.from_numpy(force), torch.from_numpy(energy)
+
+    return kept(batch, "pulls", _once_a_step(batch, active, fields), make)
+
+
+def _once_a_step(batch: Batch, active: torch.Tensor, fields: tuple) -> tuple:
+    """The key of a kind's force terms: the energy and the forces of one forward ask
+    for them with the same positions and the same ``active`` tensor (computed once)."""
+    return (batch.positions, active, batch.cell, batch.pbc, *fields)
 
 
 @axes.axis_project.register(BACKEND, _constraint_take)

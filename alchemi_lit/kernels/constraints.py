@@ -51,54 +51,67 @@ def mic(d0, d1, d2, cell, inv, pbc):
 
 
 @compiled
-def bond_vectors(ref, offset, length, starts, counts, active, cell, inv, pbc):
-    """Per bond slot ``[N, C]``: the bond vector at ``ref`` (``r0``) and its minimum
-    image (``d0``), each ``[N, C, 3]`` (zeros where no bond or the system is not active)."""
-    r0 = np.zeros((ref.shape[0], offset.shape[1], 3))
-    d0 = np.zeros_like(r0)
+def bond_list(offset, length, starts, counts):
+    """The rigid bonds as a list, system after system and in each colour after colour
+    (the sweep order): both atoms ``[K]``, the length ``[K]`` and where each system's
+    bonds start ``[B + 1]``."""
+    total = 0
+    for i in range(length.shape[0]):
+        for c in range(length.shape[1]):
+            if length[i, c] > 0:
+                total += 1
+    a, b, cd = np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total)
+    first = np.zeros(starts.shape[0] + 1, np.int64)
+    k = 0
     for s in range(starts.shape[0]):
-        if not active[s]:
-            continue
-        for i in range(starts[s], starts[s] + counts[s]):
-            for c in range(offset.shape[1]):
+        first[s] = k
+        for c in range(length.shape[1]):
+            for i in range(starts[s], starts[s] + counts[s]):
                 if length[i, c] > 0:
-                    j = i + offset[i, c]
-                    for k in range(3):
-                        r0[i, c, k] = ref[i, k] - ref[j, k]
-                    d0[i, c, 0], d0[i, c, 1], d0[i, c, 2] = mic(
-                        r0[i, c, 0], r0[i, c, 1], r0[i, c, 2], cell[s], inv[s], pbc[s]
-                    )
+                    a[k], b[k], cd[k] = i, i + offset[i, c], length[i, c]
+                    k += 1
+    first[starts.shape[0]] = k
+    return a, b, cd, first
+
+
+@compiled
+def bond_vectors(ref, a, b, first, cell, inv, pbc):
+    """Each bond's vector at ``ref`` (``r0``) and its minimum image (``d0``), ``[K, 3]``."""
+    r0, d0 = np.empty((a.shape[0], 3)), np.empty((a.shape[0], 3))
+    for s in range(first.shape[0] - 1):
+        for k in range(first[s], first[s + 1]):
+            for c in range(3):
+                r0[k, c] = ref[a[k], c] - ref[b[k], c]
+            image = mic(r0[k, 0], r0[k, 1], r0[k, 2], cell[s], inv[s], pbc[s])
+            d0[k, 0], d0[k, 1], d0[k, 2] = image
     return r0, d0
 
 
 @compiled
-def shake(new, r0, d0, masses, offset, length, starts, counts, active, tol, max_sweeps):
+def shake(new, r0, d0, masses, a, b, cd, first, active, tol, max_sweeps):
     """SHAKE: ``new`` positions (a copy) with every bond of the active systems at its
-    length, colour after colour, sweeping each system until no correction exceeds its
-    ``tol``; and the first system row that did not converge in ``max_sweeps`` (-1: none)."""
+    length, in :func:`bond_list`'s order, sweeping each system until no correction
+    exceeds its ``tol``; and the first system row that did not converge in
+    ``max_sweeps`` (-1: none)."""
     new = new.copy()
-    for s in range(starts.shape[0]):
+    for s in range(first.shape[0] - 1):
         if not active[s]:
             continue
         moved = True
         for _ in range(max_sweeps):
             moved = False
-            for c in range(offset.shape[1]):
-                for i in range(starts[s], starts[s] + counts[s]):
-                    cd = length[i, c]
-                    if cd <= 0:
-                        continue
-                    j = i + offset[i, c]
-                    e0 = new[i, 0] - new[j, 0] - r0[i, c, 0] + d0[i, c, 0]
-                    e1 = new[i, 1] - new[j, 1] - r0[i, c, 1] + d0[i, c, 1]
-                    e2 = new[i, 2] - new[j, 2] - r0[i, c, 2] + d0[i, c, 2]
-                    g0, g1, g2 = d0[i, c, 0], d0[i, c, 1], d0[i, c, 2]
-                    x = 0.5 * (cd * cd - (e0 * e0 + e1 * e1 + e2 * e2)) / (
-                        g0 * e0 + g1 * e1 + g2 * e2
-                    )
-                    if abs(x) > tol[s]:
-                        moved = True
-                        _push(new, i, j, x, g0, g1, g2, masses)
+            for k in range(first[s], first[s + 1]):
+                i, j, length = a[k], b[k], cd[k]
+                e0 = new[i, 0] - new[j, 0] - r0[k, 0] + d0[k, 0]
+                e1 = new[i, 1] - new[j, 1] - r0[k, 1] + d0[k, 1]
+                e2 = new[i, 2] - new[j, 2] - r0[k, 2] + d0[k, 2]
+                g0, g1, g2 = d0[k, 0], d0[k, 1], d0[k, 2]
+                x = 0.5 * (length * length - (e0 * e0 + e1 * e1 + e2 * e2)) / (
+                    g0 * e0 + g1 * e1 + g2 * e2
+                )
+                if abs(x) > tol[s]:
+                    moved = True
+                    _push(new, i, j, x, g0, g1, g2, masses)
             if not moved:
                 break
         if moved:
@@ -107,29 +120,25 @@ def shake(new, r0, d0, masses, offset, length, starts, counts, active, tol, max_
 
 
 @compiled
-def rattle(v, d0, masses, offset, length, starts, counts, active, tol, max_sweeps):
+def rattle(v, d0, masses, a, b, cd, first, active, tol, max_sweeps):
     """RATTLE: velocities ``v`` (a copy) without a component along any bond of the
     active systems, swept as :func:`shake`; and the first unconverged row (-1: none)."""
     v = v.copy()
-    for s in range(starts.shape[0]):
+    for s in range(first.shape[0] - 1):
         if not active[s]:
             continue
         moved = True
         for _ in range(max_sweeps):
             moved = False
-            for c in range(offset.shape[1]):
-                for i in range(starts[s], starts[s] + counts[s]):
-                    cd = length[i, c]
-                    if cd <= 0:
-                        continue
-                    j = i + offset[i, c]
-                    g0, g1, g2 = d0[i, c, 0], d0[i, c, 1], d0[i, c, 2]
-                    dot = (v[i, 0] - v[j, 0]) * g0 + (v[i, 1] - v[j, 1]) * g1
-                    dot = dot + (v[i, 2] - v[j, 2]) * g2
-                    x = -dot / max(cd * cd, 1e-300)
-                    if abs(x) > tol[s]:
-                        moved = True
-                        _push(v, i, j, x, g0, g1, g2, masses)
+            for k in range(first[s], first[s + 1]):
+                i, j = a[k], b[k]
+                g0, g1, g2 = d0[k, 0], d0[k, 1], d0[k, 2]
+                dot = (v[i, 0] - v[j, 0]) * g0 + (v[i, 1] - v[j, 1]) * g1
+                dot = dot + (v[i, 2] - v[j, 2]) * g2
+                x = -dot / max(cd[k] * cd[k], 1e-300)
+                if abs(x) > tol[s]:
+                    moved = True
+                    _push(v, i, j, x, g0, g1, g2, masses)
             if not moved:
                 break
         if moved:
