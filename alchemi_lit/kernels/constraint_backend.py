@@ -35,12 +35,14 @@ def _constraint_take(batch: Batch, *args: Any) -> bool:
 
 
 def _lattice(batch: Batch) -> tuple[np.ndarray, ...]:
-    """The minimum image's lattice per system (cell, inverse, pbc as 1.0 / 0.0), kept
+    """The minimum image's lattice per system (cell, inverse, pbc as 1.0 / 0.0, the
+    reach of the wrapped image: :func:`~.constraints.lattice_reach`), kept
     while the cell is (an inverse per step would cost more than the kernels)."""
 
     def make() -> tuple[np.ndarray, ...]:
-        cell, inv = forces.mic_cells(batch)
-        return cell.numpy(), inv.numpy(), batch.pbc.to(batch.dtype).numpy()
+        cell, inv = (t.numpy() for t in forces.mic_cells(batch))
+        pbc = batch.pbc.to(batch.dtype).numpy()
+        return cell, inv, pbc, kernels.load("constraints").lattice_reach(inv, pbc)
 
     return kept(batch, "lattice", (batch.cell, batch.pbc), make)
 

@@ -26,16 +26,22 @@ from .cache import compiled
 
 
 @compiled
-def mic(d0, d1, d2, cell, inv, pbc):
+def mic(d0, d1, d2, cell, inv, pbc, reach):
     """``(d0, d1, d2)`` as its shortest periodic image (the torch ``minimum_image``):
     fractional coordinates wrapped along periodic axes, then the shortest of the 27
     neighbouring images (the first one on a tie, as ``argmin``).  ``cell`` / ``inv``
     ``[3, 3]``: the system's cell with identity rows along open axes and its inverse;
-    ``pbc`` ``[3]`` 1.0 / 0.0."""
+    ``pbc`` ``[3]`` 1.0 / 0.0; ``reach``: a squared length below which the wrapped
+    image is the shortest (:func:`lattice_reach`), so the 26 others are not tried."""
     f = np.empty(3)
     for j in range(3):
         f[j] = d0 * inv[0, j] + d1 * inv[1, j] + d2 * inv[2, j]
         f[j] = f[j] - np.rint(f[j]) * pbc[j]
+    w0 = f[0] * cell[0, 0] + f[1] * cell[1, 0] + f[2] * cell[2, 0]
+    w1 = f[0] * cell[0, 1] + f[1] * cell[1, 1] + f[2] * cell[2, 1]
+    w2 = f[0] * cell[0, 2] + f[1] * cell[1, 2] + f[2] * cell[2, 2]
+    if w0 * w0 + w1 * w1 + w2 * w2 < reach:
+        return w0, w1, w2
     best, b0, b1, b2 = np.inf, 0.0, 0.0, 0.0
     for a in range(-1, 2):
         for b in range(-1, 2):
@@ -48,6 +54,22 @@ def mic(d0, d1, d2, cell, inv, pbc):
                 if sq < best:
                     best, b0, b1, b2 = sq, i0, i1, i2
     return b0, b1, b2
+
+
+@compiled
+def lattice_reach(inv, pbc):
+    """Per system ``[B]``: ``(0.49 h)^2`` with ``h`` the smallest height of the cell
+    along its periodic axes (``1 / |column k of the inverse|``).  Every lattice vector
+    ``L`` is at least ``h`` long, so a vector ``d`` shorter than ``0.49 h`` is shorter
+    than ``d + L`` by at least ``0.02 h`` -- far beyond rounding: the wrapped image is
+    the one the 27-image search returns.  Infinite without a periodic axis."""
+    out = np.full(inv.shape[0], np.inf)
+    for s in range(inv.shape[0]):
+        for k in range(3):
+            if pbc[s, k]:
+                col = inv[s, 0, k] ** 2 + inv[s, 1, k] ** 2 + inv[s, 2, k] ** 2
+                out[s] = min(out[s], 0.49 * 0.49 / col)
+    return out
 
 
 @compiled
@@ -75,14 +97,14 @@ def bond_list(offset, length, starts, counts):
 
 
 @compiled
-def bond_vectors(ref, a, b, first, cell, inv, pbc):
+def bond_vectors(ref, a, b, first, cell, inv, pbc, reach):
     """Each bond's vector at ``ref`` (``r0``) and its minimum image (``d0``), ``[K, 3]``."""
     r0, d0 = np.empty((a.shape[0], 3)), np.empty((a.shape[0], 3))
     for s in range(first.shape[0] - 1):
         for k in range(first[s], first[s + 1]):
             for c in range(3):
                 r0[k, c] = ref[a[k], c] - ref[b[k], c]
-            image = mic(r0[k, 0], r0[k, 1], r0[k, 2], cell[s], inv[s], pbc[s])
+            image = mic(r0[k, 0], r0[k, 1], r0[k, 2], cell[s], inv[s], pbc[s], reach[s])
             d0[k, 0], d0[k, 1], d0[k, 2] = image
     return r0, d0
 
@@ -161,7 +183,7 @@ def _push(a, i, j, x, g0, g1, g2, masses):
 
 
 @compiled
-def springs(r, kind, offset, k, rt, target, starts, counts, active, cell, inv, pbc):
+def springs(r, kind, offset, k, rt, target, starts, counts, active, cell, inv, pbc, reach):
     """Hookean springs (the torch ``spring_terms``): the force on each atom ``[N, 3]``
     and each slot's energy ``[N]``, visiting only the atoms that carry a spring."""
     force, energy = np.zeros_like(r), np.zeros(r.shape[0])
@@ -187,7 +209,9 @@ def springs(r, kind, offset, k, rt, target, starts, counts, active, cell, inv, p
                     p0, p1, p2 = r[j, 0], r[j, 1], r[j, 2]
                 else:
                     p0, p1, p2 = target[i, 0], target[i, 1], target[i, 2]
-                d0, d1, d2 = mic(p0 - r[i, 0], p1 - r[i, 1], p2 - r[i, 2], cell[s], inv[s], pbc[s])
+                d0, d1, d2 = mic(
+                    p0 - r[i, 0], p1 - r[i, 1], p2 - r[i, 2], cell[s], inv[s], pbc[s], reach[s]
+                )
                 length = np.sqrt(d0 * d0 + d1 * d1 + d2 * d2)
                 stretch = length - rt[i]
                 if stretch > 0:

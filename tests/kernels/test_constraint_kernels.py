@@ -163,3 +163,24 @@ def test_drift_velocities_kernel_equals_the_reference(per_system: bool) -> None:
     got, want = both(drift_velocities, batch, batch.velocities, new, batch.positions, dt, ACTIVE)
     assert (got - want).abs().max() < TOL and torch.equal(got[32:64], batch.velocities[32:64])
     assert not torch.equal(got[:32], batch.velocities[:32])
+
+
+def test_minimum_images_in_sheared_cells_equal_the_reference() -> None:
+    """Springs to points up to 8 Å away in sheared cells (periodic in three and in two
+    axes): the kernel's minimum image -- the wrapped vector where it is short enough
+    to be the shortest, else the 27-image search -- is the torch reference's."""
+    gen = np.random.default_rng(0)
+    out = perturbed_argon(2, 2, 0.08, seed=6)
+    for a, pbc in zip(out, [(True, True, True), (True, False, True)]):
+        cell = a.cell.array.copy()
+        cell[1] += 0.45 * cell[0]
+        cell[2] += 0.3 * cell[0] - 0.2 * cell[1]
+        a.set_cell(cell, scale_atoms=True)
+        a.pbc = pbc
+        targets = a.positions + gen.uniform(-8.0, 8.0, (len(a), 3))
+        a.set_constraint([Hookean(i, tuple(t), k=1.0, rt=0.0) for i, t in enumerate(targets)])
+    batch = batch_of(out)
+    (force, energy), (force_ref, energy_ref) = both(
+        spring_terms, batch, torch.ones(2, dtype=torch.bool)
+    )
+    assert (force - force_ref).abs().max() < TOL and (energy - energy_ref).abs().max() < TOL
