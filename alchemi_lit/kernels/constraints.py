@@ -33,20 +33,20 @@ def mic(d0, d1, d2, cell, inv, pbc, reach):
     ``[3, 3]``: the system's cell with identity rows along open axes and its inverse;
     ``pbc`` ``[3]`` 1.0 / 0.0; ``reach``: a squared length below which the wrapped
     image is the shortest (:func:`lattice_reach`), so the 26 others are not tried."""
-    f = np.empty(3)
-    for j in range(3):
-        f[j] = d0 * inv[0, j] + d1 * inv[1, j] + d2 * inv[2, j]
-        f[j] = f[j] - np.rint(f[j]) * pbc[j]
-    w0 = f[0] * cell[0, 0] + f[1] * cell[1, 0] + f[2] * cell[2, 0]
-    w1 = f[0] * cell[0, 1] + f[1] * cell[1, 1] + f[2] * cell[2, 1]
-    w2 = f[0] * cell[0, 2] + f[1] * cell[1, 2] + f[2] * cell[2, 2]
+    f0 = d0 * inv[0, 0] + d1 * inv[1, 0] + d2 * inv[2, 0]  # (scalars: no array per call)
+    f1 = d0 * inv[0, 1] + d1 * inv[1, 1] + d2 * inv[2, 1]
+    f2 = d0 * inv[0, 2] + d1 * inv[1, 2] + d2 * inv[2, 2]
+    f0, f1, f2 = f0 - np.rint(f0) * pbc[0], f1 - np.rint(f1) * pbc[1], f2 - np.rint(f2) * pbc[2]
+    w0 = f0 * cell[0, 0] + f1 * cell[1, 0] + f2 * cell[2, 0]
+    w1 = f0 * cell[0, 1] + f1 * cell[1, 1] + f2 * cell[2, 1]
+    w2 = f0 * cell[0, 2] + f1 * cell[1, 2] + f2 * cell[2, 2]
     if w0 * w0 + w1 * w1 + w2 * w2 < reach:
         return w0, w1, w2
     best, b0, b1, b2 = np.inf, 0.0, 0.0, 0.0
     for a in range(-1, 2):
         for b in range(-1, 2):
             for c in range(-1, 2):
-                g0, g1, g2 = f[0] + a * pbc[0], f[1] + b * pbc[1], f[2] + c * pbc[2]
+                g0, g1, g2 = f0 + a * pbc[0], f1 + b * pbc[1], f2 + c * pbc[2]
                 i0 = g0 * cell[0, 0] + g1 * cell[1, 0] + g2 * cell[2, 0]
                 i1 = g0 * cell[0, 1] + g1 * cell[1, 1] + g2 * cell[2, 1]
                 i2 = g0 * cell[0, 2] + g1 * cell[1, 2] + g2 * cell[2, 2]
