@@ -7,12 +7,14 @@ bonds are stored in :data:`BOND_SLOTS` "colours" -- per atom ``bond_offset[:, c]
 (partner) and ``bond_length[:, c]`` (0: no bond) -- chosen so that no two bonds of a
 colour share an atom: one colour's bonds are corrected all at once, colour after colour,
 which is a Gauss-Seidel sweep in another bond order.  Converged to the same tolerance,
-the positions agree with ASE's to that tolerance.  On CPU a sweep loop stops when every
-system has converged and raises (naming the system) after ``maxiter`` sweeps, as ASE's
-``RuntimeError``; on an accelerator, where reading the residual would stall the device,
-exactly :data:`DEVICE_SWEEPS` sweeps run (bonds already within tolerance are left alone,
-as ASE leaves them).  Bond lengths are those of the input structure (ASE's
-``bondlengths=None``) unless given; the minimum-image convention applies, as ASE's.
+the positions agree with ASE's to that tolerance.  On CPU the sweeps stop when every
+system has converged (the compiled kernel of :mod:`alchemi_lit.kernels.constraints` sweeps
+each system to its own; a converged system is left alone either way) and raise (naming the
+system) after ``maxiter`` sweeps, as ASE's ``RuntimeError``; on an accelerator, where
+reading the residual would stall the device, exactly :data:`DEVICE_SWEEPS` sweeps run
+(bonds already within tolerance are left alone, as ASE leaves them).  Bond lengths are
+those of the input structure (ASE's ``bondlengths=None``) unless given; the minimum-image
+convention applies, as ASE's.
 """
 
 from __future__ import annotations

@@ -185,8 +185,12 @@ class FixComKind(Constraint):
         return fix_com(batch, forces, forces, COM_FORCES, active)
 
 
-COM_POSITIONS, COM_VELOCITIES, COM_FORCES = 0, 1, 2
-"""What :func:`fix_com` adjusts: positions, velocities or forces (ASE's three formulas)."""
+COM_POSITIONS = 0
+""":func:`fix_com` of positions: shifted back by the centre of mass's move."""
+COM_VELOCITIES = 1
+""":func:`fix_com` of velocities: less the centre of mass's velocity."""
+COM_FORCES = 2
+""":func:`fix_com` of forces: less ``m λ``, ``λ = Σ m F / Σ m²``."""
 
 
 def _mean(batch: Any, values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
