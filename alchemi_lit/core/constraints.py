@@ -97,6 +97,9 @@ class Host:
     def indices(self, what: str, values: Any) -> np.ndarray:
         """``values`` as atom indices of this structure, range-checked (negative
         indices count from the end, as in ASE)."""
+        one = isinstance(values, (int, np.integer)) and not isinstance(values, (bool, np.bool_))
+        if one and -self.n <= values < self.n:  # (a Hookean or pull end, per constraint)
+            return np.array([values % self.n], dtype=np.int64)
         idx = np.atleast_1d(np.asarray(values))
         if idx.dtype == bool:
             if idx.shape != (self.n,):
