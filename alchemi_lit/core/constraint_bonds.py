@@ -110,9 +110,7 @@ class BondLengthsKind(Constraint):
         return rattle(batch, velocities, active)
 
     def adjust_forces(self, batch, forces, active):  # type: ignore[no-untyped-def]
-        m = batch.masses.unsqueeze(-1)  # ASE: adjust_momenta applied to the forces
-        adjusted = self.adjust_velocities(batch, forces / m, active) * m
-        return torch.where(batch.atom_mask(active).unsqueeze(-1), adjusted, forces)
+        return rattle_forces(batch, forces, active)
 
 
 def unconverged(batch: Any, row: int, what: str) -> StructureError:
@@ -195,10 +193,20 @@ def rattle(batch: Any, velocities: torch.Tensor, active: torch.Tensor) -> torch.
     return state["v"]
 
 
+@primitive
+def rattle_forces(batch: Any, forces: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """``forces`` of ``active``'s systems as ASE's ``FixBondLengths.adjust_forces``
+    leaves them: :func:`rattle` applied to ``F / m`` (ASE's ``adjust_momenta``), times
+    ``m``."""
+    m = batch.masses.unsqueeze(-1)
+    adjusted = rattle(batch, forces / m, active) * m
+    return torch.where(batch.atom_mask(active).unsqueeze(-1), adjusted, forces)
+
+
 register_constraint(BondLengthsKind())
 
 
 __all__ = [
-    "BOND_SLOTS", "DEVICE_SWEEPS", "MAX_SWEEPS", "BondLengthsKind", "rattle", "shake",
-    "unconverged",
+    "BOND_SLOTS", "DEVICE_SWEEPS", "MAX_SWEEPS", "BondLengthsKind", "rattle", "rattle_forces",
+    "shake", "unconverged",
 ]  # fmt: skip

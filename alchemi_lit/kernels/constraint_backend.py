@@ -84,6 +84,17 @@ def rattle(batch: Batch, velocities: torch.Tensor, active: torch.Tensor) -> torc
     return torch.from_numpy(out)
 
 
+@bonds.rattle_forces.register(BACKEND, _constraint_take)
+def rattle_forces(batch: Batch, forces: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    _, d0, (m, *rest) = _bond_sweeps(batch, batch.positions, active)
+    out, failed = kernels.load("constraints").rattle_forces(
+        forces.numpy(), d0, m, *batch.segments.bounds, *rest
+    )
+    if failed >= 0:
+        raise bonds.unconverged(batch, int(failed), "velocities (RATTLE)")
+    return torch.from_numpy(out)
+
+
 @forces.spring_terms.register(BACKEND, _constraint_take)
 def spring_terms(batch: Batch, active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     fields = (batch.spring_kind, batch.spring_offset, batch.spring_k, batch.spring_rt,

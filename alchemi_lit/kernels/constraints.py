@@ -147,25 +147,47 @@ def rattle(v, d0, masses, a, b, cd, first, active, tol, max_sweeps):
     active systems, swept as :func:`shake`; and the first unconverged row (-1: none)."""
     v = v.copy()
     for s in range(first.shape[0] - 1):
-        if not active[s]:
-            continue
-        moved = True
-        for _ in range(max_sweeps):
-            moved = False
-            for k in range(first[s], first[s + 1]):
-                i, j = a[k], b[k]
-                g0, g1, g2 = d0[k, 0], d0[k, 1], d0[k, 2]
-                dot = (v[i, 0] - v[j, 0]) * g0 + (v[i, 1] - v[j, 1]) * g1
-                dot = dot + (v[i, 2] - v[j, 2]) * g2
-                x = -dot / max(cd[k] * cd[k], 1e-300)
-                if abs(x) > tol[s]:
-                    moved = True
-                    _push(v, i, j, x, g0, g1, g2, masses)
-            if not moved:
-                break
-        if moved:
+        if active[s] and not _rattle_system(v, d0, masses, a, b, cd, first, s, tol, max_sweeps):
             return v, s
     return v, -1
+
+
+@compiled
+def rattle_forces(f, d0, masses, starts, counts, a, b, cd, first, active, tol, max_sweeps):
+    """RATTLE of forces (the torch ``rattle_forces``): ``f / m`` swept as velocities,
+    times ``m`` again, on the atoms of the active systems (a copy); the unconverged row."""
+    out = f.copy()
+    for s in range(first.shape[0] - 1):
+        if not active[s]:
+            continue
+        for i in range(starts[s], starts[s] + counts[s]):
+            for c in range(3):
+                out[i, c] = f[i, c] / masses[i]
+        if not _rattle_system(out, d0, masses, a, b, cd, first, s, tol, max_sweeps):
+            return out, s
+        for i in range(starts[s], starts[s] + counts[s]):
+            for c in range(3):
+                out[i, c] = out[i, c] * masses[i]
+    return out, -1
+
+
+@compiled
+def _rattle_system(v, d0, masses, a, b, cd, first, s, tol, max_sweeps):
+    """System ``s``'s RATTLE sweeps on ``v`` in place; whether they converged."""
+    for _ in range(max_sweeps):
+        moved = False
+        for k in range(first[s], first[s + 1]):
+            i, j = a[k], b[k]
+            g0, g1, g2 = d0[k, 0], d0[k, 1], d0[k, 2]
+            dot = (v[i, 0] - v[j, 0]) * g0 + (v[i, 1] - v[j, 1]) * g1
+            dot = dot + (v[i, 2] - v[j, 2]) * g2
+            x = -dot / max(cd[k] * cd[k], 1e-300)
+            if abs(x) > tol[s]:
+                moved = True
+                _push(v, i, j, x, g0, g1, g2, masses)
+        if not moved:
+            return True
+    return False
 
 
 @compiled

@@ -23,7 +23,7 @@ from ase.constraints import (
 )
 
 from alchemi_lit.core import constraint_bonds as bonds
-from alchemi_lit.core.constraint_bonds import rattle, shake
+from alchemi_lit.core.constraint_bonds import rattle, rattle_forces, shake
 from alchemi_lit.core.constraint_forces import pull_terms, spring_terms
 from alchemi_lit.core.constraint_kinds import (
     COM_FORCES,
@@ -104,6 +104,9 @@ def test_shake_and_rattle_kernels_equal_the_reference_and_hold_the_bonds() -> No
     got, want = both(shake, batch, batch.positions, new, ACTIVE)
     assert (got - want).abs().max() < TOL and torch.equal(got[32:64], new[32:64])
     batch.positions = got
+    forces, forces_ref = both(rattle_forces, batch, batch.forces, ACTIVE)
+    assert (forces - forces_ref).abs().max() < TOL
+    assert torch.equal(forces[32:64], batch.forces[32:64]) and not torch.equal(forces, batch.forces)
     got, want = both(rattle, batch, batch.velocities, ACTIVE)
     assert (got - want).abs().max() < TOL and torch.equal(got[32:64], batch.velocities[32:64])
     for a in (0, 2):  # each bond at its length, no relative velocity along it
