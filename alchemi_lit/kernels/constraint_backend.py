@@ -48,15 +48,15 @@ def _lattice(batch: Batch) -> tuple[np.ndarray, ...]:
 
 
 def _bond_sweeps(batch: Batch, ref: torch.Tensor, active: torch.Tensor) -> tuple[Any, ...]:
-    """The sweep kernels' inputs: the bonds as a list (kept while the bond fields are),
-    their vectors at ``ref`` and minimum images (kept while ``ref`` is: RATTLE runs twice
-    a step at the same positions), then masses, bonds, ``active``, tolerances and the
-    sweep limit."""
+    """The sweep kernels' inputs: the bonds as a list (kept while the bond fields and the
+    masses are), their vectors at ``ref`` and minimum images (kept while ``ref`` is:
+    RATTLE runs twice a step at the same positions), then masses, bonds, ``active``,
+    tolerances and the sweep limit."""
     k = kernels.load("constraints")
     a, b, cd, first = kept(
         batch, "bond list", (batch.bond_offset, batch.bond_length),
         lambda: k.bond_list(batch.bond_offset.numpy(), batch.bond_length.numpy(),
-                            *batch.segments.bounds),
+                            batch.masses.numpy(), *batch.segments.bounds),
     )  # fmt: skip
     r0, d0 = kept(
         batch, "bond vectors", (ref, batch.bond_offset, batch.bond_length, batch.cell, batch.pbc),

@@ -73,16 +73,16 @@ def lattice_reach(inv, pbc):
 
 
 @compiled
-def bond_list(offset, length, starts, counts):
+def bond_list(offset, length, masses, starts, counts):
     """The rigid bonds as a list, system after system and in each colour after colour
-    (the sweep order): both atoms ``[K]``, the length ``[K]`` and where each system's
-    bonds start ``[B + 1]``."""
+    (the sweep order): both atoms ``[K]``, the length and the reduced mass ``[K, 2]``
+    (as the torch path computes it) and where each system's bonds start ``[B + 1]``."""
     total = 0
     for i in range(length.shape[0]):
         for c in range(length.shape[1]):
             if length[i, c] > 0:
                 total += 1
-    a, b, cd = np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total)
+    a, b, cd = np.empty(total, np.int64), np.empty(total, np.int64), np.empty((total, 2))
     first = np.zeros(starts.shape[0] + 1, np.int64)
     k = 0
     for s in range(starts.shape[0]):
@@ -90,7 +90,9 @@ def bond_list(offset, length, starts, counts):
         for c in range(length.shape[1]):
             for i in range(starts[s], starts[s] + counts[s]):
                 if length[i, c] > 0:
-                    a[k], b[k], cd[k] = i, i + offset[i, c], length[i, c]
+                    j = i + offset[i, c]
+                    a[k], b[k], cd[k, 0] = i, j, length[i, c]
+                    cd[k, 1] = 1.0 / (1.0 / masses[i] + 1.0 / masses[j])
                     k += 1
     first[starts.shape[0]] = k
     return a, b, cd, first
@@ -123,7 +125,7 @@ def shake(new, r0, d0, masses, a, b, cd, first, active, tol, max_sweeps):
         for _ in range(max_sweeps):
             moved = False
             for k in range(first[s], first[s + 1]):
-                i, j, length = a[k], b[k], cd[k]
+                i, j, length = a[k], b[k], cd[k, 0]
                 e0 = new[i, 0] - new[j, 0] - r0[k, 0] + d0[k, 0]
                 e1 = new[i, 1] - new[j, 1] - r0[k, 1] + d0[k, 1]
                 e2 = new[i, 2] - new[j, 2] - r0[k, 2] + d0[k, 2]
@@ -133,7 +135,7 @@ def shake(new, r0, d0, masses, a, b, cd, first, active, tol, max_sweeps):
                 )
                 if abs(x) > tol[s]:
                     moved = True
-                    _push(new, i, j, x, g0, g1, g2, masses)
+                    _push(new, i, j, x * cd[k, 1], g0, g1, g2, masses)
             if not moved:
                 break
         if moved:
@@ -181,20 +183,19 @@ def _rattle_system(v, d0, masses, a, b, cd, first, s, tol, max_sweeps):
             g0, g1, g2 = d0[k, 0], d0[k, 1], d0[k, 2]
             dot = (v[i, 0] - v[j, 0]) * g0 + (v[i, 1] - v[j, 1]) * g1
             dot = dot + (v[i, 2] - v[j, 2]) * g2
-            x = -dot / max(cd[k] * cd[k], 1e-300)
+            x = -dot / max(cd[k, 0] * cd[k, 0], 1e-300)
             if abs(x) > tol[s]:
                 moved = True
-                _push(v, i, j, x, g0, g1, g2, masses)
+                _push(v, i, j, x * cd[k, 1], g0, g1, g2, masses)
         if not moved:
             return True
     return False
 
 
 @compiled
-def _push(a, i, j, x, g0, g1, g2, masses):
-    """``a[i] += x mu g / m_i``, ``a[j] -= x mu g / m_j`` (``mu``: the reduced mass)."""
-    mu = 1.0 / (1.0 / masses[i] + 1.0 / masses[j])
-    xm = x * mu
+def _push(a, i, j, xm, g0, g1, g2, masses):
+    """``a[i] += xm g / m_i``, ``a[j] -= xm g / m_j`` (``xm``: the correction times the
+    bond's reduced mass)."""
     s0, s1, s2 = xm * g0, xm * g1, xm * g2
     a[i, 0] += s0 / masses[i]
     a[i, 1] += s1 / masses[i]
