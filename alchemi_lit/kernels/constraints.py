@@ -14,14 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.constraint_forces import SPRING_ATOM, SPRING_PLANE
-from ..core.constraint_kinds import (
-    AXIS_CARTESIAN,
-    AXIS_LINE,
-    AXIS_PLANE,
-    COM_FORCES,
-    COM_POSITIONS,
-    COM_VELOCITIES,
-)  # fmt: skip
+from ..core.constraint_kinds import AXIS_CARTESIAN, AXIS_LINE, AXIS_PLANE, COM_FORCES, COM_POSITIONS
 from .cache import compiled
 
 
@@ -331,30 +324,28 @@ def axis_positions(old, new, kind, vec, starts, counts, active):
 def fix_com(x, ref, masses, what, starts, counts, on):
     """FixCom (the torch ``fix_com``) for the systems ``on``: a copy of ``x`` moved by
     the centre's move from ``ref`` (``COM_POSITIONS``), less the centre's velocity
-    (``COM_VELOCITIES``) or less ``m λ`` (``COM_FORCES``); the sums run atom after atom
-    from zero, as the run sums of the reference."""
+    (``COM_VELOCITIES``) or less ``m λ`` (``COM_FORCES``); each sum runs atom after atom
+    from zero, as the run sums of the reference (one pass for all of them)."""
     out = x.copy()
     for s in range(starts.shape[0]):
         if not on[s]:
             continue
         a, e = starts[s], starts[s] + counts[s]
-        w = 0.0
+        w, x0, x1, x2, r0, r1, r2 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
         for i in range(a, e):
-            w += masses[i] * masses[i] if what == COM_FORCES else masses[i]
+            m = masses[i]
+            w += m * m if what == COM_FORCES else m
+            x0, x1, x2 = x0 + x[i, 0] * m, x1 + x[i, 1] * m, x2 + x[i, 2] * m
+            r0, r1, r2 = r0 + ref[i, 0] * m, r1 + ref[i, 1] * m, r2 + ref[i, 2] * m
         w = max(w, 1e-300)
-        for c in range(3):
-            acc, acc_ref = 0.0, 0.0
-            for i in range(a, e):
-                acc += x[i, c] * masses[i]
-                acc_ref += ref[i, c] * masses[i]
-            mean = acc / w
-            for i in range(a, e):
-                if what == COM_POSITIONS:
-                    out[i, c] = x[i, c] + (acc_ref / w - mean)
-                elif what == COM_VELOCITIES:
-                    out[i, c] = x[i, c] - mean
-                else:
-                    out[i, c] = x[i, c] - masses[i] * mean
+        x0, x1, x2 = x0 / w, x1 / w, x2 / w
+        if what == COM_POSITIONS:  # (new + (mean(ref) - mean(new)), as the reference)
+            x0, x1, x2 = -(r0 / w - x0), -(r1 / w - x1), -(r2 / w - x2)
+        for i in range(a, e):
+            scale = masses[i] if what == COM_FORCES else 1.0
+            out[i, 0] = x[i, 0] - scale * x0
+            out[i, 1] = x[i, 1] - scale * x1
+            out[i, 2] = x[i, 2] - scale * x2
     return out
 
 
