@@ -25,7 +25,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: modules that register implementations when imported (on the first primitive call)
-BUILTIN: tuple[str, ...] = ("alchemi_lit.kernels.backend",)
+BUILTIN: tuple[str, ...] = ("alchemi_lit.kernels.backend", "alchemi_lit.kernels.constraint_backend")
 _loaded = False
 
 

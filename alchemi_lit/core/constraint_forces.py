@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from .backends import primitive
 from .constraints import Constraint, ConstraintField, Host, partner, register_constraint
 from .linalg import inverse
 from .tensor_ops import row_dot, rows_times, small_matmul
@@ -33,16 +34,23 @@ def _shifts(like: torch.Tensor) -> torch.Tensor:
     return torch.cartesian_prod(one, one, one)
 
 
+def mic_cells(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each system's cell with identity rows along its open axes, and its inverse
+    ``[B, 3, 3]``: the lattice :func:`minimum_image` wraps into."""
+    eye = torch.eye(3, dtype=batch.dtype, device=batch.device)
+    cell = torch.where(batch.pbc.unsqueeze(-1), batch.cell, eye)
+    return cell, inverse(cell)
+
+
 def minimum_image(batch: Any, d: torch.Tensor) -> torch.Tensor:
     """``d`` ``[N, 3]`` (a vector per atom of its system) as its shortest periodic
     image, as ASE's ``find_mic``: wrapped into the cell along periodic axes, then the
     shortest of the 27 neighbouring images."""
     seg = batch.segments
-    pbc = batch.pbc
-    cell = torch.where(pbc.unsqueeze(-1), batch.cell, torch.eye(3, dtype=d.dtype, device=d.device))
+    cell, inv = mic_cells(batch)
     cell_a = seg.to_atoms(cell)  # [N, 3, 3]
-    pbc_a = seg.to_atoms(pbc).to(d.dtype)  # [N, 3]
-    frac = rows_times(d, seg.to_atoms(inverse(cell)))  # (a row's bits: its own alone)
+    pbc_a = seg.to_atoms(batch.pbc).to(d.dtype)  # [N, 3]
+    frac = rows_times(d, seg.to_atoms(inv))  # (a row's bits: its own alone)
     frac = frac - torch.round(frac) * pbc_a
     shifts = _shifts(d)[None] * pbc_a[:, None]  # [N, 27, 3]
     images = small_matmul(frac[:, None] + shifts, cell_a)
@@ -121,38 +129,11 @@ class HookeanKind(Constraint):
                 out.append(Hookean(int(i), tuple(t.tolist()), k))
         return out
 
-    def _terms(self, batch: Any, active: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Per slot: the force on the slot's atom ``[N, 3]``, its energy ``[N]``, the
-        partner index and whether the partner gets the opposite force."""
-        kind = torch.where(batch.atom_mask(active), batch.spring_kind, 0)
-        r, t, k = batch.positions, batch.spring_target, batch.spring_k
-        other = partner(batch, batch.spring_offset)
-        p2 = torch.where((kind == SPRING_ATOM).unsqueeze(-1), r.index_select(0, other), t[:, :3])
-        d = minimum_image(batch, p2 - r)
-        length = d.norm(dim=-1)
-        stretch = length - batch.spring_rt
-        on = (kind == SPRING_ATOM) | (kind == SPRING_POINT)
-        pulled = on & (stretch > 0)
-        f_pair = (k * stretch / length.clamp_min(1e-300)).unsqueeze(-1) * d
-        e_pair = 0.5 * k * stretch * stretch
-        normal = t[:, :3]
-        norm = normal.norm(dim=-1).clamp_min(1e-300)
-        dist = (row_dot(r, normal) + t[:, 3]) / norm
-        plane = kind == SPRING_PLANE
-        f_plane = -(k * dist / norm).unsqueeze(-1) * normal
-        force = torch.where(pulled.unsqueeze(-1), f_pair, 0.0)
-        force = torch.where((plane & (dist >= 0)).unsqueeze(-1), f_plane, force)
-        energy = torch.where(pulled, e_pair, 0.0)
-        energy = torch.where(plane & (dist > 0), 0.5 * k * dist * dist, energy)
-        return force, energy, other, pulled & (kind == SPRING_ATOM)
-
     def adjust_forces(self, batch, forces, active):  # type: ignore[no-untyped-def]
-        force, _, other, pair = self._terms(batch, active)
-        back = torch.where(pair.unsqueeze(-1), -force, 0.0)
-        return (forces + force).index_add(0, other, back)
+        return forces + spring_terms(batch, active)[0]
 
     def energy(self, batch, active):  # type: ignore[no-untyped-def]
-        return batch.segments.sum(self._terms(batch, active)[1])
+        return batch.segments.sum(spring_terms(batch, active)[1])
 
 
 class ExternalForceKind(Constraint):
@@ -187,23 +168,54 @@ class ExternalForceKind(Constraint):
             for i in np.flatnonzero(arrays["pull_offset"])
         ]
 
-    def _terms(self, batch: Any, active: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        on = batch.atom_mask(active) & (batch.pull_offset != 0)
-        other = partner(batch, batch.pull_offset)
-        dist = batch.positions - batch.positions.index_select(0, other)
-        length = dist.norm(dim=-1)
-        f = batch.pull_force
-        force = torch.where(
-            on.unsqueeze(-1), (f / length.clamp_min(1e-300)).unsqueeze(-1) * dist, 0.0
-        )
-        return force, torch.where(on, -length * f, 0.0), other
-
     def adjust_forces(self, batch, forces, active):  # type: ignore[no-untyped-def]
-        force, _, other = self._terms(batch, active)
-        return (forces + force).index_add(0, other, -force)
+        return forces + pull_terms(batch, active)[0]
 
     def energy(self, batch, active):  # type: ignore[no-untyped-def]
-        return batch.segments.sum(self._terms(batch, active)[1])
+        return batch.segments.sum(pull_terms(batch, active)[1])
+
+
+@primitive
+def spring_terms(batch: Any, active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Hookean springs of ``active``'s systems: the force on each atom ``[N, 3]``
+    (both ends of a spring between atoms) and each slot's energy ``[N]``."""
+    kind = torch.where(batch.atom_mask(active), batch.spring_kind, 0)
+    r, t, k = batch.positions, batch.spring_target, batch.spring_k
+    other = partner(batch, batch.spring_offset)
+    p2 = torch.where((kind == SPRING_ATOM).unsqueeze(-1), r.index_select(0, other), t[:, :3])
+    d = minimum_image(batch, p2 - r)
+    length = d.norm(dim=-1)
+    stretch = length - batch.spring_rt
+    on = (kind == SPRING_ATOM) | (kind == SPRING_POINT)
+    pulled = on & (stretch > 0)
+    f_pair = (k * stretch / length.clamp_min(1e-300)).unsqueeze(-1) * d
+    e_pair = 0.5 * k * stretch * stretch
+    normal = t[:, :3]
+    norm = normal.norm(dim=-1).clamp_min(1e-300)
+    dist = (row_dot(r, normal) + t[:, 3]) / norm
+    plane = kind == SPRING_PLANE
+    f_plane = -(k * dist / norm).unsqueeze(-1) * normal
+    force = torch.where(pulled.unsqueeze(-1), f_pair, 0.0)
+    force = torch.where((plane & (dist >= 0)).unsqueeze(-1), f_plane, force)
+    energy = torch.where(pulled, e_pair, 0.0)
+    energy = torch.where(plane & (dist > 0), 0.5 * k * dist * dist, energy)
+    back = torch.where((pulled & (kind == SPRING_ATOM)).unsqueeze(-1), -force, 0.0)
+    return force.index_add(0, other, back), energy
+
+
+@primitive
+def pull_terms(batch: Any, active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ExternalForce pulls of ``active``'s systems: the force on each atom
+    ``[N, 3]`` (both ends) and each slot's energy ``[N]``."""
+    on = batch.atom_mask(active) & (batch.pull_offset != 0)
+    other = partner(batch, batch.pull_offset)
+    dist = batch.positions - batch.positions.index_select(0, other)
+    length = dist.norm(dim=-1)
+    f = batch.pull_force
+    force = torch.where(
+        on.unsqueeze(-1), (f / length.clamp_min(1e-300)).unsqueeze(-1) * dist, 0.0
+    )
+    return force.index_add(0, other, -force), torch.where(on, -length * f, 0.0)
 
 
 for _kind in (HookeanKind(), ExternalForceKind()):
@@ -212,5 +224,5 @@ for _kind in (HookeanKind(), ExternalForceKind()):
 
 __all__ = [
     "SPRING_ATOM", "SPRING_PLANE", "SPRING_POINT", "ExternalForceKind", "HookeanKind",
-    "minimum_image",
+    "mic_cells", "minimum_image", "pull_terms", "spring_terms",
 ]  # fmt: skip

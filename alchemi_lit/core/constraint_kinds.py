@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from .backends import primitive
 from .constraints import Constraint, ConstraintField, Host, register_constraint
 from .tensor_ops import row_dot
 
@@ -110,29 +111,43 @@ class AxisKind(Constraint):
                     out.append((FixedPlane if kind == AXIS_PLANE else FixedLine)(idx, vec))
         return out
 
-    def _parts(self, batch: Any, active: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        kind = torch.where(batch.atom_mask(active), batch.axis_kind, 0).unsqueeze(-1)
-        return kind == AXIS_CARTESIAN, kind == AXIS_PLANE, kind == AXIS_LINE, batch.axis_vector
-
-    def _project(self, batch: Any, f: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        cart, plane, line, d = self._parts(batch, active)
-        along = row_dot(f, d).unsqueeze(-1) * d
-        f = torch.where(cart, f * (1.0 - d), f)  # f * ~mask
-        f = torch.where(plane, f - along, f)
-        return torch.where(line, along, f)
-
     def adjust_positions(self, batch, old, new, active):  # type: ignore[no-untyped-def]
-        cart, plane, line, d = self._parts(batch, active)
-        along = row_dot(new - old, d).unsqueeze(-1) * d
-        new = torch.where(cart & (d != 0), old, new)
-        new = torch.where(plane, new - along, new)
-        return torch.where(line, old + along, new)
+        return axis_positions(batch, old, new, active)
 
     def adjust_velocities(self, batch, velocities, active):  # type: ignore[no-untyped-def]
-        return self._project(batch, velocities, active)  # ASE: adjust_momenta = adjust_forces
+        return axis_project(batch, velocities, active)  # ASE: adjust_momenta = adjust_forces
 
     def adjust_forces(self, batch, forces, active):  # type: ignore[no-untyped-def]
-        return self._project(batch, forces, active)
+        return axis_project(batch, forces, active)
+
+
+def _axis_parts(batch: Any, active: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    kind = torch.where(batch.atom_mask(active), batch.axis_kind, 0).unsqueeze(-1)
+    return kind == AXIS_CARTESIAN, kind == AXIS_PLANE, kind == AXIS_LINE, batch.axis_vector
+
+
+@primitive
+def axis_project(batch: Any, f: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """Forces or velocities ``f`` ``[N, 3]`` without the components the axis kinds of
+    ``active``'s systems fix (ASE's ``adjust_forces`` of each)."""
+    cart, plane, line, d = _axis_parts(batch, active)
+    along = row_dot(f, d).unsqueeze(-1) * d
+    f = torch.where(cart, f * (1.0 - d), f)  # f * ~mask
+    f = torch.where(plane, f - along, f)
+    return torch.where(line, along, f)
+
+
+@primitive
+def axis_positions(
+    batch: Any, old: torch.Tensor, new: torch.Tensor, active: torch.Tensor
+) -> torch.Tensor:
+    """Positions ``new`` with the part of the move from ``old`` that the axis kinds of
+    ``active``'s systems fix undone (ASE's ``adjust_positions`` of each)."""
+    cart, plane, line, d = _axis_parts(batch, active)
+    along = row_dot(new - old, d).unsqueeze(-1) * d
+    new = torch.where(cart & (d != 0), old, new)
+    new = torch.where(plane, new - along, new)
+    return torch.where(line, old + along, new)
 
 
 class FixComKind(Constraint):
@@ -160,27 +175,47 @@ class FixComKind(Constraint):
 
         return [FixCom()] if bool(system["com_fixed"]) else []
 
-    def _on(self, batch: Any, active: torch.Tensor) -> torch.Tensor:
-        return batch.atom_mask(active & batch.com_fixed).unsqueeze(-1)
-
-    def _mean(self, batch: Any, values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """``Σ w x / Σ w`` per system ``[B, 3]``, gathered onto atoms ``[N, 3]``."""
-        seg = batch.segments
-        num = seg.sum(values * batch.masses.unsqueeze(-1))
-        return seg.to_atoms(num / seg.sum(weights).clamp_min(1e-300).unsqueeze(-1))
-
     def adjust_positions(self, batch, old, new, active):  # type: ignore[no-untyped-def]
-        diff = self._mean(batch, old, batch.masses) - self._mean(batch, new, batch.masses)
-        return torch.where(self._on(batch, active), new + diff, new)
+        return fix_com(batch, new, old, COM_POSITIONS, active)
 
     def adjust_velocities(self, batch, velocities, active):  # type: ignore[no-untyped-def]
-        v_com = self._mean(batch, velocities, batch.masses)
-        return torch.where(self._on(batch, active), velocities - v_com, velocities)
+        return fix_com(batch, velocities, velocities, COM_VELOCITIES, active)
 
     def adjust_forces(self, batch, forces, active):  # type: ignore[no-untyped-def]
-        lmd = self._mean(batch, forces, batch.masses * batch.masses)
-        f = forces - batch.masses.unsqueeze(-1) * lmd
-        return torch.where(self._on(batch, active), f, forces)
+        return fix_com(batch, forces, forces, COM_FORCES, active)
+
+
+COM_POSITIONS = 0
+""":func:`fix_com` of positions: shifted back by the centre of mass's move."""
+COM_VELOCITIES = 1
+""":func:`fix_com` of velocities: less the centre of mass's velocity."""
+COM_FORCES = 2
+""":func:`fix_com` of forces: less ``m λ``, ``λ = Σ m F / Σ m²``."""
+
+
+def _mean(batch: Any, values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``Σ m x / Σ w`` per system ``[B, 3]``, gathered onto atoms ``[N, 3]``."""
+    seg = batch.segments
+    num = seg.sum(values * batch.masses.unsqueeze(-1))
+    return seg.to_atoms(num / seg.sum(weights).clamp_min(1e-300).unsqueeze(-1))
+
+
+@primitive
+def fix_com(
+    batch: Any, values: torch.Tensor, ref: torch.Tensor, what: int, active: torch.Tensor
+) -> torch.Tensor:
+    """``values`` ``[N, 3]`` of the FixCom systems among ``active`` adjusted (``what``):
+    positions shifted by the centre's move from ``ref``, velocities less the centre's,
+    forces less ``m λ`` with ``λ = Σ m F / Σ m²``."""
+    on = batch.atom_mask(active & batch.com_fixed).unsqueeze(-1)
+    m = batch.masses
+    if what == COM_POSITIONS:
+        out = values + (_mean(batch, ref, m) - _mean(batch, values, m))
+    elif what == COM_VELOCITIES:
+        out = values - _mean(batch, values, m)
+    else:
+        out = values - m.unsqueeze(-1) * _mean(batch, values, m * m)
+    return torch.where(on, out, values)
 
 
 for _kind in (FixAtomsKind(), AxisKind(), FixComKind()):
@@ -188,4 +223,17 @@ for _kind in (FixAtomsKind(), AxisKind(), FixComKind()):
 
 from . import constraint_bonds, constraint_forces, symmetrize  # noqa: E402,F401  (register theirs)
 
-__all__ = ["AXIS_CARTESIAN", "AXIS_LINE", "AXIS_PLANE", "AxisKind", "FixAtomsKind", "FixComKind"]
+__all__ = [
+    "AXIS_CARTESIAN",
+    "AXIS_LINE",
+    "AXIS_PLANE",
+    "COM_FORCES",
+    "COM_POSITIONS",
+    "COM_VELOCITIES",
+    "AxisKind",
+    "FixAtomsKind",
+    "FixComKind",
+    "axis_positions",
+    "axis_project",
+    "fix_com",
+]  # fmt: skip

@@ -97,6 +97,9 @@ class Host:
     def indices(self, what: str, values: Any) -> np.ndarray:
         """``values`` as atom indices of this structure, range-checked (negative
         indices count from the end, as in ASE)."""
+        one = isinstance(values, (int, np.integer)) and not isinstance(values, (bool, np.bool_))
+        if one and -self.n <= values < self.n:  # (a Hookean or pull end, per constraint)
+            return np.array([values % self.n], dtype=np.int64)
         idx = np.atleast_1d(np.asarray(values))
         if idx.dtype == bool:
             if idx.shape != (self.n,):
@@ -188,6 +191,8 @@ class Constraint:
 
 
 _KINDS: dict[str, Constraint] = {}
+#: the kinds in application order, sorted when one registers (read several times a step)
+_ORDERED: list[tuple[Constraint, ...]] = [()]
 
 
 def register_constraint(kind: Constraint) -> Constraint:
@@ -201,13 +206,14 @@ def register_constraint(kind: Constraint) -> Constraint:
     if clash:
         raise ValueError(f"{type(kind).__name__}: fields {sorted(clash)} already declared")
     _KINDS[type(kind).__name__] = kind
+    _ORDERED[0] = tuple(sorted(_KINDS.values(), key=lambda k: (k.order, k.bit)))
     return kind
 
 
-def constraint_kinds() -> list[Constraint]:
+def constraint_kinds() -> tuple[Constraint, ...]:
     """Every registered kind, in application order (the built-ins are registered by
     importing :mod:`.constraint_io`, which every user of the kinds imports)."""
-    return sorted(_KINDS.values(), key=lambda k: (k.order, k.bit))
+    return _ORDERED[0]
 
 
 def field_specs() -> dict[str, ConstraintField]:

@@ -216,7 +216,7 @@ class FusedLoop:
         hooks(H.BEFORE_PRE_UPDATE, ctx)
         # a stage without systems changes nothing (CPU: skipped; accelerators: called)
         active = [(s, m) for s, m, held in zip(stages, masks, by_status.held) if held]
-        before = constrain.snapshot(batch) if (bits := self.constraint_bits) else None
+        before = constrain.snapshot(batch, bits) if (bits := self.constraint_bits) else None
         for stage, mask in active:
             stage.pre_update(batch, mask)
         if before is not None:

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..core.backends import primitive
 from ..core.constraint_io import constraint_kinds
 from ..core.constraints import FLAGS_FIELD, Constraint
 from ..core.linalg import inverse
@@ -41,11 +42,14 @@ from . import ops
 
 @dataclass
 class Snapshot:
-    """Positions and cell before a step's position updates."""
+    """Positions and cell before a step's position updates, and the cell tensor itself
+    with its version: a step that neither replaced nor wrote it changed no cell, which
+    is known without reading a value."""
 
     positions: torch.Tensor
-    velocities: torch.Tensor
     cell: torch.Tensor
+    cell_tensor: torch.Tensor
+    cell_version: int
 
 
 def constraint_bits(batch: Batch) -> int:
@@ -65,10 +69,13 @@ def _kinds(bits: int) -> list[Constraint]:
     return [k for k in constraint_kinds() if k.bit & bits]
 
 
-def snapshot(batch: Batch) -> Snapshot:
+def snapshot(batch: Batch, bits: int) -> Snapshot | None:
     """The references :func:`after_pre_update` adjusts from (copies: a kernel may write
-    in place)."""
-    return Snapshot(batch.positions.clone(), batch.velocities.clone(), batch.cell.clone())
+    in place); None where no kind among ``bits`` moves positions (nothing to adjust)."""
+    if not any(k.holonomic and not k.native for k in _kinds(bits)):
+        return None
+    cell = batch.cell
+    return Snapshot(batch.positions.clone(), cell.clone(), cell, cell._version)
 
 
 def _active(batch: Batch, mask: torch.Tensor, kind: Constraint) -> torch.Tensor:
@@ -77,7 +84,10 @@ def _active(batch: Batch, mask: torch.Tensor, kind: Constraint) -> torch.Tensor:
 
 def _moved_by_cell(batch: Batch, before: Snapshot) -> torch.Tensor:
     """The old positions carried by each system's cell change (``r h_old^-1 h_new``,
-    ASE's ``set_cell(scale_atoms=True)``), unchanged where the cell did not change."""
+    ASE's ``set_cell(scale_atoms=True)``), unchanged where the cell did not change
+    (all of them, without arithmetic, when no stage touched the cell tensor: MD)."""
+    if batch.cell is before.cell_tensor and batch.cell._version == before.cell_version:
+        return before.positions
     changed = (batch.cell != before.cell).flatten(1).any(-1)
     eye = torch.eye(3, dtype=batch.dtype, device=batch.device).expand_as(batch.cell)
     safe = torch.where(changed.view(-1, 1, 1), before.cell, eye)
@@ -94,8 +104,8 @@ def after_pre_update(
     of a stage and its ``[B]`` mask) just moved (see the module docstring)."""
     if not stages:
         return
-    moved = torch.stack([m for _, m in stages]).any(0)
     kinds = [k for k in _kinds(bits) if not k.native]
+    moved = stages[0][1] if len(stages) == 1 else torch.stack([m for _, m in stages]).any(0)
     cell = batch.cell
     for kind in kinds:
         if type(kind).adjust_cell is not Constraint.adjust_cell:
@@ -114,10 +124,21 @@ def after_pre_update(
         if stage.is_optimizer or not hasattr(stage, "dt"):
             continue
         dt = ops.per_system(batch, stage.dt) * getattr(stage, "constraint_drift", 1.0)
-        rate = batch.segments.to_atoms(dt).unsqueeze(-1) if isinstance(dt, torch.Tensor) else dt
-        on = batch.atom_mask(mask & (batch.system[FLAGS_FIELD] != 0)).unsqueeze(-1)
-        v = batch.velocities + (new - unconstrained) / rate
-        batch.velocities = torch.where(on, v, batch.velocities)
+        batch.velocities = drift_velocities(
+            batch, batch.velocities, new, unconstrained, dt, mask & (batch.system[FLAGS_FIELD] != 0)
+        )
+
+
+@primitive
+def drift_velocities(
+    batch: Batch, velocities: torch.Tensor, new: torch.Tensor, unconstrained: torch.Tensor,
+    dt: float | torch.Tensor, systems: torch.Tensor,
+) -> torch.Tensor:  # fmt: skip
+    """``velocities + (new - unconstrained) / dt`` on the atoms of ``systems`` (``dt``: a
+    number or ``[B]``, the drift's step): RATTLE's first half, ASE's ``p = (r_new - r) m / dt``."""
+    rate = batch.segments.to_atoms(dt).unsqueeze(-1) if isinstance(dt, torch.Tensor) else dt
+    on = batch.atom_mask(systems).unsqueeze(-1)
+    return torch.where(on, velocities + (new - unconstrained) / rate, velocities)
 
 
 def adjust_results(
@@ -133,15 +154,15 @@ def adjust_results(
             energy,
             stress,
         )
-    everyone = torch.ones_like(batch.pbc[:, 0])
+    flags = batch.system[FLAGS_FIELD]
     for kind in constraint_kinds():
         if not (kind.native or kind.bit & bits):
             continue
         if kind.native:
             if fixed:
-                forces = kind.adjust_forces(batch, forces, everyone)
+                forces = kind.adjust_forces(batch, forces, torch.ones_like(batch.pbc[:, 0]))
             continue
-        active = _active(batch, everyone, kind)
+        active = (flags & kind.bit) != 0  # (every system that carries the kind)
         extra = kind.energy(batch, active)
         if extra is not None:
             energy = energy + extra
@@ -190,5 +211,6 @@ def refuse_holonomic(batch: Batch, mask: torch.Tensor) -> list[tuple[int, str]]:
 
 __all__ = [
     "Snapshot", "adjust_results", "after_post_update", "after_pre_update",
-    "constrain_velocities", "constraint_bits", "refuse_holonomic", "snapshot",
+    "constrain_velocities", "constraint_bits", "drift_velocities", "refuse_holonomic",
+    "snapshot",
 ]  # fmt: skip

@@ -37,6 +37,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 #: package); tests/kernels/test_kernel_cache.py checks it against the kernels' imports
 COMPILED_SOURCES = (
     "kernels/bookkeeping.py",
+    "kernels/constraints.py",
     "kernels/dynamics.py",
     "kernels/fire.py",
     "kernels/philox.py",
@@ -45,6 +46,8 @@ COMPILED_SOURCES = (
     "kernels/scalar_xp.py",
     "integrators/formulas.py",
     "core/random.py",
+    "core/constraint_forces.py",
+    "core/constraint_kinds.py",
 )
 
 #: cache folders of other source versions untouched this long are removed
