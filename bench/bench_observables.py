@@ -94,11 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     for case in CASES:
         t = statistics.median(times[case])
         share = "" if case == "none" else f"{100 * (t - bare) / bare:.1f}"
-        rows.append([case, f"{1e3 * t:.3f}", share])
+        spread = f"{1e3 * min(times[case]):.3f}-{1e3 * max(times[case]):.3f}"
+        rows.append([case, f"{1e3 * t:.3f}", spread, share])
     print(environment_line())
     print(f"{args.systems} x 108-atom argon, LJ rc 8.5 Å, Langevin, {args.steps} steps, "
           f"device {args.device}, median of {args.repeats}")  # fmt: skip
-    print(format_table(["observables", "ms / step", "extra (% of a bare step)"], rows,
+    print(format_table(["observables", "ms / step", "range", "extra (% of a bare step)"], rows,
                        title=f"observables' cost per MD step ({args.device})"))  # fmt: skip
     return 0
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.correlation import fit_weights, vdos
+from ..core.correlation import fit_weights, trapezoid_weights, vdos, window_lag, window_update
 from ..core.errors import ConfigError
 from ..core.tensor_ops import kept
 from ..core.units import fs
@@ -68,52 +68,47 @@ class _Windows(Observable):
     def quantity(self, ctx: StepContext) -> torch.Tensor:
         """``[N, 3]`` the per-atom vector correlated."""
 
-    @abc.abstractmethod
-    def lag_value(self, ctx: StepContext, x: torch.Tensor, origin: torch.Tensor) -> torch.Tensor:
-        """``[B]`` the correlation of ``x`` with the window's ``origin``."""
+    #: the window's estimate: ``SCALE * dt^DT_POWER * sum(weights * curve)``
+    SQUARED: bool
+    DT_POWER: int
+    SCALE: float
 
     @abc.abstractmethod
-    def estimate(self, curve: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
-        """``[B]`` one window's estimate from its curve ``[B, W]`` and lag ``dt`` (fs)."""
+    def estimate_weights(self) -> torch.Tensor:
+        """``[W]`` float64 weights of a window's estimate over its curve."""
 
-    def free_mean(self, ctx: StepContext, per_atom: torch.Tensor) -> torch.Tensor:
-        """``[B]`` the mean of ``per_atom`` ``[N]`` over each system's free atoms (the
-        free-atom weights and counts kept while the layout's ``fixed`` field is)."""
+    def free_atoms(self, ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[N]`` 0/1 weights of the free atoms and ``[B]`` their count (at least 1),
+        kept while the layout's ``fixed`` field is."""
         b = ctx.batch
 
         def weights(fixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            free = (~fixed).to(per_atom.dtype)
+            free = (~fixed).to(b.dtype)
             return free, b.segments.sum(free).clamp_min(1.0)
 
         self._free = kept(self._free, b.atom["fixed"], weights)
-        free, count = self._free[2]
-        return b.segments.sum(per_atom * free) / count
+        return self._free[2]
 
     def accumulate(self, ctx: StepContext, rows: torch.Tensor) -> None:
         b, w, f = ctx.batch, self.window, self.field
         s = b.system
-        x = self.quantity(ctx)
         n = s[f("samples")]
-        pos = n % w
-        start = rows & (pos == 0)
-        origin = torch.where(b.atom_mask(start).unsqueeze(-1), x, b.atom[f("origin")])
+        free, count = self.free_atoms(ctx)
+        start = rows & (n % w == 0)
+        origin, value = window_lag(self.quantity(ctx), b.atom[f("origin")], start, free, count,
+                                   b.segments, self.SQUARED)  # fmt: skip
         b.atom[f("origin")] = origin
-        value = self.lag_value(ctx, x, origin)
-        lags = torch.arange(w, device=b.device)
-        at = rows.unsqueeze(-1) & (lags == pos.unsqueeze(-1))
-        curve = torch.where(at, value.unsqueeze(-1), s[f("curve")])
         # the stages' time steps, kept while the status field is (systems rarely move)
         self._dt = kept(self._dt, b.status, lambda _: stage_time_step(ctx) * self.every)
-        dt = torch.where(rows, self._dt[2], s[f("dt")])
-        done = rows & (pos == w - 1)
-        est = self.estimate(curve, dt)
-        s[f("curve")], s[f("dt")] = curve, dt
-        s[f("sum")] = torch.where(done.unsqueeze(-1), s[f("sum")] + curve, s[f("sum")])
-        both = torch.stack([est, est * est], -1)
-        s[f("estimates")] = torch.where(done.unsqueeze(-1), s[f("estimates")] + both,
-                                        s[f("estimates")])  # fmt: skip
-        s[f("windows")] = s[f("windows")] + done.to(torch.int64)
-        s[f("samples")] = torch.where(rows, n + 1, n)
+        self._weights = self._weights.to(b.device, b.dtype)
+        keys = ("curve", "sum", "estimates", "windows", "dt")
+        curve, dt, total, estimates, windows, samples = window_update(
+            value, rows, n, s[f("curve")], s[f("sum")], s[f("estimates")], s[f("windows")],
+            s[f("dt")], self._dt[2].to(b.dtype), self._weights, self.DT_POWER, self.SCALE,
+        )  # fmt: skip
+        for key, v in zip(keys, (curve, total, estimates, windows, dt)):
+            s[f(key)] = v
+        s[f("samples")] = samples
 
     def _common(self, sums: dict[str, np.ndarray]) -> tuple[dict[str, Any], float, float]:
         """Lag times, the averaged curve, and the mean and error of the estimates."""
@@ -146,6 +141,7 @@ class MSD(_Windows):
     """
 
     name = "msd"
+    SQUARED, DT_POWER, SCALE = True, -1, 1.0 / 6.0
 
     def __init__(
         self, window: int = 100, fit: tuple[float, float] = (0.2, 1.0), every: int = 10,
@@ -157,7 +153,7 @@ class MSD(_Windows):
         if not 0.0 <= lo < hi <= 1.0:
             raise ConfigError(f"MSD: fit must be fractions 0 <= start < stop <= 1, got {fit!r}")
         self.fit = (lo, hi)
-        self._weights = fit_weights(self.window, lo, hi)
+        self._weights = self.estimate_weights()
 
     def meta(self) -> dict[str, Any]:
         return {**super().meta(), "fit": list(self.fit)}
@@ -165,14 +161,8 @@ class MSD(_Windows):
     def quantity(self, ctx: StepContext) -> torch.Tensor:
         return ctx.batch.positions
 
-    def lag_value(self, ctx: StepContext, x: torch.Tensor, origin: torch.Tensor) -> torch.Tensor:
-        d = x - origin
-        return self.free_mean(ctx, (d * d).sum(-1))
-
-    def estimate(self, curve: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
-        w = self._weights.to(curve.device, curve.dtype)
-        slope = (curve * w).sum(-1) / torch.where(dt > 0, dt, 1.0)
-        return slope / 6.0
+    def estimate_weights(self) -> torch.Tensor:
+        return fit_weights(self.window, *self.fit)  # the slope per lag; D = slope / (6 dt)
 
     def summarize(self, sums: dict[str, np.ndarray]) -> dict[str, Any]:
         out, mean, err = self._common(sums)
@@ -197,22 +187,20 @@ class VACF(_Windows):
     """
 
     name = "vacf"
+    SQUARED, DT_POWER, SCALE = False, 1, 1.0 / 3.0
 
     def __init__(
         self, window: int = 200, every: int = 1, skip: int = 0,
         path: str | os.PathLike[str] | None = None, stages: Sequence[int] | None = None,
     ) -> None:  # fmt: skip
         super().__init__(window, every, skip, path, stages)
+        self._weights = self.estimate_weights()
 
     def quantity(self, ctx: StepContext) -> torch.Tensor:
         return ctx.batch.velocities * fs  # Å/fs
 
-    def lag_value(self, ctx: StepContext, x: torch.Tensor, origin: torch.Tensor) -> torch.Tensor:
-        return self.free_mean(ctx, (x * origin).sum(-1))
-
-    def estimate(self, curve: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
-        trapezoid = curve.sum(-1) - 0.5 * (curve[:, 0] + curve[:, -1])
-        return trapezoid * dt / 3.0
+    def estimate_weights(self) -> torch.Tensor:
+        return trapezoid_weights(self.window)  # D = (1/3) int C dt
 
     def summarize(self, sums: dict[str, np.ndarray]) -> dict[str, Any]:
         out, mean, err = self._common(sums)

@@ -25,7 +25,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: modules that register implementations when imported (on the first primitive call)
-BUILTIN: tuple[str, ...] = ("alchemi_lit.kernels.backend", "alchemi_lit.kernels.constraint_backend")
+BUILTIN: tuple[str, ...] = (
+    "alchemi_lit.kernels.backend", "alchemi_lit.kernels.constraint_backend",
+    "alchemi_lit.kernels.observables_backend",
+)  # fmt: skip
 _loaded = False
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .backends import primitive
+
 #: block sizes 1, 2, ..., 2^(LEVELS - 1)
 LEVELS = 24
 
@@ -46,11 +48,13 @@ class BlockResult:
     errors: np.ndarray
 
 
+@primitive
 def update(
     n: torch.Tensor, shift: torch.Tensor, partial: torch.Tensor, sums: torch.Tensor,
     squares: torch.Tensor, x: torch.Tensor, rows: torch.Tensor,
 ) -> tuple[torch.Tensor, ...]:  # fmt: skip
-    """One sample ``x`` ``[B, Q]`` of the series of ``rows`` ``[B]``: the new ``n`` ``[B]``
+    """*Primitive* (a numba kernel on CPU).  One sample ``x`` ``[B, Q]`` of the series of
+    ``rows`` ``[B]``: the new ``n`` ``[B]``
     (samples so far), ``shift`` ``[B, Q]`` (the first sample), and the block sums
     ``partial`` (open blocks), ``sums`` and ``squares`` (of closed block means), each
     ``[B, Q, L]``.  Rows not in ``rows`` keep their bits."""

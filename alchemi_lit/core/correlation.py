@@ -8,6 +8,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .backends import primitive
+from .segments import Segments
+
 
 def fit_weights(window: int, start: float, stop: float) -> torch.Tensor:
     """``[window]`` float64 weights ``w`` with ``sum(w * curve)`` the least-squares slope
@@ -22,6 +25,62 @@ def fit_weights(window: int, start: float, stop: float) -> torch.Tensor:
     inside = (k >= lo) & (k <= hi)
     centred = np.where(inside, k - k[inside].mean(), 0.0)
     return torch.from_numpy(centred / (centred * centred).sum())
+
+
+@primitive
+def window_lag(
+    x: torch.Tensor, origin: torch.Tensor, start: torch.Tensor, free: torch.Tensor,
+    count: torch.Tensor, segments: Segments, squared: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """*Primitive* (a numba kernel on CPU).  A sample's per-atom part: the origins
+    ``[N, 3]`` with those of the systems whose window starts (``start`` ``[B]``) set to
+    ``x``, and ``[B]`` the mean over each system's free atoms (``free`` 0/1 ``[N]``,
+    ``count`` of them ``[B]``) of ``|x - origin|^2`` (``squared``: MSD) or
+    ``x . origin`` (VACF)."""
+    atoms = start.index_select(0, segments.system_idx)
+    origin = torch.where(atoms.unsqueeze(-1), x, origin)
+    if squared:
+        d = x - origin
+        per_atom = (d * d).sum(-1)
+    else:
+        per_atom = (x * origin).sum(-1)
+    return origin, segments.sum(per_atom * free) / count
+
+
+@primitive
+def window_update(
+    value: torch.Tensor, rows: torch.Tensor, samples: torch.Tensor, curve: torch.Tensor,
+    total: torch.Tensor, estimates: torch.Tensor, windows: torch.Tensor, dt: torch.Tensor,
+    step_dt: torch.Tensor, weights: torch.Tensor, dt_power: int, scale: float,
+) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """*Primitive* (a numba kernel on CPU).  A sample's per-system part for the systems
+    ``rows`` ``[B]``: ``value`` ``[B]`` into lag ``samples % W`` of ``curve`` ``[B, W]``,
+    the lag ``step_dt`` into ``dt``; a window completed adds its curve to ``total`` and
+    its estimate ``scale * dt^dt_power * sum(weights * curve)`` and its square to
+    ``estimates`` ``[B, 2]``, and counts in ``windows``.  Returns the new ``curve, dt,
+    total, estimates, windows, samples`` (other rows keep their bits)."""
+    w = curve.shape[-1]
+    pos = samples % w
+    lags = torch.arange(w, device=curve.device)
+    at = rows.unsqueeze(-1) & (lags == pos.unsqueeze(-1))
+    curve = torch.where(at, value.unsqueeze(-1), curve)
+    dt = torch.where(rows, step_dt, dt)
+    done = rows & (pos == w - 1)
+    factor = dt if dt_power > 0 else 1.0 / torch.where(dt > 0, dt, 1.0)
+    est = (curve * weights).sum(-1) * factor * scale
+    total = torch.where(done.unsqueeze(-1), total + curve, total)
+    both = torch.stack([est, est * est], -1)
+    estimates = torch.where(done.unsqueeze(-1), estimates + both, estimates)
+    windows = windows + done.to(windows.dtype)
+    return curve, dt, total, estimates, windows, torch.where(rows, samples + 1, samples)
+
+
+def trapezoid_weights(window: int) -> torch.Tensor:
+    """``[window]`` float64 weights ``w`` with ``sum(w * curve)`` the trapezoid integral
+    of ``curve`` in units of its lag (VACF's Green-Kubo integral)."""
+    w = torch.ones(window, dtype=torch.float64)
+    w[0] = w[-1] = 0.5
+    return w
 
 
 def windowed(values: np.ndarray, window: int) -> np.ndarray:
@@ -47,4 +106,6 @@ def vdos(vacf: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
     return frequency, spectrum / area if area != 0 else spectrum * np.nan
 
 
-__all__ = ["fit_weights", "vdos", "windowed"]
+__all__ = [
+    "fit_weights", "trapezoid_weights", "vdos", "window_lag", "window_update", "windowed",
+]  # fmt: skip

@@ -2,14 +2,13 @@
 (:mod:`alchemi_lit.integrators.ops`), of the keyed noise (:func:`alchemi_lit.core.random.
 atom_normals`), of the force criterion (:func:`alchemi_lit.integrators.convergence.
 largest_force_below`) and of the run sums into atoms and systems
-(:func:`alchemi_lit.core.segments.run_sums`) and of the RDF's pair histogram
-(:func:`alchemi_lit.core.rdf.pair_histogram`), registered with
+(:func:`alchemi_lit.core.segments.run_sums`), registered with
 :mod:`alchemi_lit.core.backends` when it first dispatches.
 
 Each registration takes the inputs :func:`~alchemi_lit.kernels.usable` accepts (kernels
 enabled, numba importable, CPU tensors NumPy can view, not inside ``torch.compile``) and
-runs one compiled call of :mod:`.dynamics`, :mod:`.fire`, :mod:`.philox`,
-:mod:`.rdf` or :mod:`.reductions` -- the same arithmetic as the torch reference, held to it by
+runs one compiled call of :mod:`.dynamics`, :mod:`.fire`, :mod:`.philox` or
+:mod:`.reductions` -- the same arithmetic as the torch reference, held to it by
 ``tests/kernels/test_cpu_kernels.py``.
 
 What a kernel reads besides the batch (``dt / m`` per atom, the noise amplitude, a
@@ -31,7 +30,7 @@ import torch
 
 from .. import kernels
 from ..core import random as rng
-from ..core import rdf, segments
+from ..core import segments
 from ..core.schedule import Ramp
 from ..core.state import Batch
 from ..core.tensor_ops import identity_key, same_key
@@ -251,31 +250,6 @@ def run_sums(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     out = np.zeros((len(lengths), rows.shape[1]), dtype=rows.dtype)
     kernels.load("reductions").run_sums(rows, lengths.numpy(), out)
     return torch.from_numpy(out).reshape(len(lengths), *values.shape[1:])
-
-
-def _histogram_takes(positions: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor,
-                     system: torch.Tensor, numbers: torch.Tensor, n_atoms: torch.Tensor,
-                     *args: Any) -> bool:  # fmt: skip
-    return kernels.usable(positions, cell, pbc, numbers, n_atoms) and positions.shape[0] > 0
-
-
-@rdf.pair_histogram.register(BACKEND, _histogram_takes)
-def pair_histogram(
-    positions: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor, system: torch.Tensor,
-    numbers: torch.Tensor, n_atoms: torch.Tensor, pairs: tuple[torch.Tensor, torch.Tensor],
-    weights: torch.Tensor, rmax: float, nbins: int, partials: Sequence[tuple[int, int]],
-) -> torch.Tensor:  # fmt: skip
-    counts = n_atoms.to(torch.int64).numpy()
-    starts = np.cumsum(counts) - counts
-    inverse = torch.linalg.inv_ex(cell).inverse.numpy()
-    first = np.array([a for a, _ in partials], dtype=np.int64)
-    second = np.array([b for _, b in partials], dtype=np.int64)
-    out = np.zeros((len(counts), 1 + len(partials), nbins), dtype=positions.numpy().dtype)
-    kernels.load("rdf").pair_histogram(
-        positions.numpy(), cell.numpy(), inverse, pbc.numpy(), starts, counts,
-        numbers.to(torch.int64).numpy(), first, second, float(rmax), int(nbins), out,
-    )  # fmt: skip
-    return torch.from_numpy(out)
 
 
 @convergence.largest_force_below.register(BACKEND, lambda batch, fmax: kernels.usable(batch.forces))

@@ -40,6 +40,7 @@ COMPILED_SOURCES = (
     "kernels/constraints.py",
     "kernels/dynamics.py",
     "kernels/fire.py",
+    "kernels/observables.py",
     "kernels/philox.py",
     "kernels/rdf.py",
     "kernels/reductions.py",
