@@ -3,8 +3,8 @@
 BlockAverages, one pass each.
 
 Why: an observable sampled every step is a few dozen small torch operations, each run
-cold right after the model's forward -- 0.5-0.7 ms a step for 64 systems, 5-9 % of a
-step of 64 x 108 argon.  The same arithmetic in one loop pays that once.  Results are
+cold right after the model's forward, a sizeable share of a cheap model's step (figures:
+benchmark page 17).  The same arithmetic in one loop pays that once.  Results are
 the torch references' (:mod:`alchemi_lit.core.correlation`, :mod:`alchemi_lit.core.
 blocking`) to rounding; rows not sampled keep their bits.
 """
