@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from ase import Atoms
 from ase.build import bulk
-from ase.constraints import FixSymmetry
+from ase.constraints import FixAtoms, FixCartesian, FixSymmetry
 
 
 def _stretch(atoms: Atoms, diag: tuple[float, float, float], shear: float = 0.0) -> Atoms:
@@ -40,4 +40,21 @@ def constrained(atoms: list[Atoms], symprec: float = 1e-3) -> list[Atoms]:
         a = a.copy()
         a.set_constraint(FixSymmetry(a, symprec=symprec))
         out.append(a)
+    return out
+
+
+def fixed_cases() -> list[Atoms]:
+    """Tetragonal Cu4 with atoms 0, 3 fixed, Cu3Au with the Au fixed (FixCartesian of
+    x, y, z) and Cu3Au with its Cu fixed (FixAtoms listed first)."""
+    tet, l12 = emt_cases()[2], emt_cases()[3]
+    out = []
+    for atoms, fix, first in (
+        (tet, FixAtoms([0, 3]), False),
+        (l12, FixCartesian([0], mask=(True, True, True)), False),
+        (l12, FixAtoms([1, 2, 3]), True),
+    ):
+        atoms = atoms.copy()
+        sym = FixSymmetry(atoms, symprec=1e-3)  # (refines the structure)
+        atoms.set_constraint([fix, sym] if first else [sym, fix])
+        out.append(atoms)
     return out

@@ -14,7 +14,6 @@ within 4 standard errors of the semi-grand averages over all 2^4 configurations.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 
 import numpy as np
@@ -22,18 +21,20 @@ import pytest
 import torch
 from ase.data import atomic_masses
 from scipy.stats import binom
-from test_mc_contract import UnlikeLJ, alloys
+from test_mc_contract import alloys
 from test_swap_mc import AU, CU, boltzmann, cluster4, enumerate_, key, within_error
-from test_swap_mc_proposals import named, primary, run, same
+from test_swap_mc_proposals import (
+    accelerator_and_graphs_equal_the_cpu,
+    alone_in_a_batch_and_resumed,
+    primary,
+    run,
+    same,
+)
 
-import alchemi_lit as al
-from alchemi_lit.callbacks import Checkpoint
 from alchemi_lit.core.errors import ConfigError
 from alchemi_lit.core.state import Batch
 from alchemi_lit.engine.hooks import HookStageEnum, LambdaCallback
 from alchemi_lit.integrators import Hybrid, Langevin, SemiGrandMC, SwapMC
-from alchemi_lit.models import EMT
-from alchemi_lit.testing import accelerator_path, emulated_cuda_graphs
 
 
 def designed_kernel(states: list[int], weight: np.ndarray, k: int) -> np.ndarray:
@@ -167,38 +168,12 @@ def test_proposals_1_is_the_single_proposal_move_bit_for_bit():
 
 
 def test_chains_are_the_same_alone_in_a_batch_and_after_a_resume(tmp_path):
-    data = named(alloys())
-    together = run(plan(), data).batch
-    assert together.num_systems == 9 and (together.mc_accepted > 0).all()
-    for n in range(3):
-        alone = run(plan(), [data[n]]).batch
-        same(primary(alone), primary(together).select([n]), f"chain {n} alone")
-
-    def stop(ctx):
-        if ctx.step == 8:
-            raise KeyboardInterrupt
-
-    cut = [Checkpoint(tmp_path, every=4), LambdaCallback(HookStageEnum.AFTER_STEP, stop)]
-    with contextlib.suppress(KeyboardInterrupt, al.engine.interrupt.RunInterrupted):
-        run(plan(), data, callbacks=cut, sync_every=4)
-    resumed = al.Simulator(model=EMT(), stages=plan(), precision="64", seed=3, sync_every=4,
-                           callbacks=[Checkpoint(tmp_path)]).run(data, resume=tmp_path)  # fmt: skip
-    same(resumed.batch, together, "resumed")
-    assert torch.equal(resumed.batch.mc_count_sum, together.mc_count_sum)
+    together, resumed = alone_in_a_batch_and_resumed(plan, tmp_path)
+    assert torch.equal(resumed.mc_count_sum, together.mc_count_sum)
 
 
 def test_accelerator_path_and_replayed_graphs_equal_the_cpu_steps():
-    data = alloys()
-    cpu = run(plan(), data).batch
-    with accelerator_path():
-        same(run(plan(), data).batch, cpu, "accelerator path", rtol=1e-10)
-        lj = UnlikeLJ(epsilon=0.05, sigma=2.42, cutoff=5.0)
-        eager = run(plan(), data, model=lj).batch
-        with emulated_cuda_graphs() as backends:
-            graphed = run(plan(), data, model=lj, cuda_graphs=True).batch
-    assert backends[-1].captures >= 1
-    assert (eager.mc_accepted > 0).any() and (eager.mc_accepted < eager.mc_attempts).any()
-    same(graphed, eager, "graph replays")
+    accelerator_and_graphs_equal_the_cpu(plan)
 
 
 def test_bad_input_is_refused_naming_the_fix():

@@ -164,7 +164,9 @@ def named(data: list, first: int = 7) -> list:
     return data
 
 
-def test_chains_are_the_same_alone_in_a_batch_and_after_a_resume(tmp_path):
+def alone_in_a_batch_and_resumed(plan, tmp_path) -> tuple[Batch, Batch]:
+    """Three chains of ``plan()``: each alone equals itself in the batch, and a run cut
+    at step 8 and resumed from its checkpoint equals the whole run; (whole, resumed)."""
     data = named(alloys())
     together = run(plan(), data).batch
     assert together.num_systems == 9 and (together.mc_accepted > 0).all()
@@ -182,6 +184,11 @@ def test_chains_are_the_same_alone_in_a_batch_and_after_a_resume(tmp_path):
     resumed = al.Simulator(model=EMT(), stages=plan(), precision="64", seed=3, sync_every=4,
                            callbacks=[Checkpoint(tmp_path)]).run(data, resume=tmp_path)  # fmt: skip
     same(resumed.batch, together, "resumed")
+    return together, resumed.batch
+
+
+def test_chains_are_the_same_alone_in_a_batch_and_after_a_resume(tmp_path):
+    alone_in_a_batch_and_resumed(plan, tmp_path)
 
 
 def test_relaxation_then_chains_and_inflight_batches_keep_chains_whole():
@@ -199,7 +206,9 @@ def test_relaxation_then_chains_and_inflight_batches_keep_chains_whole():
     same(streamed, fused, "inflight")
 
 
-def test_accelerator_path_and_replayed_graphs_equal_the_cpu_steps():
+def accelerator_and_graphs_equal_the_cpu(plan) -> None:
+    """``plan()`` on the accelerator path equals its CPU run; its graph replays (emulated
+    capture, an LJ model) equal the eager steps, with some swaps accepted, some not."""
     data = alloys()
     cpu = run(plan(), data).batch
     with accelerator_path():
@@ -211,6 +220,10 @@ def test_accelerator_path_and_replayed_graphs_equal_the_cpu_steps():
     assert backends[-1].captures >= 1
     assert (eager.mc_accepted > 0).any() and (eager.mc_accepted < eager.mc_attempts).any()
     same(graphed, eager, "graph replays")
+
+
+def test_accelerator_path_and_replayed_graphs_equal_the_cpu_steps():
+    accelerator_and_graphs_equal_the_cpu(plan)
 
 
 def test_unsupported_combinations_are_refused_naming_the_fix():

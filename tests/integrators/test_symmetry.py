@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from ase.spacegroup.symmetrize import check_symmetry, symmetrize_rank1, symmetrize_rank2
-from symmetry_cases import constrained, emt_cases
+from symmetry_cases import constrained, emt_cases, fixed_cases
 from test_cell_filter import ExactFrechet
 from test_quasi_newton import ASE_OPTIMIZERS, run
 
@@ -57,15 +57,16 @@ def test_symmetrisation_equals_ase() -> None:
 STEPS = 40
 
 
-def compare_with_ase(systems, res, rec, make_opt) -> float:
+def compare_with_ase(systems, res, rec, make_opt, cell: bool = True, least: int = 4) -> float:
     """Each system relaxed by ASE (FixSymmetry set, ``ExactFrechet`` filter: ASE's up to
     a constant that cancels, see test_cell_filter); positions and cell after every step,
-    step counts and convergence as ours."""
+    step counts (at least ``least``) and convergence as ours; ``cell=False``: positions
+    only, no filter."""
     worst = 0.0
     for k, atoms in enumerate(systems):
         atoms = atoms.copy()
         atoms.calc = AseEMT()
-        opt = make_opt(ExactFrechet(atoms))
+        opt = make_opt(ExactFrechet(atoms) if cell else atoms)
         ours = rec.trajectory(k, "positions"), rec.trajectory(k, "cell")
         n = 0
         for n, _ in enumerate(opt.irun(fmax=1e-5, steps=STEPS)):
@@ -76,7 +77,7 @@ def compare_with_ase(systems, res, rec, make_opt) -> float:
                 )
                 assert dev < 1e-8, (k, n, dev)
                 worst = max(worst, dev)
-        assert n == opt.nsteps == len(ours[0]) == int(res.steps[k]) >= 4, (k, n, len(ours[0]))
+        assert n == opt.nsteps == len(ours[0]) == int(res.steps[k]) >= least, (k, n, len(ours[0]))
         assert bool(res.converged[k]) == (opt.nsteps < STEPS)
     return worst
 
@@ -110,10 +111,15 @@ def lj():
 @pytest.mark.parametrize(
     "path", ["cpu", "accelerator", pytest.param("cuda_graphs", marks=pytest.mark.slow)]
 )
-def test_mixed_batch_equals_each_alone(path: str) -> None:
-    """Constrained and free systems in one batch; each relaxed alone gives the same bits."""
+@pytest.mark.parametrize("which", ["FixSymmetry", "FixSymmetry + fixed atoms"])
+def test_mixed_batch_equals_each_alone(path: str, which: str) -> None:
+    """Constrained and free systems in one batch; each relaxed alone gives the same bits
+    and keeps its constraints."""
     cases = emt_cases()
-    systems = [constrained(cases[:1])[0], cases[2], constrained(cases[3:4])[0]]
+    if which == "FixSymmetry":
+        systems = [constrained(cases[:1])[0], cases[2], constrained(cases[3:4])[0]]
+    else:
+        systems = [fixed_cases()[0], cases[2]]
     systems[1].rattle(0.03, seed=5)
 
     def stage():
@@ -137,6 +143,7 @@ def test_mixed_batch_equals_each_alone(path: str) -> None:
         (alone,) = go([atoms]).to_atoms()
         assert np.array_equal(alone.positions, together[k].positions), k
         assert np.array_equal(alone.cell.array, together[k].cell.array), k
+        assert len(alone.constraints) == len(atoms.constraints) == len(together[k].constraints)
 
 
 def test_replayed_steps_equal_eager_steps() -> None:
@@ -157,14 +164,15 @@ def test_replayed_steps_equal_eager_steps() -> None:
     assert np.array_equal(out[0].cell.array, out[1].cell.array)
 
 
-def test_resume_from_checkpoint_is_bit_identical(tmp_path) -> None:
+@pytest.mark.parametrize("which", ["FixSymmetry", "FixSymmetry + fixed atoms"])
+def test_resume_from_checkpoint_is_bit_identical(tmp_path, which: str) -> None:
     """The operations live in batch fields: a constrained relaxation interrupted and
     resumed from its checkpoint ends exactly as the uninterrupted one (and keeps its
-    FixSymmetry on the result Atoms)."""
+    constraints on the result Atoms)."""
     from alchemi_lit.callbacks import Checkpoint, HookStageEnum, LambdaCallback
     from alchemi_lit.data import SizeAwareSampler
 
-    systems = constrained(emt_cases()[1:3])
+    systems = constrained(emt_cases()[1:3]) if which == "FixSymmetry" else fixed_cases()[1:]
 
     def make(where, extra=()):
         return al.Simulator(
@@ -187,4 +195,7 @@ def test_resume_from_checkpoint_is_bit_identical(tmp_path) -> None:
     assert ref.steps.tolist() == resumed.steps.tolist()
     for key in ("positions", "cell", "energy"):
         assert torch.equal(getattr(ref.batch, key), getattr(resumed.batch, key)), key
-    assert all(a.constraints for a in resumed.to_atoms())
+    # (fixed atoms come back as FixAtoms, an all-axes FixCartesian among them)
+    want = ["FixSymmetry"] if which == "FixSymmetry" else ["FixAtoms", "FixSymmetry"]
+    for atoms in resumed.to_atoms():
+        assert sorted(type(c).__name__ for c in atoms.constraints) == want
