@@ -23,6 +23,7 @@ def pair_histogram(positions, cell, inverse, pbc, starts, counts, numbers, first
     unordered pair in the total, and for partial ``p`` one per order whose first atom is
     ``first[p]`` and second ``second[p]`` (:func:`alchemi_lit.core.rdf.pair_weights`)."""
     dr = rmax / nbins
+    beyond = (rmax * (1.0 + 1e-12)) ** 2  # (surely past the last bin: no root, no bin)
     for b in range(starts.shape[0]):
         s, n = starts[b], counts[b]
         frac = np.empty((n, 3), dtype=positions.dtype)
@@ -38,15 +39,18 @@ def pair_histogram(positions, cell, inverse, pbc, starts, counts, numbers, first
                 f1 = frac[j, 1] - frac[i, 1]
                 f2 = frac[j, 2] - frac[i, 2]
                 if pbc[b, 0]:
-                    f0 -= np.round(f0)
+                    f0 -= np.rint(f0)  # (half to even, as torch.round)
                 if pbc[b, 1]:
-                    f1 -= np.round(f1)
+                    f1 -= np.rint(f1)
                 if pbc[b, 2]:
-                    f2 -= np.round(f2)
+                    f2 -= np.rint(f2)
                 x = f0 * cell[b, 0, 0] + f1 * cell[b, 1, 0] + f2 * cell[b, 2, 0]
                 y = f0 * cell[b, 0, 1] + f1 * cell[b, 1, 1] + f2 * cell[b, 2, 1]
                 z = f0 * cell[b, 0, 2] + f1 * cell[b, 1, 2] + f2 * cell[b, 2, 2]
-                q = np.ceil(np.sqrt(x * x + y * y + z * z) / dr)  # (NaN: no bin)
+                d2 = x * x + y * y + z * z
+                if d2 > beyond:
+                    continue
+                q = np.ceil(np.sqrt(d2) / dr)  # (NaN: no bin)
                 if not (q >= 1 and q <= nbins):
                     continue
                 k = int(q) - 1
