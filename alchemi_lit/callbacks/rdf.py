@@ -66,11 +66,18 @@ class RDF(Observable):
         b.ensure_field(self.field("rejected"), "system", (), torch.int64)
 
     def _pairs(self, ctx: StepContext) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
-        """The batch layout's pairs and weights, built once per layout."""
+        """The batch layout's pairs and weights, built once per layout (none where the
+        compiled kernel takes the histogram: it visits the pairs without storing them)."""
         b = ctx.batch
         key = (b.segments, b.atom["atomic_numbers"])
         if self._layout is None or any(x is not y for x, y in zip(self._layout[0], key)):
-            pairs = core_rdf.all_pairs(b.n_atoms)
+            compiled = core_rdf.pair_histogram.choose(
+                b.positions, b.cell, b.pbc, b.system_idx, b.atomic_numbers, b.n_atoms
+            ) != "torch"  # (a kernel counts the pairs in place: sum n^2 / 2 indices saved)
+            if compiled:
+                pairs = (b.system_idx[:0], b.system_idx[:0])
+            else:
+                pairs = core_rdf.all_pairs(b.n_atoms)
             weights = core_rdf.pair_weights(b.atomic_numbers, *pairs, self.pairs)
             self._layout = (key, pairs, weights)
         return self._layout[1], self._layout[2]
