@@ -21,44 +21,54 @@ def pair_histogram(positions, cell, inverse, pbc, starts, counts, numbers, first
                    rmax, nbins, out):  # fmt: skip
     """Add into ``out`` ``[B, 1 + P, nbins]`` (zeros) each system's pair counts: 2 per
     unordered pair in the total, and for partial ``p`` one per order whose first atom is
-    ``first[p]`` and second ``second[p]`` (:func:`alchemi_lit.core.rdf.pair_weights`)."""
+    ``first[p]`` and second ``second[p]`` (:func:`alchemi_lit.core.rdf.pair_weights`).
+
+    Each atom's row of pairs is two loops: the bins of all its partners, with no branch
+    (the compiler vectorises the minimum image, the root and the division; a
+    non-periodic axis subtracts ``0 * rint``), then the counts of the bins in range."""
     dr = rmax / nbins
-    beyond = (rmax * (1.0 + 1e-12)) ** 2  # (surely past the last bin: no root, no bin)
+    partials = first.shape[0]
     for b in range(starts.shape[0]):
         s, n = starts[b], counts[b]
-        frac = np.empty((n, 3), dtype=positions.dtype)
+        fx = np.empty(n, dtype=positions.dtype)
+        fy = np.empty(n, dtype=positions.dtype)
+        fz = np.empty(n, dtype=positions.dtype)
         for i in range(n):
-            for c in range(3):
-                frac[i, c] = (positions[s + i, 0] * inverse[b, 0, c]
-                              + positions[s + i, 1] * inverse[b, 1, c]
-                              + positions[s + i, 2] * inverse[b, 2, c])  # fmt: skip
-        for i in range(n):
+            x, y, z = positions[s + i, 0], positions[s + i, 1], positions[s + i, 2]
+            fx[i] = x * inverse[b, 0, 0] + y * inverse[b, 1, 0] + z * inverse[b, 2, 0]
+            fy[i] = x * inverse[b, 0, 1] + y * inverse[b, 1, 1] + z * inverse[b, 2, 1]
+            fz[i] = x * inverse[b, 0, 2] + y * inverse[b, 1, 2] + z * inverse[b, 2, 2]
+        c00, c01, c02 = cell[b, 0, 0], cell[b, 0, 1], cell[b, 0, 2]
+        c10, c11, c12 = cell[b, 1, 0], cell[b, 1, 1], cell[b, 1, 2]
+        c20, c21, c22 = cell[b, 2, 0], cell[b, 2, 1], cell[b, 2, 2]
+        w0 = 1.0 if pbc[b, 0] else 0.0
+        w1 = 1.0 if pbc[b, 1] else 0.0
+        w2 = 1.0 if pbc[b, 2] else 0.0
+        q = np.empty(n, dtype=positions.dtype)
+        for i in range(n - 1):
+            a0, a1, a2 = fx[i], fy[i], fz[i]
+            for j in range(i + 1, n):
+                f0 = fx[j] - a0
+                f1 = fy[j] - a1
+                f2 = fz[j] - a2
+                f0 = f0 - w0 * np.rint(f0)  # (half to even, as torch.round)
+                f1 = f1 - w1 * np.rint(f1)
+                f2 = f2 - w2 * np.rint(f2)
+                x = f0 * c00 + f1 * c10 + f2 * c20
+                y = f0 * c01 + f1 * c11 + f2 * c21
+                z = f0 * c02 + f1 * c12 + f2 * c22
+                q[j] = np.ceil(np.sqrt(x * x + y * y + z * z) / dr)  # (NaN: no bin)
             zi = numbers[s + i]
             for j in range(i + 1, n):
-                f0 = frac[j, 0] - frac[i, 0]
-                f1 = frac[j, 1] - frac[i, 1]
-                f2 = frac[j, 2] - frac[i, 2]
-                if pbc[b, 0]:
-                    f0 -= np.rint(f0)  # (half to even, as torch.round)
-                if pbc[b, 1]:
-                    f1 -= np.rint(f1)
-                if pbc[b, 2]:
-                    f2 -= np.rint(f2)
-                x = f0 * cell[b, 0, 0] + f1 * cell[b, 1, 0] + f2 * cell[b, 2, 0]
-                y = f0 * cell[b, 0, 1] + f1 * cell[b, 1, 1] + f2 * cell[b, 2, 1]
-                z = f0 * cell[b, 0, 2] + f1 * cell[b, 1, 2] + f2 * cell[b, 2, 2]
-                d2 = x * x + y * y + z * z
-                if d2 > beyond:
+                if not (q[j] >= 1 and q[j] <= nbins):
                     continue
-                q = np.ceil(np.sqrt(d2) / dr)  # (NaN: no bin)
-                if not (q >= 1 and q <= nbins):
-                    continue
-                k = int(q) - 1
+                k = int(q[j]) - 1
                 out[b, 0, k] += 2
-                zj = numbers[s + j]
-                for p in range(first.shape[0]):
-                    if zi == first[p] and zj == second[p]:
-                        out[b, p + 1, k] += 1
-                    if zi == second[p] and zj == first[p]:
-                        out[b, p + 1, k] += 1
+                if partials:
+                    zj = numbers[s + j]
+                    for p in range(partials):
+                        if zi == first[p] and zj == second[p]:
+                            out[b, p + 1, k] += 1
+                        if zi == second[p] and zj == first[p]:
+                            out[b, p + 1, k] += 1
     return out
