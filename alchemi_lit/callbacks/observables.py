@@ -126,7 +126,7 @@ class Observable(Callback, metaclass=abc.ABCMeta):
     def sampled(self, ctx: StepContext) -> torch.Tensor:
         """``[B]`` the systems this step samples."""
         b = ctx.batch
-        inside = (b.status.unsqueeze(1) == self._codes).any(1)
+        inside = torch.isin(b.status, self._codes)
         return inside & (b.step >= self.skip) if self.skip else inside
 
     def before_step(self, ctx: StepContext) -> None:

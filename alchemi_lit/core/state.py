@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from . import system_sums
 from .atoms_codec import atoms_from_host, default_system_ids, fields_from_atoms, steps_taken
 from .fields import (
     ARRAYS_KEY,
@@ -225,36 +226,33 @@ class Batch:
     @property
     def volume(self) -> torch.Tensor:
         """Cell volume per system ``[B]`` (0 for systems without a 3-D cell)."""
-        return torch.linalg.det(self.system["cell"]).abs()
+        return system_sums.cell_volume(self.system["cell"])
 
     def temperature(self) -> torch.Tensor:
         """Instantaneous kinetic temperature per system ``[B]`` in K, over
         :meth:`degrees_of_freedom`, so values compare directly with ASE's
         ``Atoms.get_temperature``."""
-        from .units import kB
-
-        return 2.0 * self.kinetic_energy() / (self.degrees_of_freedom().clamp_min(1.0) * kB)
+        return system_sums.temperature(self.atom["velocities"], self.atom["masses"],
+                                       self.segments, self.system["n_atoms"],
+                                       *self._dof_inputs())  # fmt: skip
 
     def kinetic_energy(self, atoms: torch.Tensor | None = None) -> torch.Tensor:
         """Kinetic energy per system ``[B]`` in eV, of the atoms in the ``[N]`` or
         ``[N, 1]`` mask ``atoms`` (all by default)."""
-        seg, v = self.segments, self.atom["velocities"]
-        mv2 = v * v * seg.atom_xyz(self.atom["masses"])
-        if atoms is not None:
-            mv2 = torch.where(atoms.view(-1, 1), mv2, 0.0)
-        return 0.5 * seg.sum_xyz(mv2)
+        return system_sums.kinetic_energy(self.atom["velocities"], self.atom["masses"],
+                                          self.segments, atoms)  # fmt: skip
 
     def degrees_of_freedom(self) -> torch.Tensor:
         """ASE's ``3 N - sum(constraint.get_removed_dof())`` per system ``[B]``, as a
         float: 3 per atom not fixed (``FixAtoms``), less what the other constraints
         remove (``constraint_dof``: 1 per FixedPlane atom or rigid bond, 2 per
         FixedLine atom, 1 per fixed Cartesian axis, 3 for FixCom)."""
-        if self.may_have_fixed_atoms():
-            dof = 3.0 * self.segments.sum((~self.atom["fixed"]).to(self.dtype))
-        else:
-            dof = 3.0 * self.system["n_atoms"].to(self.dtype)
-        removed = self.system.get("constraint_dof")
-        return dof if removed is None else dof - removed
+        return system_sums.degrees_of_freedom(self.segments, self.system["n_atoms"],
+                                              *self._dof_inputs(), self.dtype)  # fmt: skip
+
+    def _dof_inputs(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        fixed = self.atom["fixed"] if self.may_have_fixed_atoms() else None
+        return fixed, self.system.get("constraint_dof")
 
     # ------------------------------------------------------------------ moving
     def to(

@@ -30,7 +30,7 @@ import torch
 
 from .. import kernels
 from ..core import random as rng
-from ..core import segments
+from ..core import segments, system_sums
 from ..core.schedule import Ramp
 from ..core.state import Batch
 from ..core.tensor_ops import identity_key, same_key
@@ -250,6 +250,46 @@ def run_sums(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     out = np.zeros((len(lengths), rows.shape[1]), dtype=rows.dtype)
     kernels.load("reductions").run_sums(rows, lengths.numpy(), out)
     return torch.from_numpy(out).reshape(len(lengths), *values.shape[1:])
+
+
+def _kinetic_take(v: torch.Tensor, m: torch.Tensor, seg: Any, *masks: Any) -> bool:
+    return v.shape[0] > 0 and kernels.usable(v, m, *(t for t in masks if t is not None))
+
+
+@system_sums.kinetic_energy.register(BACKEND, _kinetic_take)
+def kinetic_energy(velocities: torch.Tensor, masses: torch.Tensor, seg: Any,
+                   atoms: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    v = velocities.numpy()
+    mask = np.zeros(0, dtype=np.bool_) if atoms is None else atoms.reshape(-1).numpy()
+    out = np.zeros(seg.num_systems, dtype=v.dtype)
+    return torch.from_numpy(kernels.load("reductions").kinetic_sums(
+        v, masses.to(velocities.dtype).numpy(), seg.bounds[1], mask, out))  # fmt: skip
+
+
+@system_sums.temperature.register(
+    BACKEND, lambda v, m, seg, n, *masks: _kinetic_take(v, m, seg, n, *masks)
+)
+def temperature(
+    velocities: torch.Tensor, masses: torch.Tensor, seg: Any, n_atoms: torch.Tensor,
+    fixed: torch.Tensor | None, removed: torch.Tensor | None,
+) -> torch.Tensor:  # fmt: skip
+    v = velocities.numpy()
+    dtype = v.dtype
+    out = np.zeros(seg.num_systems, dtype=dtype)
+    free = np.zeros(0, dtype=np.bool_) if fixed is None else fixed.numpy()
+    less = np.zeros(len(out), dtype) if removed is None else removed.to(velocities.dtype).numpy()
+    consts = np.array([system_sums.kB, 1.0, 3.0], dtype=dtype)
+    kernels.load("reductions").temperatures(
+        v, masses.to(velocities.dtype).numpy(), seg.bounds[1],
+        n_atoms.to(velocities.dtype).numpy(), free, less, consts, out,
+    )  # fmt: skip
+    return torch.from_numpy(out)
+
+
+@system_sums.cell_volume.register(BACKEND, lambda cell: cell.shape[0] > 0 and kernels.usable(cell))
+def cell_volume(cell: torch.Tensor) -> torch.Tensor:
+    c = cell.numpy()
+    return torch.from_numpy(kernels.load("reductions").cell_volumes(c, np.empty(len(c), c.dtype)))
 
 
 @convergence.largest_force_below.register(BACKEND, lambda batch, fmax: kernels.usable(batch.forces))

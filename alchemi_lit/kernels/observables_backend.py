@@ -39,6 +39,7 @@ def pair_histogram(
     counts = n_atoms.to(torch.int64).numpy()
     starts = np.cumsum(counts) - counts
     inverse = torch.linalg.inv_ex(cell).inverse.numpy()
+    inverse = np.ascontiguousarray(inverse)  # (LAPACK's order is not C's: the loop vectorises less)
     first = np.array([a for a, _ in partials], dtype=np.int64)
     second = np.array([b for _, b in partials], dtype=np.int64)
     out = np.zeros((len(counts), 1 + len(partials), nbins), dtype=positions.numpy().dtype)

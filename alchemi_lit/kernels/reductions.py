@@ -1,6 +1,7 @@
-"""Per-step checks over the forces as compiled CPU loops (see :mod:`alchemi_lit.kernels`):
-the force criterion's per-system maximum and NaNGuard's finiteness pre-test, each one
-pass over the arrays instead of four to seven torch operations."""
+"""Per-step sums and checks as compiled CPU loops (see :mod:`alchemi_lit.kernels`):
+run sums, the force criterion's per-system maximum, NaNGuard's finiteness pre-test, the
+kinetic energy and temperature and the cell volumes, each one pass over the arrays
+instead of several torch operations."""
 
 from __future__ import annotations
 
@@ -60,3 +61,60 @@ def finite_total(forces, positions, energy):
     for e in energy:
         total += e
     return np.isfinite(total)
+
+
+@compiled
+def kinetic_sums(v, m, counts, atoms, out):
+    """``out[r]`` (zeros, ``v``'s dtype) = ``0.5 sum (v * v) * m`` over run ``r``'s atoms
+    (those with ``atoms[i]``; all where ``atoms`` is empty), each atom's components
+    added x, y, z: the order and bits of :func:`alchemi_lit.core.system_sums.
+    kinetic_energy`."""
+    e = 0
+    every = atoms.shape[0] == 0
+    for r in range(counts.shape[0]):
+        acc = out[r]  # (zero of v's dtype: float32 adds in float32)
+        for i in range(e, e + counts[r]):
+            if every or atoms[i]:
+                acc += v[i, 0] * v[i, 0] * m[i]
+                acc += v[i, 1] * v[i, 1] * m[i]
+                acc += v[i, 2] * v[i, 2] * m[i]
+        out[r] = acc * 0.5  # (exact: the same bits in either precision)
+        e += counts[r]
+    return out
+
+
+@compiled
+def temperatures(v, m, counts, n_atoms, fixed, removed, consts, out):
+    """``out[r]`` = ``2 KE / (max(dof, 1) kB)`` of run ``r``, with ``dof = 3 (free atoms)
+    - removed[r]`` (free: not ``fixed``, or all where ``fixed`` is empty; ``n_atoms`` and
+    ``removed`` in ``v``'s dtype) and ``consts = [kB, 1, 3]`` in ``v``'s dtype, so each
+    operation rounds as :func:`alchemi_lit.core.system_sums.temperature`'s does."""
+    kinetic_sums(v, m, counts, fixed[:0], out)
+    kb, one, three = consts[0], consts[1], consts[2]
+    e = 0
+    for r in range(counts.shape[0]):
+        if fixed.shape[0] == 0:
+            free = n_atoms[r]
+        else:
+            free = one - one
+            for i in range(e, e + counts[r]):
+                if not fixed[i]:
+                    free += one
+        dof = three * free - removed[r]
+        if dof < one:
+            dof = one
+        out[r] = (out[r] + out[r]) / (dof * kb)
+        e += counts[r]
+    return out
+
+
+@compiled
+def cell_volumes(c, out):
+    """``out[b] = |det(c[b])|`` by cofactors along the first row, in the order of
+    :func:`alchemi_lit.core.system_sums.cell_volume`."""
+    for b in range(c.shape[0]):
+        minor0 = c[b, 1, 1] * c[b, 2, 2] - c[b, 1, 2] * c[b, 2, 1]
+        minor1 = c[b, 1, 0] * c[b, 2, 2] - c[b, 1, 2] * c[b, 2, 0]
+        minor2 = c[b, 1, 0] * c[b, 2, 1] - c[b, 1, 1] * c[b, 2, 0]
+        out[b] = abs(c[b, 0, 0] * minor0 - c[b, 0, 1] * minor1 + c[b, 0, 2] * minor2)
+    return out
