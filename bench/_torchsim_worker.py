@@ -21,7 +21,8 @@ Commands:
   -- ``ts.integrate`` with ``nvt_langevin``, all systems in one batch;
 * ``{"cmd": "swap_mc", "steps": 20, "temperature": 800, "seed": 0}`` -- TorchSim's
   ``swap_mc_init`` / ``swap_mc_step`` (Metropolis swaps of unlike atoms' positions), all
-  systems in one state: seconds of the steps and the accepted swaps;
+  systems in one state (or ``"systems": n`` of them from ``"first": i``): seconds of the
+  steps and the accepted swaps;
 * ``{"cmd": "quit"}``.
 """
 
@@ -102,10 +103,10 @@ class Worker:
             "model_dtype": str(self.model.dtype),
         }
 
-    def state(self, systems: int | None = None) -> Any:
+    def state(self, systems: int | None = None, first: int = 0) -> Any:
         import torch_sim as ts
 
-        atoms = self.atoms[:systems]
+        atoms = self.atoms[first : None if systems is None else first + systems]
         return ts.io.atoms_to_state(atoms, self.model.device, self.model.dtype)
 
     # ------------------------------------------------------------------ checks
@@ -255,7 +256,7 @@ def swap_mc(worker: Worker, cmd: dict[str, Any]) -> dict[str, Any]:
     from ase.units import kB
 
     torch = worker.torch
-    state = worker.state(cmd.get("systems"))
+    state = worker.state(cmd.get("systems"), int(cmd.get("first", 0)))
     kt, steps, seed = kB * float(cmd["temperature"]), int(cmd["steps"]), int(cmd.get("seed", 0))
     mc = ts.swap_mc_init(state, worker.model)  # (0.6: state first)
     rng = torch.Generator().manual_seed(seed)  # one stream for the run (0.6's advice)

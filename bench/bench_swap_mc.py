@@ -17,7 +17,8 @@ Engines, each timed after an untimed warm-up, attempts per second = cells x step
   at a time (``--ase-cells`` of them: ASE's rate does not depend on how many);
 * with ``--sevennet``, **alchemi_lit, SevenNet-0** (the ``alchemi_lit_sevenn`` plugin,
   float32) and **TorchSim 0.6.2, SevenNet-0** (``ts.swap_mc_step``: all cells in one
-  state; its own Python 3.12 venv, ``bash bench/setup_torchsim.sh``).  TorchSim has no
+  state, or ``--torchsim-batch`` cells a state one after another where all of them do not
+  fit in memory; its own Python 3.12 venv, ``bash bench/setup_torchsim.sh``).  TorchSim has no
   EMT, hence SevenNet-0 for that pair.  TorchSim swaps positions (the atoms keep their
   masses and velocities) where alchemi_lit swaps species; the energies are the same.
 
@@ -121,6 +122,9 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=800.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sevennet", action="store_true", help="also SevenNet-0 vs TorchSim")
+    parser.add_argument("--torchsim-batch", type=int, default=0,
+                        help="TorchSim's cells per state, run one state after another "
+                             "(0: all in one; its memory grows with the state)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="seconds: 8 cells, 3 steps")
     args = parser.parse_args()
     if args.quick:
@@ -156,12 +160,18 @@ def sevennet_rows(structures: list[Any], args: Any, row: Any) -> None:
 
     s, acc = alchemi(structures, args.steps, args.temperature, SevenNet("sevennet-0"), "32")
     row("alchemi_lit (batched)", "SevenNet-0 float32", args.cells, s, acc)
+    size = args.torchsim_batch or len(structures)
     try:
         with TorchSimPeer(structures, args.threads) as peer:
             peer.call("setup", model="sevennet", threads=args.threads, dtype="float32")
-            peer.call("swap_mc", steps=2, temperature=args.temperature)  # warm-up
-            res = peer.call("swap_mc", steps=args.steps, temperature=args.temperature)
-        row("TorchSim 0.6.2", "SevenNet-0 float32", args.cells, res["seconds"], res["accepted"])
+            peer.call("swap_mc", steps=2, temperature=args.temperature, systems=size)  # warm-up
+            seconds = accepted = 0
+            for first in range(0, len(structures), size):
+                res = peer.call("swap_mc", steps=args.steps, temperature=args.temperature,
+                                systems=size, first=first, seed=first)  # fmt: skip
+                seconds, accepted = seconds + res["seconds"], accepted + res["accepted"]
+        engine = "TorchSim 0.6.2" if size >= len(structures) else f"TorchSim 0.6.2 ({size} a state)"
+        row(engine, "SevenNet-0 float32", args.cells, seconds, accepted)
     except PeerError as exc:
         print(f"TorchSim skipped: {exc}")
 
