@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.correlation import fit_weights, trapezoid_weights, vdos, window_lag, window_update
+from ..core.correlation import fit_weights, trapezoid_weights, vdos, window_sample
 from ..core.errors import ConfigError
 from ..core.tensor_ops import kept
 from ..core.units import fs
@@ -90,25 +90,22 @@ class _Windows(Observable):
         return self._free[2]
 
     def accumulate(self, ctx: StepContext, rows: torch.Tensor) -> None:
-        b, w, f = ctx.batch, self.window, self.field
+        b, f = ctx.batch, self.field
         s = b.system
-        n = s[f("samples")]
         free, count = self.free_atoms(ctx)
-        start = rows & (n % w == 0)
-        origin, value = window_lag(self.quantity(ctx), b.atom[f("origin")], start, free, count,
-                                   b.segments, self.SQUARED)  # fmt: skip
-        b.atom[f("origin")] = origin
         # the stages' time steps, kept while the status field is (systems rarely move)
         self._dt = kept(self._dt, b.status, lambda _: stage_time_step(ctx) * self.every)
         self._weights = self._weights.to(b.device, b.dtype)
-        keys = ("curve", "sum", "estimates", "windows", "dt")
-        curve, dt, total, estimates, windows, samples = window_update(
-            value, rows, n, s[f("curve")], s[f("sum")], s[f("estimates")], s[f("windows")],
-            s[f("dt")], self._dt[2].to(b.dtype), self._weights, self.DT_POWER, self.SCALE,
+        keys = ("curve", "dt", "sum", "estimates", "windows", "samples")
+        origin, *new = window_sample(
+            self.quantity(ctx), b.atom[f("origin")], rows, free, count, b.segments,
+            s[f("samples")], s[f("curve")], s[f("sum")], s[f("estimates")], s[f("windows")],
+            s[f("dt")], self._dt[2].to(b.dtype), self._weights, self.SQUARED, self.DT_POWER,
+            self.SCALE,
         )  # fmt: skip
-        for key, v in zip(keys, (curve, total, estimates, windows, dt)):
+        b.atom[f("origin")] = origin
+        for key, v in zip(keys, new):
             s[f(key)] = v
-        s[f("samples")] = samples
 
     def _common(self, sums: dict[str, np.ndarray]) -> tuple[dict[str, Any], float, float]:
         """Lag times, the averaged curve, and the mean and error of the estimates."""

@@ -27,12 +27,11 @@ def fit_weights(window: int, start: float, stop: float) -> torch.Tensor:
     return torch.from_numpy(centred / (centred * centred).sum())
 
 
-@primitive
 def window_lag(
     x: torch.Tensor, origin: torch.Tensor, start: torch.Tensor, free: torch.Tensor,
     count: torch.Tensor, segments: Segments, squared: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """*Primitive* (a numba kernel on CPU).  A sample's per-atom part: the origins
+    """A sample's per-atom part (:func:`window_sample`): the origins
     ``[N, 3]`` with those of the systems whose window starts (``start`` ``[B]``) set to
     ``x``, and ``[B]`` the mean over each system's free atoms (``free`` 0/1 ``[N]``,
     ``count`` of them ``[B]``) of ``|x - origin|^2`` (``squared``: MSD) or
@@ -47,13 +46,12 @@ def window_lag(
     return origin, segments.sum(per_atom * free) / count
 
 
-@primitive
 def window_update(
     value: torch.Tensor, rows: torch.Tensor, samples: torch.Tensor, curve: torch.Tensor,
     total: torch.Tensor, estimates: torch.Tensor, windows: torch.Tensor, dt: torch.Tensor,
     step_dt: torch.Tensor, weights: torch.Tensor, dt_power: int, scale: float,
 ) -> tuple[torch.Tensor, ...]:  # fmt: skip
-    """*Primitive* (a numba kernel on CPU).  A sample's per-system part for the systems
+    """A sample's per-system part (:func:`window_sample`) for the systems
     ``rows`` ``[B]``: ``value`` ``[B]`` into lag ``samples % W`` of ``curve`` ``[B, W]``,
     the lag ``step_dt`` into ``dt``; a window completed adds its curve to ``total`` and
     its estimate ``scale * dt^dt_power * sum(weights * curve)`` and its square to
@@ -73,6 +71,24 @@ def window_update(
     estimates = torch.where(done.unsqueeze(-1), estimates + both, estimates)
     windows = windows + done.to(windows.dtype)
     return curve, dt, total, estimates, windows, torch.where(rows, samples + 1, samples)
+
+
+@primitive
+def window_sample(
+    x: torch.Tensor, origin: torch.Tensor, rows: torch.Tensor, free: torch.Tensor,
+    count: torch.Tensor, segments: Segments, samples: torch.Tensor, curve: torch.Tensor,
+    total: torch.Tensor, estimates: torch.Tensor, windows: torch.Tensor, dt: torch.Tensor,
+    step_dt: torch.Tensor, weights: torch.Tensor, squared: bool, dt_power: int, scale: float,
+) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """*Primitive* (one numba kernel on CPU).  One sample ``x`` ``[N, 3]`` of the systems
+    ``rows``: a window starts where a system's sample count is a multiple of ``W``
+    (:func:`window_lag` with those origins), then :func:`window_update` with the lag
+    value.  Returns the new ``origin, curve, dt, total, estimates, windows, samples``."""
+    start = rows & (samples % curve.shape[-1] == 0)
+    origin, value = window_lag(x, origin, start, free, count, segments, squared)
+    updated = window_update(value, rows, samples, curve, total, estimates, windows, dt,
+                            step_dt, weights, dt_power, scale)  # fmt: skip
+    return (origin, *updated)
 
 
 def trapezoid_weights(window: int) -> torch.Tensor:

@@ -11,6 +11,8 @@ blocking`) to rounding; rows not sampled keep their bits.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .cache import compiled
 
 
@@ -58,6 +60,19 @@ def window_update(value, rows, samples, curve, total, estimates, windows, dt, st
             estimates[b, 1] += est * est
             windows[b] += 1
         samples[b] += 1
+
+
+@compiled
+def window_sample(x, origin, rows, free, count, starts, counts, squared, samples, curve, total,
+                  estimates, windows, dt, step_dt, weights, dt_power, scale, value):  # fmt: skip
+    """:func:`window_lag` with the windows that start at this sample, then
+    :func:`window_update`, in place on copies (core.correlation.window_sample)."""
+    start = np.empty(rows.shape[0], dtype=np.bool_)
+    for b in range(rows.shape[0]):
+        start[b] = rows[b] and samples[b] % curve.shape[1] == 0
+    window_lag(x, origin, start, free, count, starts, counts, squared, value)
+    window_update(value, rows, samples, curve, total, estimates, windows, dt, step_dt,
+                  weights, dt_power, scale)  # fmt: skip
 
 
 @compiled

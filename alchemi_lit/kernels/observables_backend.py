@@ -1,7 +1,7 @@
 """The MD observables' compiled CPU kernels (:mod:`.rdf`, :mod:`.observables`) as a
 backend: implementations of the RDF's pair histogram (:func:`alchemi_lit.core.rdf.
-pair_histogram`), the MSD/VACF window updates (:func:`alchemi_lit.core.correlation.
-window_lag`, :func:`~alchemi_lit.core.correlation.window_update`) and the block sums
+pair_histogram`), the MSD/VACF sample (:func:`alchemi_lit.core.correlation.
+window_sample`) and the block sums
 (:func:`alchemi_lit.core.blocking.update`), registered with
 :mod:`alchemi_lit.core.backends` when it first dispatches.
 
@@ -54,40 +54,30 @@ def _copy(t: torch.Tensor) -> np.ndarray:
     return t.numpy().copy()
 
 
-def _lag_takes(x: torch.Tensor, origin: torch.Tensor, start: torch.Tensor, free: torch.Tensor,
-               count: torch.Tensor, segments: Segments, squared: bool) -> bool:  # fmt: skip
-    return segments.num_atoms > 0 and kernels.usable(x, origin, start, free, count)
-
-
-@correlation.window_lag.register(BACKEND, _lag_takes)
-def window_lag(
-    x: torch.Tensor, origin: torch.Tensor, start: torch.Tensor, free: torch.Tensor,
-    count: torch.Tensor, segments: Segments, squared: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    starts, counts = segments.bounds
-    out, value = _copy(origin), np.zeros(len(counts), dtype=x.numpy().dtype)
-    kernels.load("observables").window_lag(
-        x.numpy(), out, start.numpy(), free.to(x.dtype).numpy(), count.to(x.dtype).numpy(),
-        starts, counts, bool(squared), value,
-    )  # fmt: skip
-    return torch.from_numpy(out), torch.from_numpy(value)
-
-
 def _update_takes(*tensors: Any) -> bool:
     return kernels.usable(*(t for t in tensors if isinstance(t, torch.Tensor)))
 
 
-@correlation.window_update.register(BACKEND, _update_takes)
-def window_update(
-    value: torch.Tensor, rows: torch.Tensor, samples: torch.Tensor, curve: torch.Tensor,
+def _sample_takes(x: torch.Tensor, *args: Any) -> bool:
+    return x.shape[0] > 0 and _update_takes(x, *args)
+
+
+@correlation.window_sample.register(BACKEND, _sample_takes)
+def window_sample(
+    x: torch.Tensor, origin: torch.Tensor, rows: torch.Tensor, free: torch.Tensor,
+    count: torch.Tensor, segments: Segments, samples: torch.Tensor, curve: torch.Tensor,
     total: torch.Tensor, estimates: torch.Tensor, windows: torch.Tensor, dt: torch.Tensor,
-    step_dt: torch.Tensor, weights: torch.Tensor, dt_power: int, scale: float,
+    step_dt: torch.Tensor, weights: torch.Tensor, squared: bool, dt_power: int, scale: float,
 ) -> tuple[torch.Tensor, ...]:  # fmt: skip
-    out = [_copy(t) for t in (curve, dt, total, estimates, windows, samples)]
-    c, d, tot, est, win, n = out
-    kernels.load("observables").window_update(
-        value.numpy(), rows.numpy(), n, c, tot, est, win, d, step_dt.to(value.dtype).numpy(),
-        weights.to(value.dtype).numpy(), int(dt_power), float(scale),
+    out = [_copy(t) for t in (origin, curve, dt, total, estimates, windows, samples)]
+    o, c, d, tot, est, win, n = out
+    xs = x.numpy()
+    starts, counts = segments.bounds
+    kernels.load("observables").window_sample(
+        xs, o, rows.numpy(), free.to(x.dtype).numpy(), count.to(x.dtype).numpy(), starts,
+        counts, bool(squared), n, c, tot, est, win, d, step_dt.to(x.dtype).numpy(),
+        weights.to(x.dtype).numpy(), int(dt_power), float(scale),
+        np.zeros(len(counts), dtype=xs.dtype),
     )  # fmt: skip
     return tuple(torch.from_numpy(a) for a in out)
 

@@ -30,38 +30,45 @@ def assert_close(got, want) -> None:
         torch.testing.assert_close(g, w, rtol=1e-14, atol=1e-15)
 
 
-@pytest.mark.parametrize("squared", [True, False])
-def test_window_lag_equals_the_reference(squared: bool) -> None:
-    g = torch.Generator().manual_seed(0)
+def window_state(seed: int) -> dict:
+    """Windows at different lags: system 0 at lag 3 (closes), 1 at lag 1, 2 at lag 3 but
+    not sampled, 3 at lag 0 (starts); system 2 has no free atom (its count is 1)."""
+    g = torch.Generator().manual_seed(seed)
     n = int(N_ATOMS.sum())
-    x, origin = (torch.randn(n, 3, generator=g, dtype=torch.float64) for _ in range(2))
     free = torch.ones(n, dtype=torch.float64)
-    free[[1, 6, 8]] = 0.0  # fixed atoms (8: system 2 has no free atom, its count is 1)
-    seg = segments()
-    count = seg.sum(free).clamp_min(1.0)
-    start = torch.tensor([True, False, True, False])
-    got, want = both(correlation.window_lag, x, origin, start, free, count, seg, squared)
+    free[[1, 6, 8]] = 0.0
+    return {
+        "x": torch.randn(n, 3, generator=g, dtype=torch.float64),
+        "origin": torch.randn(n, 3, generator=g, dtype=torch.float64),
+        "rows": torch.tensor([True, True, False, True]),
+        "free": free,
+        "count": segments().sum(free).clamp_min(1.0),
+        "samples": torch.tensor([3, 5, 7, 4]),
+        "curve": torch.randn(B, W, generator=g, dtype=torch.float64),
+        "total": torch.randn(B, W, generator=g, dtype=torch.float64),
+        "estimates": torch.randn(B, 2, generator=g, dtype=torch.float64),
+        "windows": torch.tensor([0, 1, 1, 0]),
+        "dt": torch.tensor([2.0, 2.0, 0.0, 0.0], dtype=torch.float64),
+        "step_dt": torch.tensor([2.0, 2.0, 5.0, 5.0], dtype=torch.float64),
+    }
+
+
+@pytest.mark.parametrize("squared, power, scale", [(True, -1, 1 / 6), (False, 1, 1 / 3)])
+def test_window_sample_equals_the_reference_and_closes_windows(
+    squared: bool, power: int, scale: float
+) -> None:
+    st = window_state(0)
+    weights = (correlation.fit_weights(W, 0.2, 1.0) if squared
+               else correlation.trapezoid_weights(W))  # fmt: skip
+    args = (st["x"], st["origin"], st["rows"], st["free"], st["count"], segments(),
+            st["samples"], st["curve"], st["total"], st["estimates"], st["windows"], st["dt"],
+            st["step_dt"], weights, squared, power, scale)  # fmt: skip
+    got, want = both(correlation.window_sample, *args)
     assert_close(got, want)
-    assert torch.equal(got[0][3:8], origin[3:8])  # a window that goes on keeps its origin
-
-
-def test_window_update_equals_the_reference_and_closes_windows() -> None:
-    g = torch.Generator().manual_seed(1)
-    value = torch.randn(B, generator=g, dtype=torch.float64)
-    samples = torch.tensor([3, 5, 7, 0])  # lags 3 (closes), 1, 3 (closes, not sampled), 0
-    rows = torch.tensor([True, True, False, True])
-    curve, total = (torch.randn(B, W, generator=g, dtype=torch.float64) for _ in range(2))
-    estimates = torch.randn(B, 2, generator=g, dtype=torch.float64)
-    windows = torch.tensor([0, 1, 1, 0])
-    dt = torch.tensor([2.0, 2.0, 0.0, 0.0], dtype=torch.float64)
-    step_dt = torch.tensor([2.0, 2.0, 5.0, 5.0], dtype=torch.float64)
-    for weights, power, scale in ((correlation.trapezoid_weights(W), 1, 1 / 3),
-                                  (correlation.fit_weights(W, 0.2, 1.0), -1, 1 / 6)):  # fmt: skip
-        args = (value, rows, samples, curve, total, estimates, windows, dt, step_dt, weights,
-                power, scale)  # fmt: skip
-        got, want = both(correlation.window_update, *args)
-        assert_close(got, want)
-        assert got[4].tolist() == [1, 1, 1, 0] and got[5].tolist() == [4, 6, 7, 1]
+    origin = got[0]
+    assert torch.equal(origin[:9], st["origin"][:9])  # windows going on keep their origins
+    assert torch.equal(origin[9:], st["x"][9:])  # system 3 starts a window at this sample
+    assert got[5].tolist() == [1, 1, 1, 0] and got[6].tolist() == [4, 6, 7, 5]
 
 
 def test_block_update_equals_the_reference_over_a_series() -> None:
