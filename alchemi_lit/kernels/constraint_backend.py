@@ -54,7 +54,7 @@ def _bond_sweeps(batch: Batch, ref: torch.Tensor, active: torch.Tensor) -> tuple
     tolerances and the sweep limit."""
     k = kernels.load("constraints")
     a, b, cd, first = kept(
-        batch, "bond list", (batch.bond_offset, batch.bond_length),
+        batch, "bond list", (batch.bond_offset, batch.bond_length, batch.masses),
         lambda: k.bond_list(batch.bond_offset.numpy(), batch.bond_length.numpy(),
                             batch.masses.numpy(), *batch.segments.bounds),
     )  # fmt: skip

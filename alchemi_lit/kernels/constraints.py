@@ -6,7 +6,8 @@ Why: the torch path (:mod:`alchemi_lit.core.constraint_bonds`, :mod:`~alchemi_li
 constraint_forces`) computes every slot of every atom -- 27 periodic images of each and a
 host read per SHAKE sweep -- where only a quarter of the atoms may carry a constraint.
 A loop visits the constrained atoms alone and sweeps each system until it has converged,
-as ASE does; the arithmetic is the torch path's, term after term.
+as ASE does; the arithmetic is the torch path's, term after term (the sweeps multiply by
+reciprocal masses kept per bond where it divides: the same to rounding).
 """
 
 from __future__ import annotations
@@ -68,14 +69,15 @@ def lattice_reach(inv, pbc):
 @compiled
 def bond_list(offset, length, masses, starts, counts):
     """The rigid bonds as a list, system after system and in each colour after colour
-    (the sweep order): both atoms ``[K]``, the length and the reduced mass ``[K, 2]``
-    (as the torch path computes it) and where each system's bonds start ``[B + 1]``."""
+    (the sweep order): both atoms ``[K]``; the length, the reduced mass (as the torch
+    path computes it) and both atoms' reciprocal masses ``[K, 4]``; and where each
+    system's bonds start ``[B + 1]``."""
     total = 0
     for i in range(length.shape[0]):
         for c in range(length.shape[1]):
             if length[i, c] > 0:
                 total += 1
-    a, b, cd = np.empty(total, np.int64), np.empty(total, np.int64), np.empty((total, 2))
+    a, b, cd = np.empty(total, np.int64), np.empty(total, np.int64), np.empty((total, 4))
     first = np.zeros(starts.shape[0] + 1, np.int64)
     k = 0
     for s in range(starts.shape[0]):
@@ -86,6 +88,7 @@ def bond_list(offset, length, masses, starts, counts):
                     j = i + offset[i, c]
                     a[k], b[k], cd[k, 0] = i, j, length[i, c]
                     cd[k, 1] = 1.0 / (1.0 / masses[i] + 1.0 / masses[j])
+                    cd[k, 2], cd[k, 3] = 1.0 / masses[i], 1.0 / masses[j]
                     k += 1
     first[starts.shape[0]] = k
     return a, b, cd, first
@@ -128,7 +131,7 @@ def shake(new, r0, d0, masses, a, b, cd, first, active, tol, max_sweeps):
                 )
                 if abs(x) > tol[s]:
                     moved = True
-                    _push(new, i, j, x * cd[k, 1], g0, g1, g2, masses)
+                    _push(new, i, j, x * cd[k, 1], g0, g1, g2, cd[k, 2], cd[k, 3])
             if not moved:
                 break
         if moved:
@@ -179,23 +182,24 @@ def _rattle_system(v, d0, masses, a, b, cd, first, s, tol, max_sweeps):
             x = -dot / max(cd[k, 0] * cd[k, 0], 1e-300)
             if abs(x) > tol[s]:
                 moved = True
-                _push(v, i, j, x * cd[k, 1], g0, g1, g2, masses)
+                _push(v, i, j, x * cd[k, 1], g0, g1, g2, cd[k, 2], cd[k, 3])
         if not moved:
             return True
     return False
 
 
 @compiled
-def _push(a, i, j, xm, g0, g1, g2, masses):
-    """``a[i] += xm g / m_i``, ``a[j] -= xm g / m_j`` (``xm``: the correction times the
-    bond's reduced mass)."""
+def _push(a, i, j, xm, g0, g1, g2, wi, wj):
+    """``a[i] += xm g w_i``, ``a[j] -= xm g w_j`` (``xm``: the correction times the
+    bond's reduced mass; ``w``: the reciprocal masses, kept per bond -- products where
+    the torch path divides: the same to rounding, without six divisions a push)."""
     s0, s1, s2 = xm * g0, xm * g1, xm * g2
-    a[i, 0] += s0 / masses[i]
-    a[i, 1] += s1 / masses[i]
-    a[i, 2] += s2 / masses[i]
-    a[j, 0] += -s0 / masses[j]
-    a[j, 1] += -s1 / masses[j]
-    a[j, 2] += -s2 / masses[j]
+    a[i, 0] += s0 * wi
+    a[i, 1] += s1 * wi
+    a[i, 2] += s2 * wi
+    a[j, 0] += -s0 * wj
+    a[j, 1] += -s1 * wj
+    a[j, 2] += -s2 * wj
 
 
 @compiled
