@@ -40,7 +40,7 @@ def _lattice(batch: Batch) -> tuple[np.ndarray, ...]:
     while the cell is (an inverse per step would cost more than the kernels)."""
 
     def make() -> tuple[np.ndarray, ...]:
-        cell, inv = (t.numpy() for t in forces.mic_cells(batch))
+        cell, inv = (np.ascontiguousarray(t.numpy()) for t in forces.mic_cells(batch))
         pbc = batch.pbc.to(batch.dtype).numpy()
         return cell, inv, pbc, kernels.load("constraints").lattice_reach(inv, pbc)
 

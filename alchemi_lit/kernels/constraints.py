@@ -99,11 +99,13 @@ def bond_vectors(ref, a, b, first, cell, inv, pbc, reach):
     """Each bond's vector at ``ref`` (``r0``) and its minimum image (``d0``), ``[K, 3]``."""
     r0, d0 = np.empty((a.shape[0], 3)), np.empty((a.shape[0], 3))
     for s in range(first.shape[0] - 1):
+        cs, vs, ps, rs = cell[s], inv[s], pbc[s], reach[s]  # (once per system, not per bond)
         for k in range(first[s], first[s + 1]):
-            for c in range(3):
-                r0[k, c] = ref[a[k], c] - ref[b[k], c]
-            image = mic(r0[k, 0], r0[k, 1], r0[k, 2], cell[s], inv[s], pbc[s], reach[s])
-            d0[k, 0], d0[k, 1], d0[k, 2] = image
+            x0 = ref[a[k], 0] - ref[b[k], 0]
+            x1 = ref[a[k], 1] - ref[b[k], 1]
+            x2 = ref[a[k], 2] - ref[b[k], 2]
+            r0[k, 0], r0[k, 1], r0[k, 2] = x0, x1, x2
+            d0[k, 0], d0[k, 1], d0[k, 2] = mic(x0, x1, x2, cs, vs, ps, rs)
     return r0, d0
 
 
@@ -210,6 +212,7 @@ def springs(r, kind, offset, k, rt, target, starts, counts, active, cell, inv, p
     for s in range(starts.shape[0]):
         if not active[s]:
             continue
+        cs, vs, ps, rs = cell[s], inv[s], pbc[s], reach[s]  # (once per system, not per spring)
         for i in range(starts[s], starts[s] + counts[s]):
             kd = kind[i]
             if kd == SPRING_PLANE:
@@ -229,9 +232,7 @@ def springs(r, kind, offset, k, rt, target, starts, counts, active, cell, inv, p
                     p0, p1, p2 = r[j, 0], r[j, 1], r[j, 2]
                 else:
                     p0, p1, p2 = target[i, 0], target[i, 1], target[i, 2]
-                d0, d1, d2 = mic(
-                    p0 - r[i, 0], p1 - r[i, 1], p2 - r[i, 2], cell[s], inv[s], pbc[s], reach[s]
-                )
+                d0, d1, d2 = mic(p0 - r[i, 0], p1 - r[i, 1], p2 - r[i, 2], cs, vs, ps, rs)
                 length = np.sqrt(d0 * d0 + d1 * d1 + d2 * d2)
                 stretch = length - rt[i]
                 if stretch > 0:
