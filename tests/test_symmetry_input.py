@@ -48,9 +48,12 @@ def test_bad_input_is_refused_before_the_run_naming_the_system() -> None:
     assert "system 1" in message and "not symmetric under its FixSymmetry" in message
     with pytest.raises(StructureError, match="periodic in x, y and z"):
         fix_symmetry(Atoms("Cu2", positions=[[0, 0, 0], [0, 0, 2.5]]))
-    both = good.copy()
+    both = good.copy()  # (a tether the operations carry onto itself goes with it)
     both.set_constraint([Hookean(0, (0.0, 0.0, 0.0), k=1.0, rt=0.5), FixSymmetry(both)])
-    assert "FixSymmetry together with ['Hookean'] is not supported" in _error([both])
+    Batch.from_atoms([both])
+    both.set_constraint([Hookean(0, (0.3, 0.0, 0.0), k=1.0, rt=0.1), FixSymmetry(both)])
+    message = _error([good, both])
+    assert "system 1: FixSymmetry with Hookean" in message and "atom 0's tether" in message
     big = fix_symmetry(bulk("Cu") * (2, 2, 2))[0]  # 48 x 8 operations
     assert len(big.constraints[0].rotations) > MAX_OPERATIONS
     assert "relax the primitive cell" in _error([big])
@@ -67,8 +70,9 @@ def tetragonal():
 def test_fixed_atoms_go_with_fix_symmetry_only_as_whole_orbits() -> None:
     """Fixed atoms (FixAtoms, FixCartesian of x, y, z) that every operation maps onto
     fixed atoms are kept, in a batch and by ``fix_symmetry``; others are refused naming
-    the system, the atoms and the orbit; other kinds with FixSymmetry are refused by
-    name."""
+    the system, the atoms and the orbit; other kinds go with FixSymmetry when the
+    operations map them onto themselves (tests/integrators/test_symmetry_combined.py),
+    else they are refused by name."""
     atoms = tetragonal()
     sym = FixSymmetry(atoms, symprec=1e-3)
     orbit = atoms.copy()
@@ -82,10 +86,12 @@ def test_fixed_atoms_go_with_fix_symmetry_only_as_whole_orbits() -> None:
     assert "system 1: FixSymmetry with fixed atoms needs the fixed set to be whole" in message
     assert "fixed atom(s) [0] have images [3] that are not fixed" in message
     assert "atom 0's orbit is [0, 3]" in message and "drop FixSymmetry" in message
-    for other in (FixCartesian([2], mask=(False, False, True)), FixBondLengths([(0, 1)])):
-        mixed = atoms.copy()
+    mixed = atoms.copy()  # (every operation of P4/mmm keeps z up to sign: accepted)
+    mixed.set_constraint([sym, FixCartesian([2], mask=(False, False, True))])
+    Batch.from_atoms([mixed])
+    for other in (FixCartesian([2], mask=(True, False, False)), FixBondLengths([(0, 1)])):
         mixed.set_constraint([sym, other])
-        assert f"FixSymmetry together with ['{type(other).__name__}']" in _error([mixed])
+        assert f"FixSymmetry with {type(other).__name__} needs" in _error([mixed])
 
     start = tetragonal()
     start.positions[3, 0] += 0.0004  # (below symprec: refined, fixed or not)
@@ -97,9 +103,12 @@ def test_fixed_atoms_go_with_fix_symmetry_only_as_whole_orbits() -> None:
     start.set_constraint(FixAtoms([3]))
     with pytest.raises(StructureError, match=r"fixed atom\(s\) \[3\] have images \[0\]"):
         fix_symmetry(start, symprec=1e-3)
-    start.set_constraint(Hookean(0, 1, k=1.0, rt=2.0))
-    with pytest.raises(StructureError, match=r"already has constraints \['Hookean'\]"):
-        fix_symmetry(start)
+    start.set_constraint(Hookean(0, 1, k=1.0, rt=2.0))  # (kept; the batch refuses it)
+    (spring,) = fix_symmetry(start, symprec=1e-3)
+    with pytest.raises(StructureError, match=r"FixSymmetry with Hookean .* onto atoms \(3, 1\)"):
+        Batch.from_atoms([spring])
+    with pytest.raises(StructureError, match="already has a FixSymmetry"):
+        fix_symmetry(made)
 
 
 def test_space_group_names_and_verdicts() -> None:

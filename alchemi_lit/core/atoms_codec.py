@@ -23,6 +23,7 @@ from .constraint_io import decode_system, stack_fields
 from .constraints import fixed_mask
 from .errors import StructureError
 from .fields import ARRAYS_KEY, CORE_ARRAYS, EXIT_REASONS, RESULT_INFO_KEYS
+from .symmetry_invariance import check_structures
 from .validation import (
     constraint_host,
     first_few,
@@ -126,6 +127,7 @@ def fields_from_atoms(
     atom.update(constrained["atom"])
     system.update(constrained["system"])
     packed = symmetry.pack(atoms, ids, fixed)  # FixSymmetry's operations (own fields), checked
+    check_structures(atoms, ids, fixed, hosts)  # the other kinds: a set its operations keep
     if packed is not None:
         for store, values in zip((atom, system), packed):
             for k, v in values.items():

@@ -78,14 +78,20 @@ def encode_structure(atoms: Any, index: int, name: str, fixed: np.ndarray) -> Ho
 def _refuse_overlaps(host: Host) -> None:
     """FixCom with another constraint that moves atoms: ASE's result depends on the
     list's order (its FixCom shifts every atom, fixed ones included, and a later
-    projection undoes part of the shift), so no order-free meaning exists."""
+    projection undoes part of the shift), so no order-free meaning exists.  FixSymmetry
+    is the exception: it commutes with FixCom given equal masses within each orbit
+    (checked with its operations, :mod:`.symmetry_invariance`)."""
     com = next((k for k in constraint_kinds() if "FixCom" in k.ase_names), None)
     if com is None or not host.flags & com.bit:
         return
     others = [
         "/".join(k.ase_names)
         for k in constraint_kinds()
-        if k.holonomic and k is not com and not k.native and host.flags & k.bit
+        if k.holonomic
+        and k is not com
+        and not k.native
+        and host.flags & k.bit
+        and "FixSymmetry" not in k.ase_names
     ]
     if host.fixed.any():
         others.append("FixAtoms")

@@ -128,6 +128,12 @@ class FixSymmetryKind(Constraint):
     carried them by the unsymmetrised cell, and the symmetrised step brings them back
     only to rounding.
 
+    With the other kinds (a set its operations map onto itself, checked by
+    :func:`~.symmetry_invariance.check_structures`) it applies after the forces that add (Hookean,
+    ExternalForce) and before the projections (FixAtoms ... FixBondLengths): ASE's
+    ``[FixSymmetry, <kind>]``, so a projected component or a rigid bond holds as
+    exactly as the kind alone leaves it; the invariance makes the other order agree.
+
     Its fields are not the interface's zero-filled shared schema: ``W`` operations per
     atom would cost every run :data:`MAX_OPERATIONS` integers per atom, so they exist
     only in batches holding a constrained system (:func:`~.symmetry.pack`; a batch
@@ -135,6 +141,7 @@ class FixSymmetryKind(Constraint):
 
     ase_names = ("FixSymmetry",)
     bit = 1 << 6
+    order = 40  # (after the forces that add, before the projections)
     holonomic = True  # it moves positions: barostats refuse it (ASE's cell filters only)
 
     def encode(self, constraint: Any, host: Host) -> None:

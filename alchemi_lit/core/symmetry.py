@@ -21,9 +21,12 @@ the 48 operations of a cubic point group times up to 4 lattice translations (a
 conventional fcc or rock-salt cell); a larger supercell is refused with the fix (relax
 the primitive cell).  The batched arithmetic is :mod:`alchemi_lit.core.symmetrize`.
 
-Of the other constraints only fixed atoms (``FixAtoms``, ``FixCartesian`` of x, y, z)
-may go with it, and only as whole orbits (:func:`check_fixed_orbits`): then they need no
-field of their own (the core ``fixed`` mask) and commute with the symmetrisation.
+Fixed atoms (``FixAtoms``, ``FixCartesian`` of x, y, z) may go with it as whole orbits
+(:func:`check_fixed_orbits`): then they need no field of their own (the core ``fixed``
+mask) and commute with the symmetrisation.  Every other kind may go with it when the
+operations map its set onto itself, the general form of that rule, checked when the
+structure enters (:mod:`.symmetry_invariance`, called by the batch's codec right after
+:func:`pack`, since it reads the kinds' encoded arrays).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .constraints import fixed_mask, fixes_atoms
+from .constraints import fixed_mask
 from .errors import StructureError, system_name
 
 #: operations a system may carry (the width of the symmetry fields)
@@ -143,13 +146,15 @@ def fix_symmetry(
 ) -> list[Any]:
     """Copies of ``ase.Atoms`` (one or a list) with ASE's ``FixSymmetry(atoms, symprec)``
     set -- whose constructor refines each structure to its group at ``symprec`` Å -- for
-    a symmetry-preserving relaxation (cell filters and optimizers honour it).  Fixed
-    atoms (``FixAtoms``, ``FixCartesian`` of x, y and z) are kept, before FixSymmetry,
-    when they are whole symmetry orbits (:func:`check_fixed_orbits`); the refinement
-    moves them too, onto their symmetric sites.
+    a symmetry-preserving relaxation (cell filters and optimizers honour it).  The
+    structure's other constraints are kept, before FixSymmetry; the refinement runs with
+    them lifted, so it moves constrained atoms onto their symmetric sites too.  Fixed
+    atoms must be whole symmetry orbits (:func:`check_fixed_orbits`, here); every other
+    kind must be a set the operations map onto itself, checked when the structures enter
+    a run (:mod:`.symmetry_invariance`: it reads the kinds' encoded arrays).
 
     Refused before any run, naming the structure: ``symprec <= 0``, a structure not
-    periodic in x, y and z, one carrying another constraint, fixed atoms that are not
+    periodic in x, y and z, one already carrying FixSymmetry, fixed atoms that are not
     whole orbits, and one whose refinement lands in another space group than spglib
     finds at ``symprec`` (ASE's ``IntermediateDatasetError``: ``symprec`` straddles a
     distortion; choose it above or below)."""
@@ -166,11 +171,10 @@ def fix_symmetry(
                 f"{name}: FixSymmetry needs a crystal periodic in x, y and z (pbc "
                 f"{np.asarray(a.pbc).tolist()}, volume {abs(a.cell.volume):.3g} Å^3)", k
             )
-        others = [type(c).__name__ for c in a.constraints if not fixes_atoms(c)]
-        if others:
+        if any(is_fix_symmetry(c) for c in a.constraints):
             raise StructureError(
-                f"{name}: already has constraints {others}; FixSymmetry goes only with "
-                f"fixed atoms (FixAtoms) here: remove the others first", k
+                f"{name}: already has a FixSymmetry; remove it first (fix_symmetry makes "
+                f"it anew, refining the structure)", k
             )  # fmt: skip
         before = spacegroup(a.cell.array, a.positions, a.numbers, value)
         copy, kept = a.copy(), [c.copy() for c in a.constraints]
@@ -218,7 +222,8 @@ def pack(
     """The constraint's fields (atom, system) of a list of ``ase.Atoms`` (``fixed``: each
     one's fixed atoms), or None when none carries ``FixSymmetry`` (the fields then stay
     out of the batch).  Fixed atoms may go with it when they are whole orbits
-    (:func:`check_fixed_orbits`); any other constraint is refused by name."""
+    (:func:`check_fixed_orbits`); the other kinds are checked after it
+    (:func:`.symmetry_invariance.check_structures`)."""
     found = [symmetry_constraint(a, k, sid) for k, (a, sid) in enumerate(zip(atoms, ids))]
     if all(c is None for c in found):
         return None
@@ -233,14 +238,6 @@ def pack(
         source = np.broadcast_to(local[:, None], (len(a), w)).copy()
         if c is not None:
             name = system_name(k, sid)
-            others = [type(o).__name__ for o in a.constraints
-                      if not (is_fix_symmetry(o) or fixes_atoms(o))]  # fmt: skip
-            if others:
-                raise StructureError(
-                    f"{name}: FixSymmetry together with {others} is not supported (the "
-                    f"symmetrised step would undo or break them); keep FixSymmetry with "
-                    f"FixAtoms only, or drop one of them", k
-                )  # fmt: skip
             rotations, maps = operation_maps(c, a, name)
             if not np.asarray(a.pbc).all():
                 raise StructureError(

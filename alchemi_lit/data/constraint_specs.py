@@ -19,9 +19,13 @@ Each structure gets these after the constraints its file carries (ASE's ``.traj`
 constraints; extxyz keeps ``FixAtoms`` / ``FixCartesian`` as its ``move_mask`` column).
 A wrong ``type`` or argument is a config error naming ``data.constraints[i]``; an index
 out of range in a structure is the structure's error, naming it, before the run.
-``FixSymmetry`` goes with fixed atoms only (``FixAtoms``, ``FixCartesian`` of x, y and
-z), and only when they are whole symmetry orbits; its refinement moves every atom onto
-its symmetric site, the fixed ones included.
+``FixSymmetry`` goes with any other kind whose constraint set every symmetry operation
+of the structure maps onto itself (fixed atoms, masks, planes and lines as whole orbits
+with directions the operations permute; FixCom; bonds, springs and pulls as whole
+orbits of pairs: :mod:`alchemi_lit.core.symmetry_invariance`), checked when the
+structure enters the run; its refinement runs with the other constraints lifted and
+moves every atom onto its symmetric site, the constrained ones included, so constraints
+listed after it are built on the refined structure.
 """
 
 from __future__ import annotations

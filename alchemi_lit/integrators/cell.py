@@ -42,6 +42,7 @@ from ..core.state import Batch, system_name
 from ..core.tensor_ops import identity_key, rows_times, same_key, small_matmul
 from ..core.units import GPa, bar
 from .base import FieldSpec
+from .constrain import space_fixed_tethers
 from .params import check_pressure
 from .stage_fields import CELL_REFERENCE
 
@@ -154,6 +155,17 @@ class CellFilter:
                     f"CellFilter: {name} has {count} values (one per system_id) but {owner} "
                     f"got system_id {top}; give one value per system_id, or one for all"
                 )
+        tethered = space_fixed_tethers(batch, mask)
+        if tethered:
+            names = ", ".join(system_name(r, int(batch.system_id[r])) for r in tethered[:5])
+            raise ConfigError(
+                f"{owner} with a cell filter: {names} carr{'ies' if len(tethered) == 1 else 'y'} "
+                f"FixSymmetry with Hookean springs to points or planes, which stay fixed in "
+                f"space while the cell carries the lattice and its symmetry operations' "
+                f"translations, so their symmetry (checked for the input cell) need not "
+                f"survive a cell step; relax the positions only (cell=None), tether atoms "
+                f"to each other instead, or drop FixSymmetry"
+            )
         if self.cell_for_nonperiodic == "ignore":
             return
         rows = (mask & ~self.carries_cell(batch)).nonzero().flatten().tolist()

@@ -31,7 +31,9 @@ from typing import Any
 
 import torch
 
+from ..core import symmetry
 from ..core.backends import primitive
+from ..core.constraint_forces import SPRING_PLANE, SPRING_POINT
 from ..core.constraint_io import constraint_kinds
 from ..core.constraints import FLAGS_FIELD, Constraint
 from ..core.linalg import inverse
@@ -209,8 +211,22 @@ def refuse_holonomic(batch: Batch, mask: torch.Tensor) -> list[tuple[int, str]]:
     return out
 
 
+def space_fixed_tethers(batch: Batch, mask: torch.Tensor) -> list[int]:
+    """Rows of ``mask``'s systems under FixSymmetry with Hookean springs to points or
+    planes, for stages that move the cell (cell filters) to refuse.  Why: the points and
+    planes are fixed in space, while a moving cell carries the lattice and the
+    operations' translations; their invariance, checked for the input cell
+    (:mod:`~alchemi_lit.core.symmetry_invariance`), then need not last a step, and ASE's
+    result would again depend on the order of its list.  Reads on the host."""
+    if not (batch.has_field(symmetry.COUNT) and batch.has_field("spring_kind")):
+        return []
+    tether = (batch.spring_kind == SPRING_POINT) | (batch.spring_kind == SPRING_PLANE)
+    tethered = batch.segments.sum(tether.to(batch.dtype)) > 0
+    return (mask & tethered & (getattr(batch, symmetry.COUNT) > 0)).nonzero().flatten().tolist()
+
+
 __all__ = [
     "Snapshot", "adjust_results", "after_post_update", "after_pre_update",
     "constrain_velocities", "constraint_bits", "drift_velocities", "refuse_holonomic",
-    "snapshot",
+    "snapshot", "space_fixed_tethers",
 ]  # fmt: skip

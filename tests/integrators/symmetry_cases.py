@@ -58,3 +58,22 @@ def fixed_cases() -> list[Atoms]:
         atoms.set_constraint([fix, sym] if first else [sym, fix])
         out.append(atoms)
     return out
+
+
+def chiral_cu16(polar: bool = True) -> Atoms:
+    """16 atoms (a 2x2x1 conventional fcc Cu supercell, c strained 2 %) displaced by a
+    chiral field.  ``polar``: P4, every operation keeping z (orbits {0}, {1, 2, 5, 10},
+    {3, 7, 11, 15} -- Au --, {4, 8}, {6, 9, 13, 14}, {12}); else, without the term that
+    breaks the in-plane 2-fold axes, P4_2 1 2 (they flip z; orbits {0, 12}, {1, 2, 5, 6,
+    9, 10, 13, 14}, {3, 7, 11, 15}, {4, 8}), all Cu.  Every orbit moves in x, y and z."""
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True) * (2, 2, 1)
+    f = atoms.get_scaled_positions()
+    x, y = 2 * np.pi * f[:, 0], 2 * np.pi * f[:, 1]
+    u = 0.06 * np.stack([-np.sin(y), np.sin(x), np.zeros(len(atoms))], 1)
+    if polar:
+        u[:, 2] = 0.05 * (np.cos(x) + np.cos(y)) + 0.04 * np.cos(x) * np.cos(y)
+        atoms.numbers[[3, 7, 11, 15]] = 79
+    else:
+        u[:, 2] = 0.05 * (np.cos(x) + np.cos(y)) + 0.04 * (np.cos(x / 2) ** 2 + np.cos(y / 2) ** 2)
+    atoms.positions += u
+    return _stretch(atoms, (1.0, 1.0, 1.02))
