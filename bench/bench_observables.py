@@ -11,12 +11,18 @@ the cadence a study uses -- RDF (rmax 7.5 Å, 100 bins) and MSD (window 100) eve
 steps, VACF (window 200) and BlockAverages (energy, temperature, volume) every step --
 then all four together.  One process, runs interleaved ``--repeats`` times; the table
 gives the median wall time per step without observables, with each, and the extra time
-as a share of the bare step.  ``--device cuda`` times with ``torch.cuda.synchronize``.
+as a share of the bare step -- of the medians, and paired: the median over repeats of
+each run against the bare run of the same repeat (a slow spell of a shared machine then
+weighs on both sides of a ratio) -- and the time inside the observables' hooks (their
+samples and their results, timed around each call) per step and as a share of the bare
+step of the same repeat, the cost itself, as bench_constraints reports its constraints'.
+``--device cuda`` times with ``torch.cuda.synchronize``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -46,8 +52,38 @@ CASES = ("none", "RDF every 10", "MSD every 10", "VACF every 1", "BlockAverages 
          "all four")  # fmt: skip
 
 
-def time_case(name: str, systems: list, steps: int, device: str) -> float:
-    """Seconds per step of one Langevin run with the observables of ``name``."""
+def timed_hooks(callbacks: list, device: str) -> list[float]:
+    """Wrap each observable's hooks (its samples, and its results when systems finish) so
+    that their wall time adds to the returned one-element list (on a GPU the device is
+    synchronised around each call, so its kernels count)."""
+    import torch
+
+    inside = [0.0]
+
+    def timed(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                inside[0] += time.perf_counter() - start
+
+        return run
+
+    for cb in callbacks:
+        for hook in ("on_run_start", "before_step", "on_converge"):
+            setattr(cb, hook, timed(getattr(cb, hook)))
+    return inside
+
+
+def time_case(name: str, systems: list, steps: int, device: str) -> tuple[float, float]:
+    """Seconds per step of one Langevin run with the observables of ``name``, and of
+    those the seconds per step inside the observables' hooks."""
     import torch
 
     import alchemi_lit as al
@@ -55,8 +91,10 @@ def time_case(name: str, systems: list, steps: int, device: str) -> float:
     from alchemi_lit.models import LennardJones
 
     model = LennardJones(epsilon=0.0104, sigma=3.40, cutoff=8.5, skin=1.0)
+    callbacks = observables(name)
+    inside = timed_hooks(callbacks, device)
     sim = al.Simulator(model=model, stages=Langevin(dt=2.0, temperature=80.0, steps=steps),
-                       callbacks=observables(name), accelerator=device, precision="64",
+                       callbacks=callbacks, accelerator=device, precision="64",
                        sync_every=50)  # fmt: skip
     if device == "cuda":
         torch.cuda.synchronize()
@@ -64,7 +102,7 @@ def time_case(name: str, systems: list, steps: int, device: str) -> float:
     sim.run([a.copy() for a in systems])
     if device == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - t) / steps
+    return (time.perf_counter() - t) / steps, inside[0] / steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,20 +124,33 @@ def main(argv: list[str] | None = None) -> int:
         systems.append(atoms)
     time_case("none", systems[:1], 5, args.device)  # warm-up (imports, kernels)
     times: dict[str, list[float]] = {c: [] for c in CASES}
+    inside: dict[str, list[float]] = {c: [] for c in CASES}
     for _ in range(args.repeats):
         for case in CASES:
-            times[case].append(time_case(case, systems, args.steps, args.device))
+            wall, hooks = time_case(case, systems, args.steps, args.device)
+            times[case].append(wall)
+            inside[case].append(hooks)
     bare = statistics.median(times["none"])
     rows = []
     for case in CASES:
         t = statistics.median(times[case])
-        share = "" if case == "none" else f"{100 * (t - bare) / bare:.1f}"
+        share = paired = hooks = hook_share = ""
+        if case != "none":
+            share = f"{100 * (t - bare) / bare:.1f}"
+            ratios = [c / n - 1.0 for c, n in zip(times[case], times["none"])]
+            paired = f"{100 * statistics.median(ratios):.1f}"
+            hooks = f"{1e3 * statistics.median(inside[case]):.3f}"
+            # the hooks' time against the bare step of the same repeat
+            shares = [h / n for h, n in zip(inside[case], times["none"])]
+            hook_share = f"{100 * statistics.median(shares):.1f}"
         spread = f"{1e3 * min(times[case]):.3f}-{1e3 * max(times[case]):.3f}"
-        rows.append([case, f"{1e3 * t:.3f}", spread, share])
+        rows.append([case, f"{1e3 * t:.3f}", spread, share, paired, hooks, hook_share])
     print(environment_line())
     print(f"{args.systems} x 108-atom argon, LJ rc 8.5 Å, Langevin, {args.steps} steps, "
           f"device {args.device}, median of {args.repeats}")  # fmt: skip
-    print(format_table(["observables", "ms / step", "range", "extra (% of a bare step)"], rows,
+    headers = ["observables", "ms / step", "range", "extra (% of a bare step)",
+               "paired extra (%)", "inside (ms / step)", "inside (% of a bare step)"]  # fmt: skip
+    print(format_table(headers, rows,
                        title=f"observables' cost per MD step ({args.device})"))  # fmt: skip
     return 0
 

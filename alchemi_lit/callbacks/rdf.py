@@ -1,6 +1,6 @@
 """RDF: the radial distribution function of every system, accumulated during the run.
 
-Each sample adds the frame's g(r) (:func:`alchemi_lit.core.rdf.rdf_frame`: ASE's bins,
+Each sample adds the frame's g(r) (as :func:`alchemi_lit.core.rdf.rdf_frame`: ASE's bins,
 minimum image, normalisation) to a per-system sum; the result is their mean over the
 samples, ``get_rdf(frames, rmax, nbins)`` of ASE for the same frames.  A frame whose cell
 is too small for ``rmax`` (under half a periodic height, possible under a barostat) is
@@ -18,6 +18,7 @@ import torch
 
 from ..core import rdf as core_rdf
 from ..core.errors import ConfigError
+from ..core.tensor_ops import host_reads_free, identity_key, same_key
 from ..engine.hooks import StepContext
 from .observables import Observable
 
@@ -54,6 +55,7 @@ class RDF(Observable):
         self.rmax, self.nbins = float(rmax), int(nbins)
         self.pairs = core_rdf.element_pairs(pairs)
         self._layout: tuple[Any, ...] | None = None
+        self._constants: tuple[Any, ...] | None = None
 
     def meta(self) -> dict[str, Any]:
         return {**super().meta(), "rmax": self.rmax, "nbins": self.nbins,
@@ -82,14 +84,34 @@ class RDF(Observable):
             self._layout = (key, pairs, weights)
         return self._layout[1], self._layout[2]
 
+    def _frame_constants(self, ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each system's normalisation (:func:`~alchemi_lit.core.rdf.normalization`) and
+        whether its cell fits ``rmax``: kept on CPU while the cell, the periodicity and
+        the layout are (MD at a fixed cell computes them once); computed at each sample
+        elsewhere, where a captured graph may replay samples at other cells."""
+        b = ctx.batch
+
+        def compute() -> tuple[torch.Tensor, torch.Tensor]:
+            norm = core_rdf.normalization(b.cell, b.atomic_numbers, b.system_idx, self.rmax,
+                                          self.nbins, self.pairs, b.dtype)  # fmt: skip
+            return norm, core_rdf.cell_fits(b.cell, b.pbc, self.rmax)
+
+        if not host_reads_free(b.cell):
+            return compute()
+        key = identity_key((b.cell, b.pbc, b.segments, b.atom["atomic_numbers"]))
+        if self._constants is None or not same_key(self._constants[0], key):
+            self._constants = (key, compute())
+        return self._constants[1]
+
     def accumulate(self, ctx: StepContext, rows: torch.Tensor) -> None:
         b = ctx.batch
         pairs, weights = self._pairs(ctx)
-        g = core_rdf.rdf_frame(
+        counts = core_rdf.pair_histogram(
             b.positions, b.cell, b.pbc, b.system_idx, b.atomic_numbers, b.n_atoms, pairs,
-            weights, self.rmax, self.nbins, self.pairs,
+            weights, self.rmax, self.nbins, tuple(self.pairs),
         )  # fmt: skip
-        fits = core_rdf.cell_fits(b.cell, b.pbc, self.rmax)
+        norm, fits = self._frame_constants(ctx)
+        g = core_rdf.normalized(counts, norm)
         add = rows & fits
         g_sum, samples = self.field("g"), self.field("samples")
         b.system[g_sum] = torch.where(add.view(-1, 1, 1), b.system[g_sum] + g, b.system[g_sum])

@@ -135,14 +135,28 @@ def rdf_frame(
     """``[B, 1 + len(partials), nbins]`` g(r) of one frame of every system: the total
     RDF, then the partial of each ``(a, b)`` of ``partials`` (atomic numbers; NaN where
     a system has no atom of ``a`` or ``b``).  ``weights`` are :func:`pair_weights`."""
-    b, dtype = len(n_atoms), positions.dtype
     counts = pair_histogram(positions, cell, pbc, system, numbers, n_atoms, pairs, weights,
                             rmax, nbins, tuple(partials))  # fmt: skip
+    norm = normalization(cell, numbers, system, rmax, nbins, partials, positions.dtype)
+    return normalized(counts, norm)
+
+
+def normalization(
+    cell: torch.Tensor, numbers: torch.Tensor, system: torch.Tensor, rmax: float, nbins: int,
+    partials: Sequence[tuple[int, int]], dtype: torch.dtype,
+) -> torch.Tensor:  # fmt: skip
+    """``[B, 1 + len(partials), nbins]`` ``n_i rho_j V_shell`` of each RDF of each system
+    (0 where it lacks an element): a function of the cells and the layout alone, so a
+    run keeps it while they are unchanged."""
     volume = torch.linalg.det(cell).abs()
-    centres, others = element_counts(numbers, system, b, partials, dtype)
+    centres, others = element_counts(numbers, system, len(cell), partials, dtype)
     density = others / volume.unsqueeze(-1)
-    shells = shell_volumes(rmax, nbins, dtype).to(positions.device)
-    norm = (centres * density).unsqueeze(-1) * shells
+    shells = shell_volumes(rmax, nbins, dtype).to(cell.device)
+    return (centres * density).unsqueeze(-1) * shells
+
+
+def normalized(counts: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
+    """g(r) from a frame's pair counts and their :func:`normalization` (NaN: no atoms)."""
     return torch.where(norm > 0, counts / norm.clamp_min(1e-300), float("nan"))
 
 
@@ -179,6 +193,7 @@ def element_pairs(spec: Sequence[Sequence[int | str]]) -> list[tuple[int, int]]:
 
 
 __all__ = [
-    "all_pairs", "bin_edges", "cell_fits", "element_counts", "element_pairs", "pair_distances",
-    "pair_histogram", "pair_weights", "rdf_frame", "shell_volumes",
+    "all_pairs", "bin_edges", "cell_fits", "element_counts", "element_pairs", "normalization",
+    "normalized", "pair_distances", "pair_histogram", "pair_weights", "rdf_frame",
+    "shell_volumes",
 ]  # fmt: skip
