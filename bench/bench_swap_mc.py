@@ -17,8 +17,10 @@ Engines, each timed after an untimed warm-up, attempts per second = cells x step
   at a time (``--ase-cells`` of them: ASE's rate does not depend on how many);
 * with ``--sevennet``, **alchemi_lit, SevenNet-0** (the ``alchemi_lit_sevenn`` plugin,
   float32) and **TorchSim 0.6.2, SevenNet-0** (``ts.swap_mc_step``: all cells in one
-  state, or ``--torchsim-batch`` cells a state one after another where all of them do not
-  fit in memory; its own Python 3.12 venv, ``bash bench/setup_torchsim.sh``).  TorchSim has no
+  state; its own Python 3.12 venv, ``bash bench/setup_torchsim.sh``).  ``--mlip-batch k``
+  runs k cells at a time on both sides where all of them do not fit in memory (SevenNet
+  on a CPU holds some MB per atom): alchemi_lit in flight (a cell done, the next joins),
+  TorchSim one state of k after another.  TorchSim has no
   EMT, hence SevenNet-0 for that pair.  TorchSim swaps positions (the atoms keep their
   masses and velocities) where alchemi_lit swaps species; the energies are the same.
 
@@ -54,14 +56,20 @@ def cells(n: int, seed: int = 0) -> list[Any]:
     return out
 
 
-def alchemi(structures: list[Any], steps: int, temperature: float, model: Any, dtype: str):
-    """Seconds of ``steps`` batched SwapMC attempts per cell, accepted swaps."""
+def alchemi(structures: list[Any], steps: int, temperature: float, model: Any, dtype: str,
+            batch: int = 0):  # fmt: skip
+    """Seconds of ``steps`` batched SwapMC attempts per cell, accepted swaps (``batch``
+    cells in flight at a time, inflight batching; 0: all of them in one batch)."""
     import alchemi_lit as al
+    from alchemi_lit.data import SizeAwareSampler
     from alchemi_lit.integrators import SwapMC
 
     def run(n: int):
         plan = SwapMC(["Cu", "Au"], temperature=temperature, steps=n)
-        return al.Simulator(model=model, stages=plan, precision=dtype, seed=1).run(structures)
+        data = structures
+        if batch:
+            data = SizeAwareSampler(structures, max_atoms=batch * len(structures[0]))
+        return al.Simulator(model=model, stages=plan, precision=dtype, seed=1).run(data)
 
     run(2)  # warm-up
     t0 = time.perf_counter()
@@ -122,9 +130,9 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=800.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sevennet", action="store_true", help="also SevenNet-0 vs TorchSim")
-    parser.add_argument("--torchsim-batch", type=int, default=0,
-                        help="TorchSim's cells per state, run one state after another "
-                             "(0: all in one; its memory grows with the state)")  # fmt: skip
+    parser.add_argument("--mlip-batch", type=int, default=0,
+                        help="SevenNet runs: cells in one batch (alchemi_lit, inflight) or "
+                             "one state (TorchSim, states one after another); 0: all")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="seconds: 8 cells, 3 steps")
     args = parser.parse_args()
     if args.quick:
@@ -158,9 +166,11 @@ def sevennet_rows(structures: list[Any], args: Any, row: Any) -> None:
     from alchemi_lit_sevenn import SevenNet
     from torchsim_peer import PeerError, TorchSimPeer
 
-    s, acc = alchemi(structures, args.steps, args.temperature, SevenNet("sevennet-0"), "32")
-    row("alchemi_lit (batched)", "SevenNet-0 float32", args.cells, s, acc)
-    size = args.torchsim_batch or len(structures)
+    size = args.mlip_batch or len(structures)
+    s, acc = alchemi(structures, args.steps, args.temperature, SevenNet("sevennet-0"), "32",
+                     args.mlip_batch)  # fmt: skip
+    engine = "alchemi_lit (batched)" if size >= len(structures) else f"alchemi_lit ({size} a batch)"
+    row(engine, "SevenNet-0 float32", args.cells, s, acc)
     try:
         with TorchSimPeer(structures, args.threads) as peer:
             peer.call("setup", model="sevennet", threads=args.threads, dtype="float32")
