@@ -28,7 +28,6 @@ runs the accelerator path (fixed SHAKE/RATTLE sweeps, no host reads).  The table
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import statistics
 import sys
@@ -51,7 +50,7 @@ from alchemi_lit.integrators import VelocityVerlet
 from alchemi_lit.models import LennardJones
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import environment_line, format_table
+from common import environment_line, format_table, timed_into
 
 
 def kinds(n: int) -> dict:
@@ -78,28 +77,11 @@ INSIDE = {"s": 0.0, "rebuilt": 0}
 def time_the_constraints(device: str) -> None:
     """Wrap the constraint hooks the step calls so that their time adds to ``INSIDE``
     (on a GPU the device is synchronised around each call, so its kernels count)."""
-    import torch
-
     from alchemi_lit.engine import step
     from alchemi_lit.integrators import constrain
 
-    def timed(fn):
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                INSIDE["s"] += time.perf_counter() - start
-
-        return run
-
     for name in ("snapshot", "after_pre_update", "adjust_results", "after_post_update"):
-        setattr(step.constrain, name, timed(getattr(constrain, name)))
+        setattr(step.constrain, name, timed_into(getattr(constrain, name), INSIDE, device))
     from alchemi_lit.models.neighbors import NeighborList
 
     rebuild = NeighborList._rebuild

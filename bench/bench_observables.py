@@ -22,14 +22,13 @@ step of the same repeat, the cost itself, as bench_constraints reports its const
 from __future__ import annotations
 
 import argparse
-import functools
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import environment_line, format_table
+from common import environment_line, format_table, timed_into
 
 
 def observables(name: str) -> list:
@@ -52,32 +51,13 @@ CASES = ("none", "RDF every 10", "MSD every 10", "VACF every 1", "BlockAverages 
          "all four")  # fmt: skip
 
 
-def timed_hooks(callbacks: list, device: str) -> list[float]:
+def timed_hooks(callbacks: list, device: str) -> dict[str, float]:
     """Wrap each observable's hooks (its samples, and its results when systems finish) so
-    that their wall time adds to the returned one-element list (on a GPU the device is
-    synchronised around each call, so its kernels count)."""
-    import torch
-
-    inside = [0.0]
-
-    def timed(fn):
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                inside[0] += time.perf_counter() - start
-
-        return run
-
+    that their wall time adds to the returned ``{"s": seconds}``."""
+    inside = {"s": 0.0}
     for cb in callbacks:
         for hook in ("on_run_start", "before_step", "on_converge"):
-            setattr(cb, hook, timed(getattr(cb, hook)))
+            setattr(cb, hook, timed_into(getattr(cb, hook), inside, device))
     return inside
 
 
@@ -102,7 +82,7 @@ def time_case(name: str, systems: list, steps: int, device: str) -> tuple[float,
     sim.run([a.copy() for a in systems])
     if device == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - t) / steps, inside[0] / steps
+    return (time.perf_counter() - t) / steps, inside["s"] / steps
 
 
 def main(argv: list[str] | None = None) -> int:

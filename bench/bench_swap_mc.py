@@ -147,7 +147,7 @@ def main() -> int:
 
     def row(engine: str, model: str, n: int, seconds: float, accepted: int) -> None:
         attempts = n * args.steps
-        rows.append([engine, model, n, args.steps, f"{seconds:.2f}", f"{attempts / seconds:.0f}",
+        rows.append([engine, model, n, args.steps, f"{seconds:.2f}", f"{attempts / seconds:.3g}",
                      f"{accepted / attempts:.3f}"])  # fmt: skip
 
     s, acc = alchemi(structures, args.steps, args.temperature, EMT(), "64")

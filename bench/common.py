@@ -61,6 +61,29 @@ def time_call(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[floa
     return times
 
 
+def timed_into(fn: Callable[..., Any], totals: dict[str, Any], device: str = "cpu") -> Callable:
+    """``fn`` wrapped so that the wall time of each call adds to ``totals["s"]`` (on a GPU
+    the device is synchronised around each call, so its kernels count): how the
+    benchmarks time the hooks of constraints and observables inside a run."""
+    import functools
+
+    import torch
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if device == "cuda":
+                torch.cuda.synchronize()
+            totals["s"] += time.perf_counter() - start
+
+    return run
+
+
 def median(times: Sequence[float]) -> float:
     return statistics.median(times)
 

@@ -7,6 +7,9 @@ each alone, bit for bit, on the CPU's and the accelerator's code path."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -122,28 +125,36 @@ def test_mixed_batch_equals_each_alone(path: str, which: str) -> None:
         systems = [fixed_cases()[0], cases[2]]
     systems[1].rattle(0.03, seed=5)
 
-    def stage():
-        return FIRE(fmax=1e-3, max_steps=5, cell="frechet")
+    alone = batch_equals_each_alone(
+        systems, lambda: FIRE(fmax=1e-3, max_steps=5, cell="frechet"), path
+    )
+    assert [len(a.constraints) for a in alone] == [len(a.constraints) for a in systems]
 
-    def go(s):
-        graphs = path == "cuda_graphs"
-        if path == "cpu":
-            return al.Simulator(model=lj(), stages=stage(), precision="64", seed=0).run(s)
-        with accelerator_path(), emulated_cuda_graphs():
-            sim = al.Simulator(
-                model=lj(), stages=stage(), precision="64", seed=0, cuda_graphs=graphs
-            )
-            out = sim.run(s)
-        if graphs:
-            assert sim.strategy.run_loop.step.replays >= 3  # captured, not run eagerly
-        return out
 
-    together = go(systems).to_atoms()
-    for k, atoms in enumerate(systems):
-        (alone,) = go([atoms]).to_atoms()
-        assert np.array_equal(alone.positions, together[k].positions), k
-        assert np.array_equal(alone.cell.array, together[k].cell.array), k
-        assert len(alone.constraints) == len(atoms.constraints) == len(together[k].constraints)
+def run_on_path(systems: list, stage: Any, path: str) -> Any:
+    """``stage`` over ``systems`` on the CPU path, the accelerator path or replayed CUDA
+    graphs (emulated on CPU; asserts the graphs were captured and replayed)."""
+    if path == "cpu":
+        return al.Simulator(model=lj(), stages=stage, precision="64", seed=0).run(systems)
+    graphs = path == "cuda_graphs"
+    with accelerator_path(), emulated_cuda_graphs():
+        sim = al.Simulator(model=lj(), stages=stage, precision="64", seed=0, cuda_graphs=graphs)
+        out = sim.run(systems)
+    if graphs:
+        assert sim.strategy.run_loop.step.replays >= 3  # captured, not run eagerly
+    return out
+
+
+def batch_equals_each_alone(systems: list, make_stage: Callable[[], Any], path: str) -> list:
+    """Relaxed together, each system has the bits (positions, cell) and the constraints
+    it has relaxed alone; returns the results alone (``Atoms``)."""
+    together = run_on_path(systems, make_stage(), path).to_atoms()
+    alone = [run_on_path([a], make_stage(), path).to_atoms()[0] for a in systems]
+    for k, a in enumerate(alone):
+        assert np.array_equal(a.positions, together[k].positions), k
+        assert np.array_equal(a.cell.array, together[k].cell.array), k
+        assert len(a.constraints) == len(together[k].constraints), k
+    return alone
 
 
 def test_replayed_steps_equal_eager_steps() -> None:

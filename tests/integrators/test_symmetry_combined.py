@@ -36,7 +36,7 @@ from ase.constraints import (
 from symmetry_cases import chiral_cu16
 from test_cell_filter import ExactFrechet
 from test_quasi_newton import ASE_OPTIMIZERS, run
-from test_symmetry import keeps_operations, lj
+from test_symmetry import batch_equals_each_alone, keeps_operations, lj
 
 import alchemi_lit as al
 from alchemi_lit import Batch
@@ -44,7 +44,6 @@ from alchemi_lit.core.errors import ConfigError, StructureError
 from alchemi_lit.core.symmetry import fix_symmetry
 from alchemi_lit.integrators import BFGS, FIRE
 from alchemi_lit.models import EMT
-from alchemi_lit.testing import accelerator_path, emulated_cuda_graphs
 from conftest import AseEMT
 
 STEPS = 20
@@ -279,23 +278,8 @@ def test_mixed_batch_equals_each_alone(path: str, cell: str | None) -> None:
     names = [n for n, (_, cell_ok, _) in CASES.items() if cell is None or cell_ok]
     systems = [*(combined(n) for n in names), free]
 
-    def go(s):
-        stage = FIRE(fmax=1e-3, max_steps=5, cell=cell)
-        if path == "cpu":
-            return al.Simulator(model=lj(), stages=stage, precision="64", seed=0).run(s)
-        graphs = path == "cuda_graphs"
-        with accelerator_path(), emulated_cuda_graphs():
-            sim = al.Simulator(model=lj(), stages=stage, precision="64", seed=0,
-                               cuda_graphs=graphs)  # fmt: skip
-            out = sim.run(s)
-        if graphs:
-            assert sim.strategy.run_loop.step.replays >= 3  # captured, not run eagerly
-        return out
-
-    together = go(systems).to_atoms()
-    for k, atoms in enumerate(systems):
-        (alone,) = go([atoms]).to_atoms()
-        assert np.array_equal(alone.positions, together[k].positions), k
-        assert np.array_equal(alone.cell.array, together[k].cell.array), k
-        assert len(alone.constraints) == len(together[k].constraints), k
-        assert np.abs(alone.positions - atoms.positions).max() > 1e-4, k  # (it moved)
+    alone = batch_equals_each_alone(
+        systems, lambda: FIRE(fmax=1e-3, max_steps=5, cell=cell), path
+    )
+    for k, (atoms, relaxed) in enumerate(zip(systems, alone)):
+        assert np.abs(relaxed.positions - atoms.positions).max() > 1e-4, k  # (it moved)
