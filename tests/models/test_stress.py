@@ -161,13 +161,15 @@ def test_stress_is_returned_exactly_when_asked(built_with: bool) -> None:
 
 
 def test_a_cell_without_volume_gets_zero_stress_whatever_its_determinant_rounds_to() -> None:
-    """Stress is zero for a system without a 3-D cell.  A cell whose third vector is the
-    sum of the other two has no volume, but its determinant rounds to ~2e-15 Å^3, not 0:
+    """Stress is zero for a system without a 3-D cell.  A cell whose third vector is a
+    combination of the other two has no volume, but its determinant (LAPACK's and the
+    cofactors' alike, for this one) rounds to ~2e-15 Å^3, not 0:
     dividing the (nonzero) virial of this Ar3 molecule by it would report a stress of
     ~1e13 eV/Å^3.  Volumes up to 1e-12 Å^3 count as none."""
     a, b = np.array([4.1, 0.3, 0.7]), np.array([0.2, 4.3, 0.9])
     atoms = Atoms(
-        "Ar3", positions=[[0, 0, 0], [3.7, 0, 0], [0.4, 3.6, 0]], cell=[a, b, a + b], pbc=False
+        "Ar3", positions=[[0, 0, 0], [3.7, 0, 0], [0.4, 3.6, 0]], cell=[a, b, 0.7 * a + 1.3 * b],
+        pbc=False,
     )
     batch = Batch.from_atoms([atoms], dtype=DT, validate=False)
     assert 0 < float(batch.volume[0]) < 1e-12  # rounding: not exactly zero
