@@ -7,6 +7,7 @@ message names the offending item (system index, parameter, config key) and the f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -81,3 +82,9 @@ def system_name(index: int, system_id: int | None = None) -> str:
     if system_id is None or int(system_id) == int(index):
         return f"system {index}"
     return f"system {index} (system_id {int(system_id)})"
+
+
+def row_names(batch: Any, rows: Sequence[int], limit: int = 5) -> str:
+    """The :func:`system_name` of a batch's ``rows``, the first ``limit`` of them, for a
+    message that refuses them (``system 0, system 3 (system_id 7)``)."""
+    return ", ".join(system_name(r, int(batch.system_id[r])) for r in list(rows)[:limit])

@@ -27,9 +27,9 @@ from typing import ClassVar
 
 import torch
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, row_names
 from ..core.schedule import bind_steps
-from ..core.state import Batch, system_name
+from ..core.state import Batch
 from ..core.tensor_ops import host_reads_free, may_be_set, rows_times, small_matmul
 from ..core.units import GPa, kB
 from . import ops
@@ -104,7 +104,7 @@ class NPTIntegrator(MDIntegrator):
     def _refuse_rows(self, batch: Batch, rows: list[int], why: str) -> None:
         """Raise for ``rows`` (none: nothing)."""
         if rows:
-            names = ", ".join(system_name(r, int(batch.system_id[r])) for r in rows[:5])
+            names = row_names(batch, rows)
             raise ConfigError(
                 f"{type(self).__name__}: {names}{' ...' if len(rows) > 5 else ''} "
                 f"{'has' if len(rows) == 1 else 'have'} {why}; NPT needs a periodic 3-D "

@@ -24,9 +24,9 @@ import warnings
 
 import torch
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, row_names
 from ..core.linalg import one_at_a_time
-from ..core.state import Batch, system_name
+from ..core.state import Batch
 from ..core.tensor_ops import may_be_set
 from .base import FieldSpec
 from .cell import CellFilter
@@ -80,7 +80,7 @@ class BFGS(CellOptimizer):
         if big:
             raise ConfigError(
                 f"{name}(max_atoms={self.max_atoms}): "
-                f"{', '.join(system_name(r, int(batch.system_id[r])) for r in big[:5])} "
+                f"{row_names(batch, big)} "
                 f"{'has' if len(big) == 1 else 'have'} more atoms; raise max_atoms (the "
                 f"Hessian takes (3n+9)(3 max_atoms+9) values per system) or use LBFGS"
             )

@@ -36,9 +36,9 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, row_names
 from ..core.linalg import expm, expm_frechet_adjoint, inverse, logm, solve, voigt_mask
-from ..core.state import Batch, system_name
+from ..core.state import Batch
 from ..core.tensor_ops import identity_key, rows_times, same_key, small_matmul
 from ..core.units import GPa, bar
 from .base import FieldSpec
@@ -157,7 +157,7 @@ class CellFilter:
                 )
         tethered = space_fixed_tethers(batch, mask)
         if tethered:
-            names = ", ".join(system_name(r, int(batch.system_id[r])) for r in tethered[:5])
+            names = row_names(batch, tethered)
             raise ConfigError(
                 f"{owner} with a cell filter: {names} carr{'ies' if len(tethered) == 1 else 'y'} "
                 f"FixSymmetry with Hookean springs to points or planes, which stay fixed in "
@@ -170,7 +170,7 @@ class CellFilter:
             return
         rows = (mask & ~self.carries_cell(batch)).nonzero().flatten().tolist()
         if rows:
-            names = ", ".join(system_name(r, int(batch.system_id[r])) for r in rows[:5])
+            names = row_names(batch, rows)
             raise ConfigError(
                 f"{owner} with a cell filter: {names}{' ...' if len(rows) > 5 else ''} "
                 f"{'has' if len(rows) == 1 else 'have'} no periodic 3-D cell, so no cell to "

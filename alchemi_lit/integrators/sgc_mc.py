@@ -23,7 +23,7 @@ from typing import ClassVar
 import torch
 from ase.data import atomic_masses, chemical_symbols
 
-from ..core.errors import ConfigError, system_name
+from ..core.errors import ConfigError, row_names
 from ..core.state import Batch
 from . import mc_ops as mc
 from . import proposal_copies as copies
@@ -103,7 +103,7 @@ class SemiGrandMC(Integrator):
         free = (mc.species_index(batch, self._numbers) >= 0) & ~batch.fixed
         rows = (mask & (mc.count(batch, free) == 0)).nonzero().flatten().tolist()
         if rows:
-            names = ", ".join(system_name(r, int(batch.system_id[r])) for r in rows[:5])
+            names = row_names(batch, rows)
             raise ConfigError(
                 f"SemiGrandMC: {names} {'has' if len(rows) == 1 else 'have'} no free atom of "
                 f"{sorted(self.chemical_potentials)} (the chemical potentials name only "

@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 from ase.data import chemical_symbols
 
-from ..core.errors import ConfigError, system_name
+from ..core.errors import ConfigError, row_names
 from ..core.state import Batch
 from . import mc_ops as mc
 from . import ops
@@ -90,7 +90,7 @@ class SwapMC(Integrator):
         kinds = (mc.count(batch, hot) > 0).sum(-1)
         rows = (mask & (kinds < 2)).nonzero().flatten().tolist()
         if rows:
-            names = ", ".join(system_name(r, int(batch.system_id[r])) for r in rows[:5])
+            names = row_names(batch, rows)
             symbols = list(self.species)
             raise ConfigError(
                 f"SwapMC(species={symbols}): {names} {'has' if len(rows) == 1 else 'have'} "
