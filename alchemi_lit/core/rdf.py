@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import torch
 
 from .backends import primitive
+from .system_sums import cell_volume
 
 
 def all_pairs(n_atoms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,7 +55,7 @@ def all_pairs(n_atoms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def cell_fits(cell: torch.Tensor, pbc: torch.Tensor, rmax: float) -> torch.Tensor:
     """``[B]`` whether ``rmax`` is at most half of every periodic height of the cell
     (then the minimum image is the only image within ``rmax``; ASE's check)."""
-    volume = torch.linalg.det(cell).abs()
+    volume = cell_volume(cell)
     heights = []
     for k in range(3):
         cross = torch.linalg.cross(cell[:, (k + 1) % 3], cell[:, (k + 2) % 3])
@@ -148,7 +149,7 @@ def normalization(
     """``[B, 1 + len(partials), nbins]`` ``n_i rho_j V_shell`` of each RDF of each system
     (0 where it lacks an element): a function of the cells and the layout alone, so a
     run keeps it while they are unchanged."""
-    volume = torch.linalg.det(cell).abs()
+    volume = cell_volume(cell)
     centres, others = element_counts(numbers, system, len(cell), partials, dtype)
     density = others / volume.unsqueeze(-1)
     shells = shell_volumes(rmax, nbins, dtype).to(cell.device)

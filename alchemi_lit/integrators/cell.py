@@ -39,6 +39,7 @@ import torch
 from ..core.errors import ConfigError, row_names
 from ..core.linalg import expm, expm_frechet_adjoint, inverse, logm, solve, voigt_mask
 from ..core.state import Batch
+from ..core.system_sums import cell_volume
 from ..core.tensor_ops import identity_key, rows_times, same_key, small_matmul
 from ..core.units import GPa, bar
 from .base import FieldSpec
@@ -190,7 +191,7 @@ class CellFilter:
             return hit[1]
         # (a system outside the stage may hold no reference: NaN, or 0 where a batch that
         # lacked the field was concatenated; torch's solve raises on a singular matrix)
-        active = self.carries_cell(batch) & (torch.linalg.det(batch.cell_ref).abs() > _MIN_VOLUME)
+        active = self.carries_cell(batch) & (cell_volume(batch.cell_ref) > _MIN_VOLUME)
         eye = torch.eye(3, dtype=batch.dtype, device=batch.device).expand_as(batch.cell)
         ref = torch.where(active[:, None, None], batch.cell_ref, eye)
         cell = torch.where(active[:, None, None], batch.cell, eye)

@@ -252,8 +252,9 @@ def run_sums(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(out).reshape(len(lengths), *values.shape[1:])
 
 
-def _kinetic_take(v: torch.Tensor, m: torch.Tensor, seg: Any, *masks: Any) -> bool:
-    return v.shape[0] > 0 and kernels.usable(v, m, *(t for t in masks if t is not None))
+def _kinetic_take(v: torch.Tensor, m: torch.Tensor, seg: Any, *others: Any) -> bool:
+    """Kinetic energy and temperature: the tensors among ``others`` (masks, counts) too."""
+    return v.shape[0] > 0 and kernels.usable(v, m, *(t for t in others if t is not None))
 
 
 @system_sums.kinetic_energy.register(BACKEND, _kinetic_take)
@@ -266,9 +267,7 @@ def kinetic_energy(velocities: torch.Tensor, masses: torch.Tensor, seg: Any,
         v, masses.to(velocities.dtype).numpy(), seg.bounds[1], mask, out))  # fmt: skip
 
 
-@system_sums.temperature.register(
-    BACKEND, lambda v, m, seg, n, *masks: _kinetic_take(v, m, seg, n, *masks)
-)
+@system_sums.temperature.register(BACKEND, _kinetic_take)
 def temperature(
     velocities: torch.Tensor, masses: torch.Tensor, seg: Any, n_atoms: torch.Tensor,
     fixed: torch.Tensor | None, removed: torch.Tensor | None,
